@@ -1,0 +1,1 @@
+//! `onecopy analyze`: how much would deduplication save on these files? (in progress)

@@ -1,0 +1,1 @@
+//! The backup store: series, recipes, RevDedup reverse deduplication. (in progress)

@@ -1,0 +1,1 @@
+//! The deduplicating block device: volumes, the block translation layer, hints. (in progress)

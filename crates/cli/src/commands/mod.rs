@@ -1,0 +1,4 @@
+//! One file per command: its arguments and how its result is printed.
+
+pub mod analyze;
+pub mod init;

@@ -1,0 +1,58 @@
+//! The `onecopy` command: argument parsing and output only; the work is done by the crates
+//! under `crates/`.
+
+mod commands;
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// onecopy: store each piece of data once.
+#[derive(Parser, Debug)]
+#[command(name = "onecopy", version, about, long_about = None)]
+pub struct Cli {
+    /// Repository directory [default: the user's data directory, e.g. ~/.local/share/onecopy/repository].
+    #[arg(long, global = true, env = "ONECOPY_REPO", value_name = "DIR")]
+    pub repo: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create a repository.
+    Init(commands::init::InitArgs),
+    /// Estimate how much deduplication would save on files, directories, images or devices.
+    Analyze(commands::analyze::AnalyzeArgs),
+}
+
+impl Cli {
+    /// The repository directory the user chose, or the default under the data directory.
+    pub fn repository_path(&self) -> PathBuf {
+        match &self.repo {
+            Some(path) => path.clone(),
+            None => dirs::data_dir()
+                .unwrap_or_else(|| PathBuf::from("."))
+                .join("onecopy")
+                .join("repository"),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Init(args) => commands::init::run(&cli, args),
+        Command::Analyze(args) => commands::analyze::run(&cli, args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("onecopy: error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

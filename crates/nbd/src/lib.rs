@@ -1,0 +1,2 @@
+//! The NBD protocol (fixed newstyle handshake, transmission phase) and a server that serves any
+//! [`BlockDevice`]-like export. (in progress)

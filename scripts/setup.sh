@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what onecopy's tests and benchmarks use on a fresh Debian machine: the standard NBD
+# clients and servers (qemu-img/qemu-io, nbdcopy/nbdinfo/nbdfuse, nbdkit, fio with its nbd
+# engine), FUSE, file system tools, and the peers we compare against (restic, borg).
+# Safe to run again: apt-get skips what is installed.
+set -euo pipefail
+
+packages=(
+  qemu-utils      # qemu-img, qemu-io, qemu-nbd
+  libnbd-bin      # nbdcopy, nbdinfo, nbdfuse
+  nbdkit          # plain NBD server: the benchmark baseline
+  fio             # load generator with an nbd engine
+  fuse3           # fusermount3, for nbdfuse
+  e2fsprogs       # mkfs.ext4, mke2fs -d, e2fsck, debugfs
+  xfsprogs        # mkfs.xfs, for the xfs log hint
+  util-linux      # losetup, mount
+  restic          # backup peer
+  borgbackup      # backup peer
+  python3         # independent cross-checks in tests
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+    || missing+=("$package")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+echo "setup: all packages present"
