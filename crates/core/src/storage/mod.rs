@@ -1,1 +1,142 @@
-//! (in progress)
+//! Storage backends: where a repository's files live.
+//!
+//! The engine needs very little from its media, and [`Storage`] states exactly that little
+//! (the same spirit as redb's `StorageBackend`): named files with positional reads and writes,
+//! an explicit `sync_data` that makes earlier writes durable, and directory operations that
+//! become durable after `sync_directory`. Everything above this trait — containers, the page
+//! store, the journal — is written against these contracts and nothing more, so that
+//! [`SimulatedStorage`] can replay any crash the contracts allow.
+//!
+//! Containers use the trait in an object-store-friendly way: written sequentially once, synced,
+//! then only read or deleted. A future object-store backend needs only that subset for them;
+//! metadata (pages, journal, catalog) stays on a local file system.
+
+mod local;
+mod simulated;
+
+#[cfg(test)]
+mod conformance;
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+pub use local::LocalStorage;
+pub use simulated::{CrashMode, SimulatedStorage};
+
+use crate::{Error, Result};
+
+/// A directory of named files. Names are relative, use `/` between components, and never
+/// contain empty, `.` or `..` components ([`check_name`]).
+pub trait Storage: Send + Sync + Debug {
+    /// Opens `name` for reading and writing. When `create` is true a missing file is created
+    /// empty (with its parent directories); the new name is durable only after
+    /// [`sync_directory`](Storage::sync_directory) of its parent.
+    /// A missing file with `create == false` is [`Error::NotFound`].
+    fn open(&self, name: &str, create: bool) -> Result<Arc<dyn StorageFile>>;
+
+    /// True when `name` exists.
+    fn exists(&self, name: &str) -> Result<bool>;
+
+    /// Removes `name`; removing a missing file is not an error. Durable after
+    /// `sync_directory` of the parent.
+    fn remove(&self, name: &str) -> Result<()>;
+
+    /// Atomically renames `from` to `to`, replacing `to`. Durable after `sync_directory` of
+    /// both parents.
+    fn rename(&self, from: &str, to: &str) -> Result<()>;
+
+    /// Names (full, relative to the storage root) of the files directly inside `directory`
+    /// (`""` is the root), sorted. Subdirectories are not listed. A missing directory is empty.
+    fn list(&self, directory: &str) -> Result<Vec<String>>;
+
+    /// Makes earlier creates, removes and renames of entries in `directory` durable.
+    fn sync_directory(&self, directory: &str) -> Result<()>;
+
+    /// Where this storage lives, for messages.
+    fn describe(&self) -> String;
+}
+
+/// An open file of a [`Storage`].
+pub trait StorageFile: Send + Sync + Debug {
+    /// Current length in bytes.
+    fn len(&self) -> Result<u64>;
+
+    /// Fills `buffer` from `offset`. Reading past the end is an error, never a short read.
+    fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<()>;
+
+    /// Writes `data` at `offset`, growing the file if needed. Not durable until
+    /// [`sync_data`](StorageFile::sync_data); after a crash any sector-aligned part of an
+    /// unsynced write may or may not have reached the media.
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<()>;
+
+    /// Truncates or extends (with zeros) the file.
+    fn set_len(&self, length: u64) -> Result<()>;
+
+    /// Makes every earlier write and length change of this file durable.
+    fn sync_data(&self) -> Result<()>;
+
+    /// Tells the media that `length` bytes from `offset` will be read soon (posix_fadvise
+    /// WILLNEED). A hint only.
+    fn advise_will_need(&self, _offset: u64, _length: u64) -> Result<()> {
+        Ok(())
+    }
+
+    /// The file's name within its storage.
+    fn name(&self) -> &str;
+}
+
+/// Checks that `name` is a relative, normalised file name.
+pub fn check_name(name: &str) -> Result<()> {
+    let valid = !name.is_empty()
+        && !name.starts_with('/')
+        && name
+            .split('/')
+            .all(|component| !component.is_empty() && component != "." && component != "..");
+    if valid {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "storage file name {name:?} must be relative, without empty, '.' or '..' parts"
+        )))
+    }
+}
+
+/// The directory part of a name (`"a/b/c"` -> `"a/b"`, `"c"` -> `""`).
+pub fn parent_directory(name: &str) -> &str {
+    name.rfind('/').map_or("", |index| &name[..index])
+}
+
+/// Joins a directory and a file name.
+pub fn join(directory: &str, name: &str) -> String {
+    if directory.is_empty() {
+        name.to_string()
+    } else {
+        format!("{directory}/{name}")
+    }
+}
+
+/// Writes `data` as the whole content of `name` so that after a crash the file holds either its
+/// old content or `data`, never a mix: write a temporary file, sync it, rename it over `name`,
+/// sync the directory.
+pub fn write_atomically(storage: &dyn Storage, name: &str, data: &[u8]) -> Result<()> {
+    let temporary = format!("{name}.tmp");
+    storage.remove(&temporary)?;
+    let file = storage.open(&temporary, true)?;
+    file.set_len(0)?;
+    file.write_at(0, data)?;
+    file.sync_data()?;
+    drop(file);
+    storage.rename(&temporary, name)?;
+    storage.sync_directory(parent_directory(name))
+}
+
+/// Reads the whole content of `name`.
+pub fn read_all(storage: &dyn Storage, name: &str) -> Result<Vec<u8>> {
+    let file = storage.open(name, false)?;
+    let length = file.len()?;
+    let length = usize::try_from(length)
+        .map_err(|_| Error::Limit(format!("{name} is too large to read at once")))?;
+    let mut data = vec![0u8; length];
+    file.read_at(0, &mut data)?;
+    Ok(data)
+}
