@@ -28,6 +28,16 @@ const BUFFER_BYTES_LIMIT: usize = 1 << 20;
 /// Bytes read at a time during replay.
 const REPLAY_READ_BYTES: usize = 1 << 20;
 
+/// What the replay callback wants next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplayControl {
+    /// Apply the next record too.
+    Continue,
+    /// This record must not be applied (for example, data it refers to never reached the
+    /// media): treat it and everything after it as the torn tail.
+    Stop,
+}
+
 /// What a replay found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReplaySummary {
@@ -61,13 +71,13 @@ impl Journal {
     }
 
     /// Opens generation `generation` (creating it if missing), calls `replay` with each valid
-    /// record in order, discards a torn tail, and removes journal files of every other
-    /// generation in `directory`.
+    /// record in order until it answers [`ReplayControl::Stop`], discards the rest as a torn
+    /// tail, and removes journal files of every other generation in `directory`.
     pub fn open(
         storage: Arc<dyn Storage>,
         directory: &str,
         generation: u64,
-        mut replay: impl FnMut(&[u8]) -> Result<()>,
+        mut replay: impl FnMut(&[u8]) -> Result<ReplayControl>,
     ) -> Result<(Journal, ReplaySummary)> {
         let name = Self::file_name(directory, generation);
         let existed = storage.exists(&name)?;
@@ -192,7 +202,7 @@ impl Journal {
 fn replay_file(
     file: &dyn StorageFile,
     generation: u64,
-    replay: &mut dyn FnMut(&[u8]) -> Result<()>,
+    replay: &mut dyn FnMut(&[u8]) -> Result<ReplayControl>,
 ) -> Result<ReplaySummary> {
     let file_length = file.len()?;
     let mut summary = ReplaySummary::default();
@@ -237,7 +247,9 @@ fn replay_file(
         if expected != crc {
             break;
         }
-        replay(payload)?;
+        if replay(payload)? == ReplayControl::Stop {
+            break;
+        }
         summary.records += 1;
         offset += total as u64;
     }
@@ -255,7 +267,7 @@ mod tests {
         let mut seen = Vec::new();
         let (_, summary) = Journal::open(storage.clone(), "j", generation, |payload| {
             seen.push(payload.to_vec());
-            Ok(())
+            Ok(ReplayControl::Continue)
         })
         .unwrap();
         (seen, summary)
@@ -265,7 +277,8 @@ mod tests {
     #[test]
     fn records_replay_in_order() {
         let storage: Arc<dyn Storage> = Arc::new(SimulatedStorage::new());
-        let (mut journal, _) = Journal::open(storage.clone(), "j", 7, |_| Ok(())).unwrap();
+        let (mut journal, _) =
+            Journal::open(storage.clone(), "j", 7, |_| Ok(ReplayControl::Continue)).unwrap();
         for index in 0..100u32 {
             journal
                 .append(&index.to_le_bytes().repeat(index as usize))
@@ -277,7 +290,8 @@ mod tests {
         assert_eq!(summary.discarded_bytes, 0);
         assert_eq!(seen[3], 3u32.to_le_bytes().repeat(3));
 
-        let (mut journal, _) = Journal::open(storage.clone(), "j", 7, |_| Ok(())).unwrap();
+        let (mut journal, _) =
+            Journal::open(storage.clone(), "j", 7, |_| Ok(ReplayControl::Continue)).unwrap();
         let old = journal.rotate().unwrap();
         journal.append(b"next").unwrap();
         journal.sync().unwrap();
@@ -294,7 +308,8 @@ mod tests {
         for seed in 0..50 {
             let storage = SimulatedStorage::new();
             let shared: Arc<dyn Storage> = Arc::new(storage.clone());
-            let (mut journal, _) = Journal::open(shared, "j", 1, |_| Ok(())).unwrap();
+            let (mut journal, _) =
+                Journal::open(shared, "j", 1, |_| Ok(ReplayControl::Continue)).unwrap();
             let mut appended = Vec::new();
             for index in 0..40u64 {
                 let payload = vec![index as u8; 300 + (index as usize * 37) % 900];
@@ -321,7 +336,8 @@ mod tests {
     #[test]
     fn generation_is_part_of_the_checksum() {
         let storage: Arc<dyn Storage> = Arc::new(SimulatedStorage::new());
-        let (mut journal, _) = Journal::open(storage.clone(), "j", 1, |_| Ok(())).unwrap();
+        let (mut journal, _) =
+            Journal::open(storage.clone(), "j", 1, |_| Ok(ReplayControl::Continue)).unwrap();
         journal.append(b"old").unwrap();
         journal.sync().unwrap();
         storage

@@ -511,12 +511,12 @@ fn decode_manifest_body(sequence: u64, body: &[u8]) -> Option<Manifest> {
 }
 
 /// Little-endian decoding of a byte slice that reports truncation as `None`.
-pub(crate) struct ByteReader<'a> {
-    pub(crate) bytes: &'a [u8],
+pub struct ByteReader<'a> {
+    pub bytes: &'a [u8],
 }
 
 impl<'a> ByteReader<'a> {
-    pub(crate) fn take(&mut self, count: usize) -> Option<&'a [u8]> {
+    pub fn take(&mut self, count: usize) -> Option<&'a [u8]> {
         if self.bytes.len() < count {
             return None;
         }
@@ -524,13 +524,13 @@ impl<'a> ByteReader<'a> {
         self.bytes = tail;
         Some(head)
     }
-    pub(crate) fn u16(&mut self) -> Option<u16> {
+    pub fn u16(&mut self) -> Option<u16> {
         Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
     }
-    pub(crate) fn u32(&mut self) -> Option<u32> {
+    pub fn u32(&mut self) -> Option<u32> {
         Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
     }
-    pub(crate) fn u64(&mut self) -> Option<u64> {
+    pub fn u64(&mut self) -> Option<u64> {
         Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
 }

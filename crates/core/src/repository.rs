@@ -1,1 +1,213 @@
-//! (in progress)
+//! A repository: one directory holding everything onecopy stores.
+//!
+//! ```text
+//! <repository>/
+//!   config.json         format version and defaults (written once by `onecopy init`)
+//!   block/              the block device: lock, meta/ (pages, journal), containers/, catalog
+//!   backup/             the backup store: lock, meta/, containers/, catalog
+//! ```
+//!
+//! Each face keeps its own metadata and containers (same formats, same code) so that faces
+//! never contend for one writer lock; a face takes its exclusive [`FaceLock`] while it has the
+//! repository open for writing, and a second process gets a message naming the holder.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Read, Seek, Write};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::IoContext;
+use crate::storage::{LocalStorage, Storage};
+use crate::{Error, Result};
+
+/// Repository format this version writes and reads.
+pub const REPOSITORY_FORMAT: u32 = 1;
+const CONFIG_FILE: &str = "config.json";
+
+/// The repository's configuration file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepositoryConfig {
+    /// Format version ([`REPOSITORY_FORMAT`]).
+    pub format: u32,
+    /// Random identifier, for messages and to tell repositories apart.
+    pub id: String,
+    /// When `onecopy init` ran (unix seconds).
+    pub created: u64,
+}
+
+/// An opened repository directory.
+#[derive(Clone, Debug)]
+pub struct Repository {
+    path: PathBuf,
+    config: RepositoryConfig,
+}
+
+impl Repository {
+    /// Creates a repository at `path` (the directory may exist but must not hold a
+    /// repository).
+    pub fn init(path: &Path) -> Result<Repository> {
+        let config_path = path.join(CONFIG_FILE);
+        if config_path.exists() {
+            return Err(Error::AlreadyExists(format!(
+                "a repository at {}",
+                path.display()
+            )));
+        }
+        fs::create_dir_all(path).context_io(|| format!("creating {}", path.display()))?;
+        let config = RepositoryConfig {
+            format: REPOSITORY_FORMAT,
+            id: random_id(),
+            created: crate::chunk_store::unix_seconds(),
+        };
+        let storage = LocalStorage::open(path)?;
+        let bytes = serde_json::to_vec_pretty(&config).expect("config serialises");
+        crate::storage::write_atomically(&storage, CONFIG_FILE, &bytes)?;
+        Ok(Repository {
+            path: path.to_path_buf(),
+            config,
+        })
+    }
+
+    /// Opens the repository at `path`; a missing repository is an error that says to run
+    /// `onecopy init`.
+    pub fn open(path: &Path) -> Result<Repository> {
+        let config_path = path.join(CONFIG_FILE);
+        let bytes = match fs::read(&config_path) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == ErrorKind::NotFound => {
+                return Err(Error::NotFound(format!(
+                    "repository at {} (create it with `onecopy init`, or point --repo or \
+                     ONECOPY_REPO at an existing one)",
+                    path.display()
+                )))
+            }
+            Err(error) => {
+                return Err(Error::io(
+                    format!("reading {}", config_path.display()),
+                    error,
+                ))
+            }
+        };
+        let config: RepositoryConfig = serde_json::from_slice(&bytes).map_err(|error| {
+            Error::corrupt(format!("{}", config_path.display()), error.to_string())
+        })?;
+        if config.format != REPOSITORY_FORMAT {
+            return Err(Error::InvalidArgument(format!(
+                "repository {} has format {}, this onecopy reads format {REPOSITORY_FORMAT}",
+                path.display(),
+                config.format
+            )));
+        }
+        Ok(Repository {
+            path: path.to_path_buf(),
+            config,
+        })
+    }
+
+    /// The repository directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The configuration written at `init`.
+    pub fn config(&self) -> &RepositoryConfig {
+        &self.config
+    }
+
+    /// Storage rooted at the directory of one face (`block`, `backup`), created if needed.
+    pub fn face_storage(&self, face: &str) -> Result<Arc<dyn Storage>> {
+        Ok(Arc::new(LocalStorage::create(self.path.join(face))?))
+    }
+
+    /// Takes the exclusive lock of a face for `command` (a description shown to anyone who
+    /// finds the lock taken).
+    pub fn lock_face(&self, face: &str, command: &str) -> Result<FaceLock> {
+        FaceLock::acquire(&self.path.join(face), command)
+    }
+}
+
+/// An exclusive advisory lock (flock) on a face of a repository, held until dropped. The
+/// lock file records the holder's pid and command for the message others get.
+#[derive(Debug)]
+pub struct FaceLock {
+    _file: File,
+}
+
+impl FaceLock {
+    fn acquire(directory: &Path, command: &str) -> Result<FaceLock> {
+        fs::create_dir_all(directory).context_io(|| format!("creating {}", directory.display()))?;
+        let path = directory.join("lock");
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .context_io(|| format!("opening {}", path.display()))?;
+        // SAFETY: flock only takes the descriptor, which `file` keeps open.
+        let result = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if result != 0 {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            return Err(Error::InvalidArgument(format!(
+                "{} is in use by another onecopy process ({}); stop it or wait for it to finish",
+                directory.display(),
+                holder.trim()
+            )));
+        }
+        file.set_len(0)
+            .context_io(|| format!("writing {}", path.display()))?;
+        file.rewind()
+            .context_io(|| format!("writing {}", path.display()))?;
+        write!(file, "pid {}: {command}", std::process::id())
+            .context_io(|| format!("writing {}", path.display()))?;
+        Ok(FaceLock { _file: file })
+    }
+}
+
+fn random_id() -> String {
+    let mut bytes = [0u8; 16];
+    if let Ok(mut random) = File::open("/dev/urandom") {
+        let _ = random.read_exact(&mut bytes);
+    }
+    let seed = crate::chunk_store::unix_seconds() ^ u64::from(std::process::id());
+    bytes[..8]
+        .iter_mut()
+        .zip(seed.to_le_bytes())
+        .for_each(|(byte, mix)| *byte ^= mix);
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: init creates, open reads back, a second init and a missing repository fail with
+    /// messages that say what to do.
+    #[test]
+    fn init_open_and_messages() {
+        let directory = tempfile::tempdir().unwrap();
+        let path = directory.path().join("repo");
+        let missing = Repository::open(&path).unwrap_err().to_string();
+        assert!(missing.contains("onecopy init"), "{missing}");
+        let created = Repository::init(&path).unwrap();
+        let opened = Repository::open(&path).unwrap();
+        assert_eq!(created.config(), opened.config());
+        assert!(Repository::init(&path).is_err());
+    }
+
+    /// Goal: a face lock excludes a second holder and names the first.
+    #[test]
+    fn face_lock_is_exclusive() {
+        let directory = tempfile::tempdir().unwrap();
+        let repository = Repository::init(directory.path()).unwrap();
+        let lock = repository.lock_face("block", "serve").unwrap();
+        let error = repository.lock_face("block", "volume create").unwrap_err();
+        assert!(error.to_string().contains("serve"), "{error}");
+        drop(lock);
+        repository.lock_face("block", "volume create").unwrap();
+    }
+}

@@ -1,6 +1,7 @@
 //! `onecopy init`: create a repository.
 
 use clap::Args;
+use onecopy_core::repository::Repository;
 
 use crate::Cli;
 
@@ -9,8 +10,11 @@ pub struct InitArgs {}
 
 pub fn run(cli: &Cli, _args: &InitArgs) -> anyhow::Result<()> {
     let path = cli.repository_path();
-    anyhow::bail!(
-        "creating a repository at {} is not available yet",
+    let repository = Repository::init(&path)?;
+    println!(
+        "created repository {} at {}",
+        repository.config().id,
         path.display()
-    )
+    );
+    Ok(())
 }

@@ -1,1 +1,477 @@
-//! (in progress)
+//! Containers: append-only files of chunks.
+//!
+//! New chunks are appended to an *open* container through a [`ContainerWriter`]; when it is
+//! full it is *sealed* (a trailer listing every chunk is appended) and never changes again.
+//! Each chunk is stored with a header (fingerprint, sizes, flags, CRC-32C), optionally
+//! compressed with zstd, so a container can be verified on its own and a sealed container's
+//! fingerprints load with one read of its trailer (locality for index caching). All-zero
+//! chunks are never stored: callers check [`is_zero`] first and record a zero reference
+//! instead.
+//!
+//! Each face keeps its containers in its own directory of the repository (for example
+//! `block/containers`), named `<directory>/<low byte of id, 2 hex digits>/<id, 16 hex digits>`
+//! so no directory grows beyond a few thousand entries. See [`format`] for the byte layout.
+
+pub mod format;
+mod writer;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+pub use format::{ChunkHeader, CHUNK_COMPRESSED, CHUNK_HEADER_BYTES, CHUNK_UNFINGERPRINTED};
+pub use writer::{ContainerWriter, SealedContainer};
+
+use crate::fingerprint::Fingerprint;
+use crate::storage::{Storage, StorageFile};
+use crate::{Error, Result};
+use format::{Footer, FOOTER_BYTES, HEADER_BYTES, TRAILER_ENTRY_BYTES, TRAILER_TAIL_BYTES};
+
+/// Names a container; allocated increasing by the owner of the container set.
+pub type ContainerId = u64;
+
+/// Largest container: chunk offsets are 32-bit.
+pub const CONTAINER_BYTES_MAX: u64 = 1 << 30;
+/// Smallest container worth having.
+pub const CONTAINER_BYTES_MIN: u64 = 64 << 10;
+/// Largest chunk a container accepts.
+pub const CHUNK_BYTES_MAX: u32 = 16 << 20;
+/// Open file handles kept for reading.
+const OPEN_HANDLES_LIMIT: usize = 512;
+
+/// Where a chunk's bytes are and how to check them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkLocation {
+    pub container: ContainerId,
+    /// Offset of the stored bytes (after the chunk header) in the container.
+    pub offset: u32,
+    pub stored_bytes: u32,
+    pub raw_bytes: u32,
+    /// [`CHUNK_COMPRESSED`], [`CHUNK_UNFINGERPRINTED`].
+    pub flags: u32,
+    /// CRC-32C of the stored bytes.
+    pub checksum: u32,
+}
+
+impl ChunkLocation {
+    /// Byte offset of the chunk header in the container.
+    pub fn header_offset(&self) -> u64 {
+        self.offset as u64 - CHUNK_HEADER_BYTES as u64
+    }
+
+    /// Bytes the chunk occupies in its container, header included.
+    pub fn footprint_bytes(&self) -> u64 {
+        self.stored_bytes as u64 + CHUNK_HEADER_BYTES as u64
+    }
+}
+
+/// How containers are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerOptions {
+    /// A container is sealed once appending would exceed this size (a single chunk larger than
+    /// this still gets a container of its own).
+    pub container_bytes: u64,
+    /// zstd level for chunk compression; `None` stores chunks as they are. A chunk is stored
+    /// compressed only when that saves at least an eighth of its size.
+    pub compression_level: Option<i32>,
+}
+
+impl Default for ContainerOptions {
+    fn default() -> Self {
+        ContainerOptions {
+            container_bytes: 4 << 20,
+            compression_level: None,
+        }
+    }
+}
+
+impl ContainerOptions {
+    /// Checks the documented ranges.
+    pub fn validate(&self) -> Result<()> {
+        if !(CONTAINER_BYTES_MIN..=CONTAINER_BYTES_MAX).contains(&self.container_bytes) {
+            return Err(Error::InvalidArgument(format!(
+                "container size {} must be between {} and {}",
+                crate::units::format_size(self.container_bytes),
+                crate::units::format_size(CONTAINER_BYTES_MIN),
+                crate::units::format_size(CONTAINER_BYTES_MAX)
+            )));
+        }
+        if let Some(level) = self.compression_level {
+            if !(1..=19).contains(&level) {
+                return Err(Error::InvalidArgument(format!(
+                    "zstd level {level} must be between 1 and 19"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// True when every byte of `data` is zero.
+#[inline]
+pub fn is_zero(data: &[u8]) -> bool {
+    // Compare eight bytes at a time; the compiler vectorises this loop.
+    let (head, words, tail) = unsafe { data.align_to::<u64>() };
+    head.iter().all(|&b| b == 0) && words.iter().all(|&w| w == 0) && tail.iter().all(|&b| b == 0)
+}
+
+/// One chunk found in a container.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredChunk {
+    pub fingerprint: Fingerprint,
+    pub location: ChunkLocation,
+}
+
+/// The chunks of a sealed container, from its trailer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerContents {
+    /// Owner-defined time stamp given at sealing (backups: the backup's creation time; 0 means
+    /// none).
+    pub timestamp: u64,
+    pub chunks: Vec<StoredChunk>,
+}
+
+/// What a front-to-back scan of a container found.
+#[derive(Clone, Debug)]
+pub struct ScanReport {
+    /// Valid chunk records, in order.
+    pub chunks: Vec<StoredChunk>,
+    /// True when a valid trailer and footer follow the records.
+    pub sealed: bool,
+    /// Offset where the valid records end (the append position of an unsealed container).
+    pub records_end: u64,
+    /// Bytes after the valid records that are neither records nor a valid trailer.
+    pub garbage_bytes: u64,
+}
+
+/// The set of containers in a storage.
+#[derive(Debug)]
+pub struct ContainerStore {
+    storage: Arc<dyn Storage>,
+    directory: String,
+    options: ContainerOptions,
+    handles: Mutex<HashMap<ContainerId, Arc<dyn StorageFile>>>,
+}
+
+impl ContainerStore {
+    /// Containers under `directory` of `storage`.
+    pub fn new(
+        storage: Arc<dyn Storage>,
+        directory: &str,
+        options: ContainerOptions,
+    ) -> Result<Self> {
+        options.validate()?;
+        crate::storage::check_name(directory)?;
+        Ok(ContainerStore {
+            storage,
+            directory: directory.to_string(),
+            options,
+            handles: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The options new containers are written with.
+    pub fn options(&self) -> ContainerOptions {
+        self.options
+    }
+
+    /// The storage name of container `id`.
+    pub fn name(&self, id: ContainerId) -> String {
+        format!("{}/{:02x}/{id:016x}", self.directory, id & 0xff)
+    }
+
+    fn shard(&self, id: ContainerId) -> String {
+        format!("{}/{:02x}", self.directory, id & 0xff)
+    }
+
+    /// Creates container `id` and returns its writer. The container's name is durable when
+    /// this returns, so syncing the writer is enough to make appended chunks durable.
+    pub fn create(&self, id: ContainerId, created_unix_seconds: u64) -> Result<ContainerWriter> {
+        let name = self.name(id);
+        if self.storage.exists(&name)? {
+            return Err(Error::AlreadyExists(format!("container {name}")));
+        }
+        let file = self.storage.open(&name, true)?;
+        self.storage.sync_directory(&self.shard(id))?;
+        ContainerWriter::new(id, file, self.options, created_unix_seconds)
+    }
+
+    /// An open handle to container `id` (cached). Reads through it stay valid even if the
+    /// container is removed later.
+    pub fn file(&self, id: ContainerId) -> Result<Arc<dyn StorageFile>> {
+        if let Some(handle) = self.handles.lock().get(&id) {
+            return Ok(Arc::clone(handle));
+        }
+        let handle = self.storage.open(&self.name(id), false)?;
+        let mut handles = self.handles.lock();
+        if handles.len() >= OPEN_HANDLES_LIMIT {
+            handles.clear();
+        }
+        handles.insert(id, Arc::clone(&handle));
+        Ok(handle)
+    }
+
+    /// Reads the stored bytes of a chunk into `out` (resized) and checks their CRC.
+    pub fn read_stored(&self, location: &ChunkLocation, out: &mut Vec<u8>) -> Result<()> {
+        out.resize(location.stored_bytes as usize, 0);
+        self.file(location.container)?
+            .read_at(location.offset as u64, out)?;
+        check_stored(location, out)
+    }
+
+    /// Reads a chunk's raw bytes into `out`, which must be exactly `raw_bytes` long: reads,
+    /// checks the CRC and decompresses when needed.
+    pub fn read_chunk(&self, location: &ChunkLocation, out: &mut [u8]) -> Result<()> {
+        read_chunk_from(self.file(location.container)?.as_ref(), location, out)
+    }
+
+    /// Loads the chunk list of a sealed container with one read of its tail (two when the
+    /// trailer is larger than the first guess).
+    pub fn read_contents(&self, id: ContainerId) -> Result<ContainerContents> {
+        let handle = self.file(id)?;
+        let length = handle.len()?;
+        let what = || format!("container {}", self.name(id));
+        if length < (HEADER_BYTES + FOOTER_BYTES + TRAILER_TAIL_BYTES) as u64 {
+            return Err(Error::corrupt(what(), "too short to be sealed"));
+        }
+        // Guess: trailers of containers up to a few MiB of 4 KiB chunks fit in 64 KiB.
+        let guess = length.min(64 << 10);
+        let mut tail = vec![0u8; guess as usize];
+        handle.read_at(length - guess, &mut tail)?;
+        let footer = Footer::decode(&tail[tail.len() - FOOTER_BYTES..])
+            .ok_or_else(|| Error::corrupt(what(), "no footer: the container is not sealed"))?;
+        let trailer_end = footer.trailer_offset + footer.trailer_bytes as u64;
+        if trailer_end + FOOTER_BYTES as u64 != length {
+            return Err(Error::corrupt(
+                what(),
+                "footer points outside the container",
+            ));
+        }
+        let trailer = if footer.trailer_offset >= length - guess {
+            let start = (footer.trailer_offset - (length - guess)) as usize;
+            tail[start..start + footer.trailer_bytes as usize].to_vec()
+        } else {
+            let mut trailer = vec![0u8; footer.trailer_bytes as usize];
+            handle.read_at(footer.trailer_offset, &mut trailer)?;
+            trailer
+        };
+        decode_trailer(id, &footer, &trailer).ok_or_else(|| Error::corrupt(what(), "bad trailer"))
+    }
+
+    /// Reads container `id` from the front, record by record, stopping at the first record
+    /// that fails its checks. Used to recover the open container after a crash and by
+    /// `onecopy check`; it reads the whole container.
+    pub fn scan(&self, id: ContainerId) -> Result<ScanReport> {
+        let handle = self.file(id)?;
+        let length = handle.len()?;
+        let mut data = vec![0u8; length as usize];
+        handle.read_at(0, &mut data)?;
+        let header: &[u8; HEADER_BYTES] = data
+            .get(..HEADER_BYTES)
+            .and_then(|bytes| bytes.try_into().ok())
+            .ok_or_else(|| Error::corrupt(format!("container {}", self.name(id)), "no header"))?;
+        match format::decode_header(header) {
+            Some((stored_id, _)) if stored_id == id => {}
+            _ => {
+                return Err(Error::corrupt(
+                    format!("container {}", self.name(id)),
+                    "bad header",
+                ))
+            }
+        }
+        let mut chunks = Vec::new();
+        let mut position = HEADER_BYTES;
+        while position + CHUNK_HEADER_BYTES <= data.len() {
+            let Some(header) = ChunkHeader::decode(
+                &data[position..position + CHUNK_HEADER_BYTES],
+                CHUNK_BYTES_MAX,
+            ) else {
+                break;
+            };
+            let start = position + CHUNK_HEADER_BYTES;
+            let end = start + header.stored_bytes as usize;
+            if end > data.len() || crc32c::crc32c(&data[start..end]) != header.checksum {
+                break;
+            }
+            chunks.push(StoredChunk {
+                fingerprint: header.fingerprint,
+                location: ChunkLocation {
+                    container: id,
+                    offset: start as u32,
+                    stored_bytes: header.stored_bytes,
+                    raw_bytes: header.raw_bytes,
+                    flags: header.flags,
+                    checksum: header.checksum,
+                },
+            });
+            position = end;
+        }
+        let sealed = length >= FOOTER_BYTES as u64
+            && Footer::decode(&data[data.len() - FOOTER_BYTES..]).is_some_and(|footer| {
+                footer.trailer_offset == position as u64
+                    && footer.trailer_offset + footer.trailer_bytes as u64 + FOOTER_BYTES as u64
+                        == length
+                    && decode_trailer(
+                        id,
+                        &footer,
+                        &data[position..position + footer.trailer_bytes as usize],
+                    )
+                    .is_some_and(|contents| contents.chunks == chunks)
+            });
+        let garbage_bytes = if sealed { 0 } else { length - position as u64 };
+        Ok(ScanReport {
+            chunks,
+            sealed,
+            records_end: position as u64,
+            garbage_bytes,
+        })
+    }
+
+    /// Asks the media to read container `id` ahead (restores prefetch the next containers).
+    pub fn advise_will_need(&self, id: ContainerId) -> Result<()> {
+        let handle = self.file(id)?;
+        let length = handle.len()?;
+        handle.advise_will_need(0, length)
+    }
+
+    /// Removes container `id`. The removal is durable after [`sync_removals`](Self::sync_removals).
+    pub fn remove(&self, id: ContainerId) -> Result<()> {
+        self.handles.lock().remove(&id);
+        self.storage.remove(&self.name(id))
+    }
+
+    /// Makes earlier removals durable.
+    pub fn sync_removals(&self) -> Result<()> {
+        for shard in 0..=0xffu64 {
+            let directory = self.shard(shard);
+            if !self.storage.list(&directory)?.is_empty() || shard == 0 {
+                self.storage.sync_directory(&directory)?;
+            }
+        }
+        self.storage.sync_directory(&self.directory)
+    }
+
+    /// Every container id present, ascending.
+    pub fn list(&self) -> Result<Vec<ContainerId>> {
+        let mut ids = Vec::new();
+        for shard in 0..=0xffu64 {
+            for name in self.storage.list(&self.shard(shard))? {
+                let base = name.rsplit('/').next().unwrap_or_default();
+                if let Ok(id) = u64::from_str_radix(base, 16) {
+                    if base.len() == 16 && self.name(id) == name {
+                        ids.push(id);
+                    }
+                }
+            }
+        }
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// Bytes of container `id` on the media.
+    pub fn container_bytes(&self, id: ContainerId) -> Result<u64> {
+        self.file(id)?.len()
+    }
+}
+
+/// Reads a chunk's raw bytes from an open container file into `out` (exactly `raw_bytes`):
+/// reads, checks the CRC and decompresses when needed.
+pub fn read_chunk_from(
+    file: &dyn StorageFile,
+    location: &ChunkLocation,
+    out: &mut [u8],
+) -> Result<()> {
+    assert_eq!(
+        out.len(),
+        location.raw_bytes as usize,
+        "buffer fits the chunk"
+    );
+    if location.flags & CHUNK_COMPRESSED == 0 {
+        file.read_at(location.offset as u64, out)?;
+        return check_stored(location, out);
+    }
+    let mut stored = vec![0u8; location.stored_bytes as usize];
+    file.read_at(location.offset as u64, &mut stored)?;
+    check_stored(location, &stored)?;
+    decompress_into(location, &stored, out)
+}
+
+fn check_stored(location: &ChunkLocation, stored: &[u8]) -> Result<()> {
+    let checksum = crc32c::crc32c(stored);
+    if checksum == location.checksum {
+        Ok(())
+    } else {
+        Err(Error::corrupt(
+            format!(
+                "chunk at offset {} of container {:016x}",
+                location.offset, location.container
+            ),
+            format!(
+                "checksum {checksum:08x}, expected {:08x}",
+                location.checksum
+            ),
+        ))
+    }
+}
+
+/// Decompresses the stored bytes of a compressed chunk into `out` (exactly raw size).
+pub(crate) fn decompress_into(
+    location: &ChunkLocation,
+    stored: &[u8],
+    out: &mut [u8],
+) -> Result<()> {
+    let written = zstd::bulk::decompress_to_buffer(stored, out).map_err(|error| {
+        Error::corrupt(
+            format!(
+                "compressed chunk at offset {} of container {:016x}",
+                location.offset, location.container
+            ),
+            error.to_string(),
+        )
+    })?;
+    if written != out.len() {
+        return Err(Error::corrupt(
+            format!(
+                "compressed chunk at offset {} of container {:016x}",
+                location.offset, location.container
+            ),
+            format!("decompressed to {written} bytes, expected {}", out.len()),
+        ));
+    }
+    Ok(())
+}
+
+fn decode_trailer(id: ContainerId, footer: &Footer, trailer: &[u8]) -> Option<ContainerContents> {
+    if crc32c::crc32c(trailer) != footer.trailer_checksum {
+        return None;
+    }
+    let count = footer.chunk_count as usize;
+    if trailer.len() != count * TRAILER_ENTRY_BYTES + TRAILER_TAIL_BYTES {
+        return None;
+    }
+    let mut chunks = Vec::with_capacity(count);
+    for entry in trailer[..count * TRAILER_ENTRY_BYTES].chunks_exact(TRAILER_ENTRY_BYTES) {
+        let offset = u32::from_le_bytes(entry[..4].try_into().ok()?);
+        let header = ChunkHeader::decode(&entry[4..], CHUNK_BYTES_MAX)?;
+        chunks.push(StoredChunk {
+            fingerprint: header.fingerprint,
+            location: ChunkLocation {
+                container: id,
+                offset,
+                stored_bytes: header.stored_bytes,
+                raw_bytes: header.raw_bytes,
+                flags: header.flags,
+                checksum: header.checksum,
+            },
+        });
+    }
+    let tail = &trailer[count * TRAILER_ENTRY_BYTES..];
+    let timestamp = u64::from_le_bytes(tail[..8].try_into().ok()?);
+    let stored_count = u32::from_le_bytes(tail[8..12].try_into().ok()?);
+    (stored_count == footer.chunk_count).then_some(ContainerContents { timestamp, chunks })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,712 @@
+//! The chunk store: deduplicated chunks with reference counts.
+//!
+//! A *chunk id* names one stored chunk; maps (volume block maps, recipes) refer to chunks by
+//! id, and the *chunk table* translates an id to the chunk's location, fingerprint and
+//! reference count. The extra indirection is what lets compaction move a chunk to another
+//! container without touching any map: only the chunk's record changes.
+//!
+//! Id 0 ([`ZERO_CHUNK`]) is reserved for "all zeros": zero chunks are never stored.
+//!
+//! Every mutation is a [`ChunkChange`]. The live path *decides* (looks up the index, appends
+//! data), then *applies* the change to the in-memory pages with [`ChunkStore::apply`] and hands
+//! it to the owner, who writes it to its journal. Replay after a crash calls the same
+//! [`apply`](ChunkStore::apply) with the same changes, so live execution and recovery cannot
+//! drift apart. The owner also persists [`ChunkStore::state`] in every checkpoint.
+//!
+//! Write ordering the owner must keep (see docs/DESIGN.md): container data is synced before
+//! the journal records that refer to it are synced, and before the checkpoint that refers to
+//! it; containers are removed only after the checkpoint that stops referring to them.
+
+mod changes;
+mod records;
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+pub use changes::ChunkChange;
+pub use records::{ChunkRecord, ContainerRecord, ContainerState};
+
+use crate::container::{
+    ChunkLocation, ContainerId, ContainerStore, ContainerWriter, CHUNK_UNFINGERPRINTED,
+};
+use crate::fingerprint::{Fingerprint, FingerprintAlgorithm};
+use crate::index::{FingerprintIndex, IndexOptions};
+use crate::pages::{PageStore, RecordArea};
+use crate::storage::StorageFile;
+use crate::{Error, Result};
+
+/// Chunk id meaning "all zeros, nothing stored".
+pub const ZERO_CHUNK: ChunkId = 0;
+/// Most references one stored chunk takes; a further duplicate is stored again.
+pub const REFERENCES_MAX: u32 = u32::MAX - 1;
+
+/// Names a stored chunk.
+pub type ChunkId = u64;
+
+/// Durable scalars of the chunk store, saved in the owner's checkpoints.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkStoreState {
+    /// Next never-used chunk id.
+    pub next_chunk_id: ChunkId,
+    /// Head of the list of freed chunk ids (linked through their records); 0 when empty.
+    pub free_head: ChunkId,
+    /// Next container id to allocate.
+    pub next_container_id: ContainerId,
+    /// The container receiving appends.
+    pub open_container: Option<ContainerId>,
+    /// Chunks in use.
+    pub live_chunks: u64,
+    /// Raw bytes of chunks in use.
+    pub live_raw_bytes: u64,
+    /// Bytes chunks in use occupy in containers, headers included.
+    pub live_stored_bytes: u64,
+}
+
+/// How chunks are named and stored.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ChunkStoreOptions {
+    pub fingerprint: FingerprintAlgorithm,
+    pub index: IndexOptions,
+}
+
+/// What [`ChunkStore::store`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreOutcome {
+    pub id: ChunkId,
+    /// True when an existing chunk was referenced instead of storing new bytes.
+    pub deduplicated: bool,
+}
+
+/// Counters of the live path since open.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ChunkStoreCounters {
+    pub chunks_stored: u64,
+    pub chunks_deduplicated: u64,
+    /// Weak-fingerprint matches whose bytes differed (stored as new, unindexed chunks).
+    pub weak_collisions: u64,
+    /// Duplicates stored again because the chunk had [`REFERENCES_MAX`] references.
+    pub reference_limit_copies: u64,
+    pub chunks_freed: u64,
+}
+
+/// How to read a chunk without holding the chunk store.
+pub enum ChunkRead {
+    /// The bytes were still in the open container's write buffer and are copied here.
+    Copied,
+    /// Read `location` from `file` (checking its CRC) outside any lock.
+    File {
+        file: Arc<dyn StorageFile>,
+        location: ChunkLocation,
+    },
+}
+
+/// Deduplicated chunks with reference counts; see the module documentation.
+pub struct ChunkStore {
+    containers: Arc<ContainerStore>,
+    writer: Option<ContainerWriter>,
+    chunks: RecordArea,
+    container_records: RecordArea,
+    index: FingerprintIndex,
+    state: ChunkStoreState,
+    options: ChunkStoreOptions,
+    counters: ChunkStoreCounters,
+    /// Scratch buffer for byte comparisons of weak fingerprints.
+    scratch: Vec<u8>,
+}
+
+impl std::fmt::Debug for ChunkStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkStore")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChunkStore {
+    /// Opens the chunk store whose tables live in `pages` (areas `chunks`, `containers` and
+    /// the index's) with the durable `state` of the last checkpoint (default for a new store).
+    pub fn open(
+        pages: &mut PageStore,
+        containers: Arc<ContainerStore>,
+        state: ChunkStoreState,
+        options: ChunkStoreOptions,
+    ) -> Result<ChunkStore> {
+        let chunks = RecordArea::new(pages.area("chunks"), records::CHUNK_RECORD_BYTES);
+        let container_records =
+            RecordArea::new(pages.area("containers"), records::CONTAINER_RECORD_BYTES);
+        let index = FingerprintIndex::open(pages, "index", options.index.clone())?;
+        let mut state = state;
+        if state.next_chunk_id == 0 {
+            state.next_chunk_id = 1;
+            state.next_container_id = 1;
+        }
+        Ok(ChunkStore {
+            containers,
+            writer: None,
+            chunks,
+            container_records,
+            index,
+            state,
+            options,
+            counters: ChunkStoreCounters::default(),
+            scratch: Vec::new(),
+        })
+    }
+
+    /// The durable scalars to save in the next checkpoint.
+    pub fn state(&self) -> &ChunkStoreState {
+        &self.state
+    }
+
+    /// Live-path counters since open.
+    pub fn counters(&self) -> &ChunkStoreCounters {
+        &self.counters
+    }
+
+    /// The fingerprint index (for counters, prefetch and memory figures).
+    pub fn index(&mut self) -> &mut FingerprintIndex {
+        &mut self.index
+    }
+
+    /// The container set.
+    pub fn containers(&self) -> &Arc<ContainerStore> {
+        &self.containers
+    }
+
+    /// The options the store was opened with.
+    pub fn options(&self) -> &ChunkStoreOptions {
+        &self.options
+    }
+
+    /// The record of chunk `id`.
+    pub fn record(&self, pages: &mut PageStore, id: ChunkId) -> Result<ChunkRecord> {
+        assert_ne!(id, ZERO_CHUNK, "the zero chunk has no record");
+        Ok(ChunkRecord::decode(self.chunks.get(pages, id)?))
+    }
+
+    fn record_in_use(&self, pages: &mut PageStore, id: ChunkId) -> Result<ChunkRecord> {
+        let record = self.record(pages, id)?;
+        if !record.in_use {
+            return Err(Error::corrupt(
+                format!("chunk {id}"),
+                "a reference points to a chunk that is not in use",
+            ));
+        }
+        Ok(record)
+    }
+
+    /// The record of container `id`.
+    pub fn container_record(
+        &self,
+        pages: &mut PageStore,
+        id: ContainerId,
+    ) -> Result<ContainerRecord> {
+        Ok(ContainerRecord::decode(
+            self.container_records.get(pages, id)?,
+        ))
+    }
+
+    /// Stores `data` (never all zeros) and returns its chunk id. With a fingerprint the chunk
+    /// is deduplicated against the index (weak fingerprints are confirmed by comparing bytes);
+    /// without one it is stored unindexed, remembering `owner` and `written_at` so deferred
+    /// deduplication can find it later. The changes made are appended to `changes`.
+    pub fn store(
+        &mut self,
+        pages: &mut PageStore,
+        data: &[u8],
+        fingerprint: Option<&Fingerprint>,
+        owner: u64,
+        written_at: u64,
+        changes: &mut Vec<ChunkChange>,
+    ) -> Result<StoreOutcome> {
+        debug_assert!(
+            !crate::container::is_zero(data),
+            "zero chunks are never stored"
+        );
+        let mut indexable = fingerprint.copied();
+        if let Some(fingerprint) = fingerprint {
+            if let Some(id) = self.index.lookup(pages, fingerprint)? {
+                match self.try_reference(pages, id, data)? {
+                    Some(()) => {
+                        self.push_applied(pages, ChunkChange::Referenced { id }, changes)?;
+                        self.counters.chunks_deduplicated += 1;
+                        return Ok(StoreOutcome {
+                            id,
+                            deduplicated: true,
+                        });
+                    }
+                    // The fingerprint is taken by other bytes or a full chunk: store this
+                    // copy without indexing it.
+                    None => indexable = None,
+                }
+            }
+        }
+        let id = self.append_new(
+            pages,
+            data,
+            indexable,
+            fingerprint.is_none(),
+            owner,
+            written_at,
+            changes,
+        )?;
+        self.counters.chunks_stored += 1;
+        Ok(StoreOutcome {
+            id,
+            deduplicated: false,
+        })
+    }
+
+    /// Decides whether index hit `id` may take one more reference for `data`.
+    fn try_reference(
+        &mut self,
+        pages: &mut PageStore,
+        id: ChunkId,
+        data: &[u8],
+    ) -> Result<Option<()>> {
+        let record = self.record_in_use(pages, id)?;
+        if record.references >= REFERENCES_MAX {
+            self.counters.reference_limit_copies += 1;
+            return Ok(None);
+        }
+        if self.options.fingerprint.is_weak() {
+            let mut stored = std::mem::take(&mut self.scratch);
+            stored.resize(record.location.raw_bytes as usize, 0);
+            let read = self.read_into(pages, id, &mut stored);
+            let equal = read.is_ok() && stored == data;
+            self.scratch = stored;
+            read?;
+            if !equal {
+                self.counters.weak_collisions += 1;
+                return Ok(None);
+            }
+        }
+        Ok(Some(()))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn append_new(
+        &mut self,
+        pages: &mut PageStore,
+        data: &[u8],
+        fingerprint: Option<Fingerprint>,
+        unfingerprinted: bool,
+        owner: u64,
+        written_at: u64,
+        changes: &mut Vec<ChunkChange>,
+    ) -> Result<ChunkId> {
+        self.ensure_room(pages, data.len(), changes)?;
+        let flags = if unfingerprinted {
+            CHUNK_UNFINGERPRINTED
+        } else {
+            0
+        };
+        let writer = self
+            .writer
+            .as_mut()
+            .expect("ensure_room opened a container");
+        let location = writer.append(&fingerprint.unwrap_or(Fingerprint::ZERO), data, flags)?;
+        let id = self.next_free_id();
+        self.push_applied(
+            pages,
+            ChunkChange::Stored {
+                id,
+                fingerprint,
+                owner,
+                written_at,
+                location,
+            },
+            changes,
+        )?;
+        Ok(id)
+    }
+
+    fn next_free_id(&self) -> ChunkId {
+        if self.state.free_head != ZERO_CHUNK {
+            self.state.free_head
+        } else {
+            self.state.next_chunk_id
+        }
+    }
+
+    /// Makes sure the open container has room for `raw_bytes`, sealing it and opening the
+    /// next one when needed.
+    fn ensure_room(
+        &mut self,
+        pages: &mut PageStore,
+        raw_bytes: usize,
+        changes: &mut Vec<ChunkChange>,
+    ) -> Result<()> {
+        if let Some(writer) = &self.writer {
+            if writer.has_room(raw_bytes) {
+                return Ok(());
+            }
+        }
+        self.seal_open_container(pages, changes)?;
+        let id = self.state.next_container_id;
+        let created_at = unix_seconds();
+        self.writer = Some(self.containers.create(id, created_at)?);
+        self.push_applied(
+            pages,
+            ChunkChange::ContainerOpened { id, created_at },
+            changes,
+        )
+    }
+
+    /// Seals the open container, if any.
+    pub fn seal_open_container(
+        &mut self,
+        pages: &mut PageStore,
+        changes: &mut Vec<ChunkChange>,
+    ) -> Result<()> {
+        if let Some(writer) = self.writer.take() {
+            let sealed = writer.seal(0)?;
+            self.push_applied(
+                pages,
+                ChunkChange::ContainerSealed {
+                    id: sealed.id,
+                    bytes: sealed.bytes,
+                },
+                changes,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Adds one reference to chunk `id` (a map now refers to it twice).
+    pub fn reference(
+        &mut self,
+        pages: &mut PageStore,
+        id: ChunkId,
+        changes: &mut Vec<ChunkChange>,
+    ) -> Result<()> {
+        self.push_applied(pages, ChunkChange::Referenced { id }, changes)
+    }
+
+    /// Drops one reference to chunk `id`; the chunk is freed when none remain.
+    pub fn release(
+        &mut self,
+        pages: &mut PageStore,
+        id: ChunkId,
+        changes: &mut Vec<ChunkChange>,
+    ) -> Result<()> {
+        self.push_applied(pages, ChunkChange::Released { id }, changes)
+    }
+
+    fn push_applied(
+        &mut self,
+        pages: &mut PageStore,
+        change: ChunkChange,
+        changes: &mut Vec<ChunkChange>,
+    ) -> Result<()> {
+        self.apply(pages, &change)?;
+        changes.push(change);
+        Ok(())
+    }
+
+    /// Applies one change to the tables. The live path and journal replay both come here.
+    pub fn apply(&mut self, pages: &mut PageStore, change: &ChunkChange) -> Result<()> {
+        match *change {
+            ChunkChange::Stored {
+                id,
+                fingerprint,
+                owner,
+                written_at,
+                location,
+            } => {
+                if id == self.state.free_head && id != ZERO_CHUNK {
+                    self.state.free_head = self.record(pages, id)?.next_free;
+                } else if id == self.state.next_chunk_id {
+                    self.state.next_chunk_id += 1;
+                } else {
+                    return Err(Error::corrupt(
+                        format!("journal record storing chunk {id}"),
+                        format!(
+                            "the next free ids are {} and {}",
+                            self.state.free_head, self.state.next_chunk_id
+                        ),
+                    ));
+                }
+                let record = ChunkRecord {
+                    in_use: true,
+                    indexed: fingerprint.is_some(),
+                    fingerprint: fingerprint.unwrap_or(Fingerprint::ZERO),
+                    owner,
+                    written_at,
+                    location,
+                    references: 1,
+                    next_free: ZERO_CHUNK,
+                };
+                record.encode(self.chunks.get_mut(pages, id)?);
+                if let Some(fingerprint) = fingerprint {
+                    self.index.insert(pages, &fingerprint, id)?;
+                }
+                self.account(pages, &location, 1)?;
+            }
+            ChunkChange::Referenced { id } => {
+                let mut record = self.record_in_use(pages, id)?;
+                assert!(record.references < u32::MAX);
+                record.references += 1;
+                record.encode(self.chunks.get_mut(pages, id)?);
+            }
+            ChunkChange::Released { id } => {
+                let mut record = self.record_in_use(pages, id)?;
+                record.references -= 1;
+                if record.references == 0 {
+                    self.free(pages, id, record)?;
+                } else {
+                    record.encode(self.chunks.get_mut(pages, id)?);
+                }
+            }
+            ChunkChange::ReferencesSet { id, references } => {
+                let mut record = self.record_in_use(pages, id)?;
+                if references == 0 {
+                    self.free(pages, id, record)?;
+                } else {
+                    record.references = references;
+                    record.encode(self.chunks.get_mut(pages, id)?);
+                }
+            }
+            ChunkChange::Relocated { id, location } => {
+                let mut record = self.record_in_use(pages, id)?;
+                self.account(pages, &record.location, -1)?;
+                self.account(pages, &location, 1)?;
+                record.location = location;
+                record.encode(self.chunks.get_mut(pages, id)?);
+            }
+            ChunkChange::Indexed { id, fingerprint } => {
+                let mut record = self.record_in_use(pages, id)?;
+                record.indexed = true;
+                record.fingerprint = fingerprint;
+                record.location.flags &= !CHUNK_UNFINGERPRINTED;
+                record.encode(self.chunks.get_mut(pages, id)?);
+                self.index.insert(pages, &fingerprint, id)?;
+            }
+            ChunkChange::ContainerOpened { id, created_at } => {
+                self.state.next_container_id = id + 1;
+                self.state.open_container = Some(id);
+                let record = ContainerRecord {
+                    state: ContainerState::Open,
+                    created_at,
+                    ..ContainerRecord::default()
+                };
+                record.encode(self.container_records.get_mut(pages, id)?);
+            }
+            ChunkChange::ContainerSealed { id, bytes } => {
+                if self.state.open_container == Some(id) {
+                    self.state.open_container = None;
+                }
+                let mut record = self.container_record(pages, id)?;
+                record.state = ContainerState::Sealed;
+                record.bytes = bytes;
+                record.encode(self.container_records.get_mut(pages, id)?);
+            }
+            ChunkChange::ContainerRetired { id } => {
+                let mut record = self.container_record(pages, id)?;
+                record.state = ContainerState::Retired;
+                record.encode(self.container_records.get_mut(pages, id)?);
+            }
+        }
+        Ok(())
+    }
+
+    fn free(&mut self, pages: &mut PageStore, id: ChunkId, record: ChunkRecord) -> Result<()> {
+        if record.indexed {
+            self.index.remove(pages, &record.fingerprint)?;
+        }
+        self.account(pages, &record.location, -1)?;
+        let freed = ChunkRecord {
+            next_free: self.state.free_head,
+            ..ChunkRecord::default()
+        };
+        freed.encode(self.chunks.get_mut(pages, id)?);
+        self.state.free_head = id;
+        self.counters.chunks_freed += 1;
+        Ok(())
+    }
+
+    /// Adds (`sign` = 1) or removes (-1) a chunk's bytes from its container's live figures and
+    /// the store totals.
+    fn account(
+        &mut self,
+        pages: &mut PageStore,
+        location: &ChunkLocation,
+        sign: i64,
+    ) -> Result<()> {
+        let footprint = location.footprint_bytes();
+        let mut container = self.container_record(pages, location.container)?;
+        if sign > 0 {
+            container.live_bytes += footprint;
+            container.live_chunks += 1;
+            self.state.live_chunks += 1;
+            self.state.live_raw_bytes += location.raw_bytes as u64;
+            self.state.live_stored_bytes += footprint;
+        } else {
+            assert!(container.live_chunks > 0 && container.live_bytes >= footprint);
+            container.live_bytes -= footprint;
+            container.live_chunks -= 1;
+            self.state.live_chunks -= 1;
+            self.state.live_raw_bytes -= location.raw_bytes as u64;
+            self.state.live_stored_bytes -= footprint;
+        }
+        container.encode(self.container_records.get_mut(pages, location.container)?);
+        Ok(())
+    }
+
+    /// Reads chunk `id` into `out` (exactly its raw size).
+    pub fn read_into(&mut self, pages: &mut PageStore, id: ChunkId, out: &mut [u8]) -> Result<()> {
+        match self.plan_read(pages, id, out)? {
+            ChunkRead::Copied => Ok(()),
+            ChunkRead::File { file, location } => read_located(file.as_ref(), &location, out),
+        }
+    }
+
+    /// Prepares a read of chunk `id` that can finish without the chunk store: bytes still in
+    /// the write buffer are copied into `out` now; otherwise the caller reads the returned
+    /// file handle (which stays valid even if the container is removed meanwhile).
+    pub fn plan_read(
+        &mut self,
+        pages: &mut PageStore,
+        id: ChunkId,
+        out: &mut [u8],
+    ) -> Result<ChunkRead> {
+        let record = self.record_in_use(pages, id)?;
+        let location = record.location;
+        if out.len() != location.raw_bytes as usize {
+            return Err(Error::corrupt(
+                format!("chunk {id}"),
+                format!(
+                    "holds {} bytes where {} were expected",
+                    location.raw_bytes,
+                    out.len()
+                ),
+            ));
+        }
+        if let Some(writer) = &self.writer {
+            if writer.id() == location.container && writer.read_buffered(&location, out)? {
+                return Ok(ChunkRead::Copied);
+            }
+        }
+        Ok(ChunkRead::File {
+            file: self.containers.file(location.container)?,
+            location,
+        })
+    }
+
+    /// Writes buffered container bytes to the file (not durable yet).
+    pub fn write_out(&mut self) -> Result<()> {
+        match self.writer.as_mut() {
+            Some(writer) => writer.write_out(),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes every stored chunk durable (the data half of a FLUSH).
+    pub fn sync_data(&mut self) -> Result<()> {
+        match self.writer.as_mut() {
+            Some(writer) => writer.sync(),
+            None => Ok(()),
+        }
+    }
+
+    /// True when stored chunks are not yet durable.
+    pub fn has_unsynced(&self) -> bool {
+        self.writer
+            .as_ref()
+            .is_some_and(ContainerWriter::has_unsynced)
+    }
+
+    /// Finishes recovery after journal replay: the container that was open at the crash may
+    /// hold bytes of writes that were never acknowledged after our last durable record, so it
+    /// is closed (never appended to again, never sealed) and a new one is opened on demand.
+    pub fn close_recovered_container(&mut self, pages: &mut PageStore) -> Result<()> {
+        assert!(self.writer.is_none(), "recovery runs before any append");
+        if let Some(id) = self.state.open_container.take() {
+            let mut record = self.container_record(pages, id)?;
+            record.state = ContainerState::Closed;
+            record.encode(self.container_records.get_mut(pages, id)?);
+        }
+        Ok(())
+    }
+
+    /// Checks, during replay, that the data a `Stored` change refers to reached the media.
+    pub fn stored_data_is_durable(&self, change: &ChunkChange) -> Result<bool> {
+        let ChunkChange::Stored { location, .. } = change else {
+            return Ok(true);
+        };
+        let mut stored = Vec::new();
+        match self.containers.read_stored(location, &mut stored) {
+            Ok(()) => Ok(true),
+            Err(error) if error.is_corrupt() => Ok(false),
+            Err(Error::NotFound(_)) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Removes containers that were retired (emptied or compacted) by changes that the last
+    /// checkpoint made durable. Call right after a checkpoint.
+    pub fn remove_retired_containers(&mut self, pages: &mut PageStore) -> Result<u64> {
+        let mut removed = 0;
+        for id in 1..self.state.next_container_id {
+            let mut record = self.container_record(pages, id)?;
+            if record.state != ContainerState::Retired {
+                continue;
+            }
+            self.containers.remove(id)?;
+            record.state = ContainerState::Removed;
+            record.encode(self.container_records.get_mut(pages, id)?);
+            removed += 1;
+        }
+        if removed > 0 {
+            self.containers.sync_removals()?;
+        }
+        Ok(removed)
+    }
+
+    pub(crate) fn chunk_area(&self) -> RecordArea {
+        self.chunks
+    }
+
+    pub(crate) fn ensure_room_for(
+        &mut self,
+        pages: &mut PageStore,
+        raw_bytes: usize,
+        changes: &mut Vec<ChunkChange>,
+    ) -> Result<()> {
+        self.ensure_room(pages, raw_bytes, changes)
+    }
+
+    pub(crate) fn writer_mut(&mut self) -> Option<&mut ContainerWriter> {
+        self.writer.as_mut()
+    }
+
+    pub(crate) fn push_change(
+        &mut self,
+        pages: &mut PageStore,
+        change: ChunkChange,
+        changes: &mut Vec<ChunkChange>,
+    ) -> Result<()> {
+        self.push_applied(pages, change, changes)
+    }
+}
+
+/// Reads a chunk located in `file` into `out` (its raw size), checking the CRC and
+/// decompressing when needed.
+pub fn read_located(
+    file: &dyn StorageFile,
+    location: &ChunkLocation,
+    out: &mut [u8],
+) -> Result<()> {
+    crate::container::read_chunk_from(file, location, out)
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,261 @@
+//! [`ContainerWriter`]: appends chunks to an open container.
+
+use std::sync::Arc;
+
+use super::format::{
+    self, ChunkHeader, Footer, CHUNK_COMPRESSED, CHUNK_HEADER_BYTES, HEADER_BYTES,
+    TRAILER_ENTRY_BYTES,
+};
+use super::{decompress_into, ChunkLocation, ContainerId, ContainerOptions, CHUNK_BYTES_MAX};
+use crate::fingerprint::Fingerprint;
+use crate::storage::StorageFile;
+use crate::{Error, Result};
+
+/// Appended bytes kept in memory before they are written to the file.
+const WRITE_BUFFER_BYTES: usize = 1 << 20;
+
+/// What sealing a container produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SealedContainer {
+    pub id: ContainerId,
+    /// Size of the sealed file.
+    pub bytes: u64,
+    pub chunk_count: u32,
+    pub timestamp: u64,
+}
+
+/// Appends chunks to one open container. Appended chunks are readable at once (from the write
+/// buffer or the file) and durable after [`sync`](ContainerWriter::sync).
+pub struct ContainerWriter {
+    id: ContainerId,
+    file: Arc<dyn StorageFile>,
+    options: ContainerOptions,
+    /// Bytes appended but not yet written to the file; they start at file offset `written`.
+    buffer: Vec<u8>,
+    written: u64,
+    synced: u64,
+    entries: Vec<(u32, ChunkHeader)>,
+    compressor: Option<zstd::bulk::Compressor<'static>>,
+    scratch: Vec<u8>,
+}
+
+impl std::fmt::Debug for ContainerWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContainerWriter")
+            .field("id", &self.id)
+            .field("bytes", &self.bytes())
+            .field("chunks", &self.entries.len())
+            .finish()
+    }
+}
+
+impl ContainerWriter {
+    pub(crate) fn new(
+        id: ContainerId,
+        file: Arc<dyn StorageFile>,
+        options: ContainerOptions,
+        created_unix_seconds: u64,
+    ) -> Result<Self> {
+        let compressor = match options.compression_level {
+            Some(level) => Some(
+                zstd::bulk::Compressor::new(level)
+                    .map_err(|error| Error::io("creating a zstd compressor", error))?,
+            ),
+            None => None,
+        };
+        let mut buffer = Vec::with_capacity(WRITE_BUFFER_BYTES + CHUNK_HEADER_BYTES);
+        buffer.extend_from_slice(&format::encode_header(id, created_unix_seconds));
+        Ok(ContainerWriter {
+            id,
+            file,
+            options,
+            buffer,
+            written: 0,
+            synced: 0,
+            entries: Vec::new(),
+            compressor,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// The container being written.
+    pub fn id(&self) -> ContainerId {
+        self.id
+    }
+
+    /// Bytes appended so far, header included.
+    pub fn bytes(&self) -> u64 {
+        self.written + self.buffer.len() as u64
+    }
+
+    /// Chunks appended so far.
+    pub fn chunk_count(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when a chunk of `raw_bytes` still fits under the container size. An empty
+    /// container always has room, so oversized chunks get a container of their own.
+    pub fn has_room(&self, raw_bytes: usize) -> bool {
+        self.entries.is_empty()
+            || self.bytes() + (CHUNK_HEADER_BYTES + raw_bytes) as u64
+                <= self.options.container_bytes
+    }
+
+    /// Appends a chunk, compressing it when the container is configured to and it pays off.
+    /// `flags` may carry [`CHUNK_UNFINGERPRINTED`](super::CHUNK_UNFINGERPRINTED).
+    pub fn append(
+        &mut self,
+        fingerprint: &Fingerprint,
+        data: &[u8],
+        flags: u32,
+    ) -> Result<ChunkLocation> {
+        assert!(!data.is_empty(), "empty chunks are never stored");
+        assert_eq!(flags & CHUNK_COMPRESSED, 0, "compression is decided here");
+        if data.len() > CHUNK_BYTES_MAX as usize {
+            return Err(Error::Limit(format!(
+                "a chunk of {} bytes exceeds the {CHUNK_BYTES_MAX}-byte limit",
+                data.len()
+            )));
+        }
+        let mut compressed = false;
+        if let Some(compressor) = self.compressor.as_mut() {
+            self.scratch.clear();
+            self.scratch
+                .reserve(zstd::zstd_safe::compress_bound(data.len()));
+            let stored = compressor
+                .compress_to_buffer(data, &mut self.scratch)
+                .map_err(|error| Error::io("compressing a chunk", error))?;
+            compressed = stored <= data.len() - data.len() / 8;
+        }
+        let (stored, flags) = if compressed {
+            (std::mem::take(&mut self.scratch), flags | CHUNK_COMPRESSED)
+        } else {
+            (Vec::new(), flags)
+        };
+        let stored_bytes: &[u8] = if compressed { &stored } else { data };
+        let header = ChunkHeader {
+            fingerprint: *fingerprint,
+            stored_bytes: stored_bytes.len() as u32,
+            raw_bytes: data.len() as u32,
+            flags,
+            checksum: crc32c::crc32c(stored_bytes),
+        };
+        let location = self.append_record(header, stored_bytes)?;
+        if compressed {
+            self.scratch = stored;
+        }
+        Ok(location)
+    }
+
+    /// Appends a chunk already in stored form (compaction and repackaging copy chunks between
+    /// containers without recompressing). The bytes are checked against the header's CRC.
+    pub fn append_stored(&mut self, header: ChunkHeader, stored: &[u8]) -> Result<ChunkLocation> {
+        assert_eq!(header.stored_bytes as usize, stored.len());
+        if crc32c::crc32c(stored) != header.checksum {
+            return Err(Error::corrupt(
+                format!("chunk {} being copied", header.fingerprint),
+                "stored bytes do not match their checksum",
+            ));
+        }
+        self.append_record(header, stored)
+    }
+
+    fn append_record(&mut self, header: ChunkHeader, stored: &[u8]) -> Result<ChunkLocation> {
+        let header_offset = self.bytes();
+        let data_offset = header_offset + CHUNK_HEADER_BYTES as u64;
+        if data_offset + stored.len() as u64 > super::CONTAINER_BYTES_MAX {
+            return Err(Error::Limit(format!(
+                "container {} would exceed {} bytes",
+                self.id,
+                super::CONTAINER_BYTES_MAX
+            )));
+        }
+        header.encode(&mut self.buffer);
+        self.buffer.extend_from_slice(stored);
+        self.entries.push((data_offset as u32, header));
+        if self.buffer.len() >= WRITE_BUFFER_BYTES {
+            self.write_out()?;
+        }
+        Ok(ChunkLocation {
+            container: self.id,
+            offset: data_offset as u32,
+            stored_bytes: header.stored_bytes,
+            raw_bytes: header.raw_bytes,
+            flags: header.flags,
+            checksum: header.checksum,
+        })
+    }
+
+    /// Copies a chunk appended to this container into `out` (exactly raw size) if its bytes
+    /// are still in the write buffer; returns false when they are in the file already.
+    pub fn read_buffered(&self, location: &ChunkLocation, out: &mut [u8]) -> Result<bool> {
+        assert_eq!(location.container, self.id);
+        if (location.offset as u64) < self.written {
+            return Ok(false);
+        }
+        let start = (location.offset as u64 - self.written) as usize;
+        let stored = &self.buffer[start..start + location.stored_bytes as usize];
+        if location.flags & CHUNK_COMPRESSED == 0 {
+            out.copy_from_slice(stored);
+        } else {
+            decompress_into(location, stored, out)?;
+        }
+        Ok(true)
+    }
+
+    /// Writes buffered bytes to the file (not durable yet).
+    pub fn write_out(&mut self) -> Result<()> {
+        if !self.buffer.is_empty() {
+            self.file.write_at(self.written, &self.buffer)?;
+            self.written += self.buffer.len() as u64;
+            self.buffer.clear();
+        }
+        Ok(())
+    }
+
+    /// Makes every appended chunk durable.
+    pub fn sync(&mut self) -> Result<()> {
+        self.write_out()?;
+        if self.synced != self.written {
+            self.file.sync_data()?;
+            self.synced = self.written;
+        }
+        Ok(())
+    }
+
+    /// True when chunks were appended since the last sync.
+    pub fn has_unsynced(&self) -> bool {
+        !self.buffer.is_empty() || self.synced != self.written
+    }
+
+    /// Appends the trailer and footer, and syncs: the container is immutable from now on.
+    pub fn seal(mut self, timestamp: u64) -> Result<SealedContainer> {
+        let trailer_offset = self.bytes();
+        let mut trailer = Vec::with_capacity(
+            self.entries.len() * TRAILER_ENTRY_BYTES + super::format::TRAILER_TAIL_BYTES,
+        );
+        for (offset, header) in &self.entries {
+            trailer.extend_from_slice(&offset.to_le_bytes());
+            header.encode(&mut trailer);
+        }
+        trailer.extend_from_slice(&timestamp.to_le_bytes());
+        trailer.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
+        trailer.extend_from_slice(&[0u8; 4]);
+        let footer = Footer {
+            trailer_offset,
+            trailer_bytes: trailer.len() as u32,
+            trailer_checksum: crc32c::crc32c(&trailer),
+            chunk_count: self.entries.len() as u32,
+        };
+        self.buffer.extend_from_slice(&trailer);
+        self.buffer.extend_from_slice(&footer.encode());
+        self.sync()?;
+        debug_assert!(self.written >= HEADER_BYTES as u64);
+        Ok(SealedContainer {
+            id: self.id,
+            bytes: self.written,
+            chunk_count: self.entries.len() as u32,
+            timestamp,
+        })
+    }
+}
