@@ -644,6 +644,12 @@ impl ChunkStore {
         }
     }
 
+    /// Saves in-memory state that lives in pages (the index filter) into the page store; call
+    /// right before [`PageStore::checkpoint`].
+    pub fn prepare_checkpoint(&mut self, pages: &mut PageStore) -> Result<()> {
+        self.index.prepare_checkpoint(pages)
+    }
+
     /// Removes containers that were retired (emptied or compacted) by changes that the last
     /// checkpoint made durable. Call right after a checkpoint.
     pub fn remove_retired_containers(&mut self, pages: &mut PageStore) -> Result<u64> {

@@ -1,0 +1,591 @@
+//! The request path: read, write, trim, write zeroes, block status, cache.
+
+use std::sync::Arc;
+
+use onecopy_core::chunk_store::{read_located, unix_seconds, ChunkId, ChunkRead, ZERO_CHUNK};
+use onecopy_core::container::ChunkLocation;
+use onecopy_core::fingerprint::Fingerprint;
+use onecopy_core::storage::StorageFile;
+use onecopy_core::{Error, Result};
+
+use super::{map_entry, set_map_entry, Engine, EngineState};
+use crate::cache::CacheKey;
+use crate::hints::{decide_write, WriteDecision};
+use crate::records::BlockChange;
+use crate::volume::{VolumeId, VolumeRecord};
+
+/// Most blocks one block-status request examines; the protocol lets a reply cover less than
+/// was asked, and clients ask again for the rest.
+pub const BLOCK_STATUS_BLOCKS_MAX: u64 = 1 << 18;
+/// Largest request the engine accepts (the NBD layer enforces its own, smaller limit).
+pub const REQUEST_BYTES_MAX: u64 = 1 << 30;
+
+/// A run of bytes with one allocation state (NBD `base:allocation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub length: u64,
+    /// Nothing is stored for these bytes.
+    pub hole: bool,
+    /// The bytes read as zeros.
+    pub zero: bool,
+}
+
+/// How one block of a write is handled.
+enum BlockPlan {
+    /// Covers the whole block: store this decision.
+    Whole(WriteDecision),
+    /// Covers part of the block: read, merge and decide under the lock.
+    Partial,
+}
+
+/// Owner tag of a chunk written for deferred deduplication: bit 63 set, volume and block.
+pub(crate) fn deferred_owner(volume: VolumeId, block: u64) -> u64 {
+    assert!(block < 1 << 42 && volume < 1 << 21);
+    (1 << 63) | ((volume as u64) << 42) | block
+}
+
+/// Owner tag of a chunk written with a no-dedup hint (never deduplicated later).
+fn permanent_owner(volume: VolumeId, block: u64) -> u64 {
+    ((volume as u64) << 42) | block
+}
+
+/// The volume and block of a deferred chunk's owner tag.
+pub(crate) fn deferred_owner_parts(owner: u64) -> Option<(VolumeId, u64)> {
+    (owner >> 63 == 1).then_some((((owner >> 42) & ((1 << 21) - 1)) as VolumeId, owner & ((1 << 42) - 1)))
+}
+
+fn check_range(record: &VolumeRecord, offset: u64, length: u64) -> Result<()> {
+    let end = offset.checked_add(length);
+    if length > REQUEST_BYTES_MAX || end.is_none_or(|end| end > record.size_bytes) {
+        return Err(Error::InvalidArgument(format!(
+            "request of {length} bytes at offset {offset} is outside volume {} ({} bytes)",
+            record.name, record.size_bytes
+        )));
+    }
+    Ok(())
+}
+
+/// A chunk to read outside the lock.
+struct PendingRead {
+    file: Arc<dyn StorageFile>,
+    location: ChunkLocation,
+    /// Where in the request buffer the block starts, and which part of it is wanted.
+    request_offset: usize,
+    skip: usize,
+    take: usize,
+}
+
+impl Engine {
+    fn volume_record(&self, state: &EngineState, volume: VolumeId) -> Result<Arc<VolumeRecord>> {
+        state
+            .volumes
+            .get(&volume)
+            .map(|volume| Arc::clone(&volume.record))
+            .ok_or_else(|| Error::NotFound(format!("volume {volume}")))
+    }
+
+    /// Reads `out.len()` bytes at `offset` of `volume`.
+    pub fn read(&self, volume: VolumeId, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.note_request();
+        let mut pending = Vec::new();
+        {
+            let mut state = self.state.lock();
+            self.check_usable(&state)?;
+            state.counters.reads += 1;
+            let record = self.volume_record(&state, volume)?;
+            check_range(&record, offset, out.len() as u64)?;
+            let result = self.plan_reads(&mut state, &record, offset, out, &mut pending);
+            self.fail_on_error(&mut state, result)?;
+        }
+        let block_bytes = self.block_bytes_of(volume)?;
+        let mut block = vec![0u8; block_bytes];
+        for read in pending {
+            let whole = read.skip == 0 && read.take == block_bytes;
+            let target: &mut [u8] = if whole {
+                &mut out[read.request_offset..read.request_offset + block_bytes]
+            } else {
+                &mut block
+            };
+            read_located(read.file.as_ref(), &read.location, target)?;
+            self.content_cache.insert(CacheKey::of(&read.location), target);
+            if !whole {
+                out[read.request_offset..read.request_offset + read.take]
+                    .copy_from_slice(&block[read.skip..read.skip + read.take]);
+            }
+        }
+        Ok(())
+    }
+
+    fn block_bytes_of(&self, volume: VolumeId) -> Result<usize> {
+        let state = self.state.lock();
+        Ok(self.volume_record(&state, volume)?.block_bytes as usize)
+    }
+
+    /// Resolves every block of a read under the lock: zeros and cached or buffered blocks are
+    /// copied now, the rest becomes pending file reads.
+    fn plan_reads(
+        &self,
+        state: &mut EngineState,
+        record: &VolumeRecord,
+        offset: u64,
+        out: &mut [u8],
+        pending: &mut Vec<PendingRead>,
+    ) -> Result<()> {
+        let block_bytes = record.block_bytes as u64;
+        let map = state.volumes[&record.id].map;
+        let prefetch = record.hints.prefetch && state.copies.prefetch_active();
+        let mut scratch = vec![0u8; block_bytes as usize];
+        let mut position = offset;
+        let end = offset + out.len() as u64;
+        while position < end {
+            let block = position / block_bytes;
+            let skip = (position % block_bytes) as usize;
+            let take = ((block_bytes - skip as u64).min(end - position)) as usize;
+            let request_offset = (position - offset) as usize;
+            let target = &mut out[request_offset..request_offset + take];
+            let chunk = map_entry(&mut state.pages, &map, block)?;
+            if chunk == ZERO_CHUNK {
+                target.fill(0);
+            } else {
+                let chunk_record = state.chunks.record(&mut state.pages, chunk)?;
+                if chunk_record.indexed {
+                    state.copies.observe_read(&chunk_record.fingerprint);
+                    if prefetch {
+                        state
+                            .chunks
+                            .index()
+                            .prefetch_known(&chunk_record.fingerprint, chunk);
+                        state.counters.prefetched_fingerprints += 1;
+                    }
+                }
+                let location = chunk_record.location;
+                let whole = take == block_bytes as usize;
+                let buffer: &mut [u8] = if whole { target } else { &mut scratch };
+                if self.content_cache.get(CacheKey::of(&location), buffer) {
+                    // Served from memory.
+                } else {
+                    match state.chunks.plan_read(&mut state.pages, chunk, buffer)? {
+                        ChunkRead::Copied => {}
+                        ChunkRead::File { file, location } => {
+                            pending.push(PendingRead {
+                                file,
+                                location,
+                                request_offset,
+                                skip,
+                                take,
+                            });
+                            position += take as u64;
+                            continue;
+                        }
+                    }
+                }
+                if !whole {
+                    out[request_offset..request_offset + take]
+                        .copy_from_slice(&scratch[skip..skip + take]);
+                }
+            }
+            position += take as u64;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `offset` of `volume`; with `fua` the data is durable on return.
+    pub fn write(&self, volume: VolumeId, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+        self.note_request();
+        if data.is_empty() {
+            return if fua { self.flush() } else { Ok(()) };
+        }
+        // Decide and fingerprint outside the lock; only the map, index and containers need it.
+        let (record, filesystem) = {
+            let state = self.state.lock();
+            self.check_usable(&state)?;
+            let record = self.volume_record(&state, volume)?;
+            check_range(&record, offset, data.len() as u64)?;
+            let filesystem = state.volumes[&volume].filesystem.clone();
+            (record, filesystem)
+        };
+        let plans = plan_blocks(&record, filesystem.as_deref(), offset, data);
+        let fingerprints = self.fingerprint_plans(&plans, &record, offset, data);
+        {
+            let mut state = self.state.lock();
+            self.check_usable(&state)?;
+            state.counters.writes += 1;
+            let result = self.write_locked(&mut state, &record, offset, data, &plans, &fingerprints);
+            self.fail_on_error(&mut state, result)?;
+        }
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Fingerprints the whole blocks that will be deduplicated, as one batch.
+    fn fingerprint_plans(
+        &self,
+        plans: &[BlockPlan],
+        record: &VolumeRecord,
+        offset: u64,
+        data: &[u8],
+    ) -> Vec<Fingerprint> {
+        let block_bytes = record.block_bytes as usize;
+        let first = (block_bytes - (offset % block_bytes as u64) as usize) % block_bytes;
+        let mut inputs = Vec::new();
+        for (index, plan) in plans.iter().enumerate() {
+            if let BlockPlan::Whole(WriteDecision::Deduplicate) = plan {
+                let start = block_start_in_request(index, first, offset, block_bytes);
+                inputs.push(&data[start..start + block_bytes]);
+            }
+        }
+        let mut fingerprints = vec![Fingerprint::ZERO; inputs.len()];
+        self.config.fingerprint.hash_batch(&inputs, &mut fingerprints);
+        fingerprints
+    }
+
+    fn write_locked(
+        &self,
+        state: &mut EngineState,
+        record: &VolumeRecord,
+        offset: u64,
+        data: &[u8],
+        plans: &[BlockPlan],
+        fingerprints: &[Fingerprint],
+    ) -> Result<()> {
+        let block_bytes = record.block_bytes as u64;
+        let first_block = offset / block_bytes;
+        let first = ((block_bytes - offset % block_bytes) % block_bytes) as usize;
+        let mut next_fingerprint = fingerprints.iter();
+        let mut merged = vec![0u8; block_bytes as usize];
+        let filesystem = state.volumes[&record.id].filesystem.clone();
+        let now = unix_seconds();
+        for (index, plan) in plans.iter().enumerate() {
+            let block = first_block + index as u64;
+            let new_chunk = match plan {
+                BlockPlan::Whole(decision) => {
+                    let start = block_start_in_request(index, first, offset, block_bytes as usize);
+                    let content = &data[start..start + block_bytes as usize];
+                    let fingerprint = match decision {
+                        WriteDecision::Deduplicate => next_fingerprint.next().copied(),
+                        _ => None,
+                    };
+                    self.store_block(state, record, block, content, *decision, fingerprint, now)?
+                }
+                BlockPlan::Partial => {
+                    state.counters.read_modify_writes += 1;
+                    self.read_block_locked(state, record, block, &mut merged)?;
+                    let block_start = block * block_bytes;
+                    let from = offset.max(block_start);
+                    let to = (offset + data.len() as u64).min(block_start + block_bytes);
+                    merged[(from - block_start) as usize..(to - block_start) as usize]
+                        .copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
+                    let decision = decide_write(record, filesystem.as_deref(), block_start, &merged);
+                    let fingerprint = match decision {
+                        WriteDecision::Deduplicate => Some(self.config.fingerprint.hash(&merged)),
+                        _ => None,
+                    };
+                    let content = std::mem::take(&mut merged);
+                    let chunk =
+                        self.store_block(state, record, block, &content, decision, fingerprint, now);
+                    merged = content;
+                    chunk?
+                }
+            };
+            self.remap(state, record, block, new_chunk)?;
+        }
+        self.log_changes(state)?;
+        if record.hints.filesystem
+            && crate::hints::fs::write_touches_superblock(offset, data.len() as u64)
+        {
+            self.derive_filesystem_map(state, record.id);
+        }
+        self.checkpoint_if_due(state)
+    }
+
+    /// Stores one block's content as decided and returns its chunk id; counts the decision.
+    #[allow(clippy::too_many_arguments)]
+    fn store_block(
+        &self,
+        state: &mut EngineState,
+        record: &VolumeRecord,
+        block: u64,
+        content: &[u8],
+        decision: WriteDecision,
+        fingerprint: Option<Fingerprint>,
+        now: u64,
+    ) -> Result<ChunkId> {
+        state.counters.blocks_written += 1;
+        let (fingerprint, owner) = match decision {
+            WriteDecision::Zero => {
+                state.counters.zero_blocks_written += 1;
+                return Ok(ZERO_CHUNK);
+            }
+            WriteDecision::Deduplicate => {
+                let fingerprint = fingerprint.expect("deduplicated blocks are fingerprinted");
+                state.copies.observe_write(&fingerprint);
+                (Some(fingerprint), 0)
+            }
+            WriteDecision::Deferred => {
+                state.counters.deferred_blocks += 1;
+                (None, deferred_owner(record.id, block))
+            }
+            WriteDecision::NoDedup(reason) => {
+                reason.count(&mut state.counters);
+                (None, permanent_owner(record.id, block))
+            }
+        };
+        let outcome = state.chunks.store(
+            &mut state.pages,
+            content,
+            fingerprint.as_ref(),
+            owner,
+            now,
+            &mut state.chunk_changes,
+        )?;
+        if outcome.deduplicated {
+            state.counters.blocks_deduplicated += 1;
+        } else {
+            state.counters.blocks_stored += 1;
+        }
+        Ok(outcome.id)
+    }
+
+    /// Points `block` at `new_chunk` (already referenced for it) and releases the old chunk.
+    /// Moves the request's chunk changes and the map change into the change list, in order.
+    pub(crate) fn remap(
+        &self,
+        state: &mut EngineState,
+        record: &VolumeRecord,
+        block: u64,
+        new_chunk: ChunkId,
+    ) -> Result<()> {
+        let map = state.volumes[&record.id].map;
+        let old_chunk = map_entry(&mut state.pages, &map, block)?;
+        let EngineState {
+            chunk_changes,
+            changes,
+            ..
+        } = state;
+        changes.extend(chunk_changes.drain(..).map(BlockChange::Chunk));
+        if old_chunk != new_chunk {
+            set_map_entry(&mut state.pages, &map, block, new_chunk)?;
+            state.changes.push(BlockChange::Map {
+                volume: record.id,
+                block,
+                chunk: new_chunk,
+            });
+        }
+        if old_chunk != ZERO_CHUNK {
+            // Storing first and releasing second keeps a rewrite of the same content from
+            // freeing the chunk it is about to reference.
+            state
+                .chunks
+                .release(&mut state.pages, old_chunk, &mut state.chunk_changes)?;
+            let EngineState {
+                chunk_changes,
+                changes,
+                ..
+            } = state;
+            changes.extend(chunk_changes.drain(..).map(BlockChange::Chunk));
+        }
+        Ok(())
+    }
+
+    /// Reads one whole block under the lock (for read-modify-write and file-system probes).
+    pub(crate) fn read_block_locked(
+        &self,
+        state: &mut EngineState,
+        record: &VolumeRecord,
+        block: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        assert_eq!(out.len(), record.block_bytes as usize);
+        let map = state.volumes[&record.id].map;
+        let chunk = map_entry(&mut state.pages, &map, block)?;
+        if chunk == ZERO_CHUNK {
+            out.fill(0);
+            return Ok(());
+        }
+        state.chunks.read_into(&mut state.pages, chunk, out)
+    }
+
+    /// Releases whole blocks in `[offset, offset + length)`; partial blocks are left as they
+    /// are (TRIM is advisory). With `zero_partial`, partial blocks are overwritten with zeros
+    /// instead (WRITE_ZEROES).
+    fn unmap(&self, volume: VolumeId, offset: u64, length: u64, zero_partial: bool, fua: bool) -> Result<()> {
+        self.note_request();
+        {
+            let mut state = self.state.lock();
+            self.check_usable(&state)?;
+            state.counters.trims += 1;
+            let record = self.volume_record(&state, volume)?;
+            check_range(&record, offset, length)?;
+            let result = self.unmap_locked(&mut state, &record, offset, length, zero_partial);
+            self.fail_on_error(&mut state, result)?;
+        }
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn unmap_locked(
+        &self,
+        state: &mut EngineState,
+        record: &VolumeRecord,
+        offset: u64,
+        length: u64,
+        zero_partial: bool,
+    ) -> Result<()> {
+        let block_bytes = record.block_bytes as u64;
+        let end = offset + length;
+        let whole_start = offset.div_ceil(block_bytes);
+        let whole_end = end / block_bytes;
+        if zero_partial {
+            let zeros = vec![0u8; block_bytes as usize];
+            let head_end = end.min(whole_start * block_bytes);
+            if head_end > offset {
+                self.write_partial_zeros(state, record, offset, &zeros[..(head_end - offset) as usize])?;
+            }
+            let tail_start = (whole_end * block_bytes).max(offset);
+            if whole_end >= whole_start && end > tail_start {
+                self.write_partial_zeros(state, record, tail_start, &zeros[..(end - tail_start) as usize])?;
+            }
+        }
+        for block in whole_start..whole_end.max(whole_start) {
+            self.remap(state, record, block, ZERO_CHUNK)?;
+            // Bound the record size of huge unmaps.
+            if state.changes.len() >= 65536 {
+                self.log_changes(state)?;
+            }
+        }
+        self.log_changes(state)?;
+        self.checkpoint_if_due(state)
+    }
+
+    fn write_partial_zeros(&self, state: &mut EngineState, record: &VolumeRecord, offset: u64, zeros: &[u8]) -> Result<()> {
+        let plans = plan_blocks(record, None, offset, zeros);
+        debug_assert!(plans.iter().all(|plan| matches!(plan, BlockPlan::Partial)));
+        self.write_locked(state, record, offset, zeros, &plans, &[])
+    }
+
+    /// Discards whole blocks of `[offset, offset + length)` (NBD TRIM).
+    pub fn trim(&self, volume: VolumeId, offset: u64, length: u64, fua: bool) -> Result<()> {
+        self.unmap(volume, offset, length, false, fua)
+    }
+
+    /// Makes `[offset, offset + length)` read as zeros, storing nothing for whole blocks.
+    pub fn write_zeroes(&self, volume: VolumeId, offset: u64, length: u64, fua: bool) -> Result<()> {
+        self.unmap(volume, offset, length, true, fua)
+    }
+
+    /// Allocation state of `[offset, offset + length)`, as runs; may cover less than asked
+    /// (at most [`BLOCK_STATUS_BLOCKS_MAX`] blocks) but always at least one block.
+    pub fn block_status(&self, volume: VolumeId, offset: u64, length: u64) -> Result<Vec<Extent>> {
+        self.note_request();
+        let mut state = self.state.lock();
+        self.check_usable(&state)?;
+        let record = self.volume_record(&state, volume)?;
+        check_range(&record, offset, length)?;
+        let block_bytes = record.block_bytes as u64;
+        let map = state.volumes[&volume].map;
+        let end = (offset + length).min(offset - offset % block_bytes + BLOCK_STATUS_BLOCKS_MAX * block_bytes);
+        let mut extents: Vec<Extent> = Vec::new();
+        let mut position = offset;
+        while position < end {
+            let block = position / block_bytes;
+            let piece = (block_bytes - position % block_bytes).min(end - position);
+            let hole = map_entry(&mut state.pages, &map, block)? == ZERO_CHUNK;
+            match extents.last_mut() {
+                Some(last) if last.hole == hole => last.length += piece,
+                _ => extents.push(Extent {
+                    length: piece,
+                    hole,
+                    zero: hole,
+                }),
+            }
+            position += piece;
+        }
+        Ok(extents)
+    }
+
+    /// Prefetch hint (NBD CACHE): loads the fingerprints of the range into the index cache and
+    /// its data into the content cache.
+    pub fn cache(&self, volume: VolumeId, offset: u64, length: u64) -> Result<()> {
+        self.note_request();
+        let mut pending = Vec::new();
+        let block_bytes;
+        {
+            let mut state = self.state.lock();
+            self.check_usable(&state)?;
+            let record = self.volume_record(&state, volume)?;
+            check_range(&record, offset, length)?;
+            block_bytes = record.block_bytes as u64;
+            let map = state.volumes[&volume].map;
+            let first = offset / block_bytes;
+            let last = (offset + length).div_ceil(block_bytes);
+            for block in first..last {
+                let chunk = map_entry(&mut state.pages, &map, block)?;
+                if chunk == ZERO_CHUNK {
+                    continue;
+                }
+                let chunk_record = state.chunks.record(&mut state.pages, chunk)?;
+                if record.hints.prefetch && chunk_record.indexed {
+                    state
+                        .chunks
+                        .index()
+                        .prefetch_known(&chunk_record.fingerprint, chunk);
+                    state.counters.prefetched_fingerprints += 1;
+                }
+                if self.content_cache.enabled() && !self.content_cache.contains(CacheKey::of(&chunk_record.location)) {
+                    let mut scratch = vec![0u8; block_bytes as usize];
+                    if let ChunkRead::File { file, location } =
+                        state.chunks.plan_read(&mut state.pages, chunk, &mut scratch)?
+                    {
+                        pending.push((file, location));
+                    }
+                }
+            }
+        }
+        let mut buffer = vec![0u8; block_bytes as usize];
+        for (file, location) in pending {
+            read_located(file.as_ref(), &location, &mut buffer)?;
+            self.content_cache.insert(CacheKey::of(&location), &buffer);
+        }
+        Ok(())
+    }
+}
+
+/// Offset in the request buffer of the `index`-th block a request touches, where the first
+/// whole block starts `first` bytes into the request.
+fn block_start_in_request(index: usize, first: usize, offset: u64, block_bytes: usize) -> usize {
+    if offset % block_bytes as u64 == 0 {
+        index * block_bytes
+    } else {
+        // Block 0 is the partial head; whole blocks start at `first`.
+        first + (index - 1) * block_bytes
+    }
+}
+
+/// Splits a write into per-block plans, deciding whole blocks from the hints.
+fn plan_blocks(
+    record: &VolumeRecord,
+    filesystem: Option<&crate::hints::fs::MetadataMap>,
+    offset: u64,
+    data: &[u8],
+) -> Vec<BlockPlan> {
+    let block_bytes = record.block_bytes as u64;
+    let end = offset + data.len() as u64;
+    let mut plans = Vec::new();
+    let mut position = offset;
+    while position < end {
+        let block_start = position - position % block_bytes;
+        let block_end = block_start + block_bytes;
+        if position == block_start && block_end <= end {
+            let content = &data[(position - offset) as usize..(block_end - offset) as usize];
+            plans.push(BlockPlan::Whole(decide_write(record, filesystem, block_start, content)));
+        } else {
+            plans.push(BlockPlan::Partial);
+        }
+        position = block_end.min(end);
+    }
+    plans
+}

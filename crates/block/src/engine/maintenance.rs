@@ -1,0 +1,445 @@
+//! Work beside the request path: file-system map derivation, deferred deduplication,
+//! compaction, and `onecopy check`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use onecopy_core::chunk_store::{unix_seconds, ChunkChange, ChunkId, REFERENCES_MAX, ZERO_CHUNK};
+use onecopy_core::gc::{self, CompactionOptions, CompactionPlan, CompactionReport};
+use onecopy_core::{Error, Result};
+
+use super::{map_entry, Engine, EngineState};
+use crate::records::BlockChange;
+use crate::volume::{VolumeId, VolumeRecord};
+
+use super::io::deferred_owner_parts;
+
+/// Chunk ids examined per lock hold by deferred deduplication, so requests keep flowing.
+const DEDUP_BATCH_CHUNKS: u64 = 4096;
+/// How often the background thread looks for idle time.
+const BACKGROUND_TICK: Duration = Duration::from_millis(250);
+
+/// What a deferred-deduplication pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DedupReport {
+    /// Chunks written for deferred deduplication that were looked at.
+    pub examined: u64,
+    /// Chunks found to duplicate a stored chunk and merged into it.
+    pub deduplicated: u64,
+    /// Chunks found unique and added to the index.
+    pub indexed: u64,
+    /// Chunks changed too recently to deduplicate yet.
+    pub too_recent: u64,
+}
+
+/// What `onecopy check` found (and repaired).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CheckReport {
+    pub pages_checked: u64,
+    pub chunks_checked: u64,
+    /// Chunks whose bytes failed their checksum or fingerprint.
+    pub damaged_chunks: Vec<ChunkId>,
+    /// Stored reference counts that differed from the maps.
+    pub reference_corrections: usize,
+    /// Map entries that point at chunks not in use (data lost; not repairable).
+    pub dangling_references: Vec<ChunkId>,
+    /// Indexed chunks missing from the fingerprint index.
+    pub index_missing: u64,
+    /// Index entries that point at the wrong chunk.
+    pub index_stale: u64,
+    pub index_entries: u64,
+    /// True when repairs were made.
+    pub repaired: bool,
+}
+
+impl CheckReport {
+    /// True when nothing is wrong.
+    pub fn is_clean(&self) -> bool {
+        self.damaged_chunks.is_empty()
+            && self.reference_corrections == 0
+            && self.dangling_references.is_empty()
+            && self.index_missing == 0
+            && self.index_stale == 0
+    }
+}
+
+/// Stops the background thread when dropped.
+pub struct BackgroundHandle {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for BackgroundHandle {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Engine {
+    /// Re-reads the start of volume `id` and derives its file-system metadata map when a
+    /// superblock with a new layout is there. Failures leave the volume without a map (all
+    /// blocks deduplicated as data), which is safe.
+    pub(crate) fn derive_filesystem_map(&self, state: &mut EngineState, id: VolumeId) {
+        let Some(volume) = state.volumes.get(&id) else {
+            return;
+        };
+        let record = Arc::clone(&volume.record);
+        if !record.hints.filesystem {
+            return;
+        }
+        let probe_bytes = crate::hints::fs::SUPERBLOCK_PROBE_BYTES.min(record.size_bytes as usize);
+        let mut probe = vec![0u8; probe_bytes];
+        if self.read_bytes_locked(state, &record, 0, &mut probe).is_err() {
+            return;
+        }
+        let Some(detected) = crate::hints::fs::detect_superblock(0, &probe) else {
+            state.volumes.get_mut(&id).expect("volume exists").filesystem = None;
+            return;
+        };
+        let current = state.volumes[&id].filesystem.clone();
+        if current.is_some_and(|map| *map.layout() == detected.layout) {
+            return;
+        }
+        let mut read = |offset: u64, buffer: &mut [u8]| -> std::io::Result<()> {
+            self.read_bytes_locked(state, &record, offset, buffer)
+                .map_err(|error| std::io::Error::other(error.to_string()))
+        };
+        let derived = crate::hints::fs::derive_metadata_map(record.size_bytes, &mut read);
+        let map = derived.ok().map(Arc::new);
+        if map.is_some() {
+            state.counters.filesystem_maps_derived += 1;
+        }
+        state.volumes.get_mut(&id).expect("volume exists").filesystem = map;
+    }
+
+    /// Reads any byte range of a volume under the lock.
+    fn read_bytes_locked(
+        &self,
+        state: &mut EngineState,
+        record: &VolumeRecord,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let block_bytes = record.block_bytes as u64;
+        if offset + out.len() as u64 > record.size_bytes {
+            return Err(Error::InvalidArgument(format!(
+                "read past the end of volume {}",
+                record.name
+            )));
+        }
+        let mut block = vec![0u8; block_bytes as usize];
+        let mut position = offset;
+        let end = offset + out.len() as u64;
+        while position < end {
+            let index = position / block_bytes;
+            self.read_block_locked(state, record, index, &mut block)?;
+            let skip = (position % block_bytes) as usize;
+            let take = ((block_bytes - skip as u64).min(end - position)) as usize;
+            let at = (position - offset) as usize;
+            out[at..at + take].copy_from_slice(&block[skip..skip + take]);
+            position += take as u64;
+        }
+        Ok(())
+    }
+
+    /// Deduplicates chunks written for deferred deduplication that stayed unchanged at least
+    /// `minimum_age_seconds` (default: each volume's own setting). `volume` limits the pass
+    /// to one volume. Works in batches, releasing the lock between them.
+    pub fn deduplicate_deferred(
+        &self,
+        volume: Option<VolumeId>,
+        minimum_age_seconds: Option<u64>,
+    ) -> Result<DedupReport> {
+        let mut report = DedupReport::default();
+        let mut next = 1;
+        loop {
+            let mut state = self.state.lock();
+            self.check_usable(&state)?;
+            let end = state.chunks.state().next_chunk_id;
+            if next >= end {
+                break;
+            }
+            let batch_end = (next + DEDUP_BATCH_CHUNKS).min(end);
+            let result = self.deduplicate_batch(&mut state, next..batch_end, volume, minimum_age_seconds, &mut report);
+            self.fail_on_error(&mut state, result)?;
+            next = batch_end;
+        }
+        let mut state = self.state.lock();
+        let result = self.checkpoint_if_due(&mut state);
+        self.fail_on_error(&mut state, result)?;
+        Ok(report)
+    }
+
+    fn deduplicate_batch(
+        &self,
+        state: &mut EngineState,
+        ids: std::ops::Range<ChunkId>,
+        only_volume: Option<VolumeId>,
+        minimum_age_seconds: Option<u64>,
+        report: &mut DedupReport,
+    ) -> Result<()> {
+        let now = unix_seconds();
+        let algorithm = self.config().fingerprint;
+        let mut data = Vec::new();
+        let mut stored = Vec::new();
+        for id in ids {
+            let record = state.chunks.record(&mut state.pages, id)?;
+            if !record.in_use || record.indexed {
+                continue;
+            }
+            let Some((volume_id, block)) = deferred_owner_parts(record.owner) else {
+                continue;
+            };
+            if only_volume.is_some_and(|only| only != volume_id) {
+                continue;
+            }
+            let Some(volume) = state.volumes.get(&volume_id) else {
+                continue;
+            };
+            let volume_record = Arc::clone(&volume.record);
+            let age = minimum_age_seconds
+                .or(volume_record.hints.deferred_seconds)
+                .unwrap_or(0);
+            report.examined += 1;
+            if now.saturating_sub(record.written_at) < age {
+                report.too_recent += 1;
+                continue;
+            }
+            let map = volume.map;
+            if map_entry(&mut state.pages, &map, block)? != id {
+                return Err(Error::corrupt(
+                    format!("chunk {id}"),
+                    format!("its owner, block {block} of volume {}, no longer maps to it", volume_record.name),
+                ));
+            }
+            data.resize(record.location.raw_bytes as usize, 0);
+            state.chunks.read_into(&mut state.pages, id, &mut data)?;
+            let fingerprint = algorithm.hash(&data);
+            let existing = state.chunks.index().lookup(&mut state.pages, &fingerprint)?;
+            let mut merged = false;
+            if let Some(existing) = existing {
+                let target = state.chunks.record(&mut state.pages, existing)?;
+                let mut same = target.in_use && target.references < REFERENCES_MAX;
+                if same && algorithm.is_weak() {
+                    stored.resize(target.location.raw_bytes as usize, 0);
+                    state.chunks.read_into(&mut state.pages, existing, &mut stored)?;
+                    same = stored == data;
+                }
+                if same {
+                    state
+                        .chunks
+                        .reference(&mut state.pages, existing, &mut state.chunk_changes)?;
+                    self.remap(state, &volume_record, block, existing)?;
+                    report.deduplicated += 1;
+                    merged = true;
+                }
+            }
+            if !merged {
+                let change = ChunkChange::Indexed { id, fingerprint };
+                state.chunks.apply(&mut state.pages, &change)?;
+                state.changes.push(BlockChange::Chunk(change));
+                report.indexed += 1;
+            }
+            self.log_changes(state)?;
+        }
+        Ok(())
+    }
+
+    /// Plans (and unless `dry_run`, runs) container compaction.
+    pub fn compact(
+        &self,
+        options: &CompactionOptions,
+        dry_run: bool,
+    ) -> Result<(CompactionPlan, Option<CompactionReport>)> {
+        let mut state = self.state.lock();
+        self.check_usable(&state)?;
+        let EngineState { pages, chunks, .. } = &mut *state;
+        let plan = gc::plan_compaction(chunks, pages, options)?;
+        if dry_run || plan.containers.is_empty() {
+            return Ok((plan, None));
+        }
+        let result = (|| {
+            let mut chunk_changes = Vec::new();
+            let EngineState { pages, chunks, .. } = &mut *state;
+            let report = gc::execute_compaction(chunks, pages, &plan, &mut chunk_changes)?;
+            state
+                .changes
+                .extend(chunk_changes.into_iter().map(BlockChange::Chunk));
+            self.log_changes(&mut state)?;
+            // The checkpoint makes the relocations durable and then removes the old
+            // containers.
+            self.checkpoint_locked(&mut state)?;
+            Ok(report)
+        })();
+        let report = self.fail_on_error(&mut state, result)?;
+        Ok((plan, Some(report)))
+    }
+
+    /// Verifies metadata pages, every stored chunk (checksums and fingerprints), reference
+    /// counts against the block maps, and the fingerprint index against the chunk table. With
+    /// `repair`, rebuilds what can be rebuilt: reference counts from the maps, the index from
+    /// the chunk table. Damaged chunk data and dangling references are reported, never
+    /// papered over.
+    pub fn check(&self, repair: bool) -> Result<CheckReport> {
+        let mut state = self.state.lock();
+        self.check_usable(&state)?;
+        let result = self.check_locked(&mut state, repair);
+        self.fail_on_error(&mut state, result)
+    }
+
+    fn check_locked(&self, state: &mut EngineState, repair: bool) -> Result<CheckReport> {
+        let mut report = CheckReport {
+            pages_checked: state.pages.verify()?,
+            ..CheckReport::default()
+        };
+        // Mark: count the references the maps hold.
+        let end = state.chunks.state().next_chunk_id;
+        let mut counted = vec![0u32; end as usize];
+        let volumes: Vec<(Arc<VolumeRecord>, onecopy_core::pages::RecordArea)> = state
+            .volumes
+            .values()
+            .map(|volume| (Arc::clone(&volume.record), volume.map))
+            .collect();
+        for (record, map) in &volumes {
+            let area = state.pages.area(&record.map_area_name());
+            let written_blocks = state.pages.page_count(area) * 512;
+            for block in 0..written_blocks.min(record.block_count()) {
+                let chunk = map_entry(&mut state.pages, map, block)?;
+                if chunk == ZERO_CHUNK {
+                    continue;
+                }
+                match counted.get_mut(chunk as usize) {
+                    Some(count) => *count = count.saturating_add(1),
+                    None => report.dangling_references.push(chunk),
+                }
+            }
+        }
+        let plan = gc::plan_sweep(&state.chunks, &mut state.pages, &counted)?;
+        report.dangling_references.extend(&plan.dangling);
+        report.reference_corrections = plan.corrections.len();
+
+        // Data: every chunk in use must read back and match its fingerprint.
+        let algorithm = self.config().fingerprint;
+        let mut data = Vec::new();
+        for id in 1..end {
+            let record = state.chunks.record(&mut state.pages, id)?;
+            if !record.in_use {
+                continue;
+            }
+            report.chunks_checked += 1;
+            data.resize(record.location.raw_bytes as usize, 0);
+            let readable = state.chunks.read_into(&mut state.pages, id, &mut data);
+            let intact = match readable {
+                Ok(()) => !record.indexed || algorithm.hash(&data) == record.fingerprint,
+                Err(error) if error.is_corrupt() || matches!(error, Error::NotFound(_)) => false,
+                Err(error) => return Err(error),
+            };
+            if !intact {
+                report.damaged_chunks.push(id);
+            }
+            if record.indexed {
+                let found = state.chunks.index().lookup(&mut state.pages, &record.fingerprint)?;
+                if found != Some(id) {
+                    report.index_missing += 1;
+                    if repair {
+                        state
+                            .chunks
+                            .index()
+                            .insert(&mut state.pages, &record.fingerprint, id)?;
+                    }
+                }
+            }
+        }
+        let mut stale = Vec::new();
+        {
+            let EngineState { pages, chunks, .. } = &mut *state;
+            let mut entries = Vec::new();
+            chunks
+                .index()
+                .for_each_entry(pages, |fingerprint, value| entries.push((*fingerprint, value)))?;
+            report.index_entries = entries.len() as u64;
+            for (fingerprint, value) in entries {
+                let valid = value > 0 && value < end && {
+                    let record = chunks.record(pages, value)?;
+                    record.in_use && record.indexed && record.fingerprint == fingerprint
+                };
+                if !valid {
+                    stale.push(fingerprint);
+                }
+            }
+        }
+        report.index_stale = stale.len() as u64;
+        if repair && !report.is_clean() {
+            for fingerprint in &stale {
+                state.chunks.index().remove(&mut state.pages, fingerprint)?;
+            }
+            let EngineState { pages, chunks, .. } = &mut *state;
+            let mut chunk_changes = Vec::new();
+            gc::execute_sweep(chunks, pages, &plan, &mut chunk_changes)?;
+            state
+                .changes
+                .extend(chunk_changes.into_iter().map(BlockChange::Chunk));
+            self.log_changes(state)?;
+            self.checkpoint_locked(state)?;
+            report.repaired = true;
+        }
+        Ok(report)
+    }
+
+    /// Starts a thread that, whenever the engine has been idle for
+    /// [`RuntimeOptions::idle_milliseconds`](crate::config::RuntimeOptions), runs deferred
+    /// deduplication for volumes that use it and checkpoints a non-empty journal.
+    pub fn start_background(self: &Arc<Self>) -> BackgroundHandle {
+        let stop = Arc::new(AtomicBool::new(false));
+        let engine = Arc::clone(self);
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("onecopy-background".into())
+            .spawn(move || {
+                while !stopping.load(Ordering::Relaxed) {
+                    std::thread::sleep(BACKGROUND_TICK);
+                    if engine.idle_milliseconds() < engine.runtime().idle_milliseconds {
+                        continue;
+                    }
+                    engine.background_step();
+                }
+            })
+            .expect("spawning the background thread");
+        BackgroundHandle {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn background_step(&self) {
+        let deferred: Vec<VolumeId> = {
+            let state = self.state.lock();
+            state
+                .volumes
+                .values()
+                .filter(|volume| volume.record.hints.deferred_seconds.is_some())
+                .map(|volume| volume.record.id)
+                .collect()
+        };
+        for volume in deferred {
+            if let Err(error) = self.deduplicate_deferred(Some(volume), None) {
+                eprintln!("onecopy: deferred deduplication failed: {error}");
+                return;
+            }
+        }
+        let mut state = self.state.lock();
+        if state.failure.is_none() && state.journal.bytes() > 0 {
+            let result = self.checkpoint_locked(&mut state);
+            if let Err(error) = self.fail_on_error(&mut state, result) {
+                eprintln!("onecopy: background checkpoint failed: {error}");
+            }
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! Volume management and statistics.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use onecopy_core::catalog::CatalogView;
+use onecopy_core::chunk_store::{unix_seconds, ChunkStoreCounters, ChunkStoreState, ZERO_CHUNK};
+use onecopy_core::index::IndexCounters;
+use onecopy_core::pages::RecordArea;
+use onecopy_core::{Error, Result};
+
+use super::{map_entry, Engine, EngineCounters, EngineState, VolumeState, ENGINE_META, VOLUMES};
+use crate::config::HintSettings;
+use crate::volume::{check_volume_geometry, check_volume_name, ByteRange, VolumeId, VolumeRecord};
+
+/// Map entries per metadata page.
+const MAP_ENTRIES_PER_PAGE: u64 = 512;
+
+/// What `volume stats` reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct VolumeStats {
+    pub name: String,
+    pub id: VolumeId,
+    pub size_bytes: u64,
+    pub block_bytes: u32,
+    /// Logical bytes that hold non-zero data.
+    pub mapped_bytes: u64,
+    /// Bytes of chunk data this volume references, each distinct chunk counted once.
+    pub stored_bytes: u64,
+    /// Distinct chunks the volume references.
+    pub distinct_chunks: u64,
+    /// `mapped_bytes / stored_bytes`.
+    pub dedup_ratio: f64,
+    pub hints: HintSettings,
+    pub no_dedup_ranges: Vec<ByteRange>,
+    /// The file system recognised on the volume, if any.
+    pub file_system: Option<String>,
+    /// Bytes of file-system metadata and journal ranges derived from its superblock.
+    pub file_system_metadata_bytes: u64,
+    /// Engine-wide index and cache figures, for convenience.
+    pub engine: EngineStats,
+}
+
+/// Memory the engine holds, by part.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MemoryStats {
+    /// Page tables, dirty pages and the clean page cache of the metadata pages.
+    pub metadata_pages_bytes: u64,
+    pub index_filter_bytes: u64,
+    pub index_cache_bytes: u64,
+    pub index_directory_bytes: u64,
+    pub content_cache_bytes: u64,
+    pub total_bytes: u64,
+    /// Memory that grows with the stored data (filter, index directory, page tables) per
+    /// stored chunk; the caches are fixed budgets.
+    pub proportional_bytes_per_chunk: f64,
+    /// Projected RAM for 1 TiB of stored 4 KiB chunks: the proportional part times 2^28
+    /// chunks, plus the fixed budgets as configured.
+    pub projected_bytes_per_tib: f64,
+}
+
+/// Engine-wide statistics.
+#[derive(Clone, Debug, Serialize)]
+pub struct EngineStats {
+    pub volumes: usize,
+    pub store: ChunkStoreState,
+    pub requests: EngineCounters,
+    pub chunks: ChunkStoreCounters,
+    pub index: IndexCounters,
+    pub index_entries: u64,
+    pub content_cache: crate::cache::ContentCacheStats,
+    pub memory: MemoryStats,
+}
+
+impl Engine {
+    /// Creates a volume of `size_bytes` (a multiple of `block_bytes`, 512 or 4096).
+    pub fn create_volume(
+        &self,
+        name: &str,
+        size_bytes: u64,
+        block_bytes: u32,
+        hints: HintSettings,
+    ) -> Result<VolumeRecord> {
+        check_volume_name(name)?;
+        check_volume_geometry(size_bytes, block_bytes)?;
+        let mut state = self.state.lock();
+        self.check_usable(&state)?;
+        if state.names.contains_key(name) {
+            return Err(Error::AlreadyExists(format!("volume {name}")));
+        }
+        let mut write = self.catalog.write()?;
+        let id = write
+            .get(ENGINE_META, "next_volume_id")?
+            .map_or(1, |bytes| u32::from_le_bytes(bytes.try_into().unwrap_or([1, 0, 0, 0])));
+        let record = VolumeRecord {
+            id,
+            name: name.to_string(),
+            size_bytes,
+            block_bytes,
+            created: unix_seconds(),
+            hints,
+            no_dedup_ranges: Vec::new(),
+            deleting: false,
+        };
+        write.put_json(VOLUMES, name, &record)?;
+        write.put(ENGINE_META, "next_volume_id", &(id + 1).to_le_bytes())?;
+        write.commit()?;
+        let map = RecordArea::new(state.pages.area(&record.map_area_name()), 8);
+        state.names.insert(name.to_string(), id);
+        state.volumes.insert(
+            id,
+            VolumeState {
+                record: Arc::new(record.clone()),
+                map,
+                filesystem: None,
+            },
+        );
+        Ok(record)
+    }
+
+    /// Every volume, by name.
+    pub fn volumes(&self) -> Vec<VolumeRecord> {
+        let state = self.state.lock();
+        state
+            .names
+            .values()
+            .map(|id| (*state.volumes[id].record).clone())
+            .collect()
+    }
+
+    /// The record of the volume called `name`.
+    pub fn volume(&self, name: &str) -> Result<VolumeRecord> {
+        let state = self.state.lock();
+        let id = volume_id(&state, name)?;
+        Ok((*state.volumes[&id].record).clone())
+    }
+
+    /// Deletes a volume, releasing its blocks. Interrupted deletions finish at the next open.
+    pub fn delete_volume(&self, name: &str) -> Result<()> {
+        let mut state = self.state.lock();
+        self.check_usable(&state)?;
+        let id = volume_id(&state, name)?;
+        let mut record = (*state.volumes[&id].record).clone();
+        record.deleting = true;
+        self.save_record(&mut state, record)?;
+        let result = self.delete_locked(&mut state, id);
+        self.fail_on_error(&mut state, result)
+    }
+
+    /// Releases every block of volume `id`, checkpoints, then removes its record.
+    pub(crate) fn delete_locked(&self, state: &mut EngineState, id: VolumeId) -> Result<()> {
+        let record = Arc::clone(&state.volumes[&id].record);
+        self.release_blocks_from(state, &record, 0)?;
+        let area = state.pages.area(&record.map_area_name());
+        state.pages.clear_area(area)?;
+        self.checkpoint_locked(state)?;
+        let mut write = self.catalog.write()?;
+        write.remove(VOLUMES, &record.name)?;
+        write.commit()?;
+        state.names.remove(&record.name);
+        state.volumes.remove(&id);
+        Ok(())
+    }
+
+    /// Releases the blocks of `record` from block `first` to the end of its map.
+    fn release_blocks_from(&self, state: &mut EngineState, record: &VolumeRecord, first: u64) -> Result<()> {
+        let map = state.volumes[&record.id].map;
+        let area = state.pages.area(&record.map_area_name());
+        let written_blocks = state.pages.page_count(area) * MAP_ENTRIES_PER_PAGE;
+        for block in first..written_blocks.min(record.block_count()) {
+            if map_entry(&mut state.pages, &map, block)? != ZERO_CHUNK {
+                self.remap(state, record, block, ZERO_CHUNK)?;
+                if state.changes.len() >= 65536 {
+                    self.log_changes(state)?;
+                }
+            }
+        }
+        self.log_changes(state)
+    }
+
+    /// Changes the size of a volume; shrinking releases the blocks past the new end.
+    pub fn resize_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeRecord> {
+        let mut state = self.state.lock();
+        self.check_usable(&state)?;
+        let id = volume_id(&state, name)?;
+        let mut record = (*state.volumes[&id].record).clone();
+        check_volume_geometry(size_bytes, record.block_bytes)?;
+        if size_bytes < record.size_bytes {
+            let first = size_bytes / record.block_bytes as u64;
+            let current = Arc::clone(&state.volumes[&id].record);
+            let result = self
+                .release_blocks_from(&mut state, &current, first)
+                .and_then(|()| self.checkpoint_locked(&mut state));
+            self.fail_on_error(&mut state, result)?;
+        }
+        record.size_bytes = size_bytes;
+        record.no_dedup_ranges.retain(|range| range.start < size_bytes);
+        for range in &mut record.no_dedup_ranges {
+            range.end = range.end.min(size_bytes);
+        }
+        self.save_record(&mut state, record.clone())?;
+        Ok(record)
+    }
+
+    /// Adds or removes an explicit no-dedup range.
+    pub fn set_no_dedup(&self, name: &str, range: ByteRange, no_dedup: bool) -> Result<VolumeRecord> {
+        let mut state = self.state.lock();
+        let id = volume_id(&state, name)?;
+        let mut record = (*state.volumes[&id].record).clone();
+        record.set_no_dedup(range, no_dedup)?;
+        self.save_record(&mut state, record.clone())?;
+        Ok(record)
+    }
+
+    /// Replaces the hint settings of a volume.
+    pub fn set_hint_settings(&self, name: &str, hints: HintSettings) -> Result<VolumeRecord> {
+        let mut state = self.state.lock();
+        let id = volume_id(&state, name)?;
+        let mut record = (*state.volumes[&id].record).clone();
+        record.hints = hints;
+        self.save_record(&mut state, record.clone())?;
+        if record.hints.filesystem {
+            self.derive_filesystem_map(&mut state, id);
+        } else if let Some(volume) = state.volumes.get_mut(&id) {
+            volume.filesystem = None;
+        }
+        Ok(record)
+    }
+
+    fn save_record(&self, state: &mut EngineState, record: VolumeRecord) -> Result<()> {
+        let mut write = self.catalog.write()?;
+        write.put_json(VOLUMES, &record.name, &record)?;
+        write.commit()?;
+        let volume = state.volumes.get_mut(&record.id).expect("saved volumes exist");
+        volume.record = Arc::new(record);
+        Ok(())
+    }
+
+    /// Statistics of one volume (scans its map: cost grows with the volume's written size).
+    pub fn volume_stats(&self, name: &str) -> Result<VolumeStats> {
+        let (record, mapped_blocks, distinct, stored_bytes, file_system, metadata_bytes) = {
+            let mut state = self.state.lock();
+            let id = volume_id(&state, name)?;
+            let record = Arc::clone(&state.volumes[&id].record);
+            let map = state.volumes[&id].map;
+            let area = state.pages.area(&record.map_area_name());
+            let written_blocks = state.pages.page_count(area) * MAP_ENTRIES_PER_PAGE;
+            let mut distinct = HashSet::new();
+            let mut mapped_blocks = 0u64;
+            let mut stored_bytes = 0u64;
+            for block in 0..written_blocks.min(record.block_count()) {
+                let chunk = map_entry(&mut state.pages, &map, block)?;
+                if chunk == ZERO_CHUNK {
+                    continue;
+                }
+                mapped_blocks += 1;
+                if distinct.insert(chunk) {
+                    stored_bytes += state.chunks.record(&mut state.pages, chunk)?.location.raw_bytes as u64;
+                }
+            }
+            let filesystem = state.volumes[&id].filesystem.clone();
+            (
+                record,
+                mapped_blocks,
+                distinct.len() as u64,
+                stored_bytes,
+                filesystem.as_ref().map(|map| format!("{:?}", map.file_system())),
+                filesystem.as_ref().map_or(0, |map| map.metadata_bytes()),
+            )
+        };
+        let mapped_bytes = mapped_blocks * record.block_bytes as u64;
+        Ok(VolumeStats {
+            name: record.name.clone(),
+            id: record.id,
+            size_bytes: record.size_bytes,
+            block_bytes: record.block_bytes,
+            mapped_bytes,
+            stored_bytes,
+            distinct_chunks: distinct,
+            dedup_ratio: if stored_bytes == 0 {
+                1.0
+            } else {
+                mapped_bytes as f64 / stored_bytes as f64
+            },
+            hints: record.hints.clone(),
+            no_dedup_ranges: record.no_dedup_ranges.clone(),
+            file_system,
+            file_system_metadata_bytes: metadata_bytes,
+            engine: self.stats(),
+        })
+    }
+
+    /// Engine-wide statistics.
+    pub fn stats(&self) -> EngineStats {
+        let mut state = self.state.lock();
+        let index_memory = state.chunks.index().memory();
+        let index_counters = state.chunks.index().counters();
+        let index_entries = state.chunks.index().len();
+        let content_cache = self.content_cache.stats();
+        let pages_bytes = state.pages.memory_bytes();
+        let store = state.chunks.state().clone();
+        let mut memory = MemoryStats {
+            metadata_pages_bytes: pages_bytes,
+            index_filter_bytes: index_memory.filter_bytes,
+            index_cache_bytes: index_memory.cache_bytes,
+            index_directory_bytes: index_memory.directory_bytes,
+            content_cache_bytes: content_cache.memory_bytes,
+            ..MemoryStats::default()
+        };
+        memory.total_bytes = memory.metadata_pages_bytes
+            + memory.index_filter_bytes
+            + memory.index_cache_bytes
+            + memory.index_directory_bytes
+            + memory.content_cache_bytes;
+        let (live_pages, _, _) = state.pages.slot_usage();
+        let proportional = memory.index_filter_bytes + memory.index_directory_bytes + live_pages * 8;
+        if store.live_chunks > 0 {
+            memory.proportional_bytes_per_chunk = proportional as f64 / store.live_chunks as f64;
+        }
+        let fixed_budgets = self.runtime().index.cache_bytes
+            + self.runtime().content_cache_bytes
+            + self.runtime().metadata_cache_pages as u64 * 4096;
+        memory.projected_bytes_per_tib =
+            memory.proportional_bytes_per_chunk * (1u64 << 28) as f64 + fixed_budgets as f64;
+        EngineStats {
+            volumes: state.volumes.len(),
+            store,
+            requests: state.counters.clone(),
+            chunks: state.chunks.counters().clone(),
+            index: index_counters,
+            index_entries,
+            content_cache,
+            memory,
+        }
+    }
+
+    /// Finishes deletions interrupted by a crash.
+    pub(crate) fn finish_deletions(&self, state: &mut EngineState) -> Result<()> {
+        let pending: Vec<VolumeId> = state
+            .volumes
+            .values()
+            .filter(|volume| volume.record.deleting)
+            .map(|volume| volume.record.id)
+            .collect();
+        for id in pending {
+            self.delete_locked(state, id)?;
+        }
+        Ok(())
+    }
+
+    /// The id of the volume called `name`, for the NBD exports.
+    pub fn volume_id(&self, name: &str) -> Result<VolumeId> {
+        volume_id(&self.state.lock(), name)
+    }
+}
+
+fn volume_id(state: &EngineState, name: &str) -> Result<VolumeId> {
+    state
+        .names
+        .get(name)
+        .copied()
+        .ok_or_else(|| Error::NotFound(format!("volume {name} (list volumes with `onecopy volume list`)")))
+}
+
+#[allow(dead_code)]
+fn catalog_volumes(engine: &Engine) -> Result<Vec<VolumeRecord>> {
+    Ok(engine
+        .catalog
+        .read()?
+        .list_json::<VolumeRecord>(VOLUMES)?
+        .into_iter()
+        .map(|(_, record)| record)
+        .collect())
+}
