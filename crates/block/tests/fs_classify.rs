@@ -27,7 +27,9 @@ fn build_source(root: &Path) {
     let fragmented = std::fs::File::create(root.join("fragmented")).unwrap();
     use std::os::unix::fs::FileExt;
     for index in 0..FRAGMENTS {
-        fragmented.write_all_at(&[(index % 251) as u8 + 1; 1024], index * 8192).unwrap();
+        fragmented
+            .write_all_at(&[(index % 251) as u8 + 1; 1024], index * 8192)
+            .unwrap();
     }
 }
 
@@ -36,11 +38,14 @@ fn build_source(root: &Path) {
 /// debugfs's `stat` listing.
 fn debugfs_blocks(image: &Path, path: &str) -> Vec<u64> {
     let mapping = debugfs_inode_blocks(image, path, MetadataKind::Directory);
-    run("debugfs", &["-R", &format!("blocks {path}"), image.to_str().unwrap()])
-        .split_whitespace()
-        .map(|word| word.parse().unwrap())
-        .filter(|block| mapping.get(block) == Some(&MetadataKind::Directory))
-        .collect()
+    run(
+        "debugfs",
+        &["-R", &format!("blocks {path}"), image.to_str().unwrap()],
+    )
+    .split_whitespace()
+    .map(|word| word.parse().unwrap())
+    .filter(|block| mapping.get(block) == Some(&MetadataKind::Directory))
+    .collect()
 }
 
 fn read_block(image: &Path, map: &MetadataMap, block: u64) -> Vec<u8> {
@@ -77,13 +82,21 @@ fn check_extent_and_linear_directory(image: &Path) -> (usize, usize) {
         .collect();
     for &block in &extent_nodes {
         let bytes = read_block(image, &map, block);
-        assert_eq!(classify_both(&map, &bytes), Some(MetadataKind::ExtentNode), "block {block}");
+        assert_eq!(
+            classify_both(&map, &bytes),
+            Some(MetadataKind::ExtentNode),
+            "block {block}"
+        );
     }
     let directory = debugfs_blocks(image, "/many");
     assert!(directory.len() > 1);
     for &block in &directory {
         let bytes = read_block(image, &map, block);
-        assert_eq!(classify_both(&map, &bytes), Some(MetadataKind::Directory), "block {block}");
+        assert_eq!(
+            classify_both(&map, &bytes),
+            Some(MetadataKind::Directory),
+            "block {block}"
+        );
     }
     (extent_nodes.len(), directory.len())
 }
@@ -95,7 +108,10 @@ fn ext4_extent_nodes_and_directory_blocks() {
     let dir = tempfile::tempdir().unwrap();
     let image = build_image(dir.path(), &["-t", "ext4", "-b", "1024"]);
     let (extent_nodes, directory_blocks) = check_extent_and_linear_directory(&image);
-    let stat = run("debugfs", &["-R", "stat /fragmented", image.to_str().unwrap()]);
+    let stat = run(
+        "debugfs",
+        &["-R", "stat /fragmented", image.to_str().unwrap()],
+    );
     assert!(stat.contains("(ETB1)"), "expected a depth-2 extent tree");
     assert!(extent_nodes >= 3);
     assert!(directory_blocks > 10);
@@ -112,7 +128,11 @@ fn ext4_4k_and_ext3_directory_blocks() {
     let map = derive_from_image(&image);
     for block in debugfs_blocks(&image, "/many") {
         let bytes = read_block(&image, &map, block);
-        assert_eq!(classify_both(&map, &bytes), Some(MetadataKind::Directory), "block {block}");
+        assert_eq!(
+            classify_both(&map, &bytes),
+            Some(MetadataKind::Directory),
+            "block {block}"
+        );
     }
 }
 
@@ -123,10 +143,19 @@ fn ext4_4k_and_ext3_directory_blocks() {
 fn htree_root_nodes_and_leaves() {
     let dir = tempfile::tempdir().unwrap();
     let image = build_image(dir.path(), &["-t", "ext4", "-b", "1024"]);
-    let status = Command::new("e2fsck").args(["-fyD", image.to_str().unwrap()]).output().unwrap();
-    assert!(status.status.code().is_some_and(|code| code <= 1), "e2fsck -D failed");
+    let status = Command::new("e2fsck")
+        .args(["-fyD", image.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        status.status.code().is_some_and(|code| code <= 1),
+        "e2fsck -D failed"
+    );
     let htree = run("debugfs", &["-R", "htree /many", image.to_str().unwrap()]);
-    assert!(htree.contains("Indirect levels: 1"), "expected a two-level index: {htree:.300}");
+    assert!(
+        htree.contains("Indirect levels: 1"),
+        "expected a two-level index: {htree:.300}"
+    );
     let map = derive_from_image(&image);
     let blocks = debugfs_blocks(&image, "/many");
     let mut kinds = BTreeMap::new();
@@ -138,8 +167,15 @@ fn htree_root_nodes_and_leaves() {
         }
         *kinds.entry(kind).or_insert(0usize) += 1;
     }
-    assert_eq!(kinds.get(&None), None, "every block of the directory is recognised");
-    assert!(kinds[&Some(MetadataKind::DirectoryIndex)] >= 2, "root and dx nodes: {kinds:?}");
+    assert_eq!(
+        kinds.get(&None),
+        None,
+        "every block of the directory is recognised"
+    );
+    assert!(
+        kinds[&Some(MetadataKind::DirectoryIndex)] >= 2,
+        "root and dx nodes: {kinds:?}"
+    );
     assert!(kinds[&Some(MetadataKind::Directory)] > 10);
 }
 
@@ -152,7 +188,10 @@ fn extended_attribute_block() {
     mke2fs(&image, &["-t", "ext4"]);
     let value = dir.path().join("value");
     std::fs::write(&value, vec![b'v'; 600]).unwrap();
-    run("debugfs", &["-w", "-R", "write /dev/null file", image.to_str().unwrap()]);
+    run(
+        "debugfs",
+        &["-w", "-R", "write /dev/null file", image.to_str().unwrap()],
+    );
     let set = format!("ea_set -f {} /file user.big", value.to_str().unwrap());
     run("debugfs", &["-w", "-R", &set, image.to_str().unwrap()]);
     let stat = run("debugfs", &["-R", "stat /file", image.to_str().unwrap()]);
@@ -165,7 +204,10 @@ fn extended_attribute_block() {
     assert_ne!(block, 0);
     let map = derive_from_image(&image);
     let bytes = read_block(&image, &map, block);
-    assert_eq!(classify_both(&map, &bytes), Some(MetadataKind::ExtendedAttributes));
+    assert_eq!(
+        classify_both(&map, &bytes),
+        Some(MetadataKind::ExtendedAttributes)
+    );
 }
 
 /// Files under `root` (recursively, regular files only, no symlinks), sorted.
@@ -176,7 +218,9 @@ fn files_under(root: &Path, files: &mut Vec<PathBuf>) {
     let mut entries: Vec<_> = entries.filter_map(Result::ok).collect();
     entries.sort_by_key(|entry| entry.path());
     for entry in entries {
-        let Ok(kind) = entry.file_type() else { continue };
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
         if kind.is_dir() {
             files_under(&entry.path(), files);
         } else if kind.is_file() {
@@ -209,7 +253,9 @@ fn data_blocks_are_not_metadata() {
             if bytes_read >= BYTES_PER_TREE_MAX {
                 break;
             }
-            let Ok(contents) = std::fs::read(&file) else { continue };
+            let Ok(contents) = std::fs::read(&file) else {
+                continue;
+            };
             bytes_read += contents.len();
             for (slot, block_bytes) in [1024usize, 2048, 4096].into_iter().enumerate() {
                 for block in contents.chunks_exact(block_bytes) {
@@ -223,7 +269,9 @@ fn data_blocks_are_not_metadata() {
     }
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     for _ in 0..3000 {
-        let block: Vec<u8> = (0..512).flat_map(|_| xorshift(&mut state).to_le_bytes()).collect();
+        let block: Vec<u8> = (0..512)
+            .flat_map(|_| xorshift(&mut state).to_le_bytes())
+            .collect();
         blocks_checked[2] += 1;
         assert_eq!(classify_block(&block), None);
         assert_eq!(classify_block(&block[..1024]), None);
@@ -231,6 +279,13 @@ fn data_blocks_are_not_metadata() {
     assert_eq!(classify_block(&[0u8; 4096]), None);
     eprintln!("data blocks classified (1 KiB, 2 KiB, 4 KiB): {blocks_checked:?}");
     eprintln!("false positives: {}", false_positives.len());
-    assert!(blocks_checked[2] > 5000, "too few real data blocks found: {blocks_checked:?}");
-    assert!(false_positives.is_empty(), "false positives: {:?}", &false_positives[..false_positives.len().min(10)]);
+    assert!(
+        blocks_checked[2] > 5000,
+        "too few real data blocks found: {blocks_checked:?}"
+    );
+    assert!(
+        false_positives.is_empty(),
+        "false positives: {:?}",
+        &false_positives[..false_positives.len().min(10)]
+    );
 }

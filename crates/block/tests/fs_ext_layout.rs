@@ -57,13 +57,23 @@ fn ext4_default_4k() {
 // Goal: 1 KiB blocks (first data block 1, superblock in block 1) match.
 #[test]
 fn ext4_1k_blocks() {
-    check_against_ground_truth(64 * MIB, &["-t", "ext4", "-b", "1024"], FileSystemKind::Ext4, true);
+    check_against_ground_truth(
+        64 * MIB,
+        &["-t", "ext4", "-b", "1024"],
+        FileSystemKind::Ext4,
+        true,
+    );
 }
 
 // Goal: 2 KiB blocks match.
 #[test]
 fn ext4_2k_blocks() {
-    check_against_ground_truth(256 * MIB, &["-t", "ext4", "-b", "2048"], FileSystemKind::Ext4, true);
+    check_against_ground_truth(
+        256 * MIB,
+        &["-t", "ext4", "-b", "2048"],
+        FileSystemKind::Ext4,
+        true,
+    );
 }
 
 // Goal: without flex_bg, bitmaps and inode tables sit in their own groups, and the journal
@@ -72,10 +82,17 @@ fn ext4_2k_blocks() {
 fn ext4_without_flex_bg_and_deep_journal_tree() {
     let dir = tempfile::tempdir().unwrap();
     let image = sparse_image(dir.path(), "volume.img", 256 * MIB);
-    mke2fs(&image, &["-t", "ext4", "-b", "1024", "-O", "^flex_bg", "-J", "size=32"]);
+    mke2fs(
+        &image,
+        &[
+            "-t", "ext4", "-b", "1024", "-O", "^flex_bg", "-J", "size=32",
+        ],
+    );
     let journal = debugfs_inode_blocks(&image, "<8>", MetadataKind::Journal);
     assert!(
-        journal.values().any(|kind| *kind == MetadataKind::ExtentNode),
+        journal
+            .values()
+            .any(|kind| *kind == MetadataKind::ExtentNode),
         "the journal should have an extent index node"
     );
     compare_image(&image, FileSystemKind::Ext4, true);
@@ -84,7 +101,12 @@ fn ext4_without_flex_bg_and_deep_journal_tree() {
 // Goal: 32-bit group descriptors (no 64bit feature) match.
 #[test]
 fn ext4_32bit_descriptors() {
-    check_against_ground_truth(512 * MIB, &["-t", "ext4", "-O", "^64bit"], FileSystemKind::Ext4, true);
+    check_against_ground_truth(
+        512 * MIB,
+        &["-t", "ext4", "-O", "^64bit"],
+        FileSystemKind::Ext4,
+        true,
+    );
 }
 
 // Goal: 64-bit descriptors with 1 KiB blocks (16 descriptors a block) over many groups match.
@@ -103,7 +125,16 @@ fn ext4_64bit_many_groups() {
 fn ext4_meta_bg() {
     check_against_ground_truth(
         64 * MIB,
-        &["-t", "ext4", "-b", "1024", "-g", "1024", "-O", "meta_bg,^resize_inode"],
+        &[
+            "-t",
+            "ext4",
+            "-b",
+            "1024",
+            "-g",
+            "1024",
+            "-O",
+            "meta_bg,^resize_inode",
+        ],
         FileSystemKind::Ext4,
         true,
     );
@@ -118,8 +149,23 @@ fn ext4_meta_bg() {
 fn ext4_meta_bg_with_classic_first_meta_group() {
     let dir = tempfile::tempdir().unwrap();
     let image = sparse_image(dir.path(), "volume.img", 64 * MIB);
-    mke2fs(&image, &["-t", "ext4", "-b", "1024", "-g", "1024", "-O", "meta_bg,^resize_inode"]);
-    run("debugfs", &["-w", "-R", "ssv first_meta_bg 1", image.to_str().unwrap()]);
+    mke2fs(
+        &image,
+        &[
+            "-t",
+            "ext4",
+            "-b",
+            "1024",
+            "-g",
+            "1024",
+            "-O",
+            "meta_bg,^resize_inode",
+        ],
+    );
+    run(
+        "debugfs",
+        &["-w", "-R", "ssv first_meta_bg 1", image.to_str().unwrap()],
+    );
     let header = run("dumpe2fs", &["-h", image.to_str().unwrap()]);
     assert!(header.contains("First meta block group:   1"), "{header}");
     compare_image(&image, FileSystemKind::Ext4, true);
@@ -130,7 +176,14 @@ fn ext4_meta_bg_with_classic_first_meta_group() {
 fn ext4_meta_bg_32bit_4k() {
     check_against_ground_truth(
         2048 * MIB,
-        &["-t", "ext4", "-g", "2048", "-O", "meta_bg,^resize_inode,^64bit"],
+        &[
+            "-t",
+            "ext4",
+            "-g",
+            "2048",
+            "-O",
+            "meta_bg,^resize_inode,^64bit",
+        ],
         FileSystemKind::Ext4,
         true,
     );
@@ -152,7 +205,14 @@ fn ext4_sparse_super2() {
 fn ext2_without_sparse_super() {
     check_against_ground_truth(
         64 * MIB,
-        &["-t", "ext2", "-b", "1024", "-O", "^sparse_super,^resize_inode"],
+        &[
+            "-t",
+            "ext2",
+            "-b",
+            "1024",
+            "-O",
+            "^sparse_super,^resize_inode",
+        ],
         FileSystemKind::Ext2,
         false,
     );
@@ -182,7 +242,10 @@ fn ext3_triple_indirect_journal() {
     let image = sparse_image(dir.path(), "volume.img", 512 * MIB);
     mke2fs(&image, &["-t", "ext3", "-b", "1024", "-J", "size=80"]);
     let output = run("debugfs", &["-R", "stat <8>", image.to_str().unwrap()]);
-    assert!(output.contains("(TIND)"), "journal should use a triple indirect block");
+    assert!(
+        output.contains("(TIND)"),
+        "journal should use a triple indirect block"
+    );
     compare_image(&image, FileSystemKind::Ext3, true);
 }
 
@@ -222,11 +285,17 @@ fn ext4_populated() {
     let source = dir.path().join("source");
     std::fs::create_dir_all(source.join("directory")).unwrap();
     for index in 0..200 {
-        std::fs::write(source.join("directory").join(format!("file-{index}")), index.to_string())
-            .unwrap();
+        std::fs::write(
+            source.join("directory").join(format!("file-{index}")),
+            index.to_string(),
+        )
+        .unwrap();
     }
     let image = sparse_image(dir.path(), "volume.img", 128 * MIB);
-    mke2fs(&image, &["-t", "ext4", "-b", "2048", "-d", source.to_str().unwrap()]);
+    mke2fs(
+        &image,
+        &["-t", "ext4", "-b", "2048", "-d", source.to_str().unwrap()],
+    );
     compare_image(&image, FileSystemKind::Ext4, true);
 }
 
@@ -247,11 +316,23 @@ fn ext4_external_journal() {
             image.to_str().unwrap(),
         ],
     );
-    run("debugfs", &["-w", "-R", "ssv journal_dev 0x0801", image.to_str().unwrap()]);
+    run(
+        "debugfs",
+        &[
+            "-w",
+            "-R",
+            "ssv journal_dev 0x0801",
+            image.to_str().unwrap(),
+        ],
+    );
     let map = derive_from_image(&image);
     assert_eq!(map.journal(), JournalPlacement::External);
     assert!(map.ranges().iter().all(|range| !range.kind.is_journal()));
-    assert_same_blocks("external journal", &map_blocks(&map), &dumpe2fs_metadata(&image));
+    assert_same_blocks(
+        "external journal",
+        &map_blocks(&map),
+        &dumpe2fs_metadata(&image),
+    );
 }
 
 // Goal: an external journal device (mke2fs -O journal_dev) is journal from end to end.
@@ -275,9 +356,15 @@ fn layout_key_tracks_layout_changes_only() {
     let image = sparse_image(dir.path(), "volume.img", 64 * MIB);
     mke2fs(&image, &["-t", "ext4", "-b", "1024"]);
     let before = derive_from_image(&image);
-    run("tune2fs", &["-L", "renamed", "-c", "25", image.to_str().unwrap()]);
+    run(
+        "tune2fs",
+        &["-L", "renamed", "-c", "25", image.to_str().unwrap()],
+    );
     let head = read_image(&image, 0, SUPERBLOCK_PROBE_BYTES);
-    assert_eq!(&detect_superblock(0, &head).unwrap().layout, before.layout());
+    assert_eq!(
+        &detect_superblock(0, &head).unwrap().layout,
+        before.layout()
+    );
     std::fs::OpenOptions::new()
         .write(true)
         .open(&image)
@@ -286,6 +373,9 @@ fn layout_key_tracks_layout_changes_only() {
         .unwrap();
     run("resize2fs", &[image.to_str().unwrap()]);
     let head = read_image(&image, 0, SUPERBLOCK_PROBE_BYTES);
-    assert_ne!(&detect_superblock(0, &head).unwrap().layout, before.layout());
+    assert_ne!(
+        &detect_superblock(0, &head).unwrap().layout,
+        before.layout()
+    );
     compare_image(&image, FileSystemKind::Ext4, true);
 }

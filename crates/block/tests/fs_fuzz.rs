@@ -7,8 +7,8 @@ mod fs_support;
 
 use fs_support::*;
 use onecopy_block::hints::fs::{
-    classify_block, derive_metadata_map, detect_superblock, write_touches_superblock,
-    MetadataKind, MetadataMap, GROUPS_MAX, JOURNAL_MAP_BLOCKS_MAX,
+    classify_block, derive_metadata_map, detect_superblock, write_touches_superblock, MetadataKind,
+    MetadataMap, GROUPS_MAX, JOURNAL_MAP_BLOCKS_MAX,
 };
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -32,10 +32,37 @@ fn targets() -> &'static (tempfile::TempDir, Vec<Target>) {
     TARGETS.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let option_sets: [(&str, u64, &[&str]); 4] = [
-            ("ext4-1k.img", 16 * MIB, &["-t", "ext4", "-b", "1024", "-g", "1024"]),
-            ("ext3-1k.img", 16 * MIB, &["-t", "ext3", "-b", "1024", "-J", "size=1"]),
-            ("ext4-meta-bg.img", 16 * MIB, &["-t", "ext4", "-b", "1024", "-g", "256", "-O", "meta_bg,^resize_inode"]),
-            ("ext4-deep-journal.img", 256 * MIB, &["-t", "ext4", "-b", "1024", "-O", "^flex_bg", "-J", "size=32"]),
+            (
+                "ext4-1k.img",
+                16 * MIB,
+                &["-t", "ext4", "-b", "1024", "-g", "1024"],
+            ),
+            (
+                "ext3-1k.img",
+                16 * MIB,
+                &["-t", "ext3", "-b", "1024", "-J", "size=1"],
+            ),
+            (
+                "ext4-meta-bg.img",
+                16 * MIB,
+                &[
+                    "-t",
+                    "ext4",
+                    "-b",
+                    "1024",
+                    "-g",
+                    "256",
+                    "-O",
+                    "meta_bg,^resize_inode",
+                ],
+            ),
+            (
+                "ext4-deep-journal.img",
+                256 * MIB,
+                &[
+                    "-t", "ext4", "-b", "1024", "-O", "^flex_bg", "-J", "size=32",
+                ],
+            ),
         ];
         let mut targets = Vec::new();
         for (name, bytes, options) in option_sets {
@@ -57,7 +84,11 @@ fn targets() -> &'static (tempfile::TempDir, Vec<Target>) {
                 }
             }
             regions.truncate(64);
-            targets.push(Target { image, volume_bytes: bytes, regions });
+            targets.push(Target {
+                image,
+                volume_bytes: bytes,
+                regions,
+            });
         }
         (dir, targets)
     })
@@ -90,7 +121,13 @@ fn mutation_strategy() -> impl Strategy<Value = (usize, Vec<(usize, u32, u32, bo
             (
                 0usize..64,
                 any::<u32>(),
-                prop_oneof![Just(0u32), Just(1), Just(u32::MAX), Just(0x8000_0000), any::<u32>()],
+                prop_oneof![
+                    Just(0u32),
+                    Just(1),
+                    Just(u32::MAX),
+                    Just(0x8000_0000),
+                    any::<u32>()
+                ],
                 any::<bool>(),
             ),
             1..12,
@@ -203,7 +240,11 @@ fn mutations_reach_many_checks() {
         let target = &targets[(next() % targets.len() as u64) as usize];
         let mut mutations = BTreeMap::new();
         for _ in 0..1 + next() % 3 {
-            let region_index = if next() % 4 == 0 { 0 } else { next() % target.regions.len() as u64 };
+            let region_index = if next() % 4 == 0 {
+                0
+            } else {
+                next() % target.regions.len() as u64
+            };
             let (start, end) = target.regions[region_index as usize];
             mutations.insert(start + next() % (end - start), next() as u8);
         }

@@ -14,16 +14,41 @@ const MIB: u64 = 1 << 20;
 
 /// Reads superblock fields with `xfs_db -r -c 'sb 0' -c 'print <field>'`.
 fn xfs_db_field(image: &Path, field: &str) -> u64 {
-    let output = run("xfs_db", &["-r", "-c", "sb 0", "-c", &format!("print {field}"), image.to_str().unwrap()]);
+    let output = run(
+        "xfs_db",
+        &[
+            "-r",
+            "-c",
+            "sb 0",
+            "-c",
+            &format!("print {field}"),
+            image.to_str().unwrap(),
+        ],
+    );
     let value = output.split('=').nth(1).unwrap().trim();
-    value.parse().unwrap_or_else(|_| panic!("field {field} = {value:?}"))
+    value
+        .parse()
+        .unwrap_or_else(|_| panic!("field {field} = {value:?}"))
 }
 
 /// The byte offset xfs_db gives for fsblock `block` (`convert fsblock N byte`).
 fn xfs_db_fsblock_byte(image: &Path, block: u64) -> u64 {
-    let output = run("xfs_db", &["-r", "-c", &format!("convert fsblock {block} byte"), image.to_str().unwrap()]);
+    let output = run(
+        "xfs_db",
+        &[
+            "-r",
+            "-c",
+            &format!("convert fsblock {block} byte"),
+            image.to_str().unwrap(),
+        ],
+    );
     // Output looks like "0xf006000 (251682816)".
-    let decimal = output.split('(').nth(1).unwrap().trim_end().trim_end_matches(')');
+    let decimal = output
+        .split('(')
+        .nth(1)
+        .unwrap()
+        .trim_end()
+        .trim_end_matches(')');
     decimal.parse().unwrap()
 }
 
@@ -43,11 +68,23 @@ fn check_xfs(image_bytes: u64, options: &[&str]) -> onecopy_block::hints::fs::Me
     assert_eq!(u64::from(map.block_bytes()), block_bytes);
     let log_start = xfs_db_field(&image, "logstart");
     let log_blocks = xfs_db_field(&image, "logblocks");
-    let logs: Vec<_> = map.ranges().iter().filter(|r| r.kind == MetadataKind::XfsLog).collect();
+    let logs: Vec<_> = map
+        .ranges()
+        .iter()
+        .filter(|r| r.kind == MetadataKind::XfsLog)
+        .collect();
     assert_eq!(logs.len(), 1);
     let log_byte = xfs_db_fsblock_byte(&image, log_start);
-    assert_eq!((logs[0].start, logs[0].end), (log_byte, log_byte + log_blocks * block_bytes));
-    assert_eq!(map.journal(), JournalPlacement::Internal { journal_bytes: log_blocks * block_bytes });
+    assert_eq!(
+        (logs[0].start, logs[0].end),
+        (log_byte, log_byte + log_blocks * block_bytes)
+    );
+    assert_eq!(
+        map.journal(),
+        JournalPlacement::Internal {
+            journal_bytes: log_blocks * block_bytes
+        }
+    );
 
     let ag_count = xfs_db_field(&image, "agcount");
     let ag_blocks = xfs_db_field(&image, "agblocks");
@@ -61,7 +98,10 @@ fn check_xfs(image_bytes: u64, options: &[&str]) -> onecopy_block::hints::fs::Me
     for (ag, header) in (0u64..).zip(&headers) {
         let start = ag * ag_blocks * block_bytes;
         assert_eq!(header.start, start);
-        assert_eq!(header.end, start + (4 * sector_bytes).div_ceil(block_bytes) * block_bytes);
+        assert_eq!(
+            header.end,
+            start + (4 * sector_bytes).div_ceil(block_bytes) * block_bytes
+        );
         let bytes = read_image(&image, start, 4 * sector_bytes as usize);
         let magic = |sector: u64| &bytes[(sector * sector_bytes) as usize..][..4];
         assert_eq!(magic(0), b"XFSB", "AG {ag}");
@@ -80,7 +120,11 @@ fn check_xfs(image_bytes: u64, options: &[&str]) -> onecopy_block::hints::fs::Me
 #[test]
 fn xfs_log_in_middle_ag() {
     let map = check_xfs(600 * MIB, &["-d", "agcount=5"]);
-    let log = map.ranges().iter().find(|r| r.kind == MetadataKind::XfsLog).unwrap();
+    let log = map
+        .ranges()
+        .iter()
+        .find(|r| r.kind == MetadataKind::XfsLog)
+        .unwrap();
     assert!(log.start > 0);
 }
 
@@ -117,8 +161,14 @@ fn xfs_external_log() {
     let image = sparse_image(dir.path(), "volume.img", 512 * MIB);
     let log = sparse_image(dir.path(), "log.img", 80 * MIB);
     let log_option = format!("logdev={},size=64m", log.to_str().unwrap());
-    run("mkfs.xfs", &["-q", "-f", "-l", &log_option, image.to_str().unwrap()]);
+    run(
+        "mkfs.xfs",
+        &["-q", "-f", "-l", &log_option, image.to_str().unwrap()],
+    );
     let map = derive_from_image(&image);
     assert_eq!(map.journal(), JournalPlacement::External);
-    assert!(map.ranges().iter().all(|r| r.kind == MetadataKind::XfsAllocationGroupHeaders));
+    assert!(map
+        .ranges()
+        .iter()
+        .all(|r| r.kind == MetadataKind::XfsAllocationGroupHeaders));
 }

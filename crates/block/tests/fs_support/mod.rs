@@ -52,7 +52,10 @@ pub fn derive_from_image(image: &Path) -> MetadataMap {
 /// Reads `bytes` bytes at `offset` of an image.
 pub fn read_image(image: &Path, offset: u64, bytes: usize) -> Vec<u8> {
     let mut buffer = vec![0u8; bytes];
-    File::open(image).unwrap().read_exact_at(&mut buffer, offset).unwrap();
+    File::open(image)
+        .unwrap()
+        .read_exact_at(&mut buffer, offset)
+        .unwrap();
     buffer
 }
 
@@ -88,7 +91,10 @@ pub fn dumpe2fs_metadata(image: &Path) -> BTreeMap<u64, MetadataKind> {
         ("Backup superblock at ", MetadataKind::Superblock),
         ("Group descriptors at ", MetadataKind::GroupDescriptors),
         ("Group descriptor at ", MetadataKind::GroupDescriptors),
-        ("Reserved GDT blocks at ", MetadataKind::ReservedGroupDescriptors),
+        (
+            "Reserved GDT blocks at ",
+            MetadataKind::ReservedGroupDescriptors,
+        ),
         ("Block bitmap at ", MetadataKind::BlockBitmap),
         ("Inode bitmap at ", MetadataKind::InodeBitmap),
         ("Inode table at ", MetadataKind::InodeTable),
@@ -96,7 +102,11 @@ pub fn dumpe2fs_metadata(image: &Path) -> BTreeMap<u64, MetadataKind> {
     for line in output.lines() {
         if let Some(value) = line.strip_prefix("MMP block number:") {
             let block = value.trim().parse().unwrap();
-            insert_span(&mut truth, (block, block), MetadataKind::MultiMountProtection);
+            insert_span(
+                &mut truth,
+                (block, block),
+                MetadataKind::MultiMountProtection,
+            );
             continue;
         }
         for clause in line.trim().split(", ") {
@@ -119,7 +129,10 @@ pub fn debugfs_inode_blocks(
     inode: &str,
     data_kind: MetadataKind,
 ) -> BTreeMap<u64, MetadataKind> {
-    let output = run("debugfs", &["-R", &format!("stat {inode}"), image.to_str().unwrap()]);
+    let output = run(
+        "debugfs",
+        &["-R", &format!("stat {inode}"), image.to_str().unwrap()],
+    );
     let mut truth = BTreeMap::new();
     let mut in_list = false;
     for line in output.lines() {

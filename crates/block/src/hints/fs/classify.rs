@@ -126,9 +126,11 @@ fn is_extent_node(block: &[u8], bounds: Option<&ClassifyBounds>) -> bool {
             next_logical = logical + 1;
         } else {
             // Leaf entry: ee_block (u32), ee_len (u16), ee_start_hi (u16), ee_start_lo (u32).
-            let (Some(raw_length), Some(high), Some(low)) =
-                (le16(block, at + 4), le16(block, at + 6), le32(block, at + 8))
-            else {
+            let (Some(raw_length), Some(high), Some(low)) = (
+                le16(block, at + 4),
+                le16(block, at + 6),
+                le32(block, at + 8),
+            ) else {
                 return false;
             };
             let length = if raw_length > EXTENT_INITIALISED_LENGTH_MAX {
@@ -189,7 +191,7 @@ fn is_directory_block(block: &[u8], bounds: Option<&ClassifyBounds>) -> bool {
         let file_type = block[at + 7];
         let length = record_length(raw_length, block_bytes);
         if length < DIRECTORY_RECORD_BYTES_MIN
-            || length % 4 != 0
+            || length & 3 != 0
             || length < record_bytes_needed(name_bytes)
             || at + length > block_bytes
         {
@@ -262,7 +264,8 @@ fn is_dx_root(block: &[u8], bounds: Option<&ClassifyBounds>) -> bool {
 }
 
 fn is_dx_node(block: &[u8]) -> bool {
-    let spans_block = le16(block, 4).map(|raw| record_length(raw, block.len())) == Some(block.len());
+    let spans_block =
+        le16(block, 4).map(|raw| record_length(raw, block.len())) == Some(block.len());
     le32(block, 0) == Some(0)
         && spans_block
         && block[6] == 0
@@ -286,9 +289,11 @@ fn is_extended_attribute_block(block: &[u8]) -> bool {
             return true;
         }
         let name_bytes = usize::from(block[at]);
-        let (Some(value_offset), Some(value_inode), Some(value_bytes)) =
-            (le16(block, at + 2), le32(block, at + 4), le32(block, at + 8))
-        else {
+        let (Some(value_offset), Some(value_inode), Some(value_bytes)) = (
+            le16(block, at + 2),
+            le32(block, at + 4),
+            le32(block, at + 8),
+        ) else {
             return false;
         };
         if name_bytes == 0 {
@@ -351,7 +356,9 @@ mod tests {
         block[0..2].copy_from_slice(&EXTENT_MAGIC_BYTES);
         block[2..4].copy_from_slice(&2u16.to_le_bytes());
         block[4..6].copy_from_slice(&340u16.to_le_bytes());
-        for (slot, (logical, length, start)) in [(0u32, 8u16, 5000u32), (8, 4, 9000)].iter().enumerate() {
+        for (slot, (logical, length, start)) in
+            [(0u32, 8u16, 5000u32), (8, 4, 9000)].iter().enumerate()
+        {
             let at = 12 + slot * 12;
             block[at..at + 4].copy_from_slice(&logical.to_le_bytes());
             block[at + 4..at + 6].copy_from_slice(&length.to_le_bytes());

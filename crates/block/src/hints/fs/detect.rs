@@ -117,7 +117,10 @@ mod tests {
     fn covered_requires_full_span() {
         let data = [7u8; 4096];
         assert_eq!(covered(0, &data, 1024, 1024).map(<[u8]>::len), Some(1024));
-        assert_eq!(covered(1024, &data[..1024], 1024, 1024).map(<[u8]>::len), Some(1024));
+        assert_eq!(
+            covered(1024, &data[..1024], 1024, 1024).map(<[u8]>::len),
+            Some(1024)
+        );
         assert!(covered(1024, &data[..1023], 1024, 1024).is_none());
         assert!(covered(1025, &data, 1024, 1024).is_none());
         assert!(covered(u64::MAX, &data, 1024, 1024).is_none());

@@ -114,7 +114,9 @@ impl MetadataMap {
     /// The kind of the first metadata range that overlaps bytes `[offset, offset + len)`, or
     /// `None` when no byte of them is metadata (also when `len` is zero). One binary search.
     pub fn lookup(&self, offset: u64, len: u64) -> Option<MetadataKind> {
-        self.overlapping(offset, len).first().map(|range| range.kind)
+        self.overlapping(offset, len)
+            .first()
+            .map(|range| range.kind)
     }
 
     /// All metadata ranges that overlap bytes `[offset, offset + len)`, in volume order; empty
@@ -162,7 +164,10 @@ impl MetadataMap {
 
     /// Total bytes covered by the map's ranges.
     pub fn metadata_bytes(&self) -> u64 {
-        self.ranges.iter().map(|range| range.end - range.start).sum()
+        self.ranges
+            .iter()
+            .map(|range| range.end - range.start)
+            .sum()
     }
 
     /// Classifies one block by content like [`super::classify_block`], additionally requiring
@@ -303,17 +308,35 @@ mod tests {
         builder.add_blocks(10, 2, MetadataKind::InodeTable).unwrap();
         builder.add_blocks(0, 1, MetadataKind::Superblock).unwrap();
         builder.add_blocks(12, 3, MetadataKind::InodeTable).unwrap();
-        builder.add_blocks(1, 1, MetadataKind::GroupDescriptors).unwrap();
+        builder
+            .add_blocks(1, 1, MetadataKind::GroupDescriptors)
+            .unwrap();
         builder.add_blocks(11, 6, MetadataKind::Journal).unwrap();
         builder.add_blocks(0, 0, MetadataKind::Journal).unwrap();
         let ranges = builder.finish();
         assert_eq!(
             ranges,
             vec![
-                MetadataRange { start: 0, end: 1024, kind: MetadataKind::Superblock },
-                MetadataRange { start: 1024, end: 2048, kind: MetadataKind::GroupDescriptors },
-                MetadataRange { start: 10240, end: 12288, kind: MetadataKind::InodeTable },
-                MetadataRange { start: 12288, end: 17408, kind: MetadataKind::Journal },
+                MetadataRange {
+                    start: 0,
+                    end: 1024,
+                    kind: MetadataKind::Superblock
+                },
+                MetadataRange {
+                    start: 1024,
+                    end: 2048,
+                    kind: MetadataKind::GroupDescriptors
+                },
+                MetadataRange {
+                    start: 10240,
+                    end: 12288,
+                    kind: MetadataKind::InodeTable
+                },
+                MetadataRange {
+                    start: 12288,
+                    end: 17408,
+                    kind: MetadataKind::Journal
+                },
             ]
         );
     }
@@ -326,7 +349,9 @@ mod tests {
             builder.add_blocks(99, 2, MetadataKind::BlockBitmap),
             Err(FsMetaError::OutsideFileSystem { block: 99, .. })
         ));
-        assert!(builder.add_blocks(u64::MAX, 2, MetadataKind::BlockBitmap).is_err());
+        assert!(builder
+            .add_blocks(u64::MAX, 2, MetadataKind::BlockBitmap)
+            .is_err());
         assert!(builder.add_blocks(99, 1, MetadataKind::BlockBitmap).is_ok());
     }
 
@@ -334,9 +359,21 @@ mod tests {
     #[test]
     fn lookup_finds_overlaps_at_range_edges() {
         let map = map_of(vec![
-            MetadataRange { start: 4096, end: 8192, kind: MetadataKind::Superblock },
-            MetadataRange { start: 8192, end: 12288, kind: MetadataKind::GroupDescriptors },
-            MetadataRange { start: 40960, end: 81920, kind: MetadataKind::Journal },
+            MetadataRange {
+                start: 4096,
+                end: 8192,
+                kind: MetadataKind::Superblock,
+            },
+            MetadataRange {
+                start: 8192,
+                end: 12288,
+                kind: MetadataKind::GroupDescriptors,
+            },
+            MetadataRange {
+                start: 40960,
+                end: 81920,
+                kind: MetadataKind::Journal,
+            },
         ]);
         assert_eq!(map.lookup(0, 4096), None);
         assert_eq!(map.lookup(0, 4097), Some(MetadataKind::Superblock));

@@ -115,7 +115,11 @@ pub enum FsMetaError {
 }
 
 /// Calls `read` and attaches the offset and length to its error.
-pub(crate) fn read_at(read: &mut ReadAt<'_>, offset: u64, buffer: &mut [u8]) -> Result<(), FsMetaError> {
+pub(crate) fn read_at(
+    read: &mut ReadAt<'_>,
+    offset: u64,
+    buffer: &mut [u8],
+) -> Result<(), FsMetaError> {
     read(offset, buffer).map_err(|source| FsMetaError::Read {
         offset,
         len: buffer.len(),
@@ -141,8 +145,11 @@ pub fn derive_metadata_map(
     }
     let mut head = vec![0u8; SUPERBLOCK_PROBE_BYTES];
     read_at(read, 0, &mut head)?;
-    if head.starts_with(b"XFSB") {
-        let superblock = XfsSuperblock::parse(&head)?;
+    // The same precedence as detect_superblock: a valid xfs superblock first, then ext.
+    let xfs_superblock = head
+        .starts_with(b"XFSB")
+        .then(|| XfsSuperblock::parse(&head));
+    if let Some(Ok(superblock)) = xfs_superblock {
         return xfs::derive(superblock, volume_bytes);
     }
     let ext_bytes = &head[EXT_SUPERBLOCK_OFFSET as usize..][..EXT_SUPERBLOCK_BYTES];
@@ -150,5 +157,8 @@ pub fn derive_metadata_map(
         let superblock = ExtSuperblock::parse(ext_bytes)?;
         return ext::derive(superblock, volume_bytes, read);
     }
-    Err(FsMetaError::NoFileSystem)
+    match xfs_superblock {
+        Some(Err(error)) => Err(error),
+        _ => Err(FsMetaError::NoFileSystem),
+    }
 }

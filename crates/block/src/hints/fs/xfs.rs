@@ -71,7 +71,9 @@ impl XfsSuperblock {
             || !(BLOCK_BYTES_MIN..=BLOCK_BYTES_MAX).contains(&block_bytes)
             || u32::from(block_log) != block_bytes.trailing_zeros()
         {
-            return Err(bad("block size not a power of two in 512..=65536 matching blocklog"));
+            return Err(bad(
+                "block size not a power of two in 512..=65536 matching blocklog",
+            ));
         }
         let sector_bytes = superblock.sector_bytes;
         if !sector_bytes.is_power_of_two()
@@ -160,8 +162,8 @@ pub(crate) fn derive(
             volume_bytes,
         })?;
     let mut builder = MapBuilder::new(block_bytes, superblock.data_blocks);
-    let header_blocks = (AG_HEADER_SECTORS * u64::from(superblock.sector_bytes))
-        .div_ceil(u64::from(block_bytes));
+    let header_blocks =
+        (AG_HEADER_SECTORS * u64::from(superblock.sector_bytes)).div_ceil(u64::from(block_bytes));
     for ag in 0..u64::from(superblock.ag_count) {
         builder.add_blocks(
             ag * u64::from(superblock.ag_blocks),

@@ -2,7 +2,7 @@
 //! descriptor blocks (classic or `meta_bg`), reserved descriptor blocks, bitmaps, inode tables.
 
 use super::superblock::ExtSuperblock;
-use crate::hints::fs::bytes::{le16, le32};
+use crate::hints::fs::bytes::le32;
 use crate::hints::fs::map::{MapBuilder, MetadataKind};
 use crate::hints::fs::{read_at, FsMetaError, ReadAt};
 
@@ -10,14 +10,15 @@ use crate::hints::fs::{read_at, FsMetaError, ReadAt};
 const DESCRIPTOR_READ_BYTES_MAX: usize = 256 * 1024;
 
 /// Where one group's bitmaps and inode table are, as its descriptor records them.
+///
+/// The descriptor's flags (INODE_UNINIT, BLOCK_UNINIT, ITABLE_ZEROED) are not kept: an
+/// uninitialised group still owns its bitmaps and inode table (mke2fs allocates them and
+/// dumpe2fs lists them), so the flags do not change the map.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct GroupDescriptor {
     pub(crate) block_bitmap: u64,
     pub(crate) inode_bitmap: u64,
     pub(crate) inode_table: u64,
-    /// `bg_flags`: INODE_UNINIT, BLOCK_UNINIT, ITABLE_ZEROED. Uninitialised groups still own
-    /// their bitmaps and inode table, so the flags do not change the map.
-    pub(crate) flags: u16,
 }
 
 /// The block that holds descriptor block `index` (the primary copy).
@@ -101,7 +102,6 @@ fn parse_descriptor(
         block_bitmap: location(0x00, 0x20).ok_or_else(truncated)?,
         inode_bitmap: location(0x04, 0x24).ok_or_else(truncated)?,
         inode_table: location(0x08, 0x28).ok_or_else(truncated)?,
-        flags: le16(bytes, 0x12).ok_or_else(truncated)?,
     };
     let first_data_block = u64::from(superblock.first_data_block);
     let inside = |block: u64, count: u64| {
@@ -139,8 +139,12 @@ pub(crate) fn add_group_structures(
     builder: &mut MapBuilder,
 ) -> Result<(), FsMetaError> {
     let descriptors_per_block = superblock.descriptors_per_block();
-    // Outside meta_bg every superblock copy is followed by the whole descriptor table; with
-    // meta_bg only the first `first_meta_bg` descriptor blocks keep that classic placement.
+    // Outside meta_bg every superblock copy is followed by the whole descriptor table and the
+    // reserved descriptor blocks; with meta_bg only the first `first_meta_bg` descriptor
+    // blocks keep that classic placement (in the groups of the first `first_meta_bg` meta
+    // groups). The reserved blocks follow them there too, as the kernel counts them
+    // (`ext4_num_base_meta_blocks`); mke2fs refuses resize_inode with meta_bg, so the count
+    // is zero unless a resize converted the file system.
     let classic_descriptor_blocks = if superblock.has_meta_bg() {
         u64::from(superblock.first_meta_bg)
     } else {
@@ -156,7 +160,11 @@ pub(crate) fn add_group_structures(
         let meta_group = group / descriptors_per_block;
         if !superblock.has_meta_bg() || meta_group < u64::from(superblock.first_meta_bg) {
             if has_superblock {
-                builder.add_blocks(base + 1, classic_descriptor_blocks, MetadataKind::GroupDescriptors)?;
+                builder.add_blocks(
+                    base + 1,
+                    classic_descriptor_blocks,
+                    MetadataKind::GroupDescriptors,
+                )?;
                 builder.add_blocks(
                     base + 1 + classic_descriptor_blocks,
                     u64::from(superblock.reserved_gdt_blocks),
@@ -176,7 +184,11 @@ pub(crate) fn add_group_structures(
         }
         builder.add_blocks(descriptor.block_bitmap, 1, MetadataKind::BlockBitmap)?;
         builder.add_blocks(descriptor.inode_bitmap, 1, MetadataKind::InodeBitmap)?;
-        builder.add_blocks(descriptor.inode_table, inode_table_blocks, MetadataKind::InodeTable)?;
+        builder.add_blocks(
+            descriptor.inode_table,
+            inode_table_blocks,
+            MetadataKind::InodeTable,
+        )?;
     }
     Ok(())
 }

@@ -132,7 +132,8 @@ impl Walker<'_, '_> {
 
     fn flush(&mut self) -> Result<(), FsMetaError> {
         if let Some((start, count)) = self.pending.take() {
-            self.builder.add_blocks(start, count, MetadataKind::Journal)?;
+            self.builder
+                .add_blocks(start, count, MetadataKind::Journal)?;
         }
         Ok(())
     }
@@ -190,7 +191,9 @@ impl Walker<'_, '_> {
         }
         for entry in 0..usize::from(header.entries) {
             let at = EXTENT_HEADER_BYTES + entry * EXTENT_ENTRY_BYTES;
-            let truncated = || FsMetaError::BadExtentNode { reason: "truncated" };
+            let truncated = || FsMetaError::BadExtentNode {
+                reason: "truncated",
+            };
             if header.depth > 0 {
                 let child = u64::from(le32(node, at + 4).ok_or_else(truncated)?)
                     | (u64::from(le16(node, at + 8).ok_or_else(truncated)?) << 32);

@@ -109,9 +109,21 @@ impl ExtSuperblock {
             return Err(bad("revision level above 1"));
         }
         let dynamic = revision == REVISION_DYNAMIC;
-        let feature_compat = if dynamic { field(le32(bytes, 0x5C))? } else { 0 };
-        let feature_incompat = if dynamic { field(le32(bytes, 0x60))? } else { 0 };
-        let feature_ro_compat = if dynamic { field(le32(bytes, 0x64))? } else { 0 };
+        let feature_compat = if dynamic {
+            field(le32(bytes, 0x5C))?
+        } else {
+            0
+        };
+        let feature_incompat = if dynamic {
+            field(le32(bytes, 0x60))?
+        } else {
+            0
+        };
+        let feature_ro_compat = if dynamic {
+            field(le32(bytes, 0x64))?
+        } else {
+            0
+        };
         if feature_incompat & !INCOMPAT_KNOWN != 0 {
             return Err(FsMetaError::Unsupported {
                 what: "unknown incompatible ext feature",
@@ -123,7 +135,11 @@ impl ExtSuperblock {
         }
         let block_bytes = 1024u32 << log_block_size;
         let is_64bit = feature_incompat & INCOMPAT_64BIT != 0;
-        let blocks_count_high = if is_64bit { field(le32(bytes, 0x150))? } else { 0 };
+        let blocks_count_high = if is_64bit {
+            field(le32(bytes, 0x150))?
+        } else {
+            0
+        };
         let blocks_count =
             u64::from(field(le32(bytes, 0x04))?) | (u64::from(blocks_count_high) << 32);
         let mut superblock = ExtSuperblock {
@@ -134,7 +150,11 @@ impl ExtSuperblock {
             log_cluster_ratio: 0,
             blocks_per_group: field(le32(bytes, 0x20))?,
             inodes_per_group: field(le32(bytes, 0x28))?,
-            inode_bytes: if dynamic { field(le16(bytes, 0x58))? } else { INODE_BYTES_REVISION_0 },
+            inode_bytes: if dynamic {
+                field(le16(bytes, 0x58))?
+            } else {
+                INODE_BYTES_REVISION_0
+            },
             feature_compat,
             feature_incompat: feature_incompat & !INCOMPAT_RECOVER,
             feature_ro_compat: feature_ro_compat & !RO_COMPAT_ORPHAN_PRESENT,
@@ -169,7 +189,9 @@ impl ExtSuperblock {
             }
             let expected = u64::from(clusters_per_group) << superblock.log_cluster_ratio;
             if u64::from(superblock.blocks_per_group) != expected {
-                return Err(bad("blocks per group is not clusters per group times ratio"));
+                return Err(bad(
+                    "blocks per group is not clusters per group times ratio",
+                ));
             }
         } else if superblock.blocks_per_group == 0 || superblock.blocks_per_group > 8 * block_bytes
         {
@@ -185,7 +207,8 @@ impl ExtSuperblock {
         {
             return Err(bad("inode size not a power of two in 128..=block size"));
         }
-        let expected_first_data_block = u32::from(block_bytes == 1024 && superblock.log_cluster_ratio == 0);
+        let expected_first_data_block =
+            u32::from(block_bytes == 1024 && superblock.log_cluster_ratio == 0);
         if superblock.first_data_block != expected_first_data_block {
             return Err(bad("first data block inconsistent with block size"));
         }
@@ -210,7 +233,9 @@ impl ExtSuperblock {
             if !(DESCRIPTOR_BYTES_64BIT_MIN..=DESCRIPTOR_BYTES_MAX).contains(&size)
                 || !size.is_power_of_two()
             {
-                return Err(bad("64-bit descriptor size not a power of two in 64..=1024"));
+                return Err(bad(
+                    "64-bit descriptor size not a power of two in 64..=1024",
+                ));
             }
             size
         } else {
@@ -326,7 +351,10 @@ impl ExtSuperblock {
             return true;
         }
         if self.feature_compat & COMPAT_SPARSE_SUPER2 != 0 {
-            return self.backup_groups.iter().any(|&backup| u64::from(backup) == group);
+            return self
+                .backup_groups
+                .iter()
+                .any(|&backup| u64::from(backup) == group);
         }
         if self.feature_ro_compat & RO_COMPAT_SPARSE_SUPER == 0 || group == 1 {
             return true;
@@ -341,7 +369,7 @@ fn is_power_of(mut value: u64, base: u64) -> bool {
     if value < base {
         return false;
     }
-    while value % base == 0 {
+    while value.checked_rem(base) == Some(0) {
         value /= base;
     }
     value == 1
@@ -377,7 +405,10 @@ mod tests {
             backup_groups: [0, 0],
         };
         let backups: Vec<u64> = (0..400).filter(|&g| superblock.has_superblock(g)).collect();
-        assert_eq!(backups, vec![0, 1, 3, 5, 7, 9, 25, 27, 49, 81, 125, 243, 343]);
+        assert_eq!(
+            backups,
+            vec![0, 1, 3, 5, 7, 9, 25, 27, 49, 81, 125, 243, 343]
+        );
         assert!(!is_power_of(1, 3));
         assert!(is_power_of(2187, 3));
     }
