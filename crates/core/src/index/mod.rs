@@ -1,2 +1,3 @@
 //! (in progress)
 pub mod cache;
+pub mod filter;
