@@ -1,3 +1,4 @@
 //! (in progress)
 pub mod cache;
+pub mod disk;
 pub mod filter;
