@@ -1,0 +1,176 @@
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::index::cache::conformance::fingerprint;
+use crate::pages::PageStoreOptions;
+use crate::storage::{SimulatedStorage, Storage};
+
+fn open_pages(storage: &Arc<dyn Storage>, cache_pages: usize) -> PageStore {
+    PageStore::open(storage.clone(), "meta", PageStoreOptions { cache_pages })
+        .unwrap()
+        .0
+}
+
+fn new_index() -> (Arc<dyn Storage>, PageStore, DiskIndex) {
+    let storage: Arc<dyn Storage> = Arc::new(SimulatedStorage::new());
+    let mut pages = open_pages(&storage, 64);
+    let index = DiskIndex::open(&mut pages, "fp", DiskIndexLimits::default()).unwrap();
+    (storage, pages, index)
+}
+
+/// Goal: inserts, replacements, lookups and removals behave as a map, across many splits,
+/// and the structure verifies. Method: 20,000 entries (about 200 buckets).
+#[test]
+fn behaves_as_a_map_across_splits() {
+    let (_storage, mut pages, mut index) = new_index();
+    for n in 0..20_000 {
+        assert_eq!(index.insert(&mut pages, &fingerprint(n), n).unwrap(), None);
+    }
+    assert_eq!(index.len(), 20_000);
+    assert!(index.global_depth() >= 7, "depth {}", index.global_depth());
+    assert_eq!(index.insert(&mut pages, &fingerprint(5), 55).unwrap(), Some(5));
+    assert_eq!(index.lookup(&mut pages, &fingerprint(5)).unwrap(), Some(55));
+    assert_eq!(index.remove(&mut pages, &fingerprint(6)).unwrap(), Some(6));
+    assert_eq!(index.remove(&mut pages, &fingerprint(6)).unwrap(), None);
+    assert_eq!(index.lookup(&mut pages, &fingerprint(6)).unwrap(), None);
+    assert_eq!(index.lookup(&mut pages, &fingerprint(7)).unwrap(), Some(7));
+    assert_eq!(index.verify(&mut pages).unwrap(), 19_999);
+    let mut seen = BTreeMap::new();
+    index
+        .for_each_entry(&mut pages, |fp, value| {
+            seen.insert(*fp, value);
+        })
+        .unwrap();
+    assert_eq!(seen.len(), 19_999);
+    assert_eq!(seen[&fingerprint(5)], 55);
+    let expected_pages = 20_000 / BUCKET_ENTRIES as u64;
+    assert!(index.bucket_pages() >= expected_pages && index.bucket_pages() <= expected_pages * 2);
+}
+
+/// Goal: every lookup, hit or miss, reads exactly one page. Method: the index's counter of
+/// bucket page reads, checked around each of 10,000 lookups on a 50,000-entry index.
+#[test]
+fn one_page_read_per_lookup() {
+    let (_storage, mut pages, mut index) = new_index();
+    for n in 0..50_000 {
+        index.insert(&mut pages, &fingerprint(n), n).unwrap();
+    }
+    for n in (0..100_000).step_by(10) {
+        let before = index.bucket_page_reads();
+        let found = index.lookup(&mut pages, &fingerprint(n)).unwrap();
+        assert_eq!(found, (n < 50_000).then_some(n));
+        assert_eq!(index.bucket_page_reads() - before, 1);
+    }
+}
+
+/// Goal: a full bucket at the depth limit is a typed error, not a panic or a corrupt index.
+/// Method: a depth limit of 2 (at most 4 buckets) and more entries than they hold.
+#[test]
+fn depth_limit_is_a_typed_error() {
+    let storage: Arc<dyn Storage> = Arc::new(SimulatedStorage::new());
+    let mut pages = open_pages(&storage, 64);
+    let limits = DiskIndexLimits {
+        global_depth_max: 2,
+    };
+    let mut index = DiskIndex::open(&mut pages, "fp", limits).unwrap();
+    let mut stored = 0;
+    let error = (0..1_000)
+        .find_map(|n| match index.insert(&mut pages, &fingerprint(n), n) {
+            Ok(_) => {
+                stored += 1;
+                None
+            }
+            Err(error) => Some(error),
+        })
+        .expect("the limit is reached");
+    assert!(matches!(error, Error::Limit(_)), "{error}");
+    assert!(stored <= 4 * BUCKET_ENTRIES as u64 && stored > BUCKET_ENTRIES as u64);
+    assert_eq!(index.verify(&mut pages).unwrap(), stored);
+    for n in 0..stored {
+        assert_eq!(index.lookup(&mut pages, &fingerprint(n)).unwrap(), Some(n));
+    }
+}
+
+/// Goal: a damaged bucket page is reported as corruption. Method: overwrite a bucket's
+/// marker through the page store.
+#[test]
+fn damaged_buckets_are_corrupt() {
+    let (_storage, mut pages, mut index) = new_index();
+    index.insert(&mut pages, &fingerprint(1), 1).unwrap();
+    let area = pages.area("fp.buckets");
+    pages.write(area, 0).unwrap()[1] = 0;
+    let error = index.lookup(&mut pages, &fingerprint(1)).unwrap_err();
+    assert!(error.is_corrupt(), "{error}");
+}
+
+#[derive(Debug, Clone)]
+enum Operation {
+    Insert(u64, u64),
+    Remove(u64),
+    Lookup(u64),
+    CheckpointAndReopen,
+    Reopen,
+}
+
+fn operation() -> impl Strategy<Value = Operation> {
+    // Keys from a space large enough to split buckets many times, small enough to repeat.
+    let key = 0..3_000u64;
+    prop_oneof![
+        8 => (key.clone(), any::<u64>()).prop_map(|(k, v)| Operation::Insert(k, v)),
+        3 => key.clone().prop_map(Operation::Remove),
+        3 => key.prop_map(Operation::Lookup),
+        1 => Just(Operation::CheckpointAndReopen),
+        1 => Just(Operation::Reopen),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Goal: the index matches a BTreeMap under random operations, and reopening yields the
+    /// state of the last checkpoint. Method: a model per checkpoint; `Reopen` without a
+    /// checkpoint drops the page store and must bring back the last checkpointed model.
+    #[test]
+    fn matches_a_model_through_reopens(operations in prop::collection::vec(operation(), 1..1_500)) {
+        let storage: Arc<dyn Storage> = Arc::new(SimulatedStorage::new());
+        let mut pages = open_pages(&storage, 8);
+        let mut index = DiskIndex::open(&mut pages, "fp", DiskIndexLimits::default()).unwrap();
+        let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut checkpointed = model.clone();
+        for operation in operations {
+            match operation {
+                Operation::Insert(key, value) => {
+                    let previous = index.insert(&mut pages, &fingerprint(key), value).unwrap();
+                    prop_assert_eq!(previous, model.insert(key, value));
+                }
+                Operation::Remove(key) => {
+                    let removed = index.remove(&mut pages, &fingerprint(key)).unwrap();
+                    prop_assert_eq!(removed, model.remove(&key));
+                }
+                Operation::Lookup(key) => {
+                    let found = index.lookup(&mut pages, &fingerprint(key)).unwrap();
+                    prop_assert_eq!(found, model.get(&key).copied());
+                }
+                Operation::CheckpointAndReopen | Operation::Reopen => {
+                    if matches!(operation, Operation::CheckpointAndReopen) {
+                        pages.checkpoint(b"").unwrap();
+                        checkpointed = model.clone();
+                    }
+                    drop(index);
+                    pages = open_pages(&storage, 8);
+                    index = DiskIndex::open(&mut pages, "fp", DiskIndexLimits::default()).unwrap();
+                    model = checkpointed.clone();
+                    prop_assert_eq!(index.verify(&mut pages).unwrap(), model.len() as u64);
+                }
+            }
+            prop_assert_eq!(index.len(), model.len() as u64);
+        }
+        prop_assert_eq!(index.verify(&mut pages).unwrap(), model.len() as u64);
+        for (&key, &value) in &model {
+            prop_assert_eq!(index.lookup(&mut pages, &fingerprint(key)).unwrap(), Some(value));
+        }
+    }
+}
