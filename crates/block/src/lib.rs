@@ -1,3 +1,20 @@
-//! The deduplicating block device: volumes, the block translation layer, hints. (in progress)
+//! onecopy's deduplicating block device.
+//!
+//! Volumes are virtual disks whose blocks are deduplicated inline into one chunk store shared
+//! by every volume of a repository (paper 1 §3.3): the block translation layer maps each
+//! volume block to a chunk id, the chunk store maps ids to stored chunks with reference
+//! counts, and the fingerprint index finds duplicates. Reads go through a content-addressed
+//! cache (paper 4 §3.2). Hints (paper 1 §3.2) decide which writes are deduplicated inline,
+//! stored without deduplication, or deduplicated later. The [`Engine`] serves all volumes;
+//! [`export`] puts them on the network as NBD exports.
 
+pub mod cache;
+pub mod config;
+pub mod engine;
 pub mod hints;
+pub mod records;
+pub mod volume;
+
+pub use config::{BlockConfig, HintSettings, RuntimeOptions};
+pub use engine::{Engine, EngineStats, Extent, VolumeStats};
+pub use volume::{ByteRange, VolumeId, VolumeRecord};

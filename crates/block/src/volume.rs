@@ -123,7 +123,9 @@ impl VolumeRecord {
 
     /// True when `[start, end)` overlaps an explicit no-dedup range.
     pub fn in_no_dedup_range(&self, start: u64, end: u64) -> bool {
-        let after = self.no_dedup_ranges.partition_point(|range| range.end <= start);
+        let after = self
+            .no_dedup_ranges
+            .partition_point(|range| range.end <= start);
         self.no_dedup_ranges
             .get(after)
             .is_some_and(|range| range.overlaps(start, end))
@@ -187,18 +189,53 @@ mod tests {
     #[test]
     fn no_dedup_ranges_merge_and_split() {
         let mut volume = record();
-        volume.set_no_dedup(ByteRange::parse("0..8KiB").unwrap(), true).unwrap();
-        volume.set_no_dedup(ByteRange::parse("4KiB..16KiB").unwrap(), true).unwrap();
-        assert_eq!(volume.no_dedup_ranges, vec![ByteRange { start: 0, end: 16384 }]);
-        volume.set_no_dedup(ByteRange { start: 4096, end: 8192 }, false).unwrap();
+        volume
+            .set_no_dedup(ByteRange::parse("0..8KiB").unwrap(), true)
+            .unwrap();
+        volume
+            .set_no_dedup(ByteRange::parse("4KiB..16KiB").unwrap(), true)
+            .unwrap();
         assert_eq!(
             volume.no_dedup_ranges,
-            vec![ByteRange { start: 0, end: 4096 }, ByteRange { start: 8192, end: 16384 }]
+            vec![ByteRange {
+                start: 0,
+                end: 16384
+            }]
+        );
+        volume
+            .set_no_dedup(
+                ByteRange {
+                    start: 4096,
+                    end: 8192,
+                },
+                false,
+            )
+            .unwrap();
+        assert_eq!(
+            volume.no_dedup_ranges,
+            vec![
+                ByteRange {
+                    start: 0,
+                    end: 4096
+                },
+                ByteRange {
+                    start: 8192,
+                    end: 16384
+                }
+            ]
         );
         assert!(volume.in_no_dedup_range(0, 1));
         assert!(!volume.in_no_dedup_range(4096, 8192));
         assert!(volume.in_no_dedup_range(8000, 8193));
-        assert!(volume.set_no_dedup(ByteRange { start: 0, end: 2 << 20 }, true).is_err());
+        assert!(volume
+            .set_no_dedup(
+                ByteRange {
+                    start: 0,
+                    end: 2 << 20
+                },
+                true
+            )
+            .is_err());
         assert!(ByteRange::parse("5..5").is_err());
     }
 

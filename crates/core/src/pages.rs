@@ -830,7 +830,8 @@ mod tests {
     #[test]
     fn clear_area_frees_slots_after_checkpoint() {
         let storage: Arc<dyn Storage> = Arc::new(SimulatedStorage::new());
-        let (mut pages, _) = PageStore::open(storage.clone(), "m", PageStoreOptions::default()).unwrap();
+        let (mut pages, _) =
+            PageStore::open(storage.clone(), "m", PageStoreOptions::default()).unwrap();
         let doomed = pages.area("doomed");
         for page in 0..4 {
             fill(&mut pages, doomed, page, 9);

@@ -51,7 +51,10 @@ fn permanent_owner(volume: VolumeId, block: u64) -> u64 {
 
 /// The volume and block of a deferred chunk's owner tag.
 pub(crate) fn deferred_owner_parts(owner: u64) -> Option<(VolumeId, u64)> {
-    (owner >> 63 == 1).then_some((((owner >> 42) & ((1 << 21) - 1)) as VolumeId, owner & ((1 << 42) - 1)))
+    (owner >> 63 == 1).then_some((
+        ((owner >> 42) & ((1 << 21) - 1)) as VolumeId,
+        owner & ((1 << 42) - 1),
+    ))
 }
 
 fn check_range(record: &VolumeRecord, offset: u64, length: u64) -> Result<()> {
@@ -107,7 +110,8 @@ impl Engine {
                 &mut block
             };
             read_located(read.file.as_ref(), &read.location, target)?;
-            self.content_cache.insert(CacheKey::of(&read.location), target);
+            self.content_cache
+                .insert(CacheKey::of(&read.location), target);
             if !whole {
                 out[read.request_offset..read.request_offset + read.take]
                     .copy_from_slice(&block[read.skip..read.skip + read.take]);
@@ -210,7 +214,8 @@ impl Engine {
             let mut state = self.state.lock();
             self.check_usable(&state)?;
             state.counters.writes += 1;
-            let result = self.write_locked(&mut state, &record, offset, data, &plans, &fingerprints);
+            let result =
+                self.write_locked(&mut state, &record, offset, data, &plans, &fingerprints);
             self.fail_on_error(&mut state, result)?;
         }
         if fua {
@@ -237,7 +242,9 @@ impl Engine {
             }
         }
         let mut fingerprints = vec![Fingerprint::ZERO; inputs.len()];
-        self.config.fingerprint.hash_batch(&inputs, &mut fingerprints);
+        self.config
+            .fingerprint
+            .hash_batch(&inputs, &mut fingerprints);
         fingerprints
     }
 
@@ -277,14 +284,22 @@ impl Engine {
                     let to = (offset + data.len() as u64).min(block_start + block_bytes);
                     merged[(from - block_start) as usize..(to - block_start) as usize]
                         .copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
-                    let decision = decide_write(record, filesystem.as_deref(), block_start, &merged);
+                    let decision =
+                        decide_write(record, filesystem.as_deref(), block_start, &merged);
                     let fingerprint = match decision {
                         WriteDecision::Deduplicate => Some(self.config.fingerprint.hash(&merged)),
                         _ => None,
                     };
                     let content = std::mem::take(&mut merged);
-                    let chunk =
-                        self.store_block(state, record, block, &content, decision, fingerprint, now);
+                    let chunk = self.store_block(
+                        state,
+                        record,
+                        block,
+                        &content,
+                        decision,
+                        fingerprint,
+                        now,
+                    );
                     merged = content;
                     chunk?
                 }
@@ -410,7 +425,14 @@ impl Engine {
     /// Releases whole blocks in `[offset, offset + length)`; partial blocks are left as they
     /// are (TRIM is advisory). With `zero_partial`, partial blocks are overwritten with zeros
     /// instead (WRITE_ZEROES).
-    fn unmap(&self, volume: VolumeId, offset: u64, length: u64, zero_partial: bool, fua: bool) -> Result<()> {
+    fn unmap(
+        &self,
+        volume: VolumeId,
+        offset: u64,
+        length: u64,
+        zero_partial: bool,
+        fua: bool,
+    ) -> Result<()> {
         self.note_request();
         {
             let mut state = self.state.lock();
@@ -443,11 +465,21 @@ impl Engine {
             let zeros = vec![0u8; block_bytes as usize];
             let head_end = end.min(whole_start * block_bytes);
             if head_end > offset {
-                self.write_partial_zeros(state, record, offset, &zeros[..(head_end - offset) as usize])?;
+                self.write_partial_zeros(
+                    state,
+                    record,
+                    offset,
+                    &zeros[..(head_end - offset) as usize],
+                )?;
             }
             let tail_start = (whole_end * block_bytes).max(offset);
             if whole_end >= whole_start && end > tail_start {
-                self.write_partial_zeros(state, record, tail_start, &zeros[..(end - tail_start) as usize])?;
+                self.write_partial_zeros(
+                    state,
+                    record,
+                    tail_start,
+                    &zeros[..(end - tail_start) as usize],
+                )?;
             }
         }
         for block in whole_start..whole_end.max(whole_start) {
@@ -461,7 +493,13 @@ impl Engine {
         self.checkpoint_if_due(state)
     }
 
-    fn write_partial_zeros(&self, state: &mut EngineState, record: &VolumeRecord, offset: u64, zeros: &[u8]) -> Result<()> {
+    fn write_partial_zeros(
+        &self,
+        state: &mut EngineState,
+        record: &VolumeRecord,
+        offset: u64,
+        zeros: &[u8],
+    ) -> Result<()> {
         let plans = plan_blocks(record, None, offset, zeros);
         debug_assert!(plans.iter().all(|plan| matches!(plan, BlockPlan::Partial)));
         self.write_locked(state, record, offset, zeros, &plans, &[])
@@ -473,7 +511,13 @@ impl Engine {
     }
 
     /// Makes `[offset, offset + length)` read as zeros, storing nothing for whole blocks.
-    pub fn write_zeroes(&self, volume: VolumeId, offset: u64, length: u64, fua: bool) -> Result<()> {
+    pub fn write_zeroes(
+        &self,
+        volume: VolumeId,
+        offset: u64,
+        length: u64,
+        fua: bool,
+    ) -> Result<()> {
         self.unmap(volume, offset, length, true, fua)
     }
 
@@ -487,7 +531,8 @@ impl Engine {
         check_range(&record, offset, length)?;
         let block_bytes = record.block_bytes as u64;
         let map = state.volumes[&volume].map;
-        let end = (offset + length).min(offset - offset % block_bytes + BLOCK_STATUS_BLOCKS_MAX * block_bytes);
+        let end = (offset + length)
+            .min(offset - offset % block_bytes + BLOCK_STATUS_BLOCKS_MAX * block_bytes);
         let mut extents: Vec<Extent> = Vec::new();
         let mut position = offset;
         while position < end {
@@ -514,9 +559,10 @@ impl Engine {
         let mut pending = Vec::new();
         let block_bytes;
         {
-            let mut state = self.state.lock();
-            self.check_usable(&state)?;
-            let record = self.volume_record(&state, volume)?;
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
+            self.check_usable(state)?;
+            let record = self.volume_record(state, volume)?;
             check_range(&record, offset, length)?;
             block_bytes = record.block_bytes as u64;
             let map = state.volumes[&volume].map;
@@ -535,10 +581,16 @@ impl Engine {
                         .prefetch_known(&chunk_record.fingerprint, chunk);
                     state.counters.prefetched_fingerprints += 1;
                 }
-                if self.content_cache.enabled() && !self.content_cache.contains(CacheKey::of(&chunk_record.location)) {
+                if self.content_cache.enabled()
+                    && !self
+                        .content_cache
+                        .contains(CacheKey::of(&chunk_record.location))
+                {
                     let mut scratch = vec![0u8; block_bytes as usize];
                     if let ChunkRead::File { file, location } =
-                        state.chunks.plan_read(&mut state.pages, chunk, &mut scratch)?
+                        state
+                            .chunks
+                            .plan_read(&mut state.pages, chunk, &mut scratch)?
                     {
                         pending.push((file, location));
                     }
@@ -581,7 +633,12 @@ fn plan_blocks(
         let block_end = block_start + block_bytes;
         if position == block_start && block_end <= end {
             let content = &data[(position - offset) as usize..(block_end - offset) as usize];
-            plans.push(BlockPlan::Whole(decide_write(record, filesystem, block_start, content)));
+            plans.push(BlockPlan::Whole(decide_write(
+                record,
+                filesystem,
+                block_start,
+                content,
+            )));
         } else {
             plans.push(BlockPlan::Partial);
         }

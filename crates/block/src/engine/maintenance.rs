@@ -96,11 +96,18 @@ impl Engine {
         }
         let probe_bytes = crate::hints::fs::SUPERBLOCK_PROBE_BYTES.min(record.size_bytes as usize);
         let mut probe = vec![0u8; probe_bytes];
-        if self.read_bytes_locked(state, &record, 0, &mut probe).is_err() {
+        if self
+            .read_bytes_locked(state, &record, 0, &mut probe)
+            .is_err()
+        {
             return;
         }
         let Some(detected) = crate::hints::fs::detect_superblock(0, &probe) else {
-            state.volumes.get_mut(&id).expect("volume exists").filesystem = None;
+            state
+                .volumes
+                .get_mut(&id)
+                .expect("volume exists")
+                .filesystem = None;
             return;
         };
         let current = state.volumes[&id].filesystem.clone();
@@ -116,7 +123,11 @@ impl Engine {
         if map.is_some() {
             state.counters.filesystem_maps_derived += 1;
         }
-        state.volumes.get_mut(&id).expect("volume exists").filesystem = map;
+        state
+            .volumes
+            .get_mut(&id)
+            .expect("volume exists")
+            .filesystem = map;
     }
 
     /// Reads any byte range of a volume under the lock.
@@ -167,7 +178,13 @@ impl Engine {
                 break;
             }
             let batch_end = (next + DEDUP_BATCH_CHUNKS).min(end);
-            let result = self.deduplicate_batch(&mut state, next..batch_end, volume, minimum_age_seconds, &mut report);
+            let result = self.deduplicate_batch(
+                &mut state,
+                next..batch_end,
+                volume,
+                minimum_age_seconds,
+                &mut report,
+            );
             self.fail_on_error(&mut state, result)?;
             next = batch_end;
         }
@@ -216,20 +233,28 @@ impl Engine {
             if map_entry(&mut state.pages, &map, block)? != id {
                 return Err(Error::corrupt(
                     format!("chunk {id}"),
-                    format!("its owner, block {block} of volume {}, no longer maps to it", volume_record.name),
+                    format!(
+                        "its owner, block {block} of volume {}, no longer maps to it",
+                        volume_record.name
+                    ),
                 ));
             }
             data.resize(record.location.raw_bytes as usize, 0);
             state.chunks.read_into(&mut state.pages, id, &mut data)?;
             let fingerprint = algorithm.hash(&data);
-            let existing = state.chunks.index().lookup(&mut state.pages, &fingerprint)?;
+            let existing = state
+                .chunks
+                .index()
+                .lookup(&mut state.pages, &fingerprint)?;
             let mut merged = false;
             if let Some(existing) = existing {
                 let target = state.chunks.record(&mut state.pages, existing)?;
                 let mut same = target.in_use && target.references < REFERENCES_MAX;
                 if same && algorithm.is_weak() {
                     stored.resize(target.location.raw_bytes as usize, 0);
-                    state.chunks.read_into(&mut state.pages, existing, &mut stored)?;
+                    state
+                        .chunks
+                        .read_into(&mut state.pages, existing, &mut stored)?;
                     same = stored == data;
                 }
                 if same {
@@ -345,7 +370,10 @@ impl Engine {
                 report.damaged_chunks.push(id);
             }
             if record.indexed {
-                let found = state.chunks.index().lookup(&mut state.pages, &record.fingerprint)?;
+                let found = state
+                    .chunks
+                    .index()
+                    .lookup(&mut state.pages, &record.fingerprint)?;
                 if found != Some(id) {
                     report.index_missing += 1;
                     if repair {
@@ -361,9 +389,9 @@ impl Engine {
         {
             let EngineState { pages, chunks, .. } = &mut *state;
             let mut entries = Vec::new();
-            chunks
-                .index()
-                .for_each_entry(pages, |fingerprint, value| entries.push((*fingerprint, value)))?;
+            chunks.index().for_each_entry(pages, |fingerprint, value| {
+                entries.push((*fingerprint, value))
+            })?;
             report.index_entries = entries.len() as u64;
             for (fingerprint, value) in entries {
                 let valid = value > 0 && value < end && {

@@ -31,7 +31,9 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use onecopy_core::catalog::{Catalog, CatalogView, NamedTable};
-use onecopy_core::chunk_store::{ChunkChange, ChunkId, ChunkStore, ChunkStoreOptions, ChunkStoreState};
+use onecopy_core::chunk_store::{
+    ChunkChange, ChunkId, ChunkStore, ChunkStoreOptions, ChunkStoreState,
+};
 use onecopy_core::container::ContainerStore;
 use onecopy_core::journal::{Journal, ReplayControl};
 use onecopy_core::pages::{PageStore, PageStoreOptions, RecordArea};
@@ -40,8 +42,8 @@ use onecopy_core::{Error, Result};
 
 use crate::cache::ContentCache;
 use crate::config::{BlockConfig, RuntimeOptions};
-use crate::hints::CopyDetector;
 use crate::hints::fs::MetadataMap;
+use crate::hints::CopyDetector;
 use crate::records::{self, BlockChange};
 use crate::volume::{VolumeId, VolumeRecord};
 
@@ -94,7 +96,7 @@ pub struct EngineCounters {
 
 /// Per-volume runtime state.
 pub(crate) struct VolumeState {
-    pub(crate) record: VolumeRecord,
+    pub(crate) record: Arc<VolumeRecord>,
     pub(crate) map: RecordArea,
     /// File-system metadata ranges derived from the last superblock written.
     pub(crate) filesystem: Option<Arc<MetadataMap>>,
@@ -185,7 +187,7 @@ impl Engine {
             volumes.insert(
                 record.id,
                 VolumeState {
-                    record,
+                    record: Arc::new(record),
                     map,
                     filesystem: None,
                 },
@@ -410,15 +412,26 @@ pub(crate) fn apply_change(
 
 pub(crate) fn map_entry(pages: &mut PageStore, map: &RecordArea, block: u64) -> Result<ChunkId> {
     let bytes = map.get(pages, block)?;
-    Ok(u64::from_le_bytes(bytes.try_into().expect("8-byte map entries")))
+    Ok(u64::from_le_bytes(
+        bytes.try_into().expect("8-byte map entries"),
+    ))
 }
 
-pub(crate) fn set_map_entry(pages: &mut PageStore, map: &RecordArea, block: u64, chunk: ChunkId) -> Result<()> {
-    map.get_mut(pages, block)?.copy_from_slice(&chunk.to_le_bytes());
+pub(crate) fn set_map_entry(
+    pages: &mut PageStore,
+    map: &RecordArea,
+    block: u64,
+    chunk: ChunkId,
+) -> Result<()> {
+    map.get_mut(pages, block)?
+        .copy_from_slice(&chunk.to_le_bytes());
     Ok(())
 }
 
-fn load_or_create_config(storage: &dyn Storage, config_for_new: Option<BlockConfig>) -> Result<BlockConfig> {
+fn load_or_create_config(
+    storage: &dyn Storage,
+    config_for_new: Option<BlockConfig>,
+) -> Result<BlockConfig> {
     if storage.exists(CONFIG_FILE)? {
         let stored: BlockConfig = serde_json::from_slice(&read_all(storage, CONFIG_FILE)?)
             .map_err(|error| Error::corrupt("block/config.json", error.to_string()))?;

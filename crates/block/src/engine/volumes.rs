@@ -93,7 +93,9 @@ impl Engine {
         let mut write = self.catalog.write()?;
         let id = write
             .get(ENGINE_META, "next_volume_id")?
-            .map_or(1, |bytes| u32::from_le_bytes(bytes.try_into().unwrap_or([1, 0, 0, 0])));
+            .map_or(1, |bytes| {
+                u32::from_le_bytes(bytes.try_into().unwrap_or([1, 0, 0, 0]))
+            });
         let record = VolumeRecord {
             id,
             name: name.to_string(),
@@ -165,7 +167,12 @@ impl Engine {
     }
 
     /// Releases the blocks of `record` from block `first` to the end of its map.
-    fn release_blocks_from(&self, state: &mut EngineState, record: &VolumeRecord, first: u64) -> Result<()> {
+    fn release_blocks_from(
+        &self,
+        state: &mut EngineState,
+        record: &VolumeRecord,
+        first: u64,
+    ) -> Result<()> {
         let map = state.volumes[&record.id].map;
         let area = state.pages.area(&record.map_area_name());
         let written_blocks = state.pages.page_count(area) * MAP_ENTRIES_PER_PAGE;
@@ -196,7 +203,9 @@ impl Engine {
             self.fail_on_error(&mut state, result)?;
         }
         record.size_bytes = size_bytes;
-        record.no_dedup_ranges.retain(|range| range.start < size_bytes);
+        record
+            .no_dedup_ranges
+            .retain(|range| range.start < size_bytes);
         for range in &mut record.no_dedup_ranges {
             range.end = range.end.min(size_bytes);
         }
@@ -205,7 +214,12 @@ impl Engine {
     }
 
     /// Adds or removes an explicit no-dedup range.
-    pub fn set_no_dedup(&self, name: &str, range: ByteRange, no_dedup: bool) -> Result<VolumeRecord> {
+    pub fn set_no_dedup(
+        &self,
+        name: &str,
+        range: ByteRange,
+        no_dedup: bool,
+    ) -> Result<VolumeRecord> {
         let mut state = self.state.lock();
         let id = volume_id(&state, name)?;
         let mut record = (*state.volumes[&id].record).clone();
@@ -233,7 +247,10 @@ impl Engine {
         let mut write = self.catalog.write()?;
         write.put_json(VOLUMES, &record.name, &record)?;
         write.commit()?;
-        let volume = state.volumes.get_mut(&record.id).expect("saved volumes exist");
+        let volume = state
+            .volumes
+            .get_mut(&record.id)
+            .expect("saved volumes exist");
         volume.record = Arc::new(record);
         Ok(())
     }
@@ -241,8 +258,9 @@ impl Engine {
     /// Statistics of one volume (scans its map: cost grows with the volume's written size).
     pub fn volume_stats(&self, name: &str) -> Result<VolumeStats> {
         let (record, mapped_blocks, distinct, stored_bytes, file_system, metadata_bytes) = {
-            let mut state = self.state.lock();
-            let id = volume_id(&state, name)?;
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
+            let id = volume_id(state, name)?;
             let record = Arc::clone(&state.volumes[&id].record);
             let map = state.volumes[&id].map;
             let area = state.pages.area(&record.map_area_name());
@@ -257,7 +275,11 @@ impl Engine {
                 }
                 mapped_blocks += 1;
                 if distinct.insert(chunk) {
-                    stored_bytes += state.chunks.record(&mut state.pages, chunk)?.location.raw_bytes as u64;
+                    stored_bytes += state
+                        .chunks
+                        .record(&mut state.pages, chunk)?
+                        .location
+                        .raw_bytes as u64;
                 }
             }
             let filesystem = state.volumes[&id].filesystem.clone();
@@ -266,7 +288,9 @@ impl Engine {
                 mapped_blocks,
                 distinct.len() as u64,
                 stored_bytes,
-                filesystem.as_ref().map(|map| format!("{:?}", map.file_system())),
+                filesystem
+                    .as_ref()
+                    .map(|map| format!("{:?}", map.file_system())),
                 filesystem.as_ref().map_or(0, |map| map.metadata_bytes()),
             )
         };
@@ -315,7 +339,8 @@ impl Engine {
             + memory.index_directory_bytes
             + memory.content_cache_bytes;
         let (live_pages, _, _) = state.pages.slot_usage();
-        let proportional = memory.index_filter_bytes + memory.index_directory_bytes + live_pages * 8;
+        let proportional =
+            memory.index_filter_bytes + memory.index_directory_bytes + live_pages * 8;
         if store.live_chunks > 0 {
             memory.proportional_bytes_per_chunk = proportional as f64 / store.live_chunks as f64;
         }
@@ -357,11 +382,11 @@ impl Engine {
 }
 
 fn volume_id(state: &EngineState, name: &str) -> Result<VolumeId> {
-    state
-        .names
-        .get(name)
-        .copied()
-        .ok_or_else(|| Error::NotFound(format!("volume {name} (list volumes with `onecopy volume list`)")))
+    state.names.get(name).copied().ok_or_else(|| {
+        Error::NotFound(format!(
+            "volume {name} (list volumes with `onecopy volume list`)"
+        ))
+    })
 }
 
 #[allow(dead_code)]

@@ -136,7 +136,8 @@ impl CopyDetector {
             self.window_copies += 1;
         }
         if self.window_writes >= COPY_WINDOW_WRITES {
-            self.active = self.window_copies as f64 >= COPY_FRACTION_MIN * self.window_writes as f64;
+            self.active =
+                self.window_copies as f64 >= COPY_FRACTION_MIN * self.window_writes as f64;
             self.window_writes = 0;
             self.window_copies = 0;
         }
@@ -163,7 +164,10 @@ mod tests {
             block_bytes: 4096,
             created: 0,
             hints,
-            no_dedup_ranges: vec![ByteRange { start: 8192, end: 12288 }],
+            no_dedup_ranges: vec![ByteRange {
+                start: 8192,
+                end: 12288,
+            }],
             deleting: false,
         }
     }
@@ -173,19 +177,31 @@ mod tests {
     fn decisions_follow_the_settings() {
         let data = vec![7u8; 4096];
         let on = record(HintSettings::default());
-        assert_eq!(decide_write(&on, None, 0, &[0u8; 4096]), WriteDecision::Zero);
+        assert_eq!(
+            decide_write(&on, None, 0, &[0u8; 4096]),
+            WriteDecision::Zero
+        );
         assert_eq!(
             decide_write(&on, None, 8192, &data),
             WriteDecision::NoDedup(NoDedupReason::Explicit)
         );
-        assert_eq!(decide_write(&on, None, 0, &data), WriteDecision::Deduplicate);
+        assert_eq!(
+            decide_write(&on, None, 0, &data),
+            WriteDecision::Deduplicate
+        );
         let off = record(HintSettings::none());
-        assert_eq!(decide_write(&off, None, 8192, &data), WriteDecision::Deduplicate);
+        assert_eq!(
+            decide_write(&off, None, 8192, &data),
+            WriteDecision::Deduplicate
+        );
         let deferred = record(HintSettings {
             deferred_seconds: Some(60),
             ..HintSettings::default()
         });
-        assert_eq!(decide_write(&deferred, None, 0, &data), WriteDecision::Deferred);
+        assert_eq!(
+            decide_write(&deferred, None, 0, &data),
+            WriteDecision::Deferred
+        );
     }
 
     /// Goal: the copy detector turns on for read-then-write-same-content streams and off for

@@ -171,6 +171,16 @@ pub enum Cache {
     Lfu(LfuCache),
 }
 
+macro_rules! dispatch {
+    ($self:ident, $cache:ident => $body:expr) => {
+        match $self {
+            Cache::Lru($cache) => $body,
+            Cache::Arc($cache) => $body,
+            Cache::Lfu($cache) => $body,
+        }
+    };
+}
+
 impl Cache {
     /// A cache of `policy` using at most `memory_bytes_limit` bytes. Fails when the budget
     /// does not fit a single entry.
@@ -197,6 +207,28 @@ impl Cache {
         }
     }
 
+    /// Inserts like [`EntryCache::insert`] and returns the value of the resident entry the
+    /// insertion evicted, if any (an insertion evicts at most one). Caches that keep data
+    /// beside the policy, such as the block device's content cache, use it to reuse the
+    /// evicted entry's storage.
+    pub fn insert_evicting(&mut self, fingerprint: &Fingerprint, value: u64) -> Option<u64> {
+        dispatch!(self, cache => cache.residents.last_deleted = None);
+        self.insert(fingerprint, value);
+        dispatch!(self, cache => cache.residents.last_deleted.take().map(|entry| entry.value))
+    }
+
+    /// Replaces the value of a cached entry without counting an access; false when the entry
+    /// is not cached.
+    pub fn set_value(&mut self, fingerprint: &Fingerprint, value: u64) -> bool {
+        dispatch!(self, cache => match cache.residents.find(fingerprint) {
+            Some(index) => {
+                cache.residents.slab.item_mut(index).value = value;
+                true
+            }
+            None => false,
+        })
+    }
+
     /// The policy of this cache.
     pub fn policy(&self) -> CachePolicy {
         match self {
@@ -205,16 +237,6 @@ impl Cache {
             Cache::Lfu(_) => CachePolicy::Lfu,
         }
     }
-}
-
-macro_rules! dispatch {
-    ($self:ident, $cache:ident => $body:expr) => {
-        match $self {
-            Cache::Lru($cache) => $body,
-            Cache::Arc($cache) => $body,
-            Cache::Lfu($cache) => $body,
-        }
-    };
 }
 
 impl EntryCache for Cache {
@@ -264,6 +286,8 @@ pub(crate) struct Resident {
 pub(crate) struct Residents {
     pub(crate) slab: Slab<Resident>,
     table: SlotTable,
+    /// The entry most recently deleted, so [`Cache::insert_evicting`] can report evictions.
+    last_deleted: Option<Resident>,
 }
 
 impl Residents {
@@ -271,6 +295,7 @@ impl Residents {
         Residents {
             slab: Slab::with_capacity(entries),
             table: SlotTable::for_entries(entries),
+            last_deleted: None,
         }
     }
 
@@ -309,6 +334,7 @@ impl Residents {
         let entry = *self.slab.item(index);
         self.table.remove(entry.fingerprint.prefix_u64(), index);
         self.slab.release(index);
+        self.last_deleted = Some(entry);
         entry
     }
 

@@ -227,7 +227,10 @@ mod tests {
             let (bits, hash_count) = design(target);
             let classic = -target.ln() / std::f64::consts::LN_2.powi(2);
             assert!(bits >= classic, "{target}: {bits} < classic {classic}");
-            assert!(bits <= classic * 1.3, "{target}: {bits} bits, k {hash_count}");
+            assert!(
+                bits <= classic * 1.3,
+                "{target}: {bits} bits, k {hash_count}"
+            );
             let rate = false_positive_rate(BLOCK_BITS as f64 / bits, hash_count);
             assert!(rate <= target * 1.0001);
         }

@@ -66,8 +66,10 @@ pub(crate) fn load(
     if &header[..8] != MAGIC {
         return Ok(None);
     }
-    let u32_at = |offset: usize| u32::from_le_bytes(header[offset..offset + 4].try_into().expect("4 bytes"));
-    let u64_at = |offset: usize| u64::from_le_bytes(header[offset..offset + 8].try_into().expect("8 bytes"));
+    let u32_at =
+        |offset: usize| u32::from_le_bytes(header[offset..offset + 4].try_into().expect("4 bytes"));
+    let u64_at =
+        |offset: usize| u64::from_le_bytes(header[offset..offset + 8].try_into().expect("8 bytes"));
     let Some(kind) = FilterKind::from_code(u32_at(8)) else {
         return Ok(None);
     };
