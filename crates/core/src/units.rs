@@ -73,6 +73,35 @@ pub fn format_rate(bytes_per_second: f64) -> String {
     format!("{value:.2} {}", UNITS[unit])
 }
 
+/// Parses a duration into nanoseconds: `0`, `250ns`, `10us` (or `10µs`), `1.5ms`, `2s`.
+pub fn parse_duration_ns(text: &str) -> Result<u64> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    let multiplier = match unit.trim() {
+        "" if number.parse::<f64>().ok() == Some(0.0) => 1.0,
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        _ => {
+            return Err(Error::InvalidArgument(format!(
+                "duration {text:?} needs a unit: ns, us, ms or s (for example 100us)"
+            )))
+        }
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| Error::InvalidArgument(format!("duration {text:?} is not a number with a unit")))?;
+    let nanoseconds = value * multiplier;
+    if !(0.0..=(u64::MAX as f64)).contains(&nanoseconds) {
+        return Err(Error::InvalidArgument(format!("duration {text:?} is out of range")));
+    }
+    Ok(nanoseconds.round() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +117,17 @@ mod tests {
         assert!(parse_size("12 parsecs").is_err());
         assert!(parse_size("").is_err());
         assert!(parse_size("0.5").is_err());
+    }
+
+    /// Goal: durations parse with every unit and refuse bare numbers other than zero.
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration_ns("0").unwrap(), 0);
+        assert_eq!(parse_duration_ns("10us").unwrap(), 10_000);
+        assert_eq!(parse_duration_ns("1.5ms").unwrap(), 1_500_000);
+        assert_eq!(parse_duration_ns("2s").unwrap(), 2_000_000_000);
+        assert!(parse_duration_ns("10").is_err());
+        assert!(parse_duration_ns("fast").is_err());
     }
 
     /// Goal: formatted sizes round-trip through the parser to within the printed precision.

@@ -1,0 +1,250 @@
+//! `onecopy volume ...`: create, list, delete, resize, inspect and tune volumes.
+
+use clap::{Args, Subcommand};
+
+use onecopy_block::{ByteRange, HintSettings};
+use onecopy_core::units::{format_size, parse_size};
+
+use crate::block_face::{open_block, EngineArgs};
+use crate::output::print_json;
+use crate::Cli;
+
+#[derive(Args, Debug)]
+pub struct VolumeArgs {
+    #[command(subcommand)]
+    pub command: VolumeCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum VolumeCommand {
+    /// Create a volume.
+    Create {
+        name: String,
+        /// Size, for example 10GiB.
+        #[arg(long)]
+        size: String,
+        /// Block size in bytes: the deduplication unit.
+        #[arg(long, default_value_t = 4096)]
+        block_size: u32,
+        /// Turn every hint source off (plain inline deduplication).
+        #[arg(long)]
+        no_hints: bool,
+        /// Deduplicate later: blocks that stay unchanged for this many seconds.
+        #[arg(long, value_name = "SECONDS")]
+        deferred: Option<u64>,
+    },
+    /// List volumes.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a volume and release its blocks.
+    Delete { name: String },
+    /// Change a volume's size (shrinking discards the end).
+    Resize {
+        name: String,
+        #[arg(long)]
+        size: String,
+    },
+    /// Show sizes, deduplication and cache figures of a volume.
+    Stats {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set hints: ranges not to deduplicate, and which hint sources to use.
+    Hint {
+        name: String,
+        /// Store START..END without deduplication (sizes with units, e.g. 0..1GiB).
+        #[arg(long, value_name = "START..END")]
+        no_dedup: Vec<String>,
+        /// Deduplicate START..END again.
+        #[arg(long, value_name = "START..END")]
+        dedup: Vec<String>,
+        /// Hint sources to use, comma separated from explicit, filesystem, prefetch; or none.
+        #[arg(long, value_name = "SOURCES")]
+        sources: Option<String>,
+        /// Deferred deduplication after SECONDS unchanged, or `off`.
+        #[arg(long, value_name = "SECONDS|off")]
+        deferred: Option<String>,
+    },
+    /// Deduplicate now the blocks written for deferred deduplication.
+    Dedup {
+        name: String,
+        /// Only blocks unchanged for at least this many seconds [default: the volume's setting].
+        #[arg(long, value_name = "SECONDS")]
+        min_age: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reclaim space of overwritten blocks by compacting containers.
+    Compact {
+        /// Show the plan without changing anything.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(cli: &Cli, args: &VolumeArgs) -> anyhow::Result<()> {
+    let block = open_block(cli, "volume", &EngineArgs::default())?;
+    let engine = &block.engine;
+    match &args.command {
+        VolumeCommand::Create {
+            name,
+            size,
+            block_size,
+            no_hints,
+            deferred,
+        } => {
+            let mut hints = if *no_hints {
+                HintSettings::none()
+            } else {
+                HintSettings::default()
+            };
+            hints.deferred_seconds = *deferred;
+            let record = engine.create_volume(name, parse_size(size)?, *block_size, hints)?;
+            println!(
+                "created volume {} ({}, {}-byte blocks)",
+                record.name,
+                format_size(record.size_bytes),
+                record.block_bytes
+            );
+        }
+        VolumeCommand::List { json } => {
+            let volumes = engine.volumes();
+            if *json {
+                print_json(&volumes)?;
+            } else if volumes.is_empty() {
+                println!("no volumes; create one with `onecopy volume create NAME --size 10GiB`");
+            } else {
+                println!("{:<24} {:>12} {:>6}", "NAME", "SIZE", "BLOCK");
+                for volume in volumes {
+                    println!(
+                        "{:<24} {:>12} {:>6}",
+                        volume.name,
+                        format_size(volume.size_bytes),
+                        volume.block_bytes
+                    );
+                }
+            }
+        }
+        VolumeCommand::Delete { name } => {
+            engine.delete_volume(name)?;
+            println!("deleted volume {name}");
+        }
+        VolumeCommand::Resize { name, size } => {
+            let record = engine.resize_volume(name, parse_size(size)?)?;
+            println!("volume {name} is now {}", format_size(record.size_bytes));
+        }
+        VolumeCommand::Stats { name, json } => {
+            let stats = engine.volume_stats(name)?;
+            if *json {
+                print_json(&stats)?;
+            } else {
+                println!("volume            {}", stats.name);
+                println!("size              {}", format_size(stats.size_bytes));
+                println!("mapped (non-zero) {}", format_size(stats.mapped_bytes));
+                println!("stored            {}", format_size(stats.stored_bytes));
+                println!("dedup ratio       {:.2}", stats.dedup_ratio);
+                if let Some(file_system) = &stats.file_system {
+                    println!(
+                        "file system       {file_system} ({} of metadata and journal)",
+                        format_size(stats.file_system_metadata_bytes)
+                    );
+                }
+                let index = &stats.engine.index;
+                println!(
+                    "index             {} lookups, {} filter negatives, {} cache hits, {} disk lookups",
+                    index.lookups, index.filter_negatives, index.cache_hits, index.disk_lookups
+                );
+                println!(
+                    "memory            {} ({:.2} bytes per stored chunk grow with the data)",
+                    format_size(stats.engine.memory.total_bytes),
+                    stats.engine.memory.proportional_bytes_per_chunk
+                );
+            }
+        }
+        VolumeCommand::Hint {
+            name,
+            no_dedup,
+            dedup,
+            sources,
+            deferred,
+        } => {
+            for range in no_dedup {
+                engine.set_no_dedup(name, ByteRange::parse(range)?, true)?;
+            }
+            for range in dedup {
+                engine.set_no_dedup(name, ByteRange::parse(range)?, false)?;
+            }
+            let mut hints = engine.volume(name)?.hints;
+            if let Some(sources) = sources {
+                hints.explicit = false;
+                hints.filesystem = false;
+                hints.prefetch = false;
+                for source in sources.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    match source {
+                        "explicit" => hints.explicit = true,
+                        "filesystem" => hints.filesystem = true,
+                        "prefetch" => hints.prefetch = true,
+                        "none" => {}
+                        other => anyhow::bail!(
+                            "unknown hint source {other:?}; use explicit, filesystem, prefetch or none"
+                        ),
+                    }
+                }
+            }
+            if let Some(deferred) = deferred {
+                hints.deferred_seconds = match deferred.as_str() {
+                    "off" => None,
+                    seconds => Some(seconds.parse().map_err(|_| {
+                        anyhow::anyhow!("--deferred takes a number of seconds or `off`")
+                    })?),
+                };
+            }
+            let record = engine.set_hint_settings(name, hints)?;
+            print_json(&record)?;
+        }
+        VolumeCommand::Dedup {
+            name,
+            min_age,
+            json,
+        } => {
+            let id = engine.volume_id(name)?;
+            let report = engine.deduplicate_deferred(Some(id), *min_age)?;
+            if *json {
+                print_json(&report)?;
+            } else {
+                println!(
+                    "examined {} blocks: {} deduplicated, {} unique (indexed), {} changed too recently",
+                    report.examined, report.deduplicated, report.indexed, report.too_recent
+                );
+            }
+        }
+        VolumeCommand::Compact { dry_run, json } => {
+            let (plan, report) =
+                engine.compact(&onecopy_core::gc::CompactionOptions::default(), *dry_run)?;
+            if *json {
+                print_json(&serde_json::json!({"plan": plan, "report": report}))?;
+            } else {
+                println!(
+                    "{} containers to compact: copy {}, reclaim {}",
+                    plan.containers.len(),
+                    format_size(plan.copy_bytes),
+                    format_size(plan.reclaim_bytes)
+                );
+                if let Some(report) = report {
+                    println!(
+                        "moved {} chunks ({}), retired {} containers",
+                        report.chunks_moved,
+                        format_size(report.bytes_moved),
+                        report.containers_retired
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
