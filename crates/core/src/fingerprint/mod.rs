@@ -9,12 +9,17 @@
 use std::fmt;
 use std::str::FromStr;
 
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
 
 /// Bytes in every [`Fingerprint`], whatever the algorithm.
 pub const FINGERPRINT_BYTES: usize = 32;
+
+/// Input bytes per task of [`FingerprintAlgorithm::hash_batch_parallel`]: large enough that
+/// scheduling a task (about a microsecond) costs little next to hashing it.
+pub const PARALLEL_GROUP_BYTES: usize = 256 << 10;
 
 /// The content name of a chunk or segment.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -120,14 +125,27 @@ impl FingerprintAlgorithm {
         Fingerprint(out)
     }
 
-    /// Fingerprints many independent inputs; `out[i]` receives the fingerprint of `inputs[i]`.
-    /// Faster than calling [`hash`](Self::hash) in a loop where the algorithm can use SIMD
-    /// lanes or both cores across inputs.
+    /// Fingerprints many independent inputs on the calling thread; `out[i]` receives the
+    /// fingerprint of `inputs[i]`.
     pub fn hash_batch(self, inputs: &[&[u8]], out: &mut [Fingerprint]) {
         assert_eq!(inputs.len(), out.len(), "one output per input");
         for (input, slot) in inputs.iter().zip(out.iter_mut()) {
             *slot = self.hash(input);
         }
+    }
+
+    /// Like [`hash_batch`](Self::hash_batch), on every thread of the rayon pool (both cores
+    /// here). Inputs are split into groups of about [`PARALLEL_GROUP_BYTES`] so that small
+    /// inputs do not drown in scheduling costs.
+    pub fn hash_batch_parallel(self, inputs: &[&[u8]], out: &mut [Fingerprint]) {
+        assert_eq!(inputs.len(), out.len(), "one output per input");
+        let total_bytes: usize = inputs.iter().map(|input| input.len()).sum();
+        let average_bytes = total_bytes / inputs.len().max(1);
+        let group_len = (PARALLEL_GROUP_BYTES / average_bytes.max(1)).clamp(1, inputs.len().max(1));
+        inputs
+            .par_chunks(group_len)
+            .zip(out.par_chunks_mut(group_len))
+            .for_each(|(inputs, out)| self.hash_batch(inputs, out));
     }
 
     /// The name used on the command line and in stored configuration.
