@@ -244,10 +244,18 @@ impl ArcCache {
     fn admit_from_ghost(&mut self, fingerprint: &Fingerprint, value: u64, list: u32) {
         let (b1, b2) = (self.b1.len().max(1), self.b2.len().max(1));
         if list == IN_B1 {
-            let step = if self.b1.len() >= self.b2.len() { 1 } else { b2 / b1 };
+            let step = if self.b1.len() >= self.b2.len() {
+                1
+            } else {
+                b2 / b1
+            };
             self.target_t1 = (self.target_t1 + step).min(self.entries_limit);
         } else {
-            let step = if self.b2.len() >= self.b1.len() { 1 } else { b1 / b2 };
+            let step = if self.b2.len() >= self.b1.len() {
+                1
+            } else {
+                b1 / b2
+            };
             self.target_t1 = self.target_t1.saturating_sub(step);
         }
         let ghost = self.find_ghost(fingerprint).expect("ghost present");
@@ -447,7 +455,11 @@ mod tests {
         assert_eq!(cache.place(&fingerprint(1)), "absent");
         assert_eq!(cache.lengths().b1, 0);
         demand(&mut cache, 3);
-        assert_eq!(cache.place(&fingerprint(2)), "B1", "a used entry leaves a ghost");
+        assert_eq!(
+            cache.place(&fingerprint(2)),
+            "B1",
+            "a used entry leaves a ghost"
+        );
     }
 
     /// Goal: ARC resists scans where LRU does not. Method: each round uses a hot set of half

@@ -100,7 +100,8 @@ impl LfuCache {
             return;
         };
         let next = self.order_next(group);
-        let next_matches = next.is_some_and(|next| self.groups.item(next).frequency == next_frequency);
+        let next_matches =
+            next.is_some_and(|next| self.groups.item(next).frequency == next_frequency);
         if members.len() == 1 && !next_matches {
             // Alone in its group: raising the group's frequency keeps the order.
             self.groups.item_mut(group).frequency = next_frequency;

@@ -125,7 +125,11 @@ mod tests {
             vec![fingerprint(0), fingerprint(2), fingerprint(1)]
         );
         cache.insert(&fingerprint(3), 3);
-        assert_eq!(cache.peek(&fingerprint(1)), None, "1 was least recently used");
+        assert_eq!(
+            cache.peek(&fingerprint(1)),
+            None,
+            "1 was least recently used"
+        );
         // A prefetch goes to the front like any insert (paper 1 §4.4), and peek changes nothing.
         cache.prefetch(&fingerprint(4), 4);
         assert_eq!(cache.peek(&fingerprint(2)), None);

@@ -31,7 +31,10 @@ pub(crate) struct Slab<T> {
 impl<T: Copy> Slab<T> {
     /// A slab that holds at most `capacity` nodes; all memory is reserved now.
     pub(crate) fn with_capacity(capacity: usize) -> Self {
-        assert!(capacity <= SLAB_NODES_MAX, "slab capacity {capacity} too large");
+        assert!(
+            capacity <= SLAB_NODES_MAX,
+            "slab capacity {capacity} too large"
+        );
         Slab {
             nodes: Vec::with_capacity(capacity),
             free_head: NIL,
@@ -256,7 +259,10 @@ impl SlotTable {
 
     pub(crate) fn for_entries(entries: usize) -> Self {
         let slots = Self::slots_for(entries);
-        assert!(slots as u64 <= 1 << 32, "a slot table addresses at most 2^32 slots");
+        assert!(
+            slots as u64 <= 1 << 32,
+            "a slot table addresses at most 2^32 slots"
+        );
         SlotTable {
             slots: vec![0; slots],
             mask: slots as u64 - 1,
@@ -390,7 +396,10 @@ mod tests {
         let reused = slab_reuse(&mut slab);
         list.insert_after(&mut slab, 0, reused);
         assert_eq!(list.indices(&slab), vec![1, 4, 2, 0, 3]);
-        assert_eq!((list.front(), list.back(), list.len()), (Some(1), Some(3), 5));
+        assert_eq!(
+            (list.front(), list.back(), list.len()),
+            (Some(1), Some(3), 5)
+        );
     }
 
     fn slab_reuse(slab: &mut Slab<u8>) -> u32 {

@@ -167,7 +167,9 @@ impl DiskIndex {
             index.write_header(pages)?;
             return Ok(index);
         }
-        let field = |offset: usize| u64::from_le_bytes(header[offset..offset + 8].try_into().expect("8 bytes"));
+        let field = |offset: usize| {
+            u64::from_le_bytes(header[offset..offset + 8].try_into().expect("8 bytes"))
+        };
         index.global_depth = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
         index.len = field(16);
         index.bucket_pages = field(24);
@@ -197,7 +199,10 @@ impl DiskIndex {
             }
             page += 1;
         }
-        if let Some(bad) = directory.iter().find(|&&page| page as u64 >= self.bucket_pages) {
+        if let Some(bad) = directory
+            .iter()
+            .find(|&&page| page as u64 >= self.bucket_pages)
+        {
             return Err(self.corrupt(
                 "directory",
                 format!("slot names bucket page {bad} of {}", self.bucket_pages),
@@ -208,7 +213,10 @@ impl DiskIndex {
     }
 
     fn corrupt(&self, what: &str, detail: impl Into<String>) -> Error {
-        Error::corrupt(format!("{what} of fingerprint index {}", self.name_prefix), detail)
+        Error::corrupt(
+            format!("{what} of fingerprint index {}", self.name_prefix),
+            detail,
+        )
     }
 
     fn write_header(&self, pages: &mut PageStore) -> Result<()> {
@@ -255,7 +263,10 @@ impl DiskIndex {
         let content = pages.read(self.buckets_area, page)?;
         if content[1] != BUCKET_MARKER || Bucket(content).count() > BUCKET_ENTRIES {
             return Err(Error::corrupt(
-                format!("bucket page {page} of fingerprint index {}", self.name_prefix),
+                format!(
+                    "bucket page {page} of fingerprint index {}",
+                    self.name_prefix
+                ),
                 "bad marker or entry count",
             ));
         }
@@ -264,7 +275,11 @@ impl DiskIndex {
 
     /// The value stored for `fingerprint`, reading exactly one page.
     #[inline]
-    pub fn lookup(&mut self, pages: &mut PageStore, fingerprint: &Fingerprint) -> Result<Option<u64>> {
+    pub fn lookup(
+        &mut self,
+        pages: &mut PageStore,
+        fingerprint: &Fingerprint,
+    ) -> Result<Option<u64>> {
         let page = self.directory[self.slot_of(fingerprint.prefix_u64())] as u64;
         let bucket = Bucket(self.read_bucket(pages, page)?);
         Ok(bucket
@@ -377,7 +392,11 @@ impl DiskIndex {
     }
 
     /// Removes `fingerprint`; returns its value if it was stored.
-    pub fn remove(&mut self, pages: &mut PageStore, fingerprint: &Fingerprint) -> Result<Option<u64>> {
+    pub fn remove(
+        &mut self,
+        pages: &mut PageStore,
+        fingerprint: &Fingerprint,
+    ) -> Result<Option<u64>> {
         let page_number = self.directory[self.slot_of(fingerprint.prefix_u64())] as u64;
         let bucket = Bucket(self.read_bucket(pages, page_number)?);
         let count = bucket.count();
@@ -442,7 +461,9 @@ impl DiskIndex {
         for page_number in 0..self.bucket_pages {
             let bucket = Bucket(self.read_bucket(pages, page_number)?);
             let depth = bucket.local_depth();
-            if slots_naming[page_number as usize] != 1 << (self.global_depth - depth.min(self.global_depth)) {
+            if slots_naming[page_number as usize]
+                != 1 << (self.global_depth - depth.min(self.global_depth))
+            {
                 return Err(self.corrupt(
                     "directory",
                     format!("bucket page {page_number} is named by the wrong number of slots"),

@@ -31,7 +31,10 @@ fn behaves_as_a_map_across_splits() {
     }
     assert_eq!(index.len(), 20_000);
     assert!(index.global_depth() >= 7, "depth {}", index.global_depth());
-    assert_eq!(index.insert(&mut pages, &fingerprint(5), 55).unwrap(), Some(5));
+    assert_eq!(
+        index.insert(&mut pages, &fingerprint(5), 55).unwrap(),
+        Some(5)
+    );
     assert_eq!(index.lookup(&mut pages, &fingerprint(5)).unwrap(), Some(55));
     assert_eq!(index.remove(&mut pages, &fingerprint(6)).unwrap(), Some(6));
     assert_eq!(index.remove(&mut pages, &fingerprint(6)).unwrap(), None);

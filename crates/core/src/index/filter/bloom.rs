@@ -23,7 +23,7 @@ const HASH_COUNT_MAX: u32 = 16;
 /// Odd multiplier deriving successive bit positions from the fingerprint's second half.
 const POSITION_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
 
-const _: () = assert!(super::WORDS_PER_PAGE % WORDS_PER_BLOCK == 0);
+const _: () = assert!(super::WORDS_PER_PAGE.is_multiple_of(WORDS_PER_BLOCK));
 
 /// A blocked Bloom filter; see the module documentation.
 #[derive(Debug, Clone)]
@@ -227,7 +227,10 @@ mod tests {
             let (bits, hash_count) = design(target);
             let classic = -target.ln() / std::f64::consts::LN_2.powi(2);
             assert!(bits >= classic, "{target}: {bits} < classic {classic}");
-            assert!(bits <= classic * 1.3, "{target}: {bits} bits, k {hash_count}");
+            assert!(
+                bits <= classic * 1.3,
+                "{target}: {bits} bits, k {hash_count}"
+            );
             let rate = false_positive_rate(BLOCK_BITS as f64 / bits, hash_count);
             assert!(rate <= target * 1.0001);
         }

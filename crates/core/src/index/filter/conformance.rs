@@ -10,7 +10,10 @@ const ABSENT_KEYS_START: u64 = 1 << 40;
 fn filled(kind: FilterKind, capacity: u64, rate: f64) -> Filter {
     let mut filter = Filter::new(kind, capacity, rate).unwrap();
     for n in 0..capacity {
-        assert!(filter.insert(&fingerprint(n)), "{kind}: insert {n} below capacity");
+        assert!(
+            filter.insert(&fingerprint(n)),
+            "{kind}: insert {n} below capacity"
+        );
     }
     filter
 }
@@ -33,7 +36,10 @@ fn rates_are_met_without_false_negatives() {
             assert!((0..50_000).all(|n| filter.may_contain(&fingerprint(n))));
             let measured = measured_rate(&filter, 200_000);
             let expected = filter.expected_false_positive_rate();
-            assert!(measured <= rate * 1.15, "{kind} at {rate}: measured {measured}");
+            assert!(
+                measured <= rate * 1.15,
+                "{kind} at {rate}: measured {measured}"
+            );
             assert!(expected <= rate, "{kind} at {rate}: expected {expected}");
             assert!(
                 (measured - expected).abs() <= expected * 0.25 + 2e-4,
@@ -50,8 +56,14 @@ fn memory_per_entry_is_within_two_bytes() {
     for kind in FilterKind::ALL {
         let filter = filled(kind, 100_000, 0.01);
         let bytes_per_entry = filter.memory_bytes() as f64 / filter.len() as f64;
-        assert!(bytes_per_entry <= 2.0, "{kind}: {bytes_per_entry} bytes per entry");
-        assert!(bytes_per_entry >= 1.0, "{kind}: {bytes_per_entry} is implausibly small");
+        assert!(
+            bytes_per_entry <= 2.0,
+            "{kind}: {bytes_per_entry} bytes per entry"
+        );
+        assert!(
+            bytes_per_entry >= 1.0,
+            "{kind}: {bytes_per_entry} is implausibly small"
+        );
     }
 }
 
@@ -60,8 +72,7 @@ fn memory_per_entry_is_within_two_bytes() {
 fn restore_round_trips() {
     for kind in FilterKind::ALL {
         let filter = filled(kind, 5_000, 0.01);
-        let restored =
-            Filter::restore(filter.shape(), filter.words().as_slice().to_vec()).unwrap();
+        let restored = Filter::restore(filter.shape(), filter.words().as_slice().to_vec()).unwrap();
         assert_eq!(restored.shape(), filter.shape());
         for n in (0..5_000).chain(ABSENT_KEYS_START..ABSENT_KEYS_START + 20_000) {
             let fp = fingerprint(n);
@@ -88,12 +99,17 @@ fn remove_forgets_only_removed_keys() {
             assert!(filter.remove(&fingerprint(n)), "{kind}: remove {n}");
         }
         assert_eq!(filter.len(), 10_000);
-        assert!((1..20_000).step_by(2).all(|n| filter.may_contain(&fingerprint(n))));
+        assert!((1..20_000)
+            .step_by(2)
+            .all(|n| filter.may_contain(&fingerprint(n))));
         let still_positive = (0..20_000)
             .step_by(2)
             .filter(|&n| filter.may_contain(&fingerprint(n)))
             .count();
-        assert!(still_positive < 200, "{kind}: {still_positive} removed keys remain");
+        assert!(
+            still_positive < 200,
+            "{kind}: {still_positive} removed keys remain"
+        );
         assert!(!filter.needs_growth());
     }
 }
@@ -112,9 +128,15 @@ fn overfilled_filters_keep_every_accepted_key() {
             }
         }
         assert!(filter.needs_growth());
-        assert!(accepted.len() >= 1_000, "{kind}: {} accepted", accepted.len());
+        assert!(
+            accepted.len() >= 1_000,
+            "{kind}: {} accepted",
+            accepted.len()
+        );
         assert_eq!(filter.len(), accepted.len() as u64);
-        assert!(accepted.iter().all(|&n| filter.may_contain(&fingerprint(n))));
+        assert!(accepted
+            .iter()
+            .all(|&n| filter.may_contain(&fingerprint(n))));
     }
 }
 

@@ -187,10 +187,6 @@ impl FilterWords {
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.words.len()
-    }
-
     pub(crate) fn as_slice(&self) -> &[u64] {
         &self.words
     }

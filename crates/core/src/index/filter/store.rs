@@ -16,7 +16,7 @@ use crate::pages::{AreaId, PageStore};
 use crate::Result;
 
 const MAGIC: &[u8; 8] = b"OCFILTR1";
-const HEADER_BYTES: usize = 88;
+const HEADER_BYTES: usize = 80;
 
 /// Writes the changed pages of `filter` and its header to `area`.
 pub(crate) fn save(
@@ -66,8 +66,10 @@ pub(crate) fn load(
     if &header[..8] != MAGIC {
         return Ok(None);
     }
-    let u32_at = |offset: usize| u32::from_le_bytes(header[offset..offset + 4].try_into().expect("4 bytes"));
-    let u64_at = |offset: usize| u64::from_le_bytes(header[offset..offset + 8].try_into().expect("8 bytes"));
+    let u32_at =
+        |offset: usize| u32::from_le_bytes(header[offset..offset + 4].try_into().expect("4 bytes"));
+    let u64_at =
+        |offset: usize| u64::from_le_bytes(header[offset..offset + 8].try_into().expect("8 bytes"));
     let Some(kind) = FilterKind::from_code(u32_at(8)) else {
         return Ok(None);
     };
