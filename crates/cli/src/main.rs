@@ -1,6 +1,7 @@
 //! The `onecopy` command: argument parsing and output only; the work is done by the crates
 //! under `crates/`.
 
+mod block_face;
 mod commands;
 mod output;
 
@@ -27,6 +28,10 @@ pub enum Command {
     Init(commands::init::InitArgs),
     /// Estimate how much deduplication would save on files, directories, images or devices.
     Analyze(commands::analyze::AnalyzeArgs),
+    /// Manage the deduplicated volumes of the block device.
+    Volume(commands::volume::VolumeArgs),
+    /// Verify a repository and repair what can be rebuilt.
+    Check(commands::check::CheckArgs),
 }
 
 impl Cli {
@@ -47,6 +52,8 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Init(args) => commands::init::run(&cli, args),
         Command::Analyze(args) => commands::analyze::run(&cli, args),
+        Command::Volume(args) => commands::volume::run(&cli, args),
+        Command::Check(args) => commands::check::run(&cli, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

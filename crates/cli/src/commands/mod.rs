@@ -1,4 +1,6 @@
 //! One file per command: its arguments and how its result is printed.
 
 pub mod analyze;
+pub mod check;
 pub mod init;
+pub mod volume;
