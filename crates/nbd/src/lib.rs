@@ -36,6 +36,7 @@
 
 pub mod codec;
 mod connection;
+mod dispatch;
 mod error;
 mod export;
 mod handshake;

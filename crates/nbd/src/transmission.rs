@@ -6,16 +6,16 @@
 //! 1. The reader (the connection's own thread) reads a 28-byte header from a buffered
 //!    stream and validates it ([`request::validate`]). Rejected requests are answered right
 //!    away (after skipping a rejected write's payload).
-//! 2. It waits for *admission*: at most `requests_in_flight_max` requests and
-//!    `in_flight_payload_bytes_max` payload bytes may be between admission and reply. This is
-//!    the connection's only memory bound, and the reason a client that sends faster than the
-//!    export works simply stops being read.
+//! 2. It waits for *admission* ([`Dispatch::admit`]): at most `requests_in_flight_max`
+//!    requests and `in_flight_payload_bytes_max` payload bytes may be between admission and
+//!    reply. This is the connection's only memory bound, and the reason a client that sends
+//!    faster than the export works simply stops being read.
 //! 3. It takes a buffer from the connection's pool, reads a write's payload into it, and
-//!    queues the job.
+//!    queues the job; jobs reach the workers in batches (see [`crate::dispatch`]).
 //! 4. A worker runs the export call, then writes the reply under the writer lock. Replies are
 //!    collected in a buffered writer that is flushed only when no other worker is waiting for
 //!    the lock, so a burst of small replies costs one system call.
-//! 5. The worker returns the buffer and releases the admission.
+//! 5. The worker returns the buffer and releases the admission as it takes its next job.
 //!
 //! Replies may leave in any order, as the protocol allows. On `CMD_DISC`, end of stream or a
 //! protocol violation the reader stops; in-flight requests still complete and are answered
@@ -25,11 +25,11 @@
 use std::io::{self, BufReader, BufWriter, IoSlice, Read, Write};
 use std::thread;
 
-use crossbeam_channel::{Receiver, Sender};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::codec::{self, RequestHeader};
 use crate::connection::Transport;
+use crate::dispatch::{Dispatch, Intake, Job};
 use crate::error::{Event, EventSink, NbdError};
 use crate::export::{Export, ExportError, Extent, ZeroOptions};
 use crate::handshake::{Session, BASE_ALLOCATION_CONTEXT_ID};
@@ -41,19 +41,6 @@ use crate::server::ServerConfig;
 const READ_BUFFER_BYTES: usize = 256 << 10;
 /// Capacity of the buffered writer that batches small replies.
 const WRITE_BUFFER_BYTES: usize = 64 << 10;
-/// Pooled buffers larger than this are freed after use instead of being kept.
-const POOLED_BUFFER_BYTES_MAX: usize = 1 << 20;
-/// Most buffers a connection's pool keeps.
-const POOLED_BUFFERS_MAX: usize = 32;
-
-/// One admitted request on its way to a worker.
-struct Job {
-    cookie: u64,
-    command: Command,
-    /// A write's payload or room for a read's data; empty for other commands. May be longer
-    /// than the command's length (pooled buffers keep their size).
-    buffer: Vec<u8>,
-}
 
 /// Runs the transmission phase until the client disconnects. Returns after every admitted
 /// request has been answered.
@@ -77,42 +64,38 @@ pub(crate) fn transmit<T: Transport>(
         failure: Mutex::new(None),
         stream,
     };
-    let admission = Admission::new(
+    let dispatch = Dispatch::new(
         config.requests_in_flight_max,
         config.in_flight_payload_bytes_max,
     );
-    let pool = BufferPool::default();
-    let (sender, receiver) = crossbeam_channel::bounded::<Job>(config.requests_in_flight_max);
     let shared = Shared {
         session,
         writer: &writer,
-        admission: &admission,
-        pool: &pool,
+        dispatch: &dispatch,
         events: &config.events,
     };
 
     let read_result = thread::scope(|scope| {
         let mut workers = 0;
         for index in 0..config.workers_per_connection {
-            let receiver = receiver.clone();
             let shared = &shared;
             let spawned = thread::Builder::new()
                 .name(format!("nbd-worker-{index}"))
-                .spawn_scoped(scope, move || work(shared, receiver));
+                .spawn_scoped(scope, move || work(shared));
             if spawned.is_ok() {
                 workers += 1;
             }
         }
-        drop(receiver);
         if workers == 0 {
             return Err(NbdError::io(
                 "starting connection workers",
                 io::Error::other("no worker thread could be started"),
             ));
         }
-        let result = read_requests(&mut reader, &shared, &sender);
+        let mut intake = dispatch.intake();
+        let result = read_requests(&mut reader, &shared, &mut intake);
         // Closing the queue lets the workers finish what is queued and exit.
-        drop(sender);
+        intake.close();
         result
     });
 
@@ -124,18 +107,21 @@ pub(crate) fn transmit<T: Transport>(
 struct Shared<'a, T: Transport> {
     session: &'a Session,
     writer: &'a ReplyWriter<T>,
-    admission: &'a Admission,
-    pool: &'a BufferPool,
+    dispatch: &'a Dispatch,
     events: &'a EventSink,
 }
 
 fn read_requests<T: Transport>(
     reader: &mut BufReader<T>,
     shared: &Shared<'_, T>,
-    sender: &Sender<Job>,
+    intake: &mut Intake<'_>,
 ) -> Result<(), NbdError> {
     let limits = &shared.session.limits;
     loop {
+        if reader.buffer().len() < protocol::REQUEST_HEADER_BYTES {
+            // The next read may block: queued jobs must be running meanwhile.
+            intake.publish();
+        }
         let mut bytes = [0; protocol::REQUEST_HEADER_BYTES];
         match reader.read_exact(&mut bytes) {
             Ok(()) => {}
@@ -149,31 +135,29 @@ fn read_requests<T: Transport>(
         match request::validate(&header, limits) {
             Decision::Execute(command) => {
                 let buffer_bytes = command.buffer_bytes();
-                shared.admission.acquire(buffer_bytes);
-                let mut buffer = shared.pool.take(buffer_bytes);
+                let mut buffer = intake.admit(buffer_bytes);
                 if let Command::Write { length, .. } = command {
-                    if let Err(error) = reader.read_exact(&mut buffer[..length as usize]) {
-                        shared.admission.release(buffer_bytes);
+                    let length = length as usize;
+                    if reader.buffer().len() < length {
+                        intake.publish();
+                    }
+                    if let Err(error) = reader.read_exact(&mut buffer[..length]) {
+                        intake.cancel(buffer_bytes);
                         return Err(NbdError::io("reading a write payload", error));
                     }
                 }
-                let job = Job {
+                intake.push(Job {
                     cookie: header.cookie,
                     command,
                     buffer,
-                };
-                if sender.send(job).is_err() {
-                    return Err(NbdError::io(
-                        "queueing a request",
-                        io::Error::other("every worker has stopped"),
-                    ));
-                }
+                });
             }
             Decision::Reject {
                 error,
                 message,
                 payload_bytes,
             } => {
+                intake.publish();
                 let skipped = io::copy(
                     &mut reader.by_ref().take(u64::from(payload_bytes)),
                     &mut io::sink(),
@@ -195,14 +179,14 @@ fn read_requests<T: Transport>(
 }
 
 /// A worker: executes queued jobs until the queue closes.
-fn work<T: Transport>(shared: &Shared<'_, T>, receiver: Receiver<Job>) {
+fn work<T: Transport>(shared: &Shared<'_, T>) {
     let mut extents: Vec<Extent> = Vec::new();
     let mut scratch: Vec<u8> = Vec::new();
-    for mut job in receiver.iter() {
+    let mut finished = None;
+    while let Some(mut job) = shared.dispatch.next_job(finished.take()) {
         let buffer_bytes = job.command.buffer_bytes();
         execute(shared, &mut job, &mut extents, &mut scratch);
-        shared.pool.give(job.buffer);
-        shared.admission.release(buffer_bytes);
+        finished = Some((job.buffer, buffer_bytes));
     }
 }
 
@@ -456,84 +440,4 @@ fn write_all_vectored(output: &mut impl Write, mut parts: &mut [IoSlice<'_>]) ->
         }
     }
     Ok(())
-}
-
-/// Bounds the requests (and their payload bytes) between admission and reply.
-struct Admission {
-    state: Mutex<AdmissionState>,
-    released: Condvar,
-    requests_max: usize,
-    bytes_max: usize,
-}
-
-struct AdmissionState {
-    requests: usize,
-    bytes: usize,
-}
-
-impl Admission {
-    fn new(requests_max: usize, bytes_max: usize) -> Admission {
-        assert!(requests_max > 0);
-        assert!(bytes_max >= protocol::PAYLOAD_BYTES_MAX as usize);
-        Admission {
-            state: Mutex::new(AdmissionState {
-                requests: 0,
-                bytes: 0,
-            }),
-            released: Condvar::new(),
-            requests_max,
-            bytes_max,
-        }
-    }
-
-    /// Waits until one more request of `bytes` fits.
-    fn acquire(&self, bytes: usize) {
-        assert!(bytes <= self.bytes_max);
-        let mut state = self.state.lock();
-        while state.requests == self.requests_max || state.bytes + bytes > self.bytes_max {
-            self.released.wait(&mut state);
-        }
-        state.requests += 1;
-        state.bytes += bytes;
-    }
-
-    fn release(&self, bytes: usize) {
-        let mut state = self.state.lock();
-        assert!(state.requests > 0);
-        assert!(state.bytes >= bytes);
-        state.requests -= 1;
-        state.bytes -= bytes;
-        drop(state);
-        self.released.notify_one();
-    }
-}
-
-/// Reusable payload buffers, so steady traffic allocates nothing per request.
-#[derive(Default)]
-struct BufferPool {
-    free: Mutex<Vec<Vec<u8>>>,
-}
-
-impl BufferPool {
-    /// A buffer of at least `bytes` initialised bytes (empty if `bytes` is zero).
-    fn take(&self, bytes: usize) -> Vec<u8> {
-        if bytes == 0 {
-            return Vec::new();
-        }
-        let mut buffer = self.free.lock().pop().unwrap_or_default();
-        if buffer.len() < bytes {
-            buffer.resize(bytes, 0);
-        }
-        buffer
-    }
-
-    fn give(&self, buffer: Vec<u8>) {
-        if buffer.is_empty() || buffer.len() > POOLED_BUFFER_BYTES_MAX {
-            return;
-        }
-        let mut free = self.free.lock();
-        if free.len() < POOLED_BUFFERS_MAX {
-            free.push(buffer);
-        }
-    }
 }
