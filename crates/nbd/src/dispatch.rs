@@ -10,7 +10,7 @@
 //! - A worker that finishes a job takes the next one without sleeping, so under load
 //!   workers rarely sleep at all.
 //! - Admission counts are atomics: the reader takes the lock only when a limit forces it to
-//!   wait, and workers only when the reader is waiting.
+//!   wait; workers release under the queue lock they take anyway for their next job.
 //! - Payload buffers return to the pool under the worker's queue lock and reach the reader in
 //!   batches when it publishes.
 
@@ -103,7 +103,7 @@ impl Dispatch {
             {
                 state.free_buffers.push(buffer);
             }
-            self.release(bytes);
+            self.release_locked(bytes);
         }
         loop {
             if let Some(job) = state.queue.pop_front() {
@@ -123,14 +123,15 @@ impl Dispatch {
             && self.in_flight_bytes.load(Ordering::SeqCst) + bytes <= self.bytes_max
     }
 
-    fn release(&self, bytes: usize) {
+    /// Ends an admission. The caller must hold the state lock: the reader checks the counts
+    /// and starts waiting under that lock, so a release cannot slip between its check and its
+    /// wait unnoticed.
+    fn release_locked(&self, bytes: usize) {
         let requests = self.in_flight_requests.fetch_sub(1, Ordering::SeqCst);
         let previous_bytes = self.in_flight_bytes.fetch_sub(bytes, Ordering::SeqCst);
         assert!(requests > 0, "released more requests than admitted");
         assert!(previous_bytes >= bytes, "released more bytes than admitted");
         if self.reader_waiting.load(Ordering::SeqCst) {
-            // Taking the lock orders this notification after the reader's last check.
-            let _state = self.state.lock();
             self.capacity_released.notify_one();
         }
     }
@@ -176,7 +177,8 @@ impl Intake<'_> {
 
     /// Gives back an admission whose job will not be queued (its payload could not be read).
     pub(crate) fn cancel(&mut self, bytes: usize) {
-        self.dispatch.release(bytes);
+        let _state = self.dispatch.state.lock();
+        self.dispatch.release_locked(bytes);
     }
 
     /// Queues an admitted job; it reaches the workers at the next publish.
