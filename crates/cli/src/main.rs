@@ -30,6 +30,8 @@ pub enum Command {
     Analyze(commands::analyze::AnalyzeArgs),
     /// Manage the deduplicated volumes of the block device.
     Volume(commands::volume::VolumeArgs),
+    /// Serve every volume over NBD until interrupted.
+    Serve(commands::serve::ServeArgs),
     /// Verify a repository and repair what can be rebuilt.
     Check(commands::check::CheckArgs),
 }
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
         Command::Analyze(args) => commands::analyze::run(&cli, args),
         Command::Volume(args) => commands::volume::run(&cli, args),
         Command::Check(args) => commands::check::run(&cli, args),
+        Command::Serve(args) => commands::serve::run(&cli, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,4 +3,5 @@
 pub mod analyze;
 pub mod check;
 pub mod init;
+pub mod serve;
 pub mod volume;
