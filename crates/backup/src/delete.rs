@@ -398,12 +398,7 @@ impl BackupStore {
         let mut write = self.catalog.write()?;
         changes.apply(&mut write)?;
         self.commit(write, state)?;
-        for &id in &dropped {
-            self.containers.remove(id)?;
-        }
-        if !dropped.is_empty() {
-            self.containers.sync_removals()?;
-        }
+        self.remove_containers(&dropped)?;
         report.seconds = started.elapsed().as_secs_f64();
         Ok(report)
     }

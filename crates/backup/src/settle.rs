@@ -355,11 +355,6 @@ pub(crate) fn finish_settlement(store: &mut BackupStore, settlement: &Settlement
         }
     }
     store.checkpoint_index(store.state.serial)?;
-    for &id in &settlement.dropped_containers {
-        store.containers.remove(id)?;
-    }
-    if !settlement.dropped_containers.is_empty() {
-        store.containers.sync_removals()?;
-    }
+    store.remove_containers(&settlement.dropped_containers)?;
     Ok(started.elapsed().as_secs_f64())
 }

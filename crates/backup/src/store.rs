@@ -24,7 +24,7 @@ use onecopy_core::container::{ContainerId, ContainerStore};
 use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::index::FingerprintIndex;
 use onecopy_core::pages::{PageStore, PageStoreOptions};
-use onecopy_core::storage::Storage;
+use onecopy_core::storage::{parent_directory, Storage};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{RuntimeOptions, StoreOptions};
@@ -103,6 +103,9 @@ impl BackupStore {
     /// but the creation of missing files; call [`recover`](Self::recover) (every mutating
     /// operation does) to repair what an interrupted command left.
     pub fn open(storage: Arc<dyn Storage>, options: OpenOptions) -> Result<BackupStore> {
+        if !storage.exists(CATALOG_FILE)? {
+            create_catalog(&storage, &options)?;
+        }
         let catalog = Catalog::open(&storage, CATALOG_FILE)?;
         let stored: Option<StoreState> = catalog.read()?.get_json(STORE, STATE_KEY)?;
         let state = match stored {
@@ -125,20 +128,10 @@ impl BackupStore {
                 state
             }
             None => {
-                let store_options = options.store.clone().unwrap_or_default();
-                store_options.validate()?;
-                let state = StoreState {
-                    format: STORE_FORMAT,
-                    options: store_options,
-                    backup_id_next: 1,
-                    segment_id_next: 1,
-                    container_id_next: 1,
-                    serial: 1,
-                };
-                let mut write = catalog.write()?;
-                write.put_json(STORE, STATE_KEY, &state)?;
-                write.commit()?;
-                state
+                return Err(BackupError::corrupt(
+                    format!("backup store in {}", storage.describe()),
+                    "the catalog holds no store state",
+                ))
             }
         };
         let containers = ContainerStore::new(
@@ -195,15 +188,14 @@ impl BackupStore {
             .into_iter()
             .map(|(id, _)| id)
             .collect();
-        for id in self.containers.list()? {
-            if !known.contains(&id) {
-                self.containers.remove(id)?;
-                report.orphan_containers_removed += 1;
-            }
-        }
-        if report.orphan_containers_removed > 0 {
-            self.containers.sync_removals()?;
-        }
+        let orphans: Vec<ContainerId> = self
+            .containers
+            .list()?
+            .into_iter()
+            .filter(|id| !known.contains(id))
+            .collect();
+        self.remove_containers(&orphans)?;
+        report.orphan_containers_removed = orphans.len() as u64;
         let expected = indexable_segments(&read)?;
         if self.index_serial != self.state.serial || self.index.len() != expected.len() as u64 {
             let (added, removed) = self.reconcile_index(&expected)?;
@@ -237,6 +229,21 @@ impl BackupStore {
             self.index.remove(&mut self.pages, fingerprint)?;
         }
         Ok((added, stale.len() as u64))
+    }
+
+    /// Removes containers and makes the removals durable by syncing the directories that held
+    /// them. (`ContainerStore::sync_removals` skips shard directories left empty, whose
+    /// removals would then not be durable.)
+    pub(crate) fn remove_containers(&self, ids: &[ContainerId]) -> Result<()> {
+        let mut directories = std::collections::BTreeSet::new();
+        for &id in ids {
+            self.containers.remove(id)?;
+            directories.insert(parent_directory(&self.containers.name(id)).to_string());
+        }
+        for directory in directories {
+            self.storage.sync_directory(&directory)?;
+        }
+        Ok(())
     }
 
     /// Makes the segment index durable, recording `serial`: the catalog serial it matches
@@ -283,6 +290,32 @@ impl BackupStore {
     pub fn storage(&self) -> &Arc<dyn Storage> {
         &self.storage
     }
+}
+
+/// Creates the catalog with its first state under a temporary name and renames it into
+/// place, so that a crash during creation leaves no catalog (and the next open starts over)
+/// rather than a half-initialised one.
+fn create_catalog(storage: &Arc<dyn Storage>, options: &OpenOptions) -> Result<()> {
+    let temporary = format!("{CATALOG_FILE}.new");
+    storage.remove(&temporary)?;
+    let store_options = options.store.clone().unwrap_or_default();
+    store_options.validate()?;
+    let state = StoreState {
+        format: STORE_FORMAT,
+        options: store_options,
+        backup_id_next: 1,
+        segment_id_next: 1,
+        container_id_next: 1,
+        serial: 1,
+    };
+    let catalog = Catalog::open(storage, &temporary)?;
+    let mut write = catalog.write()?;
+    write.put_json(STORE, STATE_KEY, &state)?;
+    write.commit()?;
+    drop(catalog);
+    storage.rename(&temporary, CATALOG_FILE)?;
+    storage.sync_directory("")?;
+    Ok(())
 }
 
 /// Shared segments by fingerprint: what the segment index must hold.
