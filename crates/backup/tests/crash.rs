@@ -65,7 +65,10 @@ fn scenario(storage: Arc<dyn Storage>, mode: DedupMode, images: &[Vec<u8>], mode
         }
     };
     let mut delete = |store: &mut BackupStore, model: &mut Model, version: u32, method| -> bool {
-        let image = model.present.remove(&version).expect("deleting a present version");
+        let image = model
+            .present
+            .remove(&version)
+            .expect("deleting a present version");
         model.uncertain = Some((version, image));
         match store.delete("vm", version, Some(method)) {
             Ok(_) => {
@@ -94,7 +97,11 @@ fn scenario(storage: Arc<dyn Storage>, mode: DedupMode, images: &[Vec<u8>], mode
 fn verify(storage: Arc<dyn Storage>, mode: DedupMode, model: &Model, label: &str) {
     let mut store = open(storage, mode);
     let report = store.check(Default::default()).expect("check runs");
-    assert!(report.is_ok(), "{label}: check failed: {:#?}", report.errors);
+    assert!(
+        report.is_ok(),
+        "{label}: check failed: {:#?}",
+        report.errors
+    );
     let listed: Vec<u32> = store
         .list(None)
         .unwrap()
@@ -102,24 +109,42 @@ fn verify(storage: Arc<dyn Storage>, mode: DedupMode, model: &Model, label: &str
         .map(|backup| backup.version)
         .collect();
     for (version, image) in &model.present {
-        assert!(listed.contains(version), "{label}: version {version} is missing");
-        assert!(restore_bytes(&store, "vm", Some(*version)) == *image, "{label}: version {version} differs");
+        assert!(
+            listed.contains(version),
+            "{label}: version {version} is missing"
+        );
+        assert!(
+            restore_bytes(&store, "vm", Some(*version)) == *image,
+            "{label}: version {version} differs"
+        );
     }
     for version in &listed {
         if !model.present.contains_key(version) {
-            let (uncertain, image) = model.uncertain.as_ref().unwrap_or_else(|| {
-                panic!("{label}: version {version} exists but never completed")
-            });
+            let (uncertain, image) = model
+                .uncertain
+                .as_ref()
+                .unwrap_or_else(|| panic!("{label}: version {version} exists but never completed"));
             assert_eq!(uncertain, version, "{label}");
-            assert!(restore_bytes(&store, "vm", Some(*version)) == *image, "{label}: version {version} differs");
+            assert!(
+                restore_bytes(&store, "vm", Some(*version)) == *image,
+                "{label}: version {version} differs"
+            );
         }
     }
     // The next change recovers: leftovers go, and the store still checks clean.
     store.recover().unwrap();
     store.sweep().unwrap();
     let report = store.check(Default::default()).unwrap();
-    assert!(report.is_ok(), "{label}: after recovery: {:#?}", report.errors);
-    assert!(report.warnings.is_empty(), "{label}: after recovery: {:#?}", report.warnings);
+    assert!(
+        report.is_ok(),
+        "{label}: after recovery: {:#?}",
+        report.errors
+    );
+    assert!(
+        report.warnings.is_empty(),
+        "{label}: after recovery: {:#?}",
+        report.warnings
+    );
 }
 
 fn crash_everywhere(mode: DedupMode) {
@@ -128,7 +153,11 @@ fn crash_everywhere(mode: DedupMode) {
         let storage = SimulatedStorage::new();
         let mut model = Model::default();
         scenario(Arc::new(storage.clone()), mode, &images, &mut model);
-        assert_eq!(model.present.len(), 3, "the scenario completes without a crash");
+        assert_eq!(
+            model.present.len(),
+            3,
+            "the scenario completes without a crash"
+        );
         storage.sync_count()
     };
     for crash_at in 1..=total_syncs {
@@ -138,7 +167,12 @@ fn crash_everywhere(mode: DedupMode) {
         scenario(Arc::new(storage.clone()), mode, &images, &mut model);
         let seed = crash_at * 7919;
         let after: Arc<dyn Storage> = Arc::new(storage.crash(CrashMode::Torn { seed }));
-        verify(after, mode, &model, &format!("{mode:?} crash after sync {crash_at} of {total_syncs}"));
+        verify(
+            after,
+            mode,
+            &model,
+            &format!("{mode:?} crash after sync {crash_at} of {total_syncs}"),
+        );
     }
 }
 

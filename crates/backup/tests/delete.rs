@@ -30,7 +30,10 @@ fn store_with(mode: DedupMode, images: &[Vec<u8>]) -> BackupStore {
 fn assert_restores(store: &BackupStore, images: &[Vec<u8>], versions: &[u32]) {
     for &version in versions {
         let restored = restore_bytes(store, "vm", Some(version));
-        assert!(restored == images[version as usize - 1], "version {version} differs");
+        assert!(
+            restored == images[version as usize - 1],
+            "version {version} differs"
+        );
     }
 }
 
@@ -51,12 +54,17 @@ fn timestamp_and_mark_and_sweep_agree() {
     assert_eq!(timestamp_reports.len(), 5);
     assert_eq!(sweep_reports.len(), 5);
     for report in &timestamp_reports {
-        assert_eq!(report.copy.containers_read, 0, "deleting the oldest copies nothing");
+        assert_eq!(
+            report.copy.containers_read, 0,
+            "deleting the oldest copies nothing"
+        );
         assert!(report.sweep.is_none());
     }
-    assert!(timestamp_reports
-        .iter()
-        .any(|report| !report.plan.settlement.dropped_containers.is_empty()));
+    assert!(timestamp_reports.iter().any(|report| !report
+        .plan
+        .settlement
+        .dropped_containers
+        .is_empty()));
     for report in &sweep_reports {
         let sweep = report.sweep.expect("a sweep ran");
         assert!(sweep.containers_scanned > 0);
@@ -134,9 +142,15 @@ fn conventional_mode_round_trip() {
     let images = images(14, 5);
     let mut store = store_with(DedupMode::Conventional, &images);
     assert_restores(&store, &images, &[1, 3, 5]);
-    assert!(store.list(Some("vm")).unwrap().iter().all(|backup| !backup.reverse_pending));
+    assert!(store
+        .list(Some("vm"))
+        .unwrap()
+        .iter()
+        .all(|backup| !backup.reverse_pending));
     let reports = store.expire("vm", Some(2), None).unwrap();
-    assert!(reports.iter().all(|report| report.method == DeleteMethod::MarkAndSweep));
+    assert!(reports
+        .iter()
+        .all(|report| report.method == DeleteMethod::MarkAndSweep));
     assert_restores(&store, &images, &[4, 5]);
     assert_check_ok(&mut store);
 }
