@@ -27,6 +27,8 @@ pub enum Command {
     Init(commands::init::InitArgs),
     /// Estimate how much deduplication would save on files, directories, images or devices.
     Analyze(commands::analyze::AnalyzeArgs),
+    /// Back up directories, images and streams with RevDedup; restore, delete, check.
+    Backup(commands::backup::BackupArgs),
 }
 
 impl Cli {
@@ -47,6 +49,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Init(args) => commands::init::run(&cli, args),
         Command::Analyze(args) => commands::analyze::run(&cli, args),
+        Command::Backup(args) => commands::backup::run(&cli, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,4 +1,5 @@
 //! One file per command: its arguments and how its result is printed.
 
 pub mod analyze;
+pub mod backup;
 pub mod init;
