@@ -56,9 +56,8 @@ impl Changes {
         view: &impl CatalogView,
         id: SegmentId,
     ) -> Result<&mut SegmentRecord> {
-        if !self.records.contains_key(&id) {
-            let record = load_segment(view, id)?;
-            self.records.insert(id, Some(record));
+        if let std::collections::btree_map::Entry::Vacant(entry) = self.records.entry(id) {
+            entry.insert(Some(load_segment(view, id)?));
         }
         self.records
             .get_mut(&id)
@@ -72,9 +71,8 @@ impl Changes {
         view: &impl CatalogView,
         id: ContainerId,
     ) -> Result<&mut ContainerRecord> {
-        if !self.containers.contains_key(&id) {
-            let record = load_container(view, id)?;
-            self.containers.insert(id, Some(record));
+        if let std::collections::btree_map::Entry::Vacant(entry) = self.containers.entry(id) {
+            entry.insert(Some(load_container(view, id)?));
         }
         self.containers
             .get_mut(&id)

@@ -43,7 +43,7 @@ fn scenario(storage: Arc<dyn Storage>, mode: DedupMode, images: &[Vec<u8>], mode
     ) else {
         return;
     };
-    let mut create = |store: &mut BackupStore, model: &mut Model, version: u32| -> bool {
+    let create = |store: &mut BackupStore, model: &mut Model, version: u32| -> bool {
         let image = &images[version as usize - 1];
         model.uncertain = Some((version, image.clone()));
         let created = store.create_backup(
@@ -64,7 +64,7 @@ fn scenario(storage: Arc<dyn Storage>, mode: DedupMode, images: &[Vec<u8>], mode
             Err(_) => false,
         }
     };
-    let mut delete = |store: &mut BackupStore, model: &mut Model, version: u32, method| -> bool {
+    let delete = |store: &mut BackupStore, model: &mut Model, version: u32, method| -> bool {
         let image = model
             .present
             .remove(&version)
