@@ -11,6 +11,7 @@
 pub mod cache;
 pub mod config;
 pub mod engine;
+pub mod export;
 pub mod hints;
 pub mod records;
 pub mod volume;

@@ -136,13 +136,11 @@ fn ext4_4k_and_ext3_directory_blocks() {
     }
 }
 
-// Goal: htree blocks are recognised: the dx root (block 0 of an indexed directory), interior
-// dx nodes (a two-level index), and the leaves as directory blocks; method: e2fsck -D indexes
-// the directory of a 1 KiB-block image, debugfs's htree dump confirms two levels.
-#[test]
-fn htree_root_nodes_and_leaves() {
+/// Builds an image with `options`, indexes its big directory with e2fsck -D, and checks the
+/// dx root, the interior dx nodes (debugfs's htree dump confirms two levels) and the leaves.
+fn check_htree(options: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    let image = build_image(dir.path(), &["-t", "ext4", "-b", "1024"]);
+    let image = build_image(dir.path(), options);
     let status = Command::new("e2fsck")
         .args(["-fyD", image.to_str().unwrap()])
         .output()
@@ -177,6 +175,19 @@ fn htree_root_nodes_and_leaves() {
         "root and dx nodes: {kinds:?}"
     );
     assert!(kinds[&Some(MetadataKind::Directory)] > 10);
+}
+
+// Goal: htree blocks with metadata_csum tails (ext4) are recognised: the dx root, interior dx
+// nodes of a two-level index, and the leaves as directory blocks.
+#[test]
+fn htree_with_checksum_tails() {
+    check_htree(&["-t", "ext4", "-b", "1024"]);
+}
+
+// Goal: the same for ext3 htree blocks, which have no checksum tails.
+#[test]
+fn htree_without_checksum_tails() {
+    check_htree(&["-t", "ext3", "-b", "1024"]);
 }
 
 // Goal: an external extended-attribute block is recognised; method: debugfs stores a value

@@ -1,6 +1,7 @@
 //! The `onecopy` command: argument parsing and output only; the work is done by the crates
 //! under `crates/`.
 
+mod block_face;
 mod commands;
 mod output;
 
@@ -27,6 +28,12 @@ pub enum Command {
     Init(commands::init::InitArgs),
     /// Estimate how much deduplication would save on files, directories, images or devices.
     Analyze(commands::analyze::AnalyzeArgs),
+    /// Manage the deduplicated volumes of the block device.
+    Volume(commands::volume::VolumeArgs),
+    /// Serve every volume over NBD until interrupted.
+    Serve(commands::serve::ServeArgs),
+    /// Verify a repository and repair what can be rebuilt.
+    Check(commands::check::CheckArgs),
     /// Back up directories, images and streams with RevDedup; restore, delete, check.
     Backup(commands::backup::BackupArgs),
 }
@@ -49,6 +56,9 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Init(args) => commands::init::run(&cli, args),
         Command::Analyze(args) => commands::analyze::run(&cli, args),
+        Command::Volume(args) => commands::volume::run(&cli, args),
+        Command::Check(args) => commands::check::run(&cli, args),
+        Command::Serve(args) => commands::serve::run(&cli, args),
         Command::Backup(args) => commands::backup::run(&cli, args),
     };
     match result {

@@ -22,6 +22,12 @@ pub enum Error {
     /// A caller passed a value outside the documented range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// There is no repository where one was expected.
+    #[error(
+        "no repository at {path}; create one with `onecopy init`, or point --repo or \
+         ONECOPY_REPO at an existing one"
+    )]
+    NoRepository { path: String },
     /// A named object does not exist.
     #[error("{0} not found")]
     NotFound(String),

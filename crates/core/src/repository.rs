@@ -78,11 +78,9 @@ impl Repository {
         let bytes = match fs::read(&config_path) {
             Ok(bytes) => bytes,
             Err(error) if error.kind() == ErrorKind::NotFound => {
-                return Err(Error::NotFound(format!(
-                    "repository at {} (create it with `onecopy init`, or point --repo or \
-                     ONECOPY_REPO at an existing one)",
-                    path.display()
-                )))
+                return Err(Error::NoRepository {
+                    path: path.display().to_string(),
+                })
             }
             Err(error) => {
                 return Err(Error::io(

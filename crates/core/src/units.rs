@@ -92,12 +92,14 @@ pub fn parse_duration_ns(text: &str) -> Result<u64> {
             )))
         }
     };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| Error::InvalidArgument(format!("duration {text:?} is not a number with a unit")))?;
+    let value: f64 = number.parse().map_err(|_| {
+        Error::InvalidArgument(format!("duration {text:?} is not a number with a unit"))
+    })?;
     let nanoseconds = value * multiplier;
     if !(0.0..=(u64::MAX as f64)).contains(&nanoseconds) {
-        return Err(Error::InvalidArgument(format!("duration {text:?} is out of range")));
+        return Err(Error::InvalidArgument(format!(
+            "duration {text:?} is out of range"
+        )));
     }
     Ok(nanoseconds.round() as u64)
 }

@@ -1,2 +1,57 @@
-//! The NBD protocol (fixed newstyle handshake, transmission phase) and a server that serves any
-//! [`BlockDevice`]-like export. (in progress)
+//! onecopy-nbd: the NBD protocol (fixed newstyle handshake, simple and structured replies,
+//! `base:allocation` block status) and a multi-threaded server that serves any [`Export`].
+//!
+//! The crate knows nothing about deduplication: the engine implements [`Export`] for its
+//! volumes and an [`ExportCatalog`] that resolves export names, and this crate does the rest.
+//! [`MemoryExport`] is a sparse in-memory export for tests and for measuring the protocol's
+//! own cost.
+//!
+//! Layers, from bytes to threads:
+//! - [`protocol`]: the specification's constants.
+//! - [`codec`]: pure encoding and decoding of messages (fuzzable, never panics on input).
+//! - [`request`]: pure validation of a request against the negotiated limits.
+//! - handshake and transmission (private): the per-connection state machines.
+//! - [`serve_connection`]: one connection on any [`Transport`].
+//! - [`Server`]: listening, accepting, limits, clean shutdown.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use onecopy_nbd::{ExportMap, ListenAddress, MemoryExport, Server, ServerConfig};
+//!
+//! let directory = tempfile::tempdir().unwrap();
+//! let socket = directory.path().join("nbd.sock");
+//! let catalog = ExportMap::single("disk", Arc::new(MemoryExport::new(64 << 20)));
+//! let server = Server::start(
+//!     &ListenAddress::Unix(socket.clone()),
+//!     Arc::new(catalog),
+//!     ServerConfig::default(),
+//! )
+//! .unwrap();
+//! // Clients connect to nbd+unix:///disk?socket=<socket> ...
+//! let statistics = server.shutdown();
+//! assert_eq!(statistics.connections_active, 0);
+//! ```
+
+pub mod codec;
+mod connection;
+mod dispatch;
+mod error;
+mod export;
+mod handshake;
+mod memory;
+pub mod protocol;
+pub mod request;
+mod server;
+mod transmission;
+
+pub use connection::{serve_connection, Transport};
+pub use error::{silent_event_sink, stderr_event_sink, Event, EventSink, NbdError};
+pub use export::{
+    BlockSize, Export, ExportCatalog, ExportError, ExportInfo, ExportMap, Extent, InvalidBlockSize,
+    ZeroOptions,
+};
+pub use handshake::{HandshakeLimits, BASE_ALLOCATION_CONTEXT_ID, OPTION_DISCARD_BYTES_MAX};
+pub use memory::MemoryExport;
+pub use server::{ListenAddress, Server, ServerConfig, ServerStatistics, DEFAULT_PORT};

@@ -87,7 +87,16 @@ pub fn decide_write(
                 };
                 return WriteDecision::NoDedup(reason);
             }
-            if map.classify_block(content).is_some() {
+            // The classifier reads one file-system block; an engine block may hold several
+            // (a 4 KiB volume block of a 1 KiB ext file system), and is kept whole when any
+            // of them is metadata.
+            let fs_block = map.block_bytes() as usize;
+            if fs_block > 0
+                && content.len() % fs_block == 0
+                && content
+                    .chunks_exact(fs_block)
+                    .any(|block| map.classify_block(block).is_some())
+            {
                 return WriteDecision::NoDedup(NoDedupReason::Classified);
             }
         }

@@ -2,4 +2,7 @@
 
 pub mod analyze;
 pub mod backup;
+pub mod check;
 pub mod init;
+pub mod serve;
+pub mod volume;

@@ -670,10 +670,6 @@ impl ChunkStore {
         Ok(removed)
     }
 
-    pub(crate) fn chunk_area(&self) -> RecordArea {
-        self.chunks
-    }
-
     pub(crate) fn ensure_room_for(
         &mut self,
         pages: &mut PageStore,

@@ -170,11 +170,14 @@ impl MetadataMap {
             .sum()
     }
 
-    /// Classifies one block by content like [`super::classify_block`], additionally requiring
-    /// that block and inode numbers found in it lie inside this file system. Only ext file
-    /// systems add bounds; for xfs this equals the context-free classifier.
+    /// Classifies one file-system block by content like [`super::classify_block`],
+    /// additionally requiring that `block.len()` is this file system's block size and that
+    /// block and inode numbers found in it lie inside this file system. The classes are ext
+    /// structures, so for xfs and for an ext journal device (all of which is in the map
+    /// already) this returns `None`.
     pub fn classify_block(&self, block: &[u8]) -> Option<MetadataKind> {
-        super::classify::classify_with_bounds(block, self.bounds.as_ref())
+        let bounds = self.bounds.as_ref()?;
+        super::classify::classify_with_bounds(block, Some(bounds))
     }
 }
 

@@ -194,3 +194,66 @@ pub(crate) fn derive(
         bounds: None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A consistent superblock: 4 KiB blocks, 5 AGs of 30720 blocks, log in AG 2.
+    fn superblock_bytes() -> Vec<u8> {
+        let mut bytes = vec![0u8; XFS_SUPERBLOCK_BYTES];
+        bytes[0..4].copy_from_slice(XFS_MAGIC);
+        bytes[4..8].copy_from_slice(&4096u32.to_be_bytes());
+        bytes[8..16].copy_from_slice(&153_600u64.to_be_bytes());
+        bytes[48..56].copy_from_slice(&((2u64 << 15) | 6).to_be_bytes());
+        bytes[84..88].copy_from_slice(&30_720u32.to_be_bytes());
+        bytes[88..92].copy_from_slice(&5u32.to_be_bytes());
+        bytes[96..100].copy_from_slice(&16_384u32.to_be_bytes());
+        bytes[102..104].copy_from_slice(&512u16.to_be_bytes());
+        bytes[120] = 12;
+        bytes[121] = 9;
+        bytes[124] = 15;
+        bytes
+    }
+
+    // Goal: the log start is split at agblklog and rebased on agblocks (not 1 << agblklog).
+    #[test]
+    fn log_start_is_split_by_allocation_group() {
+        let superblock = XfsSuperblock::parse(&superblock_bytes()).unwrap();
+        assert_eq!(
+            superblock.linear_block(superblock.log_start),
+            2 * 30_720 + 6
+        );
+        let map = derive(superblock, 1 << 30).unwrap();
+        let log = map
+            .ranges()
+            .iter()
+            .find(|r| r.kind == MetadataKind::XfsLog)
+            .unwrap();
+        assert_eq!(
+            (log.start, log.end),
+            (251_682_816, 251_682_816 + 16_384 * 4096)
+        );
+        assert_eq!(map.ranges().len(), 6);
+    }
+
+    // Goal: each inconsistency the parser checks is refused; method: one field broken at a time.
+    #[test]
+    fn inconsistent_superblocks_are_refused() {
+        let breakages: [(usize, &[u8]); 7] = [
+            (120, &[11]),                            // blocklog does not match
+            (124, &[16]),                            // agblklog does not match
+            (88, &0u32.to_be_bytes()),               // no AGs
+            (8, &200_000u64.to_be_bytes()),          // more blocks than the AGs hold
+            (48, &((5u64 << 15) | 6).to_be_bytes()), // log in a missing AG
+            (96, &30_715u32.to_be_bytes()),          // log beyond its AG
+            (102, &1000u16.to_be_bytes()),           // sector size not a power of two
+        ];
+        for (offset, value) in breakages {
+            let mut bytes = superblock_bytes();
+            bytes[offset..offset + value.len()].copy_from_slice(value);
+            assert!(XfsSuperblock::parse(&bytes).is_err(), "offset {offset}");
+        }
+        assert!(derive(XfsSuperblock::parse(&superblock_bytes()).unwrap(), 1 << 20).is_err());
+    }
+}

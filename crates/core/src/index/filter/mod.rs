@@ -144,7 +144,7 @@ impl FromStr for FilterKind {
 }
 
 /// Words of filter memory in one page of the page store.
-pub(crate) const WORDS_PER_PAGE: usize = PAGE_BYTES / 8;
+pub const WORDS_PER_PAGE: usize = PAGE_BYTES / 8;
 
 /// The memory of a filter: 64-bit words, plus a bitmap of the pages (groups of
 /// [`WORDS_PER_PAGE`] words) changed since they were last saved, so saving a filter writes
@@ -185,10 +185,6 @@ impl FilterWords {
             let page = index / WORDS_PER_PAGE;
             self.dirty_pages[page / 64] |= 1 << (page % 64);
         }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.words.len()
     }
 
     pub(crate) fn as_slice(&self) -> &[u64] {

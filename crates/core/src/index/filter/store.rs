@@ -16,7 +16,7 @@ use crate::pages::{AreaId, PageStore};
 use crate::Result;
 
 const MAGIC: &[u8; 8] = b"OCFILTR1";
-const HEADER_BYTES: usize = 88;
+const HEADER_BYTES: usize = 80;
 
 /// Writes the changed pages of `filter` and its header to `area`.
 pub(crate) fn save(

@@ -412,4 +412,70 @@ mod tests {
         assert!(!is_power_of(1, 3));
         assert!(is_power_of(2187, 3));
     }
+
+    /// A consistent superblock: 1 KiB blocks, one group of 8192 blocks, 2048 inodes.
+    fn superblock_bytes() -> Vec<u8> {
+        let mut bytes = vec![0u8; EXT_SUPERBLOCK_BYTES];
+        let mut put32 = |offset: usize, value: u32| {
+            bytes[offset..offset + 4].copy_from_slice(&value.to_le_bytes());
+        };
+        put32(0x00, 2048);
+        put32(0x04, 8192);
+        put32(0x14, 1);
+        put32(0x18, 0);
+        put32(0x20, 8192);
+        put32(0x28, 2048);
+        put32(0x4C, 1);
+        put32(0x64, RO_COMPAT_SPARSE_SUPER);
+        bytes[0x38..0x3A].copy_from_slice(&EXT_MAGIC.to_le_bytes());
+        bytes[0x58..0x5A].copy_from_slice(&256u16.to_le_bytes());
+        bytes
+    }
+
+    // Goal: each inconsistency the parser checks is refused; method: one field broken at a
+    // time in an otherwise consistent superblock.
+    #[test]
+    fn inconsistent_superblocks_are_refused() {
+        let superblock = ExtSuperblock::parse(&superblock_bytes()).unwrap();
+        assert_eq!(superblock.groups_count(), 1);
+        assert_eq!(superblock.file_system_kind(), FileSystemKind::Ext2);
+        let breakages: [(usize, u32); 13] = [
+            (0x38, 0xEF54),      // magic
+            (0x4C, 2),           // revision
+            (0x18, 7),           // block size 128 KiB
+            (0x18, 2),           // 4 KiB blocks with first data block 1
+            (0x20, 0),           // no blocks per group
+            (0x20, 8193),        // more blocks per group than a bitmap holds
+            (0x28, 0),           // no inodes per group
+            (0x00, 2047),        // inode count not groups times inodes per group
+            (0x58, 100),         // inode size not a power of two
+            (0x60, 0x4000_0000), // unknown incompatible feature
+            (0xCE, 300),         // reserved GDT blocks beyond block size / 4
+            (0x04, 1),           // block count not beyond the first data block
+            (0x14, 0),           // first data block 0 with 1 KiB blocks
+        ];
+        for (offset, value) in breakages {
+            let mut bytes = superblock_bytes();
+            let width = if offset == 0x38 || offset == 0x58 || offset == 0xCE {
+                2
+            } else {
+                4
+            };
+            bytes[offset..offset + width].copy_from_slice(&value.to_le_bytes()[..width]);
+            assert!(
+                ExtSuperblock::parse(&bytes).is_err(),
+                "offset {offset:#x} value {value}"
+            );
+        }
+        let mut wide = superblock_bytes();
+        wide[0x60..0x64].copy_from_slice(&INCOMPAT_64BIT.to_le_bytes());
+        wide[0xFE..0x100].copy_from_slice(&48u16.to_le_bytes());
+        assert!(
+            ExtSuperblock::parse(&wide).is_err(),
+            "64-bit descriptor size 48"
+        );
+        wide[0xFE..0x100].copy_from_slice(&64u16.to_le_bytes());
+        assert_eq!(ExtSuperblock::parse(&wide).unwrap().descriptor_bytes, 64);
+        assert!(ExtSuperblock::parse(&superblock_bytes()[..1000]).is_err());
+    }
 }

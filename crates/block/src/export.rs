@@ -1,0 +1,147 @@
+//! Volumes as NBD exports: the bridge between [`onecopy_nbd`] and the [`Engine`].
+
+use std::sync::Arc;
+
+use onecopy_core::Error;
+use onecopy_nbd::{BlockSize, Export, ExportCatalog, ExportError, ExportInfo, Extent, ZeroOptions};
+
+use crate::engine::Engine;
+use crate::volume::VolumeId;
+
+/// Largest request payload advertised: the protocol's recommended maximum.
+const REQUEST_BYTES_MAX: u32 = 32 << 20;
+
+/// Every volume of an engine, by name.
+pub struct EngineExports {
+    engine: Arc<Engine>,
+}
+
+impl EngineExports {
+    /// Exports for the volumes of `engine`.
+    pub fn new(engine: Arc<Engine>) -> EngineExports {
+        EngineExports { engine }
+    }
+}
+
+impl ExportCatalog for EngineExports {
+    fn list(&self) -> Vec<ExportInfo> {
+        self.engine
+            .volumes()
+            .into_iter()
+            .map(|volume| ExportInfo {
+                description: format!(
+                    "onecopy volume, {}, {}-byte blocks",
+                    onecopy_core::units::format_size(volume.size_bytes),
+                    volume.block_bytes
+                ),
+                name: volume.name,
+            })
+            .collect()
+    }
+
+    fn open(&self, name: &str) -> Option<Arc<dyn Export>> {
+        let volume = self.engine.volume(name).ok()?;
+        Some(Arc::new(VolumeExport {
+            engine: Arc::clone(&self.engine),
+            volume: volume.id,
+            size: volume.size_bytes,
+            block_bytes: volume.block_bytes,
+        }))
+    }
+}
+
+/// One volume as an NBD export.
+pub struct VolumeExport {
+    engine: Arc<Engine>,
+    volume: VolumeId,
+    size: u64,
+    block_bytes: u32,
+}
+
+fn export_error(error: Error) -> ExportError {
+    match error {
+        Error::Io { context, source } => ExportError::io(context, source),
+        Error::Limit(context) => ExportError::NoSpace { context },
+        other => ExportError::failed(other),
+    }
+}
+
+impl Export for VolumeExport {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn block_size(&self) -> BlockSize {
+        // Any alignment works (partial blocks are read, merged and written back), but whole
+        // blocks avoid that work, so they are the preferred size.
+        BlockSize::new(1, self.block_bytes, REQUEST_BYTES_MAX).expect("valid constraints")
+    }
+
+    fn read_only(&self) -> bool {
+        false
+    }
+
+    fn flush_is_global(&self) -> bool {
+        // One journal for the whole engine: a flush covers every connection's writes.
+        true
+    }
+
+    fn read(&self, offset: u64, buffer: &mut [u8]) -> Result<(), ExportError> {
+        self.engine
+            .read(self.volume, offset, buffer)
+            .map_err(export_error)
+    }
+
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
+        self.engine
+            .write(self.volume, offset, data, fua)
+            .map_err(export_error)
+    }
+
+    fn flush(&self) -> Result<(), ExportError> {
+        self.engine.flush().map_err(export_error)
+    }
+
+    fn trim(&self, offset: u64, length: u64, fua: bool) -> Result<(), ExportError> {
+        self.engine
+            .trim(self.volume, offset, length, fua)
+            .map_err(export_error)
+    }
+
+    fn write_zeroes(
+        &self,
+        offset: u64,
+        length: u64,
+        options: ZeroOptions,
+    ) -> Result<(), ExportError> {
+        // Zeroing whole blocks only drops map entries, and at most two partial blocks are
+        // rewritten, so it is always faster than writing: fast-zero requests are honoured.
+        self.engine
+            .write_zeroes(self.volume, offset, length, options.fua)
+            .map_err(export_error)
+    }
+
+    fn block_status(
+        &self,
+        offset: u64,
+        length: u64,
+        extents: &mut Vec<Extent>,
+    ) -> Result<(), ExportError> {
+        let found = self
+            .engine
+            .block_status(self.volume, offset, length)
+            .map_err(export_error)?;
+        extents.extend(found.into_iter().map(|extent| Extent {
+            length: extent.length,
+            hole: extent.hole,
+            zero: extent.zero,
+        }));
+        Ok(())
+    }
+
+    fn cache(&self, offset: u64, length: u64) -> Result<(), ExportError> {
+        self.engine
+            .cache(self.volume, offset, length)
+            .map_err(export_error)
+    }
+}

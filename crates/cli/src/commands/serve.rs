@@ -1,0 +1,98 @@
+//! `onecopy serve`: serve every volume as an NBD export until interrupted.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+
+use onecopy_block::export::EngineExports;
+use onecopy_nbd::{ListenAddress, Server, ServerConfig};
+
+use crate::block_face::{open_block, EngineArgs};
+use crate::Cli;
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Serve on a unix socket at PATH.
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Serve on TCP at HOST:PORT [default: 127.0.0.1:10809 when no --socket is given].
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: Option<String>,
+    /// Worker threads per connection.
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
+    // Block the stop signals in every thread started from here on, so that only sigwait below
+    // sees them and the shutdown runs in order.
+    let signals = stop_signals();
+    // SAFETY: the set is initialised; blocking signals has no memory effects.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &signals, std::ptr::null_mut()) };
+
+    let block = open_block(cli, "serve", &args.engine)?;
+    let engine = Arc::clone(&block.engine);
+    let background = engine.start_background();
+    let catalog = Arc::new(EngineExports::new(Arc::clone(&engine)));
+    let config = ServerConfig {
+        workers_per_connection: args.workers,
+        ..ServerConfig::default()
+    };
+    let mut addresses = Vec::new();
+    if let Some(path) = &args.socket {
+        addresses.push(ListenAddress::Unix(path.clone()));
+    }
+    match &args.listen {
+        Some(text) => addresses.push(ListenAddress::tcp(text)?),
+        None if args.socket.is_none() => addresses.push(ListenAddress::default_tcp()),
+        None => {}
+    }
+    let mut servers = Vec::new();
+    for address in &addresses {
+        servers.push(Server::start(address, catalog.clone(), config.clone())?);
+    }
+    let volumes = engine.volumes();
+    for server in &servers {
+        for volume in &volumes {
+            match server.address() {
+                ListenAddress::Unix(path) => eprintln!(
+                    "serving {} at nbd+unix:///{}?socket={}",
+                    volume.name,
+                    volume.name,
+                    path.display()
+                ),
+                ListenAddress::Tcp(address) => {
+                    eprintln!("serving {} at nbd://{address}/{}", volume.name, volume.name)
+                }
+            }
+        }
+    }
+    if volumes.is_empty() {
+        eprintln!("no volumes yet: create one with `onecopy volume create NAME --size 10GiB` (stop this server first)");
+    }
+    eprintln!("press Ctrl-C to stop");
+    let mut received = 0;
+    // SAFETY: `signals` is initialised and `received` is a valid out-pointer.
+    unsafe { libc::sigwait(&signals, &mut received) };
+    eprintln!("stopping: finishing requests, then checkpointing");
+    for server in servers {
+        server.shutdown();
+    }
+    drop(background);
+    drop(block);
+    Ok(())
+}
+
+fn stop_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise and fill the set we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        set
+    }
+}

@@ -1,0 +1,220 @@
+//! The hand-off between a connection's reader and its workers: a job queue, the in-flight
+//! admission limits and the payload buffer pool.
+//!
+//! Waking a sleeping thread, and contending for a lock, are the dominant costs of a small
+//! request on a machine with few cores. So:
+//! - The reader collects jobs in its own [`Intake`] and *publishes* them to the shared queue
+//!   in batches, taking the lock once per batch: when the reader is about to block (on the
+//!   socket or on admission), or when [`PUBLISH_BATCH_JOBS`] jobs have piled up. Publishing
+//!   wakes at most one idle worker per published job.
+//! - A worker that finishes a job takes the next one without sleeping, so under load
+//!   workers rarely sleep at all.
+//! - Admission counts are atomics: the reader takes the lock only when a limit forces it to
+//!   wait; workers release under the queue lock they take anyway for their next job.
+//! - Payload buffers return to the pool under the worker's queue lock and reach the reader in
+//!   batches when it publishes.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::protocol;
+use crate::request::Command;
+
+/// Jobs the reader collects before publishing them even though it is not about to block.
+pub(crate) const PUBLISH_BATCH_JOBS: usize = 8;
+/// Pooled buffers larger than this are freed after use instead of being kept.
+const POOLED_BUFFER_BYTES_MAX: usize = 1 << 20;
+/// Most buffers a connection's pool keeps.
+const POOLED_BUFFERS_MAX: usize = 32;
+
+/// One admitted request on its way to a worker.
+pub(crate) struct Job {
+    pub cookie: u64,
+    pub command: Command,
+    /// A write's payload or room for a read's data; empty for other commands. May be longer
+    /// than the command's length (pooled buffers keep their size).
+    pub buffer: Vec<u8>,
+}
+
+/// The state shared by the reader and the workers of one connection.
+pub(crate) struct Dispatch {
+    state: Mutex<State>,
+    /// Workers wait here for jobs.
+    work_available: Condvar,
+    /// The reader waits here for admission.
+    capacity_released: Condvar,
+    /// Requests admitted and not yet answered, and their payload bytes. Only the reader
+    /// increases them, so a check followed by an increase cannot overshoot.
+    in_flight_requests: AtomicUsize,
+    in_flight_bytes: AtomicUsize,
+    /// Set while the reader waits for admission; releasing workers then notify it.
+    reader_waiting: AtomicBool,
+    requests_max: usize,
+    bytes_max: usize,
+}
+
+struct State {
+    queue: VecDeque<Job>,
+    idle_workers: usize,
+    closed: bool,
+    free_buffers: Vec<Vec<u8>>,
+}
+
+impl Dispatch {
+    pub(crate) fn new(requests_max: usize, bytes_max: usize) -> Dispatch {
+        assert!(requests_max > 0);
+        assert!(bytes_max >= protocol::PAYLOAD_BYTES_MAX as usize);
+        Dispatch {
+            state: Mutex::new(State {
+                queue: VecDeque::with_capacity(requests_max.min(1024)),
+                idle_workers: 0,
+                closed: false,
+                free_buffers: Vec::new(),
+            }),
+            work_available: Condvar::new(),
+            capacity_released: Condvar::new(),
+            in_flight_requests: AtomicUsize::new(0),
+            in_flight_bytes: AtomicUsize::new(0),
+            reader_waiting: AtomicBool::new(false),
+            requests_max,
+            bytes_max,
+        }
+    }
+
+    /// The reader's side. There must be exactly one per connection.
+    pub(crate) fn intake(&self) -> Intake<'_> {
+        Intake {
+            dispatch: self,
+            pending: Vec::with_capacity(PUBLISH_BATCH_JOBS),
+            buffers: Vec::new(),
+        }
+    }
+
+    /// Worker: reports the previous job done (its buffer and payload bytes) and waits for
+    /// the next one. Returns `None` once the reader has closed the queue and it is empty.
+    pub(crate) fn next_job(&self, finished: Option<(Vec<u8>, usize)>) -> Option<Job> {
+        let mut state = self.state.lock();
+        if let Some((buffer, bytes)) = finished {
+            if !buffer.is_empty()
+                && buffer.len() <= POOLED_BUFFER_BYTES_MAX
+                && state.free_buffers.len() < POOLED_BUFFERS_MAX
+            {
+                state.free_buffers.push(buffer);
+            }
+            self.release_locked(bytes);
+        }
+        loop {
+            if let Some(job) = state.queue.pop_front() {
+                return Some(job);
+            }
+            if state.closed {
+                return None;
+            }
+            state.idle_workers += 1;
+            self.work_available.wait(&mut state);
+            state.idle_workers -= 1;
+        }
+    }
+
+    fn fits(&self, bytes: usize) -> bool {
+        self.in_flight_requests.load(Ordering::SeqCst) < self.requests_max
+            && self.in_flight_bytes.load(Ordering::SeqCst) + bytes <= self.bytes_max
+    }
+
+    /// Ends an admission. The caller must hold the state lock: the reader checks the counts
+    /// and starts waiting under that lock, so a release cannot slip between its check and its
+    /// wait unnoticed.
+    fn release_locked(&self, bytes: usize) {
+        let requests = self.in_flight_requests.fetch_sub(1, Ordering::SeqCst);
+        let previous_bytes = self.in_flight_bytes.fetch_sub(bytes, Ordering::SeqCst);
+        assert!(requests > 0, "released more requests than admitted");
+        assert!(previous_bytes >= bytes, "released more bytes than admitted");
+        if self.reader_waiting.load(Ordering::SeqCst) {
+            self.capacity_released.notify_one();
+        }
+    }
+}
+
+/// The reader's handle on a [`Dispatch`]: admits requests and queues jobs in batches.
+pub(crate) struct Intake<'a> {
+    dispatch: &'a Dispatch,
+    /// Jobs not yet published to the shared queue.
+    pending: Vec<Job>,
+    /// Pooled buffers taken from the shared pool at the last publish.
+    buffers: Vec<Vec<u8>>,
+}
+
+impl Intake<'_> {
+    /// Waits until one more request with `bytes` of payload fits in the limits, counts it as
+    /// in flight and returns a buffer of at least `bytes` initialised bytes (empty if `bytes`
+    /// is zero).
+    pub(crate) fn admit(&mut self, bytes: usize) -> Vec<u8> {
+        let dispatch = self.dispatch;
+        assert!(bytes <= dispatch.bytes_max);
+        if !dispatch.fits(bytes) {
+            // The jobs holding the capacity must be running, or the wait never ends.
+            self.publish();
+            let mut state = dispatch.state.lock();
+            dispatch.reader_waiting.store(true, Ordering::SeqCst);
+            while !dispatch.fits(bytes) {
+                dispatch.capacity_released.wait(&mut state);
+            }
+            dispatch.reader_waiting.store(false, Ordering::SeqCst);
+        }
+        dispatch.in_flight_requests.fetch_add(1, Ordering::SeqCst);
+        dispatch.in_flight_bytes.fetch_add(bytes, Ordering::SeqCst);
+        if bytes == 0 {
+            return Vec::new();
+        }
+        let mut buffer = self.buffers.pop().unwrap_or_default();
+        if buffer.len() < bytes {
+            buffer.resize(bytes, 0);
+        }
+        buffer
+    }
+
+    /// Gives back an admission whose job will not be queued (its payload could not be read).
+    pub(crate) fn cancel(&mut self, bytes: usize) {
+        let _state = self.dispatch.state.lock();
+        self.dispatch.release_locked(bytes);
+    }
+
+    /// Queues an admitted job; it reaches the workers at the next publish.
+    pub(crate) fn push(&mut self, job: Job) {
+        self.pending.push(job);
+        if self.pending.len() >= PUBLISH_BATCH_JOBS {
+            self.publish();
+        }
+    }
+
+    /// Hands the pending jobs to the workers, waking idle ones. Must be called before the
+    /// reader blocks.
+    pub(crate) fn publish(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let published = self.pending.len();
+        let mut state = self.dispatch.state.lock();
+        state.queue.extend(self.pending.drain(..));
+        let spare = state.free_buffers.len().min(PUBLISH_BATCH_JOBS);
+        let keep = state.free_buffers.len() - spare;
+        self.buffers.extend(state.free_buffers.drain(keep..));
+        let wake = published.min(state.idle_workers);
+        drop(state);
+        for _ in 0..wake {
+            self.dispatch.work_available.notify_one();
+        }
+    }
+
+    /// Publishes what is pending and tells the workers no more jobs will come; they finish
+    /// the queue and exit.
+    pub(crate) fn close(mut self) {
+        self.publish();
+        let mut state = self.dispatch.state.lock();
+        state.closed = true;
+        drop(state);
+        self.dispatch.work_available.notify_all();
+    }
+}

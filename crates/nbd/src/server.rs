@@ -1,0 +1,532 @@
+//! The listening server: accepts connections on a unix socket or a TCP address, serves each
+//! on its own thread (see [`serve_connection`]), and shuts down cleanly on request.
+//!
+//! Threads: one accept thread; per connection, one thread that runs the handshake and then
+//! reads requests, plus `workers_per_connection` workers during transmission. No thread is
+//! started per request.
+//!
+//! Shutdown ([`Server::shutdown`], or dropping the [`Server`]): stop accepting, shut down the
+//! reading side of every connection so its reader sees end of stream, let in-flight requests
+//! finish and be answered, and return once every connection thread has ended. Connections
+//! still open after [`ServerConfig::shutdown_grace`] (for instance a client that stopped
+//! reading replies) are shut down in both directions.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::connection::{serve_connection, Transport};
+use crate::error::{stderr_event_sink, Event, EventSink, NbdError};
+use crate::export::ExportCatalog;
+use crate::handshake::HandshakeLimits;
+use crate::protocol;
+
+/// The IANA port for NBD.
+pub const DEFAULT_PORT: u16 = 10809;
+
+/// Tuning and limits of a server. Every limit applies per connection unless its name says
+/// otherwise; [`ServerConfig::validate`] gives the accepted ranges.
+#[derive(Clone)]
+pub struct ServerConfig {
+    /// Worker threads executing requests of one connection (1 ..= 256).
+    pub workers_per_connection: usize,
+    /// Requests admitted but not yet answered (1 ..= 65536); beyond it the server stops
+    /// reading from the client.
+    pub requests_in_flight_max: usize,
+    /// Payload bytes (write data received plus read data to send) of admitted requests;
+    /// at least [`protocol::PAYLOAD_BYTES_MAX`] so that any valid request fits.
+    pub in_flight_payload_bytes_max: usize,
+    /// Connections served at once, server-wide (at least 1); further clients are
+    /// disconnected right after accept.
+    pub connections_max: usize,
+    /// Longest wait for any single read during the handshake; a silent client is dropped.
+    pub handshake_timeout: Duration,
+    /// Bounds on options during the handshake.
+    pub handshake: HandshakeLimits,
+    /// How long [`Server::shutdown`] waits for connections to finish before forcing them
+    /// closed.
+    pub shutdown_grace: Duration,
+    /// Where events (export failures, connection errors) are reported.
+    pub events: EventSink,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            workers_per_connection: 4,
+            requests_in_flight_max: 128,
+            in_flight_payload_bytes_max: 2 * protocol::PAYLOAD_BYTES_MAX as usize,
+            connections_max: 64,
+            handshake_timeout: Duration::from_secs(30),
+            handshake: HandshakeLimits::default(),
+            shutdown_grace: Duration::from_secs(10),
+            events: stderr_event_sink(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Checks every value against its documented range.
+    pub fn validate(&self) -> Result<(), NbdError> {
+        let check = |ok: bool, what: &str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(NbdError::Config(what.to_owned()))
+            }
+        };
+        check(
+            (1..=256).contains(&self.workers_per_connection),
+            "workers_per_connection must be between 1 and 256",
+        )?;
+        check(
+            (1..=65536).contains(&self.requests_in_flight_max),
+            "requests_in_flight_max must be between 1 and 65536",
+        )?;
+        check(
+            self.in_flight_payload_bytes_max >= protocol::PAYLOAD_BYTES_MAX as usize,
+            "in_flight_payload_bytes_max must be at least 32 MiB",
+        )?;
+        check(
+            self.connections_max >= 1,
+            "connections_max must be at least 1",
+        )?;
+        check(
+            !self.handshake_timeout.is_zero(),
+            "handshake_timeout must be positive",
+        )?;
+        check(
+            self.handshake.options_max >= 1,
+            "handshake.options_max must be at least 1",
+        )?;
+        check(
+            self.handshake.option_bytes_max as usize >= protocol::STRING_BYTES_MAX + 8,
+            "handshake.option_bytes_max must hold a maximal export name",
+        )
+    }
+}
+
+/// Where a server listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenAddress {
+    /// A unix stream socket at this path.
+    Unix(PathBuf),
+    /// A TCP address; port 0 picks a free port (see [`Server::address`]).
+    Tcp(SocketAddr),
+}
+
+impl ListenAddress {
+    /// Loopback on the NBD port: `127.0.0.1:10809`.
+    pub fn default_tcp() -> ListenAddress {
+        ListenAddress::Tcp(SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)))
+    }
+
+    /// Parses `HOST:PORT` (a host name is resolved; the first address is used).
+    pub fn tcp(host_and_port: &str) -> Result<ListenAddress, NbdError> {
+        let mut addresses = host_and_port
+            .to_socket_addrs()
+            .map_err(|error| NbdError::io(format!("resolving {host_and_port:?}"), error))?;
+        addresses
+            .next()
+            .map(ListenAddress::Tcp)
+            .ok_or_else(|| NbdError::Config(format!("{host_and_port:?} resolves to no address")))
+    }
+}
+
+impl std::fmt::Display for ListenAddress {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListenAddress::Unix(path) => write!(formatter, "unix:{}", path.display()),
+            ListenAddress::Tcp(address) => write!(formatter, "tcp:{address}"),
+        }
+    }
+}
+
+/// Connection counters since the server started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerStatistics {
+    /// Connections accepted and served.
+    pub connections_accepted: u64,
+    /// Connections closed at once because `connections_max` were being served.
+    pub connections_refused: u64,
+    /// Connections that ended with an error (protocol violation, socket failure).
+    pub connections_failed: u64,
+    /// Connections being served now.
+    pub connections_active: u64,
+}
+
+/// A running server. Dropping it shuts it down like [`Server::shutdown`].
+pub struct Server {
+    shared: Arc<Shared>,
+    address: ListenAddress,
+    accept_thread: Option<JoinHandle<()>>,
+    wake_writer: OwnedFd,
+}
+
+struct Shared {
+    catalog: Arc<dyn ExportCatalog>,
+    config: ServerConfig,
+    stopping: AtomicBool,
+    registry: Mutex<Registry>,
+    all_closed: Condvar,
+    accepted: AtomicU64,
+    refused: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// Live connections, each with a handle that can shut its socket down.
+#[derive(Default)]
+struct Registry {
+    next_id: u64,
+    connections: HashMap<u64, Box<dyn Fn(Shutdown) + Send>>,
+}
+
+enum Listener {
+    Unix(UnixListener),
+    Tcp(TcpListener),
+}
+
+impl Server {
+    /// Binds `address` and starts serving `catalog`'s exports on a background thread.
+    ///
+    /// A unix socket path that exists is replaced only if it is a socket nobody listens on
+    /// (left over from a crashed server); the socket file is removed again on shutdown.
+    pub fn start(
+        address: &ListenAddress,
+        catalog: Arc<dyn ExportCatalog>,
+        config: ServerConfig,
+    ) -> Result<Server, NbdError> {
+        config.validate()?;
+        let (listener, address) = bind(address)?;
+        let (wake_reader, wake_writer) = pipe()?;
+        let shared = Arc::new(Shared {
+            catalog,
+            config,
+            stopping: AtomicBool::new(false),
+            registry: Mutex::new(Registry::default()),
+            all_closed: Condvar::new(),
+            accepted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        });
+        let accept_shared = Arc::clone(&shared);
+        let accept_thread = thread::Builder::new()
+            .name("nbd-accept".into())
+            .spawn(move || accept_loop(&accept_shared, &listener, &wake_reader))
+            .map_err(|error| NbdError::io("starting the accept thread", error))?;
+        Ok(Server {
+            shared,
+            address,
+            accept_thread: Some(accept_thread),
+            wake_writer,
+        })
+    }
+
+    /// The address actually bound (with the real port if port 0 was asked for).
+    pub fn address(&self) -> &ListenAddress {
+        &self.address
+    }
+
+    /// Connection counters so far.
+    pub fn statistics(&self) -> ServerStatistics {
+        ServerStatistics {
+            connections_accepted: self.shared.accepted.load(Ordering::Relaxed),
+            connections_refused: self.shared.refused.load(Ordering::Relaxed),
+            connections_failed: self.shared.failed.load(Ordering::Relaxed),
+            connections_active: self.shared.registry.lock().connections.len() as u64,
+        }
+    }
+
+    /// Stops accepting, lets in-flight requests finish, closes every connection and returns
+    /// when all connection threads have ended.
+    pub fn shutdown(mut self) -> ServerStatistics {
+        self.stop();
+        self.statistics()
+    }
+
+    fn stop(&mut self) {
+        let Some(accept_thread) = self.accept_thread.take() else {
+            return;
+        };
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        // A byte in the pipe wakes the accept loop's poll. If the write fails the pipe is
+        // full, which wakes it just the same.
+        let byte = 1u8;
+        // SAFETY: writes one byte from a valid buffer to a pipe descriptor we own.
+        let _ =
+            unsafe { libc::write(self.wake_writer.as_raw_fd(), (&byte as *const u8).cast(), 1) };
+        if accept_thread.join().is_err() {
+            // The accept loop does not panic on any input; if it did, the connections below
+            // are still closed and the failure is visible in the log.
+            eprintln!("onecopy-nbd: the accept thread panicked");
+        }
+
+        let mut registry = self.shared.registry.lock();
+        for shutdown in registry.connections.values() {
+            shutdown(Shutdown::Read);
+        }
+        let deadline = Instant::now() + self.shared.config.shutdown_grace;
+        while !registry.connections.is_empty() {
+            if self
+                .shared
+                .all_closed
+                .wait_until(&mut registry, deadline)
+                .timed_out()
+            {
+                for shutdown in registry.connections.values() {
+                    shutdown(Shutdown::Both);
+                }
+                while !registry.connections.is_empty() {
+                    self.shared.all_closed.wait(&mut registry);
+                }
+            }
+        }
+        drop(registry);
+        if let ListenAddress::Unix(path) = &self.address {
+            // Best effort: the file may have been removed by someone else.
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn bind(address: &ListenAddress) -> Result<(Listener, ListenAddress), NbdError> {
+    match address {
+        ListenAddress::Unix(path) => {
+            if let Ok(metadata) = fs::symlink_metadata(path) {
+                let stale = metadata.file_type().is_socket() && UnixStream::connect(path).is_err();
+                if !stale {
+                    return Err(NbdError::io(
+                        format!("listening on {}", path.display()),
+                        io::Error::from(io::ErrorKind::AddrInUse),
+                    ));
+                }
+                fs::remove_file(path).map_err(|error| {
+                    NbdError::io(format!("removing stale socket {}", path.display()), error)
+                })?;
+            }
+            let listener = UnixListener::bind(path)
+                .map_err(|error| NbdError::io(format!("listening on {}", path.display()), error))?;
+            set_nonblocking(listener.set_nonblocking(true))?;
+            Ok((Listener::Unix(listener), address.clone()))
+        }
+        ListenAddress::Tcp(socket_address) => {
+            let listener = TcpListener::bind(socket_address)
+                .map_err(|error| NbdError::io(format!("listening on {socket_address}"), error))?;
+            set_nonblocking(listener.set_nonblocking(true))?;
+            let bound = listener
+                .local_addr()
+                .map_err(|error| NbdError::io("reading the bound address", error))?;
+            Ok((Listener::Tcp(listener), ListenAddress::Tcp(bound)))
+        }
+    }
+}
+
+fn set_nonblocking(result: io::Result<()>) -> Result<(), NbdError> {
+    result.map_err(|error| NbdError::io("making the listener non-blocking", error))
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), NbdError> {
+    let mut fds: [RawFd; 2] = [-1, -1];
+    // SAFETY: pipe2 writes two descriptors into the array we pass.
+    let result = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    if result != 0 {
+        return Err(NbdError::io(
+            "creating the wake-up pipe",
+            io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Waits for connections (or the wake-up pipe) and hands each connection to a thread.
+fn accept_loop(shared: &Arc<Shared>, listener: &Listener, wake_reader: &OwnedFd) {
+    let listener_fd = match listener {
+        Listener::Unix(listener) => listener.as_raw_fd(),
+        Listener::Tcp(listener) => listener.as_raw_fd(),
+    };
+    while !shared.stopping.load(Ordering::SeqCst) {
+        let mut fds = [
+            libc::pollfd {
+                fd: listener_fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: wake_reader.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: polls two valid descriptors described by a live array.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if ready < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            let error = NbdError::io("waiting for connections", error);
+            (shared.config.events)(&Event::ConnectionFailed {
+                peer: "listener",
+                error: &error,
+            });
+            // Avoid spinning on a persistent failure.
+            thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        if fds[1].revents != 0 {
+            return;
+        }
+        // Drain every pending connection: the listener is non-blocking.
+        loop {
+            let accepted = match listener {
+                Listener::Unix(listener) => {
+                    listener.accept().map(|(stream, _)| Accepted::Unix(stream))
+                }
+                Listener::Tcp(listener) => listener
+                    .accept()
+                    .map(|(stream, peer)| Accepted::Tcp(stream, peer)),
+            };
+            match accepted {
+                Ok(connection) => admit(shared, connection),
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => {
+                    // Typically EMFILE or ECONNABORTED; the listener stays usable.
+                    let error = NbdError::io("accepting a connection", error);
+                    (shared.config.events)(&Event::ConnectionFailed {
+                        peer: "listener",
+                        error: &error,
+                    });
+                    break;
+                }
+            }
+        }
+    }
+}
+
+enum Accepted {
+    Unix(UnixStream),
+    Tcp(TcpStream, SocketAddr),
+}
+
+fn admit(shared: &Arc<Shared>, connection: Accepted) {
+    // Linux does not pass the listener's non-blocking mode on to accepted sockets, but other
+    // systems do; connections rely on blocking reads.
+    match connection {
+        Accepted::Unix(stream) => {
+            let peer = "unix socket".to_owned();
+            match stream.set_nonblocking(false) {
+                Ok(()) => register(shared, stream, peer),
+                Err(error) => refuse_broken(shared, &peer, error),
+            }
+        }
+        Accepted::Tcp(stream, peer) => {
+            let peer = peer.to_string();
+            // The specification asks both sides to disable Nagle's algorithm.
+            match stream
+                .set_nonblocking(false)
+                .and_then(|()| stream.set_nodelay(true))
+            {
+                Ok(()) => register(shared, stream, peer),
+                Err(error) => refuse_broken(shared, &peer, error),
+            }
+        }
+    }
+}
+
+fn refuse_broken(shared: &Shared, peer: &str, error: io::Error) {
+    shared.failed.fetch_add(1, Ordering::Relaxed);
+    let error = NbdError::io("configuring an accepted socket", error);
+    (shared.config.events)(&Event::ConnectionFailed {
+        peer,
+        error: &error,
+    });
+}
+
+fn register<T: Transport>(shared: &Arc<Shared>, stream: T, peer: String) {
+    let events = &shared.config.events;
+    let report = |error: NbdError| {
+        shared.failed.fetch_add(1, Ordering::Relaxed);
+        events(&Event::ConnectionFailed {
+            peer: &peer,
+            error: &error,
+        });
+    };
+    let control = match stream.try_clone() {
+        Ok(control) => control,
+        Err(error) => return report(NbdError::io("duplicating the connection socket", error)),
+    };
+    let mut registry = shared.registry.lock();
+    if registry.connections.len() >= shared.config.connections_max {
+        drop(registry);
+        shared.refused.fetch_add(1, Ordering::Relaxed);
+        events(&Event::ConnectionRefused {
+            peer: &peer,
+            connections_max: shared.config.connections_max,
+        });
+        return;
+    }
+    let id = registry.next_id;
+    registry.next_id += 1;
+    registry.connections.insert(
+        id,
+        Box::new(move |how| {
+            // Best effort: the connection may be closing on its own.
+            let _ = control.shutdown(how);
+        }),
+    );
+    drop(registry);
+
+    let thread_shared = Arc::clone(shared);
+    let thread_peer = peer.clone();
+    let spawned = thread::Builder::new()
+        .name("nbd-connection".into())
+        .spawn(move || {
+            let shared = thread_shared;
+            let result = serve_connection(stream, shared.catalog.as_ref(), &shared.config);
+            if let Err(error) = result {
+                shared.failed.fetch_add(1, Ordering::Relaxed);
+                (shared.config.events)(&Event::ConnectionFailed {
+                    peer: &thread_peer,
+                    error: &error,
+                });
+            }
+            let mut registry = shared.registry.lock();
+            registry.connections.remove(&id);
+            if registry.connections.is_empty() {
+                shared.all_closed.notify_all();
+            }
+        });
+    match spawned {
+        Ok(_) => {
+            shared.accepted.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(error) => {
+            let mut registry = shared.registry.lock();
+            registry.connections.remove(&id);
+            if registry.connections.is_empty() {
+                shared.all_closed.notify_all();
+            }
+            drop(registry);
+            report(NbdError::io("starting a connection thread", error));
+        }
+    }
+}
