@@ -34,6 +34,8 @@ pub enum Command {
     Serve(commands::serve::ServeArgs),
     /// Verify a repository and repair what can be rebuilt.
     Check(commands::check::CheckArgs),
+    /// Back up directories, images and streams with RevDedup; restore, delete, check.
+    Backup(commands::backup::BackupArgs),
 }
 
 impl Cli {
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
         Command::Volume(args) => commands::volume::run(&cli, args),
         Command::Check(args) => commands::check::run(&cli, args),
         Command::Serve(args) => commands::serve::run(&cli, args),
+        Command::Backup(args) => commands::backup::run(&cli, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,6 +1,7 @@
 //! One file per command: its arguments and how its result is printed.
 
 pub mod analyze;
+pub mod backup;
 pub mod check;
 pub mod init;
 pub mod serve;

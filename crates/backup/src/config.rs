@@ -1,0 +1,234 @@
+//! Options of the store and of its series: deduplication mode, sizes, windows.
+//!
+//! - [`StoreOptions`] are fixed when the backup store is created (they are recorded in its
+//!   catalog): the [`DedupMode`], segment, chunk and container sizes, compression, fingerprint
+//!   and the default [`DeleteMethod`].
+//! - [`SeriesOptions`] belong to one series: the *live window* (how many of the newest backups
+//!   stay segment-deduplicated and fast to restore, paper 2 §2.2.1; default one) and the
+//!   *retention window* (how many backups are kept; `None` keeps all). The *archival window*
+//!   is what lies between them.
+//! - [`RuntimeOptions`] change nothing on disk: threads, restore windows, index cache.
+
+use onecopy_core::chunking::ChunkerSpec;
+use onecopy_core::container::{ContainerOptions, CONTAINER_BYTES_MAX, CONTAINER_BYTES_MIN};
+use onecopy_core::fingerprint::FingerprintAlgorithm;
+use onecopy_core::index::IndexOptions;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{BackupError, Result};
+
+/// Paper 2's segment size: 4 MiB average.
+pub const SEGMENT_BYTES_DEFAULT: usize = 4 << 20;
+/// Paper 2's chunk size: 4 KiB average.
+pub const CHUNK_BYTES_DEFAULT: usize = 4 << 10;
+/// Paper 2's container size: 32 MiB.
+pub const CONTAINER_BYTES_DEFAULT: u64 = 32 << 20;
+/// zstd level of stored chunks by default (fast, and most of zstd's gain on backup data).
+pub const COMPRESSION_LEVEL_DEFAULT: i32 = 3;
+/// Largest live window accepted.
+pub const LIVE_WINDOW_MAX: u32 = 1 << 16;
+/// Logical bytes a restore assembles at once (per window) by default.
+pub const RESTORE_WINDOW_BYTES_DEFAULT: usize = 32 << 20;
+
+/// How new backups are deduplicated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DedupMode {
+    /// Paper 2: segment-level inline deduplication, then reverse deduplication of chunks when
+    /// a backup leaves the live window.
+    #[default]
+    Revdedup,
+    /// The paper's baseline: inline deduplication of chunks (each chunk is a one-chunk
+    /// segment), no reverse deduplication.
+    Conventional,
+}
+
+impl std::str::FromStr for DedupMode {
+    type Err = BackupError;
+    fn from_str(text: &str) -> Result<Self> {
+        match text {
+            "revdedup" => Ok(DedupMode::Revdedup),
+            "conventional" => Ok(DedupMode::Conventional),
+            _ => Err(BackupError::InvalidArgument(format!(
+                "mode {text:?}: use revdedup or conventional"
+            ))),
+        }
+    }
+}
+
+/// How deleting a backup reclaims space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeleteMethod {
+    /// Paper 2 §2.5: drop whole containers whose segments all died with the deleted backup
+    /// (the repackaged containers stamped with its time), reading no container.
+    Timestamp,
+    /// The baseline: after the metadata update, read every container and rewrite those that
+    /// hold unreferenced chunks (mark and sweep).
+    MarkAndSweep,
+}
+
+impl std::str::FromStr for DeleteMethod {
+    type Err = BackupError;
+    fn from_str(text: &str) -> Result<Self> {
+        match text {
+            "timestamp" => Ok(DeleteMethod::Timestamp),
+            "mark-and-sweep" => Ok(DeleteMethod::MarkAndSweep),
+            _ => Err(BackupError::InvalidArgument(format!(
+                "delete method {text:?}: use timestamp or mark-and-sweep"
+            ))),
+        }
+    }
+}
+
+/// Options fixed when the store is created.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoreOptions {
+    pub mode: DedupMode,
+    /// Average segment size (min and max are half and twice). Ignored in conventional mode.
+    pub segment_bytes: usize,
+    /// Average chunk size (min and max are half and twice).
+    pub chunk_bytes: usize,
+    /// A container is sealed when the next segment would not fit.
+    pub container_bytes: u64,
+    /// zstd level of stored chunks; `None` stores them uncompressed.
+    pub compression_level: Option<i32>,
+    pub fingerprint: FingerprintAlgorithm,
+    /// Used by `delete` and `expire` unless the caller picks one.
+    pub delete_method: DeleteMethod,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions::for_mode(DedupMode::Revdedup)
+    }
+}
+
+impl StoreOptions {
+    /// Paper 2's defaults for `mode` (conventional deletes by mark and sweep, as there are no
+    /// per-backup containers to drop).
+    pub fn for_mode(mode: DedupMode) -> Self {
+        StoreOptions {
+            mode,
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
+            chunk_bytes: CHUNK_BYTES_DEFAULT,
+            container_bytes: CONTAINER_BYTES_DEFAULT,
+            compression_level: Some(COMPRESSION_LEVEL_DEFAULT),
+            fingerprint: FingerprintAlgorithm::Blake3,
+            delete_method: match mode {
+                DedupMode::Revdedup => DeleteMethod::Timestamp,
+                DedupMode::Conventional => DeleteMethod::MarkAndSweep,
+            },
+        }
+    }
+
+    /// The chunker of the write path: two-level `segment:S/C` for RevDedup, `rabin:C` for
+    /// conventional mode (where every chunk is a segment of its own).
+    pub fn chunker_spec(&self) -> Result<ChunkerSpec> {
+        let text = match self.mode {
+            DedupMode::Revdedup => format!("segment:{}/{}", self.segment_bytes, self.chunk_bytes),
+            DedupMode::Conventional => format!("rabin:{}", self.chunk_bytes),
+        };
+        text.parse().map_err(BackupError::from)
+    }
+
+    /// Options of the container store.
+    pub fn container_options(&self) -> ContainerOptions {
+        // Chunks are compressed by the write path's worker threads and appended in stored
+        // form, so the container writer itself never compresses.
+        ContainerOptions {
+            container_bytes: self.container_bytes,
+            compression_level: None,
+        }
+    }
+
+    /// Checks every field; the error names the field and its range.
+    pub fn validate(&self) -> Result<()> {
+        self.chunker_spec()?;
+        if !(CONTAINER_BYTES_MIN..=CONTAINER_BYTES_MAX).contains(&self.container_bytes) {
+            return Err(BackupError::InvalidArgument(format!(
+                "container size {} must be between {CONTAINER_BYTES_MIN} and {CONTAINER_BYTES_MAX}",
+                self.container_bytes
+            )));
+        }
+        if let Some(level) = self.compression_level {
+            if !(1..=19).contains(&level) {
+                return Err(BackupError::InvalidArgument(format!(
+                    "zstd level {level} must be between 1 and 19"
+                )));
+            }
+        }
+        if self.fingerprint.is_weak() {
+            return Err(BackupError::InvalidArgument(format!(
+                "fingerprint {} is not collision resistant; the backup store needs blake3, \
+                 sha256, sha1 or md5",
+                self.fingerprint.name()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Options of one series.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeriesOptions {
+    /// Newest backups kept segment-deduplicated (at least one).
+    pub live_window: u32,
+    /// Backups kept by `expire` without `--keep` and after each `create`; `None` keeps all.
+    pub retention: Option<u32>,
+}
+
+impl Default for SeriesOptions {
+    fn default() -> Self {
+        SeriesOptions {
+            live_window: 1,
+            retention: None,
+        }
+    }
+}
+
+impl SeriesOptions {
+    /// Checks the windows: the live window holds one to [`LIVE_WINDOW_MAX`] backups and the
+    /// retention window at least the live window.
+    pub fn validate(&self) -> Result<()> {
+        if !(1..=LIVE_WINDOW_MAX).contains(&self.live_window) {
+            return Err(BackupError::InvalidArgument(format!(
+                "live window {} must be between 1 and {LIVE_WINDOW_MAX} backups",
+                self.live_window
+            )));
+        }
+        if let Some(retention) = self.retention {
+            if retention < self.live_window {
+                return Err(BackupError::InvalidArgument(format!(
+                    "retention window {retention} must hold at least the live window ({})",
+                    self.live_window
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Options that change nothing on disk.
+#[derive(Clone, Debug)]
+pub struct RuntimeOptions {
+    /// Threads reading containers during restore and reverse deduplication.
+    pub read_threads: usize,
+    /// Logical bytes a restore assembles at once.
+    pub restore_window_bytes: usize,
+    /// Ask the kernel to read the containers of the next window ahead (posix_fadvise).
+    pub prefetch: bool,
+    /// The segment index's cache and filter.
+    pub index: IndexOptions,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            read_threads: std::thread::available_parallelism().map_or(2, |count| count.get()),
+            restore_window_bytes: RESTORE_WINDOW_BYTES_DEFAULT,
+            prefetch: true,
+            index: IndexOptions::default(),
+        }
+    }
+}

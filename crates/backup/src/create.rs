@@ -1,0 +1,243 @@
+//! `backup create`: the inline phase, its commit, then the reverse deduplication and
+//! retention it triggers.
+//!
+//! Commit order (the write-ordering contract): the inline phase seals, and so syncs, every new
+//! container (**data**); then the segment index is checkpointed with the serial the catalog
+//! will have (**index**); then one catalog transaction adds the segment records, counts,
+//! container records, the recipe, the backup and the series version (**recipe**). A crash
+//! before the last step loses only the unfinished backup: its containers are unreferenced and
+//! its index entries name segments the catalog does not confirm, and recovery removes both.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use onecopy_core::catalog::CatalogView;
+use serde::Serialize;
+
+use crate::config::{DedupMode, DeleteMethod, SeriesOptions};
+use crate::delete::DeleteReport;
+use crate::error::{BackupError, IoContext, Result};
+use crate::inline::{self, InlineReport, Progress};
+use crate::recipe::Recipe;
+use crate::reverse::ReverseReport;
+use crate::segment::{SegmentHead, SegmentState, CONTAINERS, SEGMENTS, SEGMENT_HEADS};
+use crate::series::{
+    encode_backup, load_backup, validate_series_name, BackupRecord, BackupState, SeriesRecord,
+    SourceKind, TreeRange, BACKUPS, SERIES,
+};
+use crate::store::{load_head, now_unix_ns, BackupStore, RecoveryReport};
+use crate::tree::capture::{walk, TreeReader};
+
+/// What to back up.
+pub enum BackupSource {
+    /// A directory tree, with its metadata.
+    Directory(PathBuf),
+    /// A regular file or disk image (or a block device), read as a byte stream.
+    File(PathBuf),
+    /// Any byte stream, such as standard input; `name` is shown in listings.
+    Reader {
+        reader: Box<dyn Read + Send>,
+        name: String,
+    },
+}
+
+/// How to create a backup.
+#[derive(Default)]
+pub struct CreateOptions<'a> {
+    /// Sets the series' windows (kept for later backups); `None` keeps them (new series:
+    /// the defaults).
+    pub series_options: Option<SeriesOptions>,
+    /// Leave reverse deduplication to a later `reverse` call.
+    pub defer_reverse: bool,
+    /// Method for the deletions of the series' retention window.
+    pub delete_method: Option<DeleteMethod>,
+    /// Called with the stream bytes processed so far.
+    pub progress: Option<Progress<'a>>,
+}
+
+/// What creating a backup did, phase by phase.
+#[derive(Clone, Debug, Serialize)]
+pub struct CreateReport {
+    pub series: String,
+    pub version: u32,
+    pub created_unix_ns: u64,
+    pub source: SourceKind,
+    pub recovery: RecoveryReport,
+    /// Directory walk (metadata capture) before the inline phase.
+    pub walk_seconds: f64,
+    pub inline: InlineReport,
+    /// Index checkpoint and catalog commit.
+    pub commit_seconds: f64,
+    /// Files whose size changed while they were read.
+    pub changed_files: u64,
+    pub reverse: Vec<ReverseReport>,
+    pub expire: Vec<DeleteReport>,
+    pub seconds: f64,
+}
+
+impl BackupStore {
+    /// Backs `source` up as the next version of `series`; see the module documentation.
+    pub fn create_backup(
+        &mut self,
+        series: &str,
+        source: BackupSource,
+        options: CreateOptions,
+    ) -> Result<CreateReport> {
+        let started = Instant::now();
+        validate_series_name(series)?;
+        if let Some(series_options) = &options.series_options {
+            series_options.validate()?;
+        }
+        let recovery = self.recover()?;
+        let read = self.catalog.read()?;
+        let mut series_record: SeriesRecord = read
+            .get_json(SERIES, series)?
+            .unwrap_or_else(|| SeriesRecord::new(series, SeriesOptions::default()));
+        if let Some(series_options) = options.series_options {
+            series_record.options = series_options;
+        }
+        // Time stamps increase within a series even if the clock steps back.
+        let mut created_unix_ns = now_unix_ns();
+        if let Some(&newest) = series_record.versions.values().next_back() {
+            created_unix_ns = created_unix_ns.max(load_backup(&read, newest)?.created_unix_ns + 1);
+        }
+        drop(read);
+
+        let walk_started = Instant::now();
+        let mut changed_files = None;
+        let (kind, name, mut reader, tree): (
+            SourceKind,
+            String,
+            Box<dyn Read + Send>,
+            Option<TreeRange>,
+        ) = match source {
+            BackupSource::Directory(path) => {
+                let (tree, content_bytes) = walk(&path)?;
+                let encoded = tree.encode();
+                let range = TreeRange {
+                    offset: content_bytes,
+                    bytes: encoded.len() as u64,
+                };
+                let reader = TreeReader::new(&path, &tree, encoded);
+                changed_files = Some(reader.changed_files());
+                (
+                    SourceKind::Directory,
+                    path.display().to_string(),
+                    Box::new(reader),
+                    Some(range),
+                )
+            }
+            BackupSource::File(path) => {
+                let file =
+                    File::open(&path).context_io(|| format!("opening {}", path.display()))?;
+                (
+                    SourceKind::File,
+                    path.display().to_string(),
+                    Box::new(file),
+                    None,
+                )
+            }
+            BackupSource::Reader { reader, name } => (SourceKind::Stream, name, reader, None),
+        };
+        let walk_seconds = walk_started.elapsed().as_secs_f64();
+        let outcome = inline::run(self, reader.as_mut(), options.progress)?;
+        if let Some(range) = tree {
+            if outcome.report.logical_bytes != range.offset + range.bytes {
+                return Err(BackupError::InvalidArgument(format!(
+                    "{name}: read {} bytes but the tree describes {}",
+                    outcome.report.logical_bytes,
+                    range.offset + range.bytes
+                )));
+            }
+        }
+        drop(reader);
+
+        let commit_started = Instant::now();
+        let mut state = outcome.state;
+        let backup_id = state.backup_id_next;
+        state.backup_id_next += 1;
+        let version = series_record.version_next;
+        series_record.version_next += 1;
+        series_record.versions.insert(version, backup_id);
+        // Index before recipe: the index names the new segments before the catalog does.
+        self.checkpoint_index(self.state.serial + 1)?;
+        let mut write = self.catalog.write()?;
+        let mut references: BTreeMap<_, _> = outcome.references.into_iter().collect();
+        for (id, record) in &outcome.new_segments {
+            let live_references = references.remove(id).expect("new segments are referenced");
+            write.put_id(SEGMENTS, *id, &record.encode())?;
+            let head = SegmentHead {
+                fingerprint: record.fingerprint,
+                state: SegmentState::Shared,
+                live_references,
+            };
+            write.put_id(SEGMENT_HEADS, *id, &head.encode())?;
+        }
+        for (id, count) in references {
+            let mut head = load_head(&write, id)?
+                .ok_or_else(|| BackupError::corrupt(format!("segment {id}"), "head missing"))?;
+            assert_eq!(
+                head.state,
+                SegmentState::Shared,
+                "only shared segments are deduplicated against"
+            );
+            head.live_references += count;
+            write.put_id(SEGMENT_HEADS, id, &head.encode())?;
+        }
+        for (id, record) in &outcome.containers {
+            write.put_id(CONTAINERS, *id, &record.encode())?;
+        }
+        let recipe = Recipe::Live(outcome.segments);
+        let recipe_parts = recipe.store(&mut write, backup_id, 0)?;
+        let record = BackupRecord {
+            id: backup_id,
+            series: series.to_string(),
+            version,
+            created_unix_ns,
+            source: kind,
+            source_name: name,
+            logical_bytes: outcome.report.logical_bytes,
+            chunk_count: recipe.chunk_count(),
+            recipe_parts,
+            state: BackupState::Live,
+            reverse_pending: self.state.options.mode == DedupMode::Revdedup,
+            tree,
+            added_bytes: outcome.report.new_stored_bytes,
+            archival_bytes: 0,
+        };
+        write.put_id(BACKUPS, backup_id, &encode_backup(&record))?;
+        write.put_json(SERIES, series, &series_record)?;
+        self.commit(write, state)?;
+        let commit_seconds = commit_started.elapsed().as_secs_f64();
+
+        let reverse = if options.defer_reverse || self.state.options.mode == DedupMode::Conventional
+        {
+            Vec::new()
+        } else {
+            self.reverse_pending_backups(series)?
+        };
+        let expire = match series_record.options.retention {
+            Some(keep) => self.expire(series, Some(keep), options.delete_method)?,
+            None => Vec::new(),
+        };
+        Ok(CreateReport {
+            series: series.to_string(),
+            version,
+            created_unix_ns,
+            source: kind,
+            recovery,
+            walk_seconds,
+            inline: outcome.report,
+            commit_seconds,
+            changed_files: changed_files.map_or(0, |counter| {
+                counter.load(std::sync::atomic::Ordering::Relaxed)
+            }),
+            reverse,
+            expire,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+}

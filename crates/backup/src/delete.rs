@@ -1,0 +1,405 @@
+//! Deleting backups: by container time stamp (paper 2 §2.5) or by mark and sweep (the
+//! baseline), and retention (`expire`).
+//!
+//! Both methods start with the same metadata step, which reads only the deleted backup's
+//! recipe (and its predecessor's, when that one points into it):
+//!
+//! 1. the deleted backup's references are released: segment counts of a live backup, chunk
+//!    counts of the direct references of an archival one;
+//! 2. the predecessor's indirect references into the deleted backup are rewritten: to the
+//!    chunk they resolve to in it (a direct reference, whose count moves to the predecessor)
+//!    or, if that is indirect too, to the same ordinal of the successor, which becomes the
+//!    predecessor's successor. A predecessor left without a successor waits for the next
+//!    backup to be reverse-deduplicated again;
+//! 3. the released segments are settled ([`crate::settle`]): segments and chunks nobody
+//!    references are removed, and containers whose segments all died are dropped.
+//!
+//! **Time stamp deletion** stops there. Deleting the oldest archival backup (what retention
+//! does) releases exactly the segments repackaged for it, so all the containers stamped with
+//! its time die and are removed without being read. A container that still holds a chunk
+//! another backup references directly stays; its dead chunks are garbage until then.
+//!
+//! **Mark and sweep** then reads every container of the store and rewrites those holding
+//! chunks that no record references (the mark is the reference counts of step 1-3; the sweep
+//! is the scan), as the paper's baseline does. It reclaims all garbage, at the cost of reading
+//! the whole repository.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use onecopy_core::catalog::CatalogView;
+use onecopy_core::container::{ChunkHeader, ContainerId};
+use serde::Serialize;
+
+use crate::changes::Changes;
+use crate::config::DeleteMethod;
+use crate::error::{BackupError, Result};
+use crate::recipe::{ChunkReference, Recipe};
+use crate::segment::{ChunkStorage, ContainerRecord, CONTAINERS};
+use crate::series::{load_backup, load_series, BackupState};
+use crate::settle::{copy_segments, finish_settlement, plan_settlement, CopyReport, Settlement};
+use crate::store::{load_segment, now_unix_ns, BackupStore};
+
+/// What deleting one backup will do.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeletePlan {
+    pub series: String,
+    pub version: u32,
+    pub logical_bytes: u64,
+    pub was_live: bool,
+    /// The predecessor whose indirect references were rewritten, if any.
+    pub predecessor_rewritten: Option<u32>,
+    pub settlement: Settlement,
+    pub plan_seconds: f64,
+    #[serde(skip)]
+    pub(crate) serial: u64,
+    #[serde(skip)]
+    pub(crate) changes: Changes,
+}
+
+/// What a sweep did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct SweepReport {
+    pub containers_scanned: u64,
+    pub scanned_bytes: u64,
+    pub containers_rewritten: u64,
+    pub containers_removed: u64,
+    pub reclaimed_bytes: u64,
+    pub seconds: f64,
+}
+
+/// What a deletion did, with per-phase timings.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeleteReport {
+    pub plan: DeletePlan,
+    pub method: DeleteMethod,
+    pub copy: CopyReport,
+    pub commit_seconds: f64,
+    /// Index update and container removal.
+    pub cleanup_seconds: f64,
+    pub sweep: Option<SweepReport>,
+    pub seconds: f64,
+}
+
+impl BackupStore {
+    /// Plans the deletion of `series@version`.
+    pub fn plan_delete(&self, series: &str, version: u32) -> Result<DeletePlan> {
+        let started = Instant::now();
+        let read = self.catalog.read()?;
+        let mut series_record = load_series(&read, series)?;
+        let id =
+            *series_record
+                .versions
+                .get(&version)
+                .ok_or_else(|| BackupError::VersionNotFound {
+                    series: series.to_string(),
+                    version,
+                })?;
+        let backup = load_backup(&read, id)?;
+        let what = format!("backup {series}@{version}");
+        let recipe = Recipe::load(&read, backup.id, backup.recipe_parts)?;
+        let mut changes = Changes::default();
+        let mut candidates = BTreeSet::new();
+        match &recipe {
+            Recipe::Live(references) => {
+                for reference in references {
+                    let head = changes.head_mut(&read, reference.segment)?;
+                    head.live_references =
+                        head.live_references.checked_sub(1).ok_or_else(|| {
+                            BackupError::corrupt(
+                                &what,
+                                format!("segment {} has no live reference left", reference.segment),
+                            )
+                        })?;
+                    candidates.insert(reference.segment);
+                }
+            }
+            Recipe::Archival(references) => {
+                for reference in references {
+                    if let ChunkReference::Direct { segment, index, .. } = *reference {
+                        let chunk = changes
+                            .record_mut(&read, segment)?
+                            .chunks
+                            .get_mut(index as usize)
+                            .ok_or_else(|| {
+                                BackupError::corrupt(
+                                    &what,
+                                    format!("segment {segment} has no chunk {index}"),
+                                )
+                            })?;
+                        chunk.direct_references = chunk.direct_references.checked_sub(1).ok_or_else(|| {
+                            BackupError::corrupt(&what, format!("chunk {index} of segment {segment} has no direct reference"))
+                        })?;
+                        candidates.insert(segment);
+                    }
+                }
+            }
+        }
+        let mut stamp = backup.created_unix_ns;
+        let mut predecessor_rewritten = None;
+        if let Some((predecessor_version, predecessor_id)) = series_record.predecessor(version) {
+            let mut predecessor = load_backup(&read, predecessor_id)?;
+            stamp = predecessor.created_unix_ns;
+            if predecessor.state == BackupState::Archival {
+                let Recipe::Archival(entries) =
+                    Recipe::load(&read, predecessor.id, predecessor.recipe_parts)?
+                else {
+                    return Err(BackupError::corrupt(
+                        format!("backup {series}@{predecessor_version}"),
+                        "archival backup with a live recipe",
+                    ));
+                };
+                let starts = recipe.live_starts();
+                let mut rewritten = Vec::with_capacity(entries.len());
+                for entry in entries {
+                    let ChunkReference::Indirect { raw_bytes, ordinal } = entry else {
+                        rewritten.push(entry);
+                        continue;
+                    };
+                    let missing = || {
+                        BackupError::corrupt(
+                            format!("backup {series}@{predecessor_version}"),
+                            format!("indirect reference to chunk {ordinal} of version {version}, which has none"),
+                        )
+                    };
+                    let target = match &recipe {
+                        Recipe::Live(_) => {
+                            let position =
+                                recipe.live_position(&starts, ordinal).ok_or_else(missing)?;
+                            Some((position.segment, position.index))
+                        }
+                        Recipe::Archival(deleted) => match *deleted
+                            .get(ordinal as usize)
+                            .ok_or_else(missing)?
+                        {
+                            ChunkReference::Zero { raw_bytes } => {
+                                rewritten.push(ChunkReference::Zero { raw_bytes });
+                                None
+                            }
+                            ChunkReference::Direct { segment, index, .. } => Some((segment, index)),
+                            ChunkReference::Indirect { ordinal, .. } => {
+                                rewritten.push(ChunkReference::Indirect { raw_bytes, ordinal });
+                                None
+                            }
+                        },
+                    };
+                    if let Some((segment, index)) = target {
+                        let chunk = changes
+                            .record_mut(&read, segment)?
+                            .chunks
+                            .get_mut(index as usize)
+                            .ok_or_else(missing)?;
+                        if matches!(chunk.storage, ChunkStorage::Zero) {
+                            rewritten.push(ChunkReference::Zero { raw_bytes });
+                        } else {
+                            chunk.direct_references += 1;
+                            rewritten.push(ChunkReference::Direct {
+                                raw_bytes,
+                                segment,
+                                index,
+                            });
+                        }
+                    }
+                }
+                if series_record.successor(version).is_none() {
+                    predecessor.reverse_pending = true;
+                }
+                let rewritten = Recipe::Archival(rewritten);
+                let previous_parts = predecessor.recipe_parts;
+                predecessor.recipe_parts = rewritten.part_count();
+                changes
+                    .recipes
+                    .insert(predecessor.id, (Some(rewritten), previous_parts));
+                changes.backups.insert(predecessor.id, Some(predecessor));
+                predecessor_rewritten = Some(predecessor_version);
+            }
+        }
+        changes
+            .recipes
+            .insert(backup.id, (None, backup.recipe_parts));
+        changes.backups.insert(backup.id, None);
+        series_record.versions.remove(&version);
+        changes.series.insert(series.to_string(), series_record);
+        let settlement = plan_settlement(&mut changes, &read, &candidates, stamp)?;
+        Ok(DeletePlan {
+            series: series.to_string(),
+            version,
+            logical_bytes: backup.logical_bytes,
+            was_live: backup.state == BackupState::Live,
+            predecessor_rewritten,
+            settlement,
+            plan_seconds: started.elapsed().as_secs_f64(),
+            serial: self.state.serial,
+            changes,
+        })
+    }
+
+    /// Executes a deletion plan made from the current state.
+    pub fn execute_delete(
+        &mut self,
+        mut plan: DeletePlan,
+        method: DeleteMethod,
+    ) -> Result<DeleteReport> {
+        self.recover()?;
+        if plan.serial != self.state.serial {
+            return Err(BackupError::InvalidArgument(
+                "the deletion plan is stale: make a new one".to_string(),
+            ));
+        }
+        let started = Instant::now();
+        let mut state = self.state.clone();
+        let copy = copy_segments(self, &plan.settlement, &mut plan.changes, &mut state)?;
+        let commit_started = Instant::now();
+        let mut write = self.catalog.write()?;
+        plan.changes.apply(&mut write)?;
+        self.commit(write, state)?;
+        let commit_seconds = commit_started.elapsed().as_secs_f64();
+        let cleanup_seconds = finish_settlement(self, &plan.settlement)?;
+        let sweep = match method {
+            DeleteMethod::Timestamp => None,
+            DeleteMethod::MarkAndSweep => Some(self.sweep()?),
+        };
+        plan.changes = Changes::default();
+        let seconds = plan.plan_seconds + started.elapsed().as_secs_f64();
+        Ok(DeleteReport {
+            plan,
+            method,
+            copy,
+            commit_seconds,
+            cleanup_seconds,
+            sweep,
+            seconds,
+        })
+    }
+
+    /// Deletes `series@version` with `method` (the store's default when `None`).
+    pub fn delete(
+        &mut self,
+        series: &str,
+        version: u32,
+        method: Option<DeleteMethod>,
+    ) -> Result<DeleteReport> {
+        self.recover()?;
+        let method = method.unwrap_or(self.state.options.delete_method);
+        let plan = self.plan_delete(series, version)?;
+        self.execute_delete(plan, method)
+    }
+
+    /// Deletes the oldest backups of `series` until `keep` remain (the series' retention
+    /// window when `keep` is `None`).
+    pub fn expire(
+        &mut self,
+        series: &str,
+        keep: Option<u32>,
+        method: Option<DeleteMethod>,
+    ) -> Result<Vec<DeleteReport>> {
+        self.recover()?;
+        let record = load_series(&self.catalog.read()?, series)?;
+        let keep = keep.or(record.options.retention).ok_or_else(|| {
+            BackupError::InvalidArgument(format!(
+                "series {series:?} has no retention window: give the number of backups to keep"
+            ))
+        })?;
+        if keep < 1 {
+            return Err(BackupError::InvalidArgument(
+                "keep at least one backup".to_string(),
+            ));
+        }
+        let expired: Vec<u32> = record
+            .versions
+            .keys()
+            .copied()
+            .take(record.versions.len().saturating_sub(keep as usize))
+            .collect();
+        let mut reports = Vec::new();
+        for version in expired {
+            reports.push(self.delete(series, version, method)?);
+        }
+        Ok(reports)
+    }
+
+    /// Mark and sweep's sweep: reads every container and rewrites those holding chunks no
+    /// segment record references (removing those holding none).
+    pub fn sweep(&mut self) -> Result<SweepReport> {
+        self.recover()?;
+        let started = Instant::now();
+        let mut report = SweepReport::default();
+        let read = self.catalog.read()?;
+        let mut changes = Changes::default();
+        let mut state = self.state.clone();
+        let mut dropped: Vec<ContainerId> = Vec::new();
+        for (id, bytes) in read.range_id(CONTAINERS, 0, u64::MAX)? {
+            let record = ContainerRecord::decode(&bytes, id)?;
+            let file = self.containers.file(id)?;
+            let length = file.len()?;
+            let mut data = vec![0u8; length as usize];
+            file.read_at(0, &mut data)?;
+            report.containers_scanned += 1;
+            report.scanned_bytes += length;
+            let contents = self.containers.read_contents(id)?;
+            let mut live = Vec::new();
+            for &segment in &record.segments {
+                let segment_record = load_segment(&read, segment)?;
+                for (index, chunk) in segment_record.chunks.iter().enumerate() {
+                    if let ChunkStorage::Stored(location) = chunk.storage {
+                        live.push((segment, index, chunk.fingerprint, location));
+                    }
+                }
+            }
+            if live.len() == contents.chunks.len() {
+                continue;
+            }
+            report.reclaimed_bytes += record.bytes;
+            dropped.push(id);
+            changes.containers.insert(id, None);
+            if live.is_empty() {
+                report.containers_removed += 1;
+                continue;
+            }
+            report.containers_rewritten += 1;
+            let new_id = state.container_id_next;
+            state.container_id_next += 1;
+            let mut writer = self
+                .containers
+                .create(new_id, now_unix_ns() / 1_000_000_000)?;
+            for (segment, index, fingerprint, location) in live {
+                let start = location.offset as usize;
+                let stored = data
+                    .get(start..start + location.stored_bytes as usize)
+                    .ok_or_else(|| {
+                        BackupError::corrupt(
+                            format!("container {id:016x}"),
+                            "a chunk lies past its end",
+                        )
+                    })?;
+                let header = ChunkHeader {
+                    fingerprint,
+                    stored_bytes: location.stored_bytes,
+                    raw_bytes: location.raw_bytes,
+                    flags: location.flags,
+                    checksum: location.checksum,
+                };
+                let moved = writer.append_stored(header, stored)?;
+                let segment_record = changes.record_mut(&read, segment)?;
+                segment_record.chunks[index].storage = ChunkStorage::Stored(moved);
+                segment_record.container = Some(new_id);
+            }
+            let sealed = writer.seal(record.timestamp)?;
+            report.reclaimed_bytes -= sealed.bytes;
+            changes.containers.insert(
+                new_id,
+                Some(ContainerRecord {
+                    bytes: sealed.bytes,
+                    ..record
+                }),
+            );
+        }
+        drop(read);
+        let mut write = self.catalog.write()?;
+        changes.apply(&mut write)?;
+        self.commit(write, state)?;
+        self.remove_containers(&dropped)?;
+        report.seconds = started.elapsed().as_secs_f64();
+        Ok(report)
+    }
+}

@@ -1,0 +1,471 @@
+//! Segment-level inline deduplication: the write path of `backup create` (paper 2 §2.3).
+//!
+//! The path, top to bottom:
+//!
+//! 1. **chunk** (a thread of its own): the two-level chunker cuts the stream into chunks and
+//!    segments in one pass and hands over *batches* of whole segments through a bounded queue
+//!    ([`QUEUE_BATCHES`] batches of about [`BATCH_BYTES`]);
+//! 2. **fingerprint** (all cores): every chunk is fingerprinted and tested for zeros; a
+//!    segment's fingerprint is the hash of its chunk fingerprints;
+//! 3. **index lookup**: a segment already stored (the index names it and its catalog head
+//!    confirms it is shared) gains a reference; nothing is written;
+//! 4. **compress** (all cores): the non-null chunks of new segments are compressed with zstd
+//!    (kept as they are unless that saves an eighth);
+//! 5. **container append**: a new segment goes whole into the open container, which is sealed
+//!    (time stamp 0: shared) when the segment would overflow it; new segments enter the index.
+//!
+//! Nothing becomes reachable here: the caller makes the containers durable (sealing syncs
+//! them), checkpoints the index, and only then commits the recipe ([`crate::create`]). In
+//! conventional mode the chunker is plain Rabin and every chunk is a one-chunk segment.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::time::Instant;
+
+use crossbeam_channel::bounded;
+use onecopy_core::chunking::ChunkReader;
+use onecopy_core::container::{
+    is_zero, ChunkHeader, ContainerId, ContainerWriter, CHUNK_COMPRESSED, CHUNK_HEADER_BYTES,
+};
+use onecopy_core::fingerprint::{Fingerprint, FingerprintAlgorithm};
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::config::DedupMode;
+use crate::error::{BackupError, Result};
+use crate::recipe::SegmentReference;
+use crate::segment::{
+    ChunkStorage, ContainerKind, ContainerRecord, SegmentChunk, SegmentId, SegmentRecord,
+    SegmentState,
+};
+use crate::store::{BackupStore, StoreState};
+
+/// Bytes of segments per batch handed from the chunker thread.
+const BATCH_BYTES: usize = 1 << 20;
+/// Batches queued between the chunker and the rest of the path (bounds memory to about
+/// `QUEUE_BATCHES x max(BATCH_BYTES, segment maximum)`).
+const QUEUE_BATCHES: usize = 4;
+/// Chunks per rayon task when fingerprinting and compressing.
+const CHUNKS_PER_TASK: usize = 32;
+
+/// Called with the stream bytes processed so far.
+pub type Progress<'a> = &'a (dyn Fn(u64) + Sync);
+
+/// Counters and timings of the inline phase.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct InlineReport {
+    pub logical_bytes: u64,
+    pub chunks: u64,
+    pub segments: u64,
+    pub segments_new: u64,
+    pub segments_duplicate: u64,
+    /// Stream bytes in duplicate segments (not written).
+    pub duplicate_bytes: u64,
+    /// Stream bytes in null chunks (never written).
+    pub zero_bytes: u64,
+    /// Bytes of the non-null chunks of new segments, before compression.
+    pub new_raw_bytes: u64,
+    /// Bytes written to containers for them (compressed, headers included).
+    pub new_stored_bytes: u64,
+    pub containers_written: u64,
+    pub index_lookups: u64,
+    /// Wall time of the phase (the stages overlap).
+    pub seconds: f64,
+    /// Time of the chunker thread spent chunking (overlaps the rest).
+    pub chunk_seconds: f64,
+    pub fingerprint_seconds: f64,
+    pub index_seconds: f64,
+    pub compress_seconds: f64,
+    pub write_seconds: f64,
+}
+
+/// What the inline phase produced, not yet committed.
+pub(crate) struct InlineOutcome {
+    pub segments: Vec<SegmentReference>,
+    pub new_segments: Vec<(SegmentId, SegmentRecord)>,
+    /// Live references gained, per segment (new and existing).
+    pub references: HashMap<SegmentId, u32>,
+    pub containers: Vec<(ContainerId, ContainerRecord)>,
+    /// The store state with the ids allocated.
+    pub state: StoreState,
+    pub report: InlineReport,
+}
+
+/// A run of whole segments cut by the chunker thread.
+struct Batch {
+    data: Vec<u8>,
+    /// Chunk lengths of each segment, in order.
+    segments: Vec<Vec<u32>>,
+}
+
+/// Stored form of a chunk of a new segment.
+enum StoredForm {
+    Zero,
+    Raw,
+    Compressed(Vec<u8>),
+}
+
+/// Runs the inline phase over `source`.
+pub(crate) fn run(
+    store: &mut BackupStore,
+    source: &mut (dyn Read + Send),
+    progress: Option<Progress>,
+) -> Result<InlineOutcome> {
+    store.assert_recovered();
+    let started = Instant::now();
+    let spec = store.state.options.chunker_spec()?;
+    let every_chunk_is_a_segment = store.state.options.mode == DedupMode::Conventional;
+    let mut writer = PathState {
+        outcome: InlineOutcome {
+            segments: Vec::new(),
+            new_segments: Vec::new(),
+            references: HashMap::new(),
+            containers: Vec::new(),
+            state: store.state.clone(),
+            report: InlineReport::default(),
+        },
+        pending: HashMap::new(),
+        open: None,
+    };
+    let (sender, receiver) = bounded::<Result<Batch>>(QUEUE_BATCHES);
+    let result = std::thread::scope(|scope| {
+        let chunker = scope.spawn(move || -> f64 {
+            let mut busy = 0.0;
+            let mut reader = ChunkReader::new(source, spec.build());
+            let mut batch = Batch {
+                data: Vec::with_capacity(BATCH_BYTES * 2),
+                segments: Vec::new(),
+            };
+            let mut segment = Vec::new();
+            loop {
+                let start = Instant::now();
+                let chunk = match reader.next_chunk() {
+                    Ok(chunk) => chunk,
+                    Err(error) => {
+                        let _ =
+                            sender.send(Err(BackupError::io("reading the backup source", error)));
+                        return busy;
+                    }
+                };
+                let Some(chunk) = chunk else { break };
+                batch.data.extend_from_slice(chunk.data);
+                segment.push(chunk.data.len() as u32);
+                if every_chunk_is_a_segment || chunk.ends_segment {
+                    batch.segments.push(std::mem::take(&mut segment));
+                    if batch.data.len() >= BATCH_BYTES {
+                        busy += start.elapsed().as_secs_f64();
+                        let full = std::mem::replace(
+                            &mut batch,
+                            Batch {
+                                data: Vec::with_capacity(BATCH_BYTES * 2),
+                                segments: Vec::new(),
+                            },
+                        );
+                        if sender.send(Ok(full)).is_err() {
+                            return busy;
+                        }
+                        continue;
+                    }
+                }
+                busy += start.elapsed().as_secs_f64();
+            }
+            if !segment.is_empty() {
+                batch.segments.push(segment);
+            }
+            if !batch.segments.is_empty() {
+                let _ = sender.send(Ok(batch));
+            }
+            busy
+        });
+        let mut consumed = Ok(());
+        for batch in receiver.iter() {
+            let step = batch.and_then(|batch| writer.add_batch(store, &batch));
+            if let Err(error) = step {
+                consumed = Err(error);
+                break;
+            }
+            if let Some(progress) = progress {
+                progress(writer.outcome.report.logical_bytes);
+            }
+        }
+        // Dropping the receiver stops the chunker at its next send.
+        drop(receiver);
+        let chunk_seconds = chunker.join().expect("the chunker thread does not panic");
+        writer.outcome.report.chunk_seconds = chunk_seconds;
+        consumed
+    });
+    result?;
+    writer.seal_open(store)?;
+    let mut outcome = writer.outcome;
+    outcome.report.seconds = started.elapsed().as_secs_f64();
+    Ok(outcome)
+}
+
+struct PathState {
+    outcome: InlineOutcome,
+    /// New segments of this backup by fingerprint (the index has them too, but the catalog
+    /// does not yet, so the usual confirmation would reject them).
+    pending: HashMap<Fingerprint, SegmentId>,
+    open: Option<(ContainerWriter, Vec<SegmentId>)>,
+}
+
+impl PathState {
+    fn add_batch(&mut self, store: &mut BackupStore, batch: &Batch) -> Result<()> {
+        let algorithm: FingerprintAlgorithm = store.state.options.fingerprint;
+        let mut slices = Vec::new();
+        let mut offset = 0usize;
+        for segment in &batch.segments {
+            for &length in segment {
+                slices.push(&batch.data[offset..offset + length as usize]);
+                offset += length as usize;
+            }
+        }
+        assert_eq!(offset, batch.data.len(), "segments cover the batch");
+        let start = Instant::now();
+        let hashed: Vec<(Fingerprint, bool)> = slices
+            .par_iter()
+            .with_min_len(CHUNKS_PER_TASK)
+            .map(|chunk| (algorithm.hash(chunk), is_zero(chunk)))
+            .collect();
+        self.outcome.report.fingerprint_seconds += start.elapsed().as_secs_f64();
+
+        // Look every segment up first, so that compression of the new ones runs in one
+        // parallel pass.
+        let start = Instant::now();
+        let read = store.catalog.read()?;
+        let mut decisions = Vec::with_capacity(batch.segments.len());
+        let mut first = 0usize;
+        let mut fingerprint_bytes = Vec::new();
+        for segment in &batch.segments {
+            let range = first..first + segment.len();
+            first = range.end;
+            fingerprint_bytes.clear();
+            for (fingerprint, _) in &hashed[range.clone()] {
+                fingerprint_bytes.extend_from_slice(&fingerprint.0);
+            }
+            let fingerprint = algorithm.hash(&fingerprint_bytes);
+            self.outcome.report.index_lookups += 1;
+            let existing = match self.pending.get(&fingerprint) {
+                Some(&id) => Some(id),
+                None => store.lookup_segment(&read, &fingerprint)?,
+            };
+            let (id, new) = match existing {
+                Some(id) => (id, false),
+                None => {
+                    // Allocate the id now so that repeats later in the backup find it.
+                    let id = self.outcome.state.segment_id_next;
+                    self.outcome.state.segment_id_next += 1;
+                    self.pending.insert(fingerprint, id);
+                    (id, true)
+                }
+            };
+            decisions.push((range, fingerprint, id, new));
+        }
+        drop(read);
+        self.outcome.report.index_seconds += start.elapsed().as_secs_f64();
+
+        let start = Instant::now();
+        let level = store.state.options.compression_level;
+        let new_chunks: Vec<usize> = decisions
+            .iter()
+            .filter(|decision| decision.3)
+            .flat_map(|decision| decision.0.clone())
+            .collect();
+        let forms: Vec<StoredForm> = new_chunks
+            .par_iter()
+            .with_min_len(CHUNKS_PER_TASK)
+            .map(|&chunk| {
+                if hashed[chunk].1 {
+                    Ok(StoredForm::Zero)
+                } else {
+                    compress(slices[chunk], level)
+                }
+            })
+            .collect::<Result<_>>()?;
+        self.outcome.report.compress_seconds += start.elapsed().as_secs_f64();
+
+        let start = Instant::now();
+        let mut forms = forms.into_iter();
+        for (range, fingerprint, id, new) in decisions {
+            let raw_bytes: u64 = slices[range.clone()]
+                .iter()
+                .map(|chunk| chunk.len() as u64)
+                .sum();
+            let report = &mut self.outcome.report;
+            report.logical_bytes += raw_bytes;
+            report.chunks += range.len() as u64;
+            report.segments += 1;
+            *self.outcome.references.entry(id).or_insert(0) += 1;
+            self.outcome.segments.push(SegmentReference {
+                segment: id,
+                chunk_count: range.len() as u32,
+                raw_bytes,
+            });
+            let zero_bytes: u64 = range
+                .clone()
+                .filter(|&chunk| hashed[chunk].1)
+                .map(|chunk| slices[chunk].len() as u64)
+                .sum();
+            report.zero_bytes += zero_bytes;
+            if !new {
+                report.segments_duplicate += 1;
+                report.duplicate_bytes += raw_bytes - zero_bytes;
+                continue;
+            }
+            report.segments_new += 1;
+            let segment_forms: Vec<StoredForm> = forms.by_ref().take(range.len()).collect();
+            let record = self.store_segment(
+                store,
+                &slices,
+                &hashed,
+                range,
+                &segment_forms,
+                fingerprint,
+                id,
+            )?;
+            store.index.insert(&mut store.pages, &fingerprint, id)?;
+            self.outcome.new_segments.push((id, record));
+        }
+        self.outcome.report.write_seconds += start.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn store_segment(
+        &mut self,
+        store: &mut BackupStore,
+        slices: &[&[u8]],
+        hashed: &[(Fingerprint, bool)],
+        range: std::ops::Range<usize>,
+        forms: &[StoredForm],
+        fingerprint: Fingerprint,
+        id: SegmentId,
+    ) -> Result<SegmentRecord> {
+        assert_eq!(forms.len(), range.len());
+        let footprint: u64 = range
+            .clone()
+            .zip(forms)
+            .map(|(chunk, form)| match form {
+                StoredForm::Zero => 0,
+                StoredForm::Raw => (slices[chunk].len() + CHUNK_HEADER_BYTES) as u64,
+                StoredForm::Compressed(bytes) => (bytes.len() + CHUNK_HEADER_BYTES) as u64,
+            })
+            .sum();
+        let mut container = None;
+        if footprint > 0 {
+            container = Some(self.room_for(store, footprint)?);
+        }
+        let mut chunks = Vec::with_capacity(range.len());
+        for (chunk, form) in range.zip(forms) {
+            let data = slices[chunk];
+            let (stored, flags): (&[u8], u32) = match form {
+                StoredForm::Zero => {
+                    chunks.push(SegmentChunk {
+                        fingerprint: hashed[chunk].0,
+                        raw_bytes: data.len() as u32,
+                        storage: ChunkStorage::Zero,
+                        direct_references: 0,
+                    });
+                    continue;
+                }
+                StoredForm::Raw => (data, 0),
+                StoredForm::Compressed(bytes) => (bytes, CHUNK_COMPRESSED),
+            };
+            let header = ChunkHeader {
+                fingerprint: hashed[chunk].0,
+                stored_bytes: stored.len() as u32,
+                raw_bytes: data.len() as u32,
+                flags,
+                checksum: crc32c::crc32c(stored),
+            };
+            let (writer, _) = self.open.as_mut().expect("room_for opened a container");
+            let location = writer.append_stored(header, stored)?;
+            self.outcome.report.new_raw_bytes += data.len() as u64;
+            self.outcome.report.new_stored_bytes += location.footprint_bytes();
+            chunks.push(SegmentChunk {
+                fingerprint: hashed[chunk].0,
+                raw_bytes: data.len() as u32,
+                storage: ChunkStorage::Stored(location),
+                direct_references: 0,
+            });
+        }
+        if container.is_some() {
+            self.open.as_mut().expect("open").1.push(id);
+        }
+        Ok(SegmentRecord {
+            fingerprint,
+            state: SegmentState::Shared,
+            container,
+            chunks,
+        })
+    }
+
+    /// The open container, sealing the current one first when `footprint` more bytes would
+    /// overflow it (a segment never spans containers; an oversized one gets its own).
+    fn room_for(&mut self, store: &mut BackupStore, footprint: u64) -> Result<ContainerId> {
+        if let Some((writer, _)) = &self.open {
+            if writer.chunk_count() > 0
+                && writer.bytes() + footprint > store.state.options.container_bytes
+            {
+                self.seal_open(store)?;
+            }
+        }
+        if self.open.is_none() {
+            let id = self.outcome.state.container_id_next;
+            self.outcome.state.container_id_next += 1;
+            let writer = store
+                .containers
+                .create(id, crate::store::now_unix_ns() / 1_000_000_000)?;
+            self.open = Some((writer, Vec::new()));
+        }
+        Ok(self.open.as_ref().expect("opened").0.id())
+    }
+
+    fn seal_open(&mut self, _store: &mut BackupStore) -> Result<()> {
+        if let Some((writer, segments)) = self.open.take() {
+            let id = writer.id();
+            let sealed = writer.seal(0)?;
+            self.outcome.report.containers_written += 1;
+            self.outcome.containers.push((
+                id,
+                ContainerRecord {
+                    kind: ContainerKind::Shared,
+                    timestamp: 0,
+                    bytes: sealed.bytes,
+                    segments,
+                },
+            ));
+        }
+        Ok(())
+    }
+}
+
+thread_local! {
+    static COMPRESSOR: std::cell::RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Compresses a chunk with the thread's zstd context; keeps it raw unless that saves an
+/// eighth of its size (the rule of the core container writer).
+fn compress(data: &[u8], level: Option<i32>) -> Result<StoredForm> {
+    let Some(level) = level else {
+        return Ok(StoredForm::Raw);
+    };
+    COMPRESSOR.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.as_ref().is_none_or(|(cached, _)| *cached != level) {
+            let compressor = zstd::bulk::Compressor::new(level)
+                .map_err(|error| BackupError::io("creating a zstd compressor", error))?;
+            *cell = Some((level, compressor));
+        }
+        let (_, compressor) = cell.as_mut().expect("set above");
+        let compressed = compressor
+            .compress(data)
+            .map_err(|error| BackupError::io("compressing a chunk", error))?;
+        Ok(if compressed.len() <= data.len() - data.len() / 8 {
+            StoredForm::Compressed(compressed)
+        } else {
+            StoredForm::Raw
+        })
+    })
+}

@@ -1,0 +1,477 @@
+//! Restore: rebuilding a backup's stream, multi-threaded and with prefetching (paper 2 §3.3).
+//!
+//! 1. Resolve the recipe to one [`ChunkSource`] per chunk ([`crate::resolve`]).
+//! 2. Cut the stream into *windows* of about [`RuntimeOptions::restore_window_bytes`]; for
+//!    each, look up where its chunks are (segment records) and coalesce chunks that lie close
+//!    together in one container into one read.
+//! 3. A prefetch thread asks the kernel to read the next window's containers ahead
+//!    (`posix_fadvise(WILLNEED)`) while the current window is read.
+//! 4. The reads of a window run on [`RuntimeOptions::read_threads`] threads; each checks the
+//!    CRC of every chunk and decompresses it. Null chunks are not read: the window starts
+//!    zero-filled.
+//! 5. A writer thread hands finished windows to the sink: an image file (all-zero blocks are
+//!    skipped, so the file comes out sparse), a byte stream, or a directory tree.
+//!
+//! Not guaranteed: a restore into an existing directory replaces the entries of the backup
+//! but leaves other files in place; a failed restore leaves a partial target.
+//!
+//! [`RuntimeOptions::restore_window_bytes`]: crate::config::RuntimeOptions::restore_window_bytes
+//! [`RuntimeOptions::read_threads`]: crate::config::RuntimeOptions::read_threads
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crossbeam_channel::bounded;
+use onecopy_core::catalog::CatalogView;
+use onecopy_core::container::{
+    is_zero, ChunkLocation, ContainerId, ContainerStore, CHUNK_COMPRESSED, CHUNK_HEADER_BYTES,
+};
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::error::{BackupError, IoContext, Result};
+use crate::resolve::{resolve, ChunkSource, ResolveReport, SegmentCache};
+use crate::segment::ChunkStorage;
+use crate::series::{find_backup, SourceKind};
+use crate::store::BackupStore;
+use crate::tree::apply::{ApplyReport, TreeApplier};
+use crate::tree::Tree;
+
+/// Two chunks of one container are read together when at most this many bytes lie between.
+const READ_GAP_BYTES_MAX: u64 = 64 << 10;
+/// Largest single read.
+const READ_BYTES_MAX: u64 = 16 << 20;
+/// Output blocks checked for zeros when writing an image (skipped ones stay holes).
+const SPARSE_BLOCK_BYTES: usize = 64 << 10;
+/// Windows queued for the writer thread.
+const WRITE_QUEUE_WINDOWS: usize = 2;
+
+/// Where a restore goes.
+pub enum RestoreTarget {
+    /// A directory backup: its contents go inside this directory (created if missing).
+    Directory(PathBuf),
+    /// The backup's stream goes to this file (created or truncated; zero blocks stay holes).
+    File(PathBuf),
+    /// The backup's stream goes to this writer (for example standard output).
+    Writer(Box<dyn Write + Send>),
+}
+
+/// Counters and timings of a restore.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RestoreReport {
+    pub series: String,
+    pub version: u32,
+    pub logical_bytes: u64,
+    pub zero_bytes: u64,
+    /// Bytes read from containers (stored form, headers and gaps included).
+    pub read_bytes: u64,
+    pub reads: u64,
+    pub containers_read: u64,
+    pub resolve: ResolveReport,
+    pub tree: Option<ApplyReport>,
+    pub resolve_seconds: f64,
+    pub seconds: f64,
+}
+
+/// One read of a window: a span of a container and the chunks in it.
+struct SpanRead {
+    container: ContainerId,
+    start: u64,
+    end: u64,
+    /// (location, offset in the window).
+    chunks: Vec<(ChunkLocation, usize)>,
+}
+
+/// A planned window of the stream.
+struct Window {
+    start: u64,
+    bytes: usize,
+    reads: Vec<SpanRead>,
+    zero_bytes: u64,
+}
+
+impl BackupStore {
+    /// Restores `series@version` (the newest when `version` is `None`) to `target`.
+    pub fn restore(
+        &self,
+        series: &str,
+        version: Option<u32>,
+        target: RestoreTarget,
+    ) -> Result<RestoreReport> {
+        let started = Instant::now();
+        let read = self.catalog.read()?;
+        let (series_record, backup) = find_backup(&read, series, version)?;
+        let (sources, resolve_report) = resolve(&read, &series_record, &backup)?;
+        let mut report = RestoreReport {
+            series: series.to_string(),
+            version: backup.version,
+            resolve: resolve_report,
+            resolve_seconds: started.elapsed().as_secs_f64(),
+            ..RestoreReport::default()
+        };
+        let mut reader = StreamReader {
+            store: self,
+            view: &read,
+            sources: &sources,
+            cache: SegmentCache::new(),
+        };
+        match (backup.source, target) {
+            (SourceKind::Directory, RestoreTarget::Directory(root)) => {
+                let tree_range = backup.tree.ok_or_else(|| {
+                    BackupError::corrupt(format!("backup {series}@{}", backup.version), "no tree")
+                })?;
+                let mut tree_bytes = Vec::with_capacity(tree_range.bytes as usize);
+                reader.copy(
+                    tree_range.offset,
+                    backup.logical_bytes,
+                    &mut report,
+                    |_, data| {
+                        tree_bytes.extend_from_slice(data);
+                        Ok(())
+                    },
+                )?;
+                let tree = Tree::decode(&tree_bytes)?;
+                let mut applier = TreeApplier::prepare(&root, tree)?;
+                reader.copy(0, tree_range.offset, &mut report, |offset, data| {
+                    applier.write(offset, data)
+                })?;
+                report.tree = Some(applier.finish()?);
+            }
+            (_, RestoreTarget::Directory(root)) => {
+                return Err(BackupError::InvalidArgument(format!(
+                    "backup {series}@{} is an image or stream, not a directory: restore it to a \
+                     file (--to-file {}) or to standard output (-)",
+                    backup.version,
+                    root.display()
+                )))
+            }
+            (_, RestoreTarget::File(path)) => {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&path)
+                    .context_io(|| format!("creating {}", path.display()))?;
+                reader.copy(0, backup.logical_bytes, &mut report, |offset, data| {
+                    write_sparse(&file, offset, data)
+                        .context_io(|| format!("writing {}", path.display()))
+                })?;
+                file.set_len(backup.logical_bytes)
+                    .context_io(|| format!("sizing {}", path.display()))?;
+                file.sync_all()
+                    .context_io(|| format!("syncing {}", path.display()))?;
+            }
+            (_, RestoreTarget::Writer(mut writer)) => {
+                reader.copy(0, backup.logical_bytes, &mut report, |_, data| {
+                    writer
+                        .write_all(data)
+                        .context_io(|| "writing the restored stream".to_string())
+                })?;
+                writer
+                    .flush()
+                    .context_io(|| "writing the restored stream".to_string())?;
+            }
+        }
+        report.seconds = started.elapsed().as_secs_f64();
+        Ok(report)
+    }
+}
+
+/// Writes `data` at `offset`, skipping all-zero blocks (the file was truncated, so they read
+/// as zeros).
+fn write_sparse(file: &std::fs::File, offset: u64, data: &[u8]) -> std::io::Result<()> {
+    let mut position = 0;
+    while position < data.len() {
+        let end = (position + SPARSE_BLOCK_BYTES).min(data.len());
+        if !is_zero(&data[position..end]) {
+            file.write_all_at(&data[position..end], offset + position as u64)?;
+        }
+        position = end;
+    }
+    Ok(())
+}
+
+/// Reads ranges of a resolved stream.
+struct StreamReader<'a, V: CatalogView> {
+    store: &'a BackupStore,
+    view: &'a V,
+    sources: &'a [ChunkSource],
+    cache: SegmentCache,
+}
+
+impl<V: CatalogView> StreamReader<'_, V> {
+    /// Delivers stream bytes `[start, end)` to `sink` in order, as (stream offset, bytes).
+    fn copy(
+        &mut self,
+        start: u64,
+        end: u64,
+        report: &mut RestoreReport,
+        mut sink: impl FnMut(u64, &[u8]) -> Result<()> + Send,
+    ) -> Result<()> {
+        if start >= end {
+            return Ok(());
+        }
+        let window_bytes = self.store.runtime.restore_window_bytes.max(1);
+        let threads = self.store.runtime.read_threads.max(1);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|error| {
+                BackupError::io("starting restore threads", std::io::Error::other(error))
+            })?;
+        let store: &BackupStore = self.store;
+        let containers = &store.containers;
+        let prefetch = store.runtime.prefetch;
+        let mut windows = WindowPlanner {
+            position: 0,
+            offset: 0,
+            start,
+            end,
+            window_bytes,
+        };
+        std::thread::scope(|scope| -> Result<()> {
+            let (prefetch_sender, prefetch_receiver) = bounded::<ContainerId>(1024);
+            scope.spawn(move || {
+                for id in prefetch_receiver {
+                    // A hint only: a failure to advise changes nothing but speed.
+                    let _ = containers.advise_will_need(id);
+                }
+            });
+            let (window_sender, window_receiver) = bounded::<(u64, Vec<u8>)>(WRITE_QUEUE_WINDOWS);
+            let writer = scope.spawn(move || -> Result<()> {
+                for (offset, buffer) in window_receiver {
+                    let clip_start = start.max(offset);
+                    let clip_end = end.min(offset + buffer.len() as u64);
+                    if clip_start < clip_end {
+                        sink(
+                            clip_start,
+                            &buffer[(clip_start - offset) as usize..(clip_end - offset) as usize],
+                        )?;
+                    }
+                }
+                Ok(())
+            });
+            let mut next = windows.next(self)?;
+            let result = (|| -> Result<()> {
+                while let Some(window) = next.take() {
+                    next = windows.next(self)?;
+                    if let (true, Some(upcoming)) = (prefetch, &next) {
+                        let mut seen = Vec::new();
+                        for read in &upcoming.reads {
+                            if !seen.contains(&read.container) {
+                                seen.push(read.container);
+                                let _ = prefetch_sender.try_send(read.container);
+                            }
+                        }
+                    }
+                    let buffer = read_window(containers, &pool, &window, report)?;
+                    if window_sender.send((window.start, buffer)).is_err() {
+                        break; // The writer failed; its error is reported below.
+                    }
+                }
+                Ok(())
+            })();
+            drop(window_sender);
+            drop(prefetch_sender);
+            let written = writer.join().expect("the writer thread does not panic");
+            result.and(written)
+        })
+    }
+}
+
+/// Cuts the stream into windows.
+struct WindowPlanner {
+    /// Next chunk to place.
+    position: usize,
+    /// Stream offset of that chunk.
+    offset: u64,
+    start: u64,
+    end: u64,
+    window_bytes: usize,
+}
+
+impl WindowPlanner {
+    fn next<V: CatalogView>(&mut self, reader: &mut StreamReader<'_, V>) -> Result<Option<Window>> {
+        let sources = reader.sources;
+        // Skip whole chunks before `start`.
+        while self.position < sources.len() && self.offset < self.start {
+            let bytes = chunk_bytes(reader, sources[self.position])? as u64;
+            if self.offset + bytes > self.start {
+                break;
+            }
+            self.offset += bytes;
+            self.position += 1;
+        }
+        if self.position >= sources.len() || self.offset >= self.end {
+            return Ok(None);
+        }
+        let mut window = Window {
+            start: self.offset,
+            bytes: 0,
+            reads: Vec::new(),
+            zero_bytes: 0,
+        };
+        let mut by_container: HashMap<ContainerId, Vec<(ChunkLocation, usize)>> = HashMap::new();
+        while self.position < sources.len()
+            && window.bytes < self.window_bytes
+            && self.offset < self.end
+        {
+            let source = sources[self.position];
+            let raw_bytes = match source {
+                ChunkSource::Zero { raw_bytes } => {
+                    window.zero_bytes += raw_bytes as u64;
+                    raw_bytes
+                }
+                ChunkSource::Stored { segment, index } => {
+                    let record = reader.cache.get(reader.view, segment)?;
+                    let chunk = record.chunks.get(index as usize).ok_or_else(|| {
+                        BackupError::corrupt(
+                            format!("segment {segment}"),
+                            format!("no chunk {index}"),
+                        )
+                    })?;
+                    match chunk.storage {
+                        ChunkStorage::Zero => window.zero_bytes += chunk.raw_bytes as u64,
+                        ChunkStorage::Stored(location) => by_container
+                            .entry(location.container)
+                            .or_default()
+                            .push((location, window.bytes)),
+                        ChunkStorage::Removed => {
+                            return Err(BackupError::corrupt(
+                                format!("segment {segment}"),
+                                format!("chunk {index} is referenced but was removed"),
+                            ))
+                        }
+                    }
+                    chunk.raw_bytes
+                }
+            };
+            window.bytes += raw_bytes as usize;
+            self.offset += raw_bytes as u64;
+            self.position += 1;
+        }
+        let mut containers: Vec<_> = by_container.into_iter().collect();
+        containers.sort_unstable_by_key(|(id, _)| *id);
+        for (container, mut chunks) in containers {
+            chunks.sort_unstable_by_key(|(location, _)| location.offset);
+            let mut current: Option<SpanRead> = None;
+            for (location, window_offset) in chunks {
+                let chunk_start = location.header_offset();
+                let chunk_end = location.offset as u64 + location.stored_bytes as u64;
+                if let Some(span) = current.as_mut() {
+                    let joinable = chunk_start <= span.end + READ_GAP_BYTES_MAX
+                        && chunk_end - span.start <= READ_BYTES_MAX;
+                    if joinable {
+                        span.end = span.end.max(chunk_end);
+                        span.chunks.push((location, window_offset));
+                        continue;
+                    }
+                    window.reads.push(current.take().expect("present"));
+                }
+                current = Some(SpanRead {
+                    container,
+                    start: chunk_start,
+                    end: chunk_end,
+                    chunks: vec![(location, window_offset)],
+                });
+            }
+            window.reads.extend(current);
+        }
+        Ok(Some(window))
+    }
+}
+
+fn chunk_bytes<V: CatalogView>(
+    reader: &mut StreamReader<'_, V>,
+    source: ChunkSource,
+) -> Result<u32> {
+    Ok(match source {
+        ChunkSource::Zero { raw_bytes } => raw_bytes,
+        ChunkSource::Stored { segment, index } => {
+            let record = reader.cache.get(reader.view, segment)?;
+            record
+                .chunks
+                .get(index as usize)
+                .ok_or_else(|| {
+                    BackupError::corrupt(format!("segment {segment}"), format!("no chunk {index}"))
+                })?
+                .raw_bytes
+        }
+    })
+}
+
+/// Reads every span of `window` on the pool and assembles the window's bytes.
+fn read_window(
+    containers: &ContainerStore,
+    pool: &rayon::ThreadPool,
+    window: &Window,
+    report: &mut RestoreReport,
+) -> Result<Vec<u8>> {
+    let pieces: Vec<Vec<(usize, Vec<u8>)>> = pool.install(|| {
+        window
+            .reads
+            .par_iter()
+            .map(|span| read_span(containers, span))
+            .collect::<Result<_>>()
+    })?;
+    let mut buffer = vec![0u8; window.bytes];
+    for (offset, data) in pieces.into_iter().flatten() {
+        buffer[offset..offset + data.len()].copy_from_slice(&data);
+    }
+    let mut seen: Vec<ContainerId> = window.reads.iter().map(|span| span.container).collect();
+    seen.dedup();
+    report.containers_read += seen.len() as u64;
+    report.reads += window.reads.len() as u64;
+    report.read_bytes += window
+        .reads
+        .iter()
+        .map(|span| span.end - span.start)
+        .sum::<u64>();
+    report.zero_bytes += window.zero_bytes;
+    report.logical_bytes += window.bytes as u64;
+    Ok(buffer)
+}
+
+/// Reads one span and decodes its chunks (CRC checked, decompressed).
+fn read_span(containers: &ContainerStore, span: &SpanRead) -> Result<Vec<(usize, Vec<u8>)>> {
+    let file = containers.file(span.container)?;
+    let mut bytes = vec![0u8; (span.end - span.start) as usize];
+    file.read_at(span.start, &mut bytes)?;
+    let mut decoded = Vec::with_capacity(span.chunks.len());
+    for &(location, window_offset) in &span.chunks {
+        let from = (location.offset as u64 - span.start) as usize;
+        let stored = &bytes[from..from + location.stored_bytes as usize];
+        decoded.push((window_offset, decode_chunk(&location, stored)?));
+    }
+    Ok(decoded)
+}
+
+/// Checks a chunk's stored bytes against its CRC and returns its raw bytes.
+pub(crate) fn decode_chunk(location: &ChunkLocation, stored: &[u8]) -> Result<Vec<u8>> {
+    let what = || {
+        format!(
+            "chunk at offset {} of container {:016x}",
+            location.offset, location.container
+        )
+    };
+    if crc32c::crc32c(stored) != location.checksum {
+        return Err(BackupError::corrupt(what(), "checksum mismatch"));
+    }
+    if location.flags & CHUNK_COMPRESSED == 0 {
+        return Ok(stored.to_vec());
+    }
+    let raw = zstd::bulk::decompress(stored, location.raw_bytes as usize)
+        .map_err(|error| BackupError::corrupt(what(), error.to_string()))?;
+    if raw.len() != location.raw_bytes as usize {
+        return Err(BackupError::corrupt(
+            what(),
+            "decompressed to the wrong size",
+        ));
+    }
+    Ok(raw)
+}
+
+const _: () = assert!(CHUNK_HEADER_BYTES as u64 <= READ_GAP_BYTES_MAX);

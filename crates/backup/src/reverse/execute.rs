@@ -1,0 +1,76 @@
+//! Executing a reverse deduplication plan; see the [module documentation](super).
+//!
+//! Order: (1) copy the repackaged segments into new containers, sealed and synced; (2) commit
+//! the catalog: the archival recipe, counts, segment locations and container records, all at
+//! once; (3) drop settled segments from the index and checkpoint it; (4) remove the evacuated
+//! containers. A crash before (2) leaves the old state plus unreferenced new containers; after
+//! (2), the new state plus unreferenced old containers and stale index entries. Recovery
+//! removes both kinds of leftovers ([`BackupStore::recover`]).
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::plan::ReversePlan;
+use crate::error::{BackupError, Result};
+use crate::settle::{copy_segments, finish_settlement, CopyReport};
+use crate::store::BackupStore;
+
+/// What a reverse deduplication did, with per-phase timings.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReverseReport {
+    pub plan: ReversePlan,
+    pub copy: CopyReport,
+    pub commit_seconds: f64,
+    /// Index update and container removal.
+    pub cleanup_seconds: f64,
+    /// Whole operation, plan included.
+    pub seconds: f64,
+}
+
+impl BackupStore {
+    /// Executes `plan`, which must have been made from the current state of the store.
+    pub fn execute_reverse(&mut self, mut plan: ReversePlan) -> Result<ReverseReport> {
+        self.recover()?;
+        if plan.serial != self.state.serial {
+            return Err(BackupError::InvalidArgument(
+                "the reverse deduplication plan is stale: make a new one".to_string(),
+            ));
+        }
+        let started = Instant::now();
+        let mut state = self.state.clone();
+        let copy = copy_segments(self, &plan.settlement, &mut plan.changes, &mut state)?;
+        let commit_started = Instant::now();
+        let mut write = self.catalog.write()?;
+        plan.changes.apply(&mut write)?;
+        self.commit(write, state)?;
+        let commit_seconds = commit_started.elapsed().as_secs_f64();
+        let cleanup_seconds = finish_settlement(self, &plan.settlement)?;
+        let seconds = plan.plan_seconds + started.elapsed().as_secs_f64();
+        plan.changes = Default::default();
+        Ok(ReverseReport {
+            plan,
+            copy,
+            commit_seconds,
+            cleanup_seconds,
+            seconds,
+        })
+    }
+
+    /// Plans and executes the reverse deduplication of `series@version`.
+    pub fn reverse(&mut self, series: &str, version: u32) -> Result<ReverseReport> {
+        self.recover()?;
+        let plan = self.plan_reverse(series, version)?;
+        self.execute_reverse(plan)
+    }
+
+    /// Reverse-deduplicates every pending backup of `series`, oldest first.
+    pub fn reverse_pending_backups(&mut self, series: &str) -> Result<Vec<ReverseReport>> {
+        self.recover()?;
+        let mut reports = Vec::new();
+        for version in self.pending_reverse(series)? {
+            reports.push(self.reverse(series, version)?);
+        }
+        Ok(reports)
+    }
+}

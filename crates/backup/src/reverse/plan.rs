@@ -1,0 +1,217 @@
+//! Planning a reverse deduplication; see the [module documentation](super).
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Instant;
+
+use onecopy_core::fingerprint::Fingerprint;
+use serde::Serialize;
+
+use crate::changes::Changes;
+use crate::error::{BackupError, Result};
+use crate::recipe::{ChunkReference, Recipe};
+use crate::resolve::{resolve, ChunkSource, SegmentCache};
+use crate::segment::ChunkStorage;
+use crate::series::{load_backup, load_series, BackupState};
+use crate::settle::{plan_settlement, Settlement};
+use crate::store::BackupStore;
+
+/// What reverse-deduplicating one backup will do.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReversePlan {
+    pub series: String,
+    pub version: u32,
+    pub successor_version: u32,
+    /// Bytes of the backup's stream.
+    pub logical_bytes: u64,
+    pub chunks: u64,
+    pub zero_chunks: u64,
+    /// Chunks that become (or stay) indirect references to the successor.
+    pub indirect_chunks: u64,
+    pub direct_chunks: u64,
+    pub settlement: Settlement,
+    pub plan_seconds: f64,
+    /// Catalog serial the plan was made at; executing it later is refused.
+    #[serde(skip)]
+    pub(crate) serial: u64,
+    #[serde(skip)]
+    pub(crate) changes: Changes,
+}
+
+impl BackupStore {
+    /// Versions of `series` waiting for reverse deduplication: outside the live window, with a
+    /// successor, oldest first (the order they must be processed in).
+    pub fn pending_reverse(&self, series: &str) -> Result<Vec<u32>> {
+        let read = self.catalog.read()?;
+        let record = load_series(&read, series)?;
+        let mut pending = Vec::new();
+        for (&version, &id) in &record.versions {
+            if record.in_live_window(version) || record.successor(version).is_none() {
+                continue;
+            }
+            if load_backup(&read, id)?.reverse_pending {
+                pending.push(version);
+            }
+        }
+        Ok(pending)
+    }
+
+    /// Plans the reverse deduplication of `series@version` against its successor.
+    pub fn plan_reverse(&self, series: &str, version: u32) -> Result<ReversePlan> {
+        let started = Instant::now();
+        let read = self.catalog.read()?;
+        let series_record = load_series(&read, series)?;
+        let id =
+            *series_record
+                .versions
+                .get(&version)
+                .ok_or_else(|| BackupError::VersionNotFound {
+                    series: series.to_string(),
+                    version,
+                })?;
+        let mut backup = load_backup(&read, id)?;
+        if !backup.reverse_pending {
+            return Err(BackupError::InvalidArgument(format!(
+                "backup {series}@{version} is already reverse-deduplicated"
+            )));
+        }
+        let (successor_version, successor_id) =
+            series_record.successor(version).ok_or_else(|| {
+                BackupError::InvalidArgument(format!(
+                    "backup {series}@{version} is the newest: there is nothing to deduplicate \
+                     it against yet"
+                ))
+            })?;
+        let successor = load_backup(&read, successor_id)?;
+
+        // The successor's chunk fingerprints, first ordinal of each.
+        let (successor_sources, _) = resolve(&read, &series_record, &successor)?;
+        let mut cache = SegmentCache::new();
+        let mut following: HashMap<Fingerprint, u64> =
+            HashMap::with_capacity(successor_sources.len());
+        for (ordinal, source) in successor_sources.iter().enumerate() {
+            if let ChunkSource::Stored { segment, index } = *source {
+                let record = cache.get(&read, segment)?;
+                let chunk = record.chunks.get(index as usize).ok_or_else(|| {
+                    BackupError::corrupt(format!("segment {segment}"), format!("no chunk {index}"))
+                })?;
+                if !matches!(chunk.storage, ChunkStorage::Zero) {
+                    following.entry(chunk.fingerprint).or_insert(ordinal as u64);
+                }
+            }
+        }
+        drop(cache);
+
+        let recipe = Recipe::load(&read, backup.id, backup.recipe_parts)?;
+        let mut changes = Changes::default();
+        let mut candidates = BTreeSet::new();
+        let mut entries = Vec::with_capacity(recipe.chunk_count() as usize);
+        let what = format!("backup {series}@{version}");
+        match &recipe {
+            Recipe::Live(references) => {
+                for reference in references {
+                    let head = changes.head_mut(&read, reference.segment)?;
+                    head.live_references =
+                        head.live_references.checked_sub(1).ok_or_else(|| {
+                            BackupError::corrupt(
+                                &what,
+                                format!("segment {} has no live reference left", reference.segment),
+                            )
+                        })?;
+                    candidates.insert(reference.segment);
+                    let record = changes.record_mut(&read, reference.segment)?;
+                    for (index, chunk) in record.chunks.iter_mut().enumerate() {
+                        let raw_bytes = chunk.raw_bytes;
+                        entries.push(match chunk.storage {
+                            ChunkStorage::Zero => ChunkReference::Zero { raw_bytes },
+                            ChunkStorage::Removed => {
+                                return Err(BackupError::corrupt(
+                                    &what,
+                                    "a live segment lost a chunk",
+                                ))
+                            }
+                            ChunkStorage::Stored(_) => match following.get(&chunk.fingerprint) {
+                                Some(&ordinal) => ChunkReference::Indirect { raw_bytes, ordinal },
+                                None => {
+                                    chunk.direct_references += 1;
+                                    ChunkReference::Direct {
+                                        raw_bytes,
+                                        segment: reference.segment,
+                                        index: index as u32,
+                                    }
+                                }
+                            },
+                        });
+                    }
+                }
+            }
+            Recipe::Archival(references) => {
+                // Its successor was deleted while it was the newest: only direct references
+                // (and zeros) are left; re-check them against the new successor.
+                for &reference in references {
+                    let ChunkReference::Direct {
+                        raw_bytes,
+                        segment,
+                        index,
+                    } = reference
+                    else {
+                        entries.push(reference);
+                        continue;
+                    };
+                    let record = changes.record_mut(&read, segment)?;
+                    let chunk = record.chunks.get_mut(index as usize).ok_or_else(|| {
+                        BackupError::corrupt(
+                            &what,
+                            format!("segment {segment} has no chunk {index}"),
+                        )
+                    })?;
+                    match following.get(&chunk.fingerprint) {
+                        Some(&ordinal) => {
+                            chunk.direct_references = chunk.direct_references.checked_sub(1).ok_or_else(|| {
+                                BackupError::corrupt(&what, format!("chunk {index} of segment {segment} has no direct reference"))
+                            })?;
+                            candidates.insert(segment);
+                            entries.push(ChunkReference::Indirect { raw_bytes, ordinal });
+                        }
+                        None => entries.push(reference),
+                    }
+                }
+            }
+        }
+        let mut plan = ReversePlan {
+            series: series.to_string(),
+            version,
+            successor_version,
+            logical_bytes: backup.logical_bytes,
+            chunks: entries.len() as u64,
+            zero_chunks: 0,
+            indirect_chunks: 0,
+            direct_chunks: 0,
+            settlement: Settlement::default(),
+            plan_seconds: 0.0,
+            serial: self.state.serial,
+            changes: Changes::default(),
+        };
+        for entry in &entries {
+            match entry {
+                ChunkReference::Zero { .. } => plan.zero_chunks += 1,
+                ChunkReference::Direct { .. } => plan.direct_chunks += 1,
+                ChunkReference::Indirect { .. } => plan.indirect_chunks += 1,
+            }
+        }
+        let settlement = plan_settlement(&mut changes, &read, &candidates, backup.created_unix_ns)?;
+        let archival = Recipe::Archival(entries);
+        backup.state = BackupState::Archival;
+        backup.reverse_pending = false;
+        backup.archival_bytes += settlement.copy_archival_bytes;
+        let previous_parts = backup.recipe_parts;
+        backup.recipe_parts = archival.part_count();
+        changes
+            .recipes
+            .insert(backup.id, (Some(archival), previous_parts));
+        changes.backups.insert(backup.id, Some(backup));
+        plan.settlement = settlement;
+        plan.changes = changes;
+        plan.plan_seconds = started.elapsed().as_secs_f64();
+        Ok(plan)
+    }
+}

@@ -1,0 +1,360 @@
+//! Settling segments after their reference counts changed: chunk removal and repackaging
+//! (paper 2 §2.4.3), shared by reverse deduplication and deletion.
+//!
+//! **Plan** ([`plan_settlement`]), for each candidate segment:
+//!
+//! - a *shared* segment whose segment count reached zero loses every stored chunk whose chunk
+//!   count is zero (removed), becomes *archival* and leaves the segment index; its surviving
+//!   chunks are repackaged into an archival container stamped with the given time; a segment
+//!   left with no chunk dies;
+//! - an *archival* segment marks chunks whose count reached zero as removed (their bytes stay
+//!   in the container as garbage until it dies or a sweep rewrites it) and dies when none is
+//!   left.
+//!
+//! Every shared container that held a repackaged segment is evacuated: its other segments,
+//! still shared, are copied into new shared containers (time stamp 0), and it is dropped. So
+//! each container holds only shared or only archival segments, and repackaged containers are
+//! never read again by later reverse deduplications. A container whose last segment dies is
+//! dropped without being read: that is deletion by time stamp.
+//!
+//! **Execution** ([`copy_segments`]) copies the planned segments' stored chunks (no
+//! recompression) into new containers, reading several source containers in parallel and
+//! asking the kernel to prefetch the next ones, and records the new locations in the plan's
+//! [`Changes`]. Sealing syncs every new container before the caller commits.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use onecopy_core::catalog::CatalogView;
+use onecopy_core::container::{ChunkHeader, ContainerId, ContainerWriter};
+use onecopy_core::fingerprint::Fingerprint;
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::changes::Changes;
+use crate::error::{BackupError, Result};
+use crate::segment::{ChunkStorage, ContainerKind, ContainerRecord, SegmentId, SegmentState};
+use crate::store::{now_unix_ns, BackupStore, StoreState};
+
+/// Source containers read at once while copying.
+const COPY_BATCH_CONTAINERS: usize = 4;
+
+/// A segment to copy into a new container.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SegmentMove {
+    pub segment: SegmentId,
+    pub from: ContainerId,
+    pub kind: ContainerKind,
+}
+
+/// What settling will do.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Settlement {
+    /// Time stamp of the archival containers written.
+    pub timestamp: u64,
+    pub moves: Vec<SegmentMove>,
+    /// Containers whose records go away; their files are removed after the commit.
+    pub dropped_containers: Vec<ContainerId>,
+    /// Fingerprints of segments leaving the segment index.
+    #[serde(skip)]
+    pub unindexed: Vec<(Fingerprint, SegmentId)>,
+    pub segments_archived: u64,
+    pub segments_died: u64,
+    pub chunks_removed: u64,
+    /// Container bytes of the removed chunks.
+    pub removed_bytes: u64,
+    pub copy_archival_bytes: u64,
+    pub copy_shared_bytes: u64,
+}
+
+/// Plans the settlement of `candidates` (segments whose counts changed in `changes`).
+pub(crate) fn plan_settlement(
+    changes: &mut Changes,
+    view: &impl CatalogView,
+    candidates: &BTreeSet<SegmentId>,
+    timestamp: u64,
+) -> Result<Settlement> {
+    let mut settlement = Settlement {
+        timestamp,
+        ..Settlement::default()
+    };
+    let mut evacuate = BTreeSet::new();
+    let mut moved = BTreeSet::new();
+    for &segment in candidates {
+        let Some(head) = changes.head(view, segment)? else {
+            continue;
+        };
+        let transition = head.state == SegmentState::Shared && head.live_references == 0;
+        if head.state == SegmentState::Shared && !transition {
+            continue;
+        }
+        let record = changes.record_mut(view, segment)?;
+        for chunk in &mut record.chunks {
+            if let (ChunkStorage::Stored(location), 0) = (chunk.storage, chunk.direct_references) {
+                chunk.storage = ChunkStorage::Removed;
+                settlement.chunks_removed += 1;
+                settlement.removed_bytes += location.footprint_bytes();
+            }
+        }
+        let empty = record.is_empty();
+        let container = record.container;
+        let stored_bytes = record.stored_bytes();
+        if transition {
+            record.state = SegmentState::Archival;
+            settlement.unindexed.push((head.fingerprint, segment));
+            changes.head_mut(view, segment)?.state = SegmentState::Archival;
+        }
+        if empty {
+            settlement.segments_died += 1;
+            if let Some(dropped) = changes.delete_segment(view, segment)? {
+                settlement.dropped_containers.push(dropped);
+            }
+        } else if transition {
+            let from = container.expect("a segment with stored chunks has a container");
+            settlement.segments_archived += 1;
+            settlement.copy_archival_bytes += stored_bytes;
+            settlement.moves.push(SegmentMove {
+                segment,
+                from,
+                kind: ContainerKind::Archival,
+            });
+            moved.insert(segment);
+            evacuate.insert(from);
+        }
+    }
+    for container in evacuate {
+        let record = changes.container_mut(view, container)?.clone();
+        assert_eq!(
+            record.kind,
+            ContainerKind::Shared,
+            "only shared containers hold shared segments"
+        );
+        for &segment in &record.segments {
+            if moved.contains(&segment) {
+                continue;
+            }
+            let head = changes.head(view, segment)?.ok_or_else(|| {
+                BackupError::corrupt(format!("segment {segment}"), "head missing")
+            })?;
+            assert!(
+                head.state == SegmentState::Shared && head.live_references > 0,
+                "a shared container's other segments are still shared"
+            );
+            settlement.copy_shared_bytes += changes.record_mut(view, segment)?.stored_bytes();
+            settlement.moves.push(SegmentMove {
+                segment,
+                from: container,
+                kind: ContainerKind::Shared,
+            });
+        }
+        changes.containers.insert(container, None);
+        settlement.dropped_containers.push(container);
+    }
+    settlement
+        .moves
+        .sort_by_key(|planned| (planned.from, planned.segment));
+    settlement.dropped_containers.sort_unstable();
+    settlement.dropped_containers.dedup();
+    Ok(settlement)
+}
+
+/// Counters of a copy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct CopyReport {
+    pub containers_read: u64,
+    pub containers_written: u64,
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+    pub seconds: f64,
+}
+
+struct OpenWriter {
+    writer: ContainerWriter,
+    segments: Vec<SegmentId>,
+}
+
+/// Copies the planned segments into new containers and records their new locations in
+/// `changes` (and the new container records); `state` allocates the container ids.
+pub(crate) fn copy_segments(
+    store: &BackupStore,
+    settlement: &Settlement,
+    changes: &mut Changes,
+    state: &mut StoreState,
+) -> Result<CopyReport> {
+    let started = Instant::now();
+    let mut report = CopyReport::default();
+    let mut by_source: BTreeMap<ContainerId, Vec<&SegmentMove>> = BTreeMap::new();
+    for planned in &settlement.moves {
+        by_source.entry(planned.from).or_default().push(planned);
+    }
+    let sources: Vec<ContainerId> = by_source.keys().copied().collect();
+    let mut writers: [Option<OpenWriter>; 2] = [None, None];
+    for (batch_number, batch) in sources.chunks(COPY_BATCH_CONTAINERS).enumerate() {
+        if store.runtime.prefetch {
+            if let Some(next) = sources.chunks(COPY_BATCH_CONTAINERS).nth(batch_number + 1) {
+                for &id in next {
+                    let _ = store.containers.advise_will_need(id);
+                }
+            }
+        }
+        // Read the stored bytes of every planned segment of the batch in parallel.
+        let jobs: Vec<(&SegmentMove, Vec<(u32, ChunkHeader)>)> = batch
+            .iter()
+            .flat_map(|id| by_source[id].iter())
+            .map(|planned| {
+                let record = changes.records[&planned.segment]
+                    .as_ref()
+                    .expect("moved segments live");
+                let chunks = record
+                    .chunks
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(index, chunk)| match chunk.storage {
+                        ChunkStorage::Stored(location) => Some((
+                            index as u32,
+                            ChunkHeader {
+                                fingerprint: chunk.fingerprint,
+                                stored_bytes: location.stored_bytes,
+                                raw_bytes: location.raw_bytes,
+                                flags: location.flags,
+                                checksum: location.checksum,
+                            },
+                        )),
+                        _ => None,
+                    })
+                    .collect();
+                (*planned, chunks)
+            })
+            .collect();
+        let containers = &store.containers;
+        let loaded: Vec<Vec<Vec<u8>>> = jobs
+            .par_iter()
+            .map(|(planned, chunks)| {
+                let record = changes.records[&planned.segment]
+                    .as_ref()
+                    .expect("moved segments live");
+                let file = containers.file(planned.from)?;
+                chunks
+                    .iter()
+                    .map(|&(index, header)| {
+                        let ChunkStorage::Stored(location) = record.chunks[index as usize].storage
+                        else {
+                            unreachable!("listed as stored");
+                        };
+                        let mut stored = vec![0u8; header.stored_bytes as usize];
+                        file.read_at(location.offset as u64, &mut stored)?;
+                        Ok(stored)
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .collect::<Result<_>>()?;
+        report.containers_read += batch.len() as u64;
+        for ((planned, chunks), stored) in jobs.into_iter().zip(loaded) {
+            let slot = match planned.kind {
+                ContainerKind::Shared => 0,
+                ContainerKind::Archival => 1,
+            };
+            let footprint: u64 = chunks
+                .iter()
+                .map(|(_, header)| {
+                    header.stored_bytes as u64 + onecopy_core::container::CHUNK_HEADER_BYTES as u64
+                })
+                .sum();
+            report.read_bytes += footprint;
+            let needs_new = writers[slot].as_ref().is_some_and(|open| {
+                open.writer.chunk_count() > 0
+                    && open.writer.bytes() + footprint > store.state.options.container_bytes
+            });
+            if needs_new {
+                let open = writers[slot].take().expect("checked");
+                seal(
+                    open,
+                    planned.kind,
+                    settlement.timestamp,
+                    changes,
+                    &mut report,
+                )?;
+            }
+            if writers[slot].is_none() {
+                let id = state.container_id_next;
+                state.container_id_next += 1;
+                let writer = store.containers.create(id, now_unix_ns() / 1_000_000_000)?;
+                writers[slot] = Some(OpenWriter {
+                    writer,
+                    segments: Vec::new(),
+                });
+            }
+            let open = writers[slot].as_mut().expect("opened");
+            let container = open.writer.id();
+            let record = changes
+                .records
+                .get_mut(&planned.segment)
+                .and_then(Option::as_mut)
+                .expect("moved segments live");
+            for ((index, header), bytes) in chunks.iter().zip(stored) {
+                let location = open.writer.append_stored(*header, &bytes)?;
+                report.written_bytes += location.footprint_bytes();
+                record.chunks[*index as usize].storage = ChunkStorage::Stored(location);
+            }
+            record.container = Some(container);
+            open.segments.push(planned.segment);
+        }
+    }
+    for (slot, open) in writers.into_iter().enumerate() {
+        if let Some(open) = open {
+            let kind = if slot == 0 {
+                ContainerKind::Shared
+            } else {
+                ContainerKind::Archival
+            };
+            seal(open, kind, settlement.timestamp, changes, &mut report)?;
+        }
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+fn seal(
+    open: OpenWriter,
+    kind: ContainerKind,
+    timestamp: u64,
+    changes: &mut Changes,
+    report: &mut CopyReport,
+) -> Result<()> {
+    let id = open.writer.id();
+    let stamp = match kind {
+        ContainerKind::Shared => 0,
+        ContainerKind::Archival => timestamp,
+    };
+    let sealed = open.writer.seal(stamp)?;
+    report.containers_written += 1;
+    let mut segments = open.segments;
+    segments.sort_unstable();
+    changes.containers.insert(
+        id,
+        Some(ContainerRecord {
+            kind,
+            timestamp: stamp,
+            bytes: sealed.bytes,
+            segments,
+        }),
+    );
+    Ok(())
+}
+
+/// After the catalog commit: drops the settled segments from the index (then checkpoints it)
+/// and removes the dropped containers. Deletion order: recipe and records first (the
+/// commit), then the index, then the data.
+pub(crate) fn finish_settlement(store: &mut BackupStore, settlement: &Settlement) -> Result<f64> {
+    let started = Instant::now();
+    for (fingerprint, segment) in &settlement.unindexed {
+        // Another shared segment may have the same fingerprint (after an index loss); only
+        // this segment's entry goes.
+        if store.index.lookup(&mut store.pages, fingerprint)? == Some(*segment) {
+            store.index.remove(&mut store.pages, fingerprint)?;
+        }
+    }
+    store.checkpoint_index(store.state.serial)?;
+    store.remove_containers(&settlement.dropped_containers)?;
+    Ok(started.elapsed().as_secs_f64())
+}

@@ -1,0 +1,398 @@
+//! Capturing a directory: the walk that records metadata, and the reader that streams the
+//! contents followed by the encoded tree.
+//!
+//! The walk stats every name once (`lstat`: links are not followed), records hard links by
+//! device and inode, finds the data extents of sparse files (`SEEK_DATA`/`SEEK_HOLE`, only
+//! for files that occupy fewer blocks than their size) and reads extended attributes. The
+//! stream then reads each regular file's extents as recorded: a file that shrank since the
+//! walk is padded with zeros and one that grew is cut at its recorded size, so the stream
+//! always matches the tree (shrunk files are counted in [`TreeReader::changed_files`]).
+
+use std::collections::HashMap;
+use std::ffi::{CString, OsStr};
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::{EntryKind, Extent, Tree, TreeEntry};
+use crate::error::{BackupError, IoContext, Result};
+
+/// Largest buffer for the names of a file's extended attributes.
+const XATTR_BYTES_MAX: usize = 1 << 20;
+
+/// The path of entry `relative` under `root`.
+pub fn entry_path(root: &Path, relative: &[u8]) -> PathBuf {
+    if relative.is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(OsStr::from_bytes(relative))
+    }
+}
+
+/// Walks `root` (a directory) and returns its tree, with file stream offsets assigned in
+/// walk order; also returns the total stream bytes of the contents.
+pub fn walk(root: &Path) -> Result<(Tree, u64)> {
+    let metadata =
+        fs::symlink_metadata(root).context_io(|| format!("reading {}", root.display()))?;
+    if !metadata.is_dir() {
+        return Err(BackupError::InvalidArgument(format!(
+            "{} is not a directory",
+            root.display()
+        )));
+    }
+    let mut walker = Walker {
+        root: root.to_path_buf(),
+        tree: Tree::default(),
+        inodes: HashMap::new(),
+        stream_bytes: 0,
+    };
+    walker.visit(Vec::new(), &metadata)?;
+    Ok((walker.tree, walker.stream_bytes))
+}
+
+struct Walker {
+    root: PathBuf,
+    tree: Tree,
+    /// (device, inode) of regular files with several links, to their entry index.
+    inodes: HashMap<(u64, u64), u32>,
+    stream_bytes: u64,
+}
+
+impl Walker {
+    fn visit(&mut self, relative: Vec<u8>, metadata: &fs::Metadata) -> Result<()> {
+        let path = entry_path(&self.root, &relative);
+        let file_type = metadata.file_type();
+        let kind = if file_type.is_dir() {
+            EntryKind::Directory
+        } else if file_type.is_file() {
+            let key = (metadata.dev(), metadata.ino());
+            match self.inodes.get(&key) {
+                Some(&target) if metadata.nlink() > 1 => EntryKind::HardLink { target },
+                _ => {
+                    if metadata.nlink() > 1 {
+                        self.inodes.insert(key, self.tree.entries.len() as u32);
+                    }
+                    let extents = file_extents(&path, metadata)?;
+                    let stream_offset = self.stream_bytes;
+                    self.stream_bytes += extents.iter().map(|extent| extent.length).sum::<u64>();
+                    EntryKind::File {
+                        size: metadata.len(),
+                        stream_offset,
+                        extents,
+                    }
+                }
+            }
+        } else if file_type.is_symlink() {
+            let target =
+                fs::read_link(&path).context_io(|| format!("reading link {}", path.display()))?;
+            EntryKind::Symlink {
+                target: target.as_os_str().as_bytes().to_vec(),
+            }
+        } else if file_type.is_fifo() {
+            EntryKind::Fifo
+        } else if file_type.is_char_device() {
+            EntryKind::CharDevice {
+                rdev: metadata.rdev(),
+            }
+        } else if file_type.is_block_device() {
+            EntryKind::BlockDevice {
+                rdev: metadata.rdev(),
+            }
+        } else {
+            // Sockets cannot be recreated meaningfully; like tar, skip them.
+            return Ok(());
+        };
+        let is_directory = matches!(kind, EntryKind::Directory);
+        self.tree.entries.push(TreeEntry {
+            path: relative.clone(),
+            kind,
+            mode: metadata.mode() & 0o7777,
+            uid: metadata.uid(),
+            gid: metadata.gid(),
+            atime: (metadata.atime(), metadata.atime_nsec() as u32),
+            mtime: (metadata.mtime(), metadata.mtime_nsec() as u32),
+            xattrs: read_xattrs(&path)?,
+        });
+        if is_directory {
+            let mut children = Vec::new();
+            for child in fs::read_dir(&path).context_io(|| format!("listing {}", path.display()))? {
+                let child = child.context_io(|| format!("listing {}", path.display()))?;
+                children.push(child.file_name());
+            }
+            children.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+            for name in children {
+                let mut child_relative = relative.clone();
+                if !child_relative.is_empty() {
+                    child_relative.push(b'/');
+                }
+                child_relative.extend_from_slice(name.as_bytes());
+                let child_path = entry_path(&self.root, &child_relative);
+                let child_metadata = match fs::symlink_metadata(&child_path) {
+                    Ok(metadata) => metadata,
+                    // Removed since the listing: nothing to back up.
+                    Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+                    Err(error) => {
+                        return Err(BackupError::io(
+                            format!("reading {}", child_path.display()),
+                            error,
+                        ))
+                    }
+                };
+                self.visit(child_relative, &child_metadata)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The data extents of a regular file: all of it, unless it occupies fewer blocks than its
+/// size (then it is sparse and the holes are found with `SEEK_DATA`/`SEEK_HOLE`).
+fn file_extents(path: &Path, metadata: &fs::Metadata) -> Result<Vec<Extent>> {
+    let size = metadata.len();
+    if size == 0 {
+        return Ok(Vec::new());
+    }
+    if metadata.blocks() * 512 >= size {
+        return Ok(vec![Extent {
+            offset: 0,
+            length: size,
+        }]);
+    }
+    let file = File::open(path).context_io(|| format!("opening {}", path.display()))?;
+    let descriptor = file.as_raw_fd();
+    let mut extents = Vec::new();
+    let mut position: i64 = 0;
+    while (position as u64) < size {
+        // SAFETY: lseek only reads its integer arguments; the descriptor stays open.
+        let data = unsafe { libc::lseek(descriptor, position, libc::SEEK_DATA) };
+        if data < 0 {
+            let error = io::Error::last_os_error();
+            if error.raw_os_error() == Some(libc::ENXIO) {
+                break; // No data after `position`: the rest is a hole.
+            }
+            if error.raw_os_error() == Some(libc::EINVAL) {
+                // The file system does not report holes: treat the file as dense.
+                return Ok(vec![Extent {
+                    offset: 0,
+                    length: size,
+                }]);
+            }
+            return Err(BackupError::io(
+                format!("finding data in {}", path.display()),
+                error,
+            ));
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(descriptor, data, libc::SEEK_HOLE) };
+        if hole < 0 {
+            let error = io::Error::last_os_error();
+            return Err(BackupError::io(
+                format!("finding holes in {}", path.display()),
+                error,
+            ));
+        }
+        let end = (hole as u64).min(size);
+        if end > data as u64 {
+            extents.push(Extent {
+                offset: data as u64,
+                length: end - data as u64,
+            });
+        }
+        position = hole;
+    }
+    Ok(extents)
+}
+
+fn c_path(path: &Path) -> Result<CString> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+        BackupError::InvalidArgument(format!("{} contains a NUL byte", path.display()))
+    })
+}
+
+/// Extended attributes of `path` (not following links), sorted by name; empty where the file
+/// system has none.
+pub fn read_xattrs(path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let c_path = c_path(path)?;
+    // SAFETY: a null buffer with size 0 asks for the needed size; the path is NUL-terminated.
+    let needed = unsafe { libc::llistxattr(c_path.as_ptr(), std::ptr::null_mut(), 0) };
+    if needed < 0 {
+        let error = io::Error::last_os_error();
+        return match error.raw_os_error() {
+            Some(libc::ENOTSUP) => Ok(Vec::new()),
+            _ => Err(BackupError::io(
+                format!("listing attributes of {}", path.display()),
+                error,
+            )),
+        };
+    }
+    if needed == 0 {
+        return Ok(Vec::new());
+    }
+    let mut names = vec![0u8; (needed as usize).min(XATTR_BYTES_MAX)];
+    // SAFETY: the buffer is valid for `names.len()` bytes.
+    let length =
+        unsafe { libc::llistxattr(c_path.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    if length < 0 {
+        let error = io::Error::last_os_error();
+        return Err(BackupError::io(
+            format!("listing attributes of {}", path.display()),
+            error,
+        ));
+    }
+    names.truncate(length as usize);
+    let mut attributes = Vec::new();
+    for name in names
+        .split(|&byte| byte == 0)
+        .filter(|name| !name.is_empty())
+    {
+        let c_name = CString::new(name).expect("split at NUL");
+        // SAFETY: as above, a size query.
+        let size =
+            unsafe { libc::lgetxattr(c_path.as_ptr(), c_name.as_ptr(), std::ptr::null_mut(), 0) };
+        if size < 0 {
+            let error = io::Error::last_os_error();
+            if error.raw_os_error() == Some(libc::ENODATA) {
+                continue; // Removed between the listing and now.
+            }
+            return Err(BackupError::io(
+                format!("reading attributes of {}", path.display()),
+                error,
+            ));
+        }
+        let mut value = vec![0u8; size as usize];
+        // SAFETY: the buffer is valid for `value.len()` bytes.
+        let read = unsafe {
+            libc::lgetxattr(
+                c_path.as_ptr(),
+                c_name.as_ptr(),
+                value.as_mut_ptr().cast(),
+                value.len(),
+            )
+        };
+        if read < 0 {
+            let error = io::Error::last_os_error();
+            return Err(BackupError::io(
+                format!("reading attributes of {}", path.display()),
+                error,
+            ));
+        }
+        value.truncate(read as usize);
+        attributes.push((name.to_vec(), value));
+    }
+    attributes.sort();
+    Ok(attributes)
+}
+
+/// Reads a captured tree as a backup stream: every file's extents in walk order, then the
+/// encoded tree.
+pub struct TreeReader {
+    root: PathBuf,
+    /// (entry path, extents) of the regular files, in stream order.
+    files: Vec<(Vec<u8>, Vec<Extent>)>,
+    file_index: usize,
+    extent_index: usize,
+    /// Bytes of the current extent already read.
+    extent_position: u64,
+    current: Option<File>,
+    /// True once the current file ended before its recorded size.
+    current_short: bool,
+    tail: Vec<u8>,
+    tail_position: usize,
+    changed_files: Arc<AtomicU64>,
+}
+
+impl TreeReader {
+    /// A reader of the contents of `tree` (walked from `root`), followed by `tree_bytes`.
+    pub fn new(root: &Path, tree: &Tree, tree_bytes: Vec<u8>) -> Self {
+        let files = tree
+            .entries
+            .iter()
+            .filter_map(|entry| match &entry.kind {
+                EntryKind::File { extents, .. } => Some((entry.path.clone(), extents.clone())),
+                _ => None,
+            })
+            .collect();
+        TreeReader {
+            root: root.to_path_buf(),
+            files,
+            file_index: 0,
+            extent_index: 0,
+            extent_position: 0,
+            current: None,
+            current_short: false,
+            tail: tree_bytes,
+            tail_position: 0,
+            changed_files: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Files whose size changed between the walk and the read (padded or cut to the size
+    /// recorded in the tree).
+    pub fn changed_files(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.changed_files)
+    }
+
+    fn next_file(&mut self) {
+        self.file_index += 1;
+        self.extent_index = 0;
+        self.extent_position = 0;
+        self.current = None;
+        self.current_short = false;
+    }
+}
+
+impl Read for TreeReader {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        if buffer.is_empty() {
+            return Ok(0);
+        }
+        while self.file_index < self.files.len() {
+            let (path, extents) = &self.files[self.file_index];
+            let Some(extent) = extents.get(self.extent_index).copied() else {
+                self.next_file();
+                continue;
+            };
+            if self.extent_position == extent.length {
+                self.extent_index += 1;
+                self.extent_position = 0;
+                continue;
+            }
+            if self.current.is_none() {
+                let path = entry_path(&self.root, path);
+                let file = File::open(&path).map_err(|error| {
+                    io::Error::new(error.kind(), format!("opening {}: {error}", path.display()))
+                })?;
+                self.current = Some(file);
+            }
+            let wanted = ((extent.length - self.extent_position) as usize).min(buffer.len());
+            let read = if self.current_short {
+                0
+            } else {
+                let file = self.current.as_ref().expect("opened above");
+                file.read_at(&mut buffer[..wanted], extent.offset + self.extent_position)?
+            };
+            if read == 0 {
+                // The file shrank: pad with zeros so the stream matches the tree.
+                if !self.current_short {
+                    self.current_short = true;
+                    self.changed_files.fetch_add(1, Ordering::Relaxed);
+                }
+                buffer[..wanted].fill(0);
+                self.extent_position += wanted as u64;
+                return Ok(wanted);
+            }
+            self.extent_position += read as u64;
+            return Ok(read);
+        }
+        let rest = &self.tail[self.tail_position..];
+        let count = rest.len().min(buffer.len());
+        buffer[..count].copy_from_slice(&rest[..count]);
+        self.tail_position += count;
+        Ok(count)
+    }
+}

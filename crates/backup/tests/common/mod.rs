@@ -1,0 +1,146 @@
+//! Helpers shared by the backup store's tests: small sizes, deterministic data, stores on
+//! simulated or local storage.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use onecopy_backup::{
+    BackupSource, BackupStore, CreateOptions, DedupMode, OpenOptions, RestoreTarget,
+    RuntimeOptions, StoreOptions,
+};
+use onecopy_core::storage::Storage;
+
+/// Store options scaled down so that tests run in milliseconds: 64 KiB segments of 2 KiB
+/// chunks in 256 KiB containers.
+pub fn small_options(mode: DedupMode) -> StoreOptions {
+    StoreOptions {
+        segment_bytes: 64 << 10,
+        chunk_bytes: 2 << 10,
+        container_bytes: 256 << 10,
+        ..StoreOptions::for_mode(mode)
+    }
+}
+
+/// Runtime options with small restore windows, so that windows and prefetching are exercised.
+pub fn small_runtime() -> RuntimeOptions {
+    RuntimeOptions {
+        restore_window_bytes: 96 << 10,
+        ..RuntimeOptions::default()
+    }
+}
+
+pub fn open(storage: Arc<dyn Storage>, mode: DedupMode) -> BackupStore {
+    BackupStore::open(
+        storage,
+        OpenOptions {
+            store: Some(small_options(mode)),
+            runtime: small_runtime(),
+        },
+    )
+    .expect("open store")
+}
+
+/// A deterministic generator (SplitMix64).
+pub struct Random(pub u64);
+
+impl Random {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound.max(1)
+    }
+
+    /// Bytes that compress about 2:1 (random bytes over a 16-letter alphabet), with zero runs.
+    pub fn fill(&mut self, out: &mut [u8]) {
+        for chunk in out.chunks_mut(8) {
+            let value = self.next();
+            for (index, byte) in chunk.iter_mut().enumerate() {
+                *byte = b'a' + ((value >> (index * 4)) & 0xf) as u8;
+            }
+        }
+    }
+}
+
+/// A first "image" of `bytes` with a zero region in the middle.
+pub fn first_image(random: &mut Random, bytes: usize) -> Vec<u8> {
+    let mut image = vec![0u8; bytes];
+    random.fill(&mut image);
+    let hole = bytes / 3;
+    image[hole..hole + bytes / 8].fill(0);
+    image
+}
+
+/// The next version of an image, as paper 2's synthetic workload makes them: a few regions
+/// rewritten, and some new bytes inserted.
+pub fn next_image(random: &mut Random, previous: &[u8]) -> Vec<u8> {
+    let mut image = previous.to_vec();
+    for _ in 0..4 {
+        let length = 1 + random.below(8 << 10) as usize;
+        let start = random.below((image.len() - length) as u64) as usize;
+        random.fill(&mut image[start..start + length]);
+    }
+    let insert_at = random.below(image.len() as u64) as usize;
+    let mut inserted = vec![0u8; 3000];
+    random.fill(&mut inserted);
+    image.splice(insert_at..insert_at, inserted);
+    image
+}
+
+pub fn backup_bytes(store: &mut BackupStore, series: &str, data: &[u8], defer: bool) -> u32 {
+    store
+        .create_backup(
+            series,
+            BackupSource::Reader {
+                reader: Box::new(std::io::Cursor::new(data.to_vec())),
+                name: "test".into(),
+            },
+            CreateOptions {
+                defer_reverse: defer,
+                ..CreateOptions::default()
+            },
+        )
+        .expect("create backup")
+        .version
+}
+
+/// A writer that appends into a shared buffer.
+#[derive(Clone, Default)]
+pub struct SharedBuffer(pub Arc<parking_lot_free::Mutex<Vec<u8>>>);
+
+pub mod parking_lot_free {
+    pub type Mutex<T> = std::sync::Mutex<T>;
+}
+
+impl std::io::Write for SharedBuffer {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+pub fn restore_bytes(store: &BackupStore, series: &str, version: Option<u32>) -> Vec<u8> {
+    let buffer = SharedBuffer::default();
+    store
+        .restore(
+            series,
+            version,
+            RestoreTarget::Writer(Box::new(buffer.clone())),
+        )
+        .expect("restore");
+    let bytes = buffer.0.lock().unwrap().clone();
+    bytes
+}
+
+pub fn assert_check_ok(store: &mut BackupStore) {
+    let report = store.check(Default::default()).expect("check runs");
+    assert!(report.is_ok(), "check failed: {:#?}", report.errors);
+}

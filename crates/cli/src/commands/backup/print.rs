@@ -1,0 +1,128 @@
+//! Human-readable output of `onecopy backup` commands.
+
+use onecopy_backup::CreateReport;
+use onecopy_core::units::{format_rate, format_size};
+
+pub fn print_create(report: &CreateReport) {
+    let inline = &report.inline;
+    println!(
+        "created {}@{} ({}) in {:.2} s",
+        report.series,
+        report.version,
+        format_size(inline.logical_bytes),
+        report.seconds
+    );
+    println!(
+        "  inline   {:.2} s ({}): {} segments, {} new ({} stored), {} duplicate ({}), {} null",
+        inline.seconds + report.walk_seconds + report.commit_seconds,
+        format_rate(
+            inline.logical_bytes as f64 / (inline.seconds + report.commit_seconds).max(1e-9)
+        ),
+        inline.segments,
+        inline.segments_new,
+        format_size(inline.new_stored_bytes),
+        inline.segments_duplicate,
+        format_size(inline.duplicate_bytes),
+        format_size(inline.zero_bytes)
+    );
+    for reverse in &report.reverse {
+        let plan = &reverse.plan;
+        println!(
+            "  reverse  {}@{} in {:.2} s ({}): {} indirect, {} direct chunks; {} removed, {} repackaged",
+            plan.series,
+            plan.version,
+            reverse.seconds,
+            format_rate(plan.logical_bytes as f64 / reverse.seconds.max(1e-9)),
+            plan.indirect_chunks,
+            plan.direct_chunks,
+            format_size(plan.settlement.removed_bytes),
+            format_size(plan.settlement.copy_archival_bytes)
+        );
+    }
+    for deleted in &report.expire {
+        print_delete(deleted);
+    }
+    if report.changed_files > 0 {
+        println!(
+            "  warning: {} files changed while being read",
+            report.changed_files
+        );
+    }
+}
+
+pub fn print_delete_plan(plan: &onecopy_backup::DeletePlan) -> anyhow::Result<()> {
+    println!(
+        "would delete {}@{} ({}): {} containers dropped, {} segments released, {} repackaged",
+        plan.series,
+        plan.version,
+        format_size(plan.logical_bytes),
+        plan.settlement.dropped_containers.len(),
+        plan.settlement.segments_died,
+        plan.settlement.moves.len()
+    );
+    Ok(())
+}
+
+pub fn print_delete(report: &onecopy_backup::DeleteReport) {
+    let plan = &report.plan;
+    print!(
+        "deleted {}@{} in {:.3} s ({:?}): {} containers dropped",
+        plan.series,
+        plan.version,
+        report.seconds,
+        report.method,
+        plan.settlement.dropped_containers.len()
+    );
+    if let Some(sweep) = &report.sweep {
+        print!(
+            "; sweep read {} containers ({}) in {:.2} s, rewrote {}",
+            sweep.containers_scanned,
+            format_size(sweep.scanned_bytes),
+            sweep.seconds,
+            sweep.containers_rewritten
+        );
+    }
+    println!();
+}
+
+/// `YYYY-MM-DD HH:MM:SS` in UTC (civil-from-days, proleptic Gregorian calendar).
+pub fn format_time(unix_ns: u64) -> String {
+    let seconds = (unix_ns / 1_000_000_000) as i64;
+    let (days, rest) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
+    let shifted = days + 719_468;
+    let era = shifted.div_euclid(146_097);
+    let day_of_era = shifted.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: the date formatter matches known instants.
+    #[test]
+    fn formats_utc_times() {
+        assert_eq!(format_time(0), "1970-01-01 00:00:00");
+        assert_eq!(format_time(951_782_400_000_000_000), "2000-02-29 00:00:00");
+        assert_eq!(
+            format_time(1_700_000_000_000_000_000),
+            "2023-11-14 22:13:20"
+        );
+    }
+}
