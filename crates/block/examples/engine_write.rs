@@ -10,11 +10,18 @@ use onecopy_core::storage::{LocalStorage, Storage};
 fn main() {
     let mut arguments = std::env::args().skip(1);
     let directory = arguments.next().expect("usage: engine_write DIR [GiB]");
-    let gibibytes: u64 = arguments.next().map_or(2, |text| text.parse().expect("GiB"));
+    let gibibytes: u64 = arguments
+        .next()
+        .map_or(2, |text| text.parse().expect("GiB"));
     let storage: Arc<dyn Storage> = Arc::new(LocalStorage::create(&directory).unwrap());
     let engine = Engine::open(storage, None, RuntimeOptions::default()).unwrap();
     let volume = engine
-        .create_volume("bench", (gibibytes + 1) << 30, 4096, HintSettings::default())
+        .create_volume(
+            "bench",
+            (gibibytes + 1) << 30,
+            4096,
+            HintSettings::default(),
+        )
         .unwrap();
     let mut data = vec![0u8; 1 << 20];
     let mut state = 0x1234_5678_9abc_def1u64;
@@ -37,5 +44,8 @@ fn main() {
     engine.flush().unwrap();
     let seconds = start.elapsed().as_secs_f64();
     println!("total {:.0} MB/s", (gibibytes << 30) as f64 / seconds / 1e6);
-    println!("{}", serde_json::to_string_pretty(&engine.stats().requests).unwrap());
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&engine.stats().requests).unwrap()
+    );
 }

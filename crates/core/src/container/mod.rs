@@ -153,6 +153,8 @@ pub struct ContainerStore {
     directory: String,
     options: ContainerOptions,
     handles: Mutex<HashMap<ContainerId, Arc<dyn StorageFile>>>,
+    /// Shard directories with removals not yet synced.
+    removed_shards: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl ContainerStore {
@@ -169,6 +171,7 @@ impl ContainerStore {
             directory: directory.to_string(),
             options,
             handles: Mutex::new(HashMap::new()),
+            removed_shards: Mutex::new(Default::default()),
         })
     }
 
@@ -339,18 +342,23 @@ impl ContainerStore {
     /// Removes container `id`. The removal is durable after [`sync_removals`](Self::sync_removals).
     pub fn remove(&self, id: ContainerId) -> Result<()> {
         self.handles.lock().remove(&id);
-        self.storage.remove(&self.name(id))
+        self.storage.remove(&self.name(id))?;
+        self.removed_shards.lock().insert(self.shard(id));
+        Ok(())
     }
 
-    /// Makes earlier removals durable.
+    /// Makes earlier removals durable: syncs every shard directory a container was removed
+    /// from since the last call, including shards that became empty.
     pub fn sync_removals(&self) -> Result<()> {
-        for shard in 0..=0xffu64 {
-            let directory = self.shard(shard);
-            if !self.storage.list(&directory)?.is_empty() || shard == 0 {
-                self.storage.sync_directory(&directory)?;
+        let shards = std::mem::take(&mut *self.removed_shards.lock());
+        for directory in &shards {
+            if let Err(error) = self.storage.sync_directory(directory) {
+                // Keep the shards pending so a retry syncs them.
+                self.removed_shards.lock().extend(shards.iter().cloned());
+                return Err(error);
             }
         }
-        self.storage.sync_directory(&self.directory)
+        Ok(())
     }
 
     /// Every container id present, ascending.

@@ -153,3 +153,28 @@ fn room_accounting() {
     assert!(is_zero(&[0u8; 4096]));
     assert!(!is_zero(&chunk(1, 4096)));
 }
+
+/// Goal: a removal is durable after `sync_removals`, also when it empties its shard
+/// directory; without the sync a crash brings the container back.
+#[test]
+fn removals_are_durable_after_sync() {
+    let storage = SimulatedStorage::new();
+    let containers = store(&storage, None);
+    for id in [5u64, 5 + 256] {
+        let mut writer = containers.create(id, 0).unwrap();
+        let data = chunk(id, 1000);
+        writer
+            .append(&FingerprintAlgorithm::Blake3.hash(&data), &data, 0)
+            .unwrap();
+        writer.seal(0).unwrap();
+    }
+    containers.remove(5).unwrap();
+    let unsynced = storage.crash(CrashMode::Clean);
+    assert!(unsynced.exists(&containers.name(5)).unwrap());
+    containers.sync_removals().unwrap();
+    containers.remove(5 + 256).unwrap();
+    containers.sync_removals().unwrap();
+    let after = storage.crash(CrashMode::Clean);
+    assert!(!after.exists(&containers.name(5)).unwrap());
+    assert!(!after.exists(&containers.name(5 + 256)).unwrap());
+}
