@@ -204,8 +204,10 @@ mod tests {
             let cache = ContentCache::new(64 * 4096, policy).unwrap();
             let limit = cache.stats().entries_limit;
             assert!(limit > 0 && cache.stats().memory_bytes <= 64 * 4096);
+            // A hot set that fits, interleaved with a scan that does not: the hot set must
+            // hit, and the scan's evictions must never mix up slots.
             for round in 0..3u64 {
-                for index in 0..200u64 {
+                for index in (0..200u64).flat_map(|scan| [scan % 16, 1000 + scan]) {
                     let key = CacheKey::of(&location(index % 7, (index * 4144) as u32));
                     let data = vec![(index % 251) as u8; 4096];
                     let mut out = vec![0u8; 4096];
