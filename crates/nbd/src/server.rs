@@ -500,7 +500,12 @@ fn register<T: Transport>(shared: &Arc<Shared>, stream: T, peer: String) {
     let spawned = thread::Builder::new()
         .name("nbd-connection".into())
         .spawn(move || {
-            let shared = thread_shared;
+            // Deregisters even if serving panics, so shutdown never waits for a dead thread.
+            let registration = Registration {
+                shared: thread_shared,
+                id,
+            };
+            let shared = &registration.shared;
             let result = serve_connection(stream, shared.catalog.as_ref(), &shared.config);
             if let Err(error) = result {
                 shared.failed.fetch_add(1, Ordering::Relaxed);
@@ -509,24 +514,34 @@ fn register<T: Transport>(shared: &Arc<Shared>, stream: T, peer: String) {
                     error: &error,
                 });
             }
-            let mut registry = shared.registry.lock();
-            registry.connections.remove(&id);
-            if registry.connections.is_empty() {
-                shared.all_closed.notify_all();
-            }
         });
     match spawned {
         Ok(_) => {
             shared.accepted.fetch_add(1, Ordering::Relaxed);
         }
         Err(error) => {
-            let mut registry = shared.registry.lock();
-            registry.connections.remove(&id);
-            if registry.connections.is_empty() {
-                shared.all_closed.notify_all();
-            }
-            drop(registry);
+            deregister(shared, id);
             report(NbdError::io("starting a connection thread", error));
         }
+    }
+}
+
+/// A connection's entry in the registry, removed when this is dropped.
+struct Registration {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        deregister(&self.shared, self.id);
+    }
+}
+
+fn deregister(shared: &Shared, id: u64) {
+    let mut registry = shared.registry.lock();
+    registry.connections.remove(&id);
+    if registry.connections.is_empty() {
+        shared.all_closed.notify_all();
     }
 }

@@ -33,20 +33,38 @@ fn qemu_io_patterns() {
     let uri = server.uri("disk");
     run(
         "qemu-io",
-        &["-f", "raw", &uri, "-c", "write -P 0xab 0 1M", "-c", "read -P 0xab 0 1M"],
+        &[
+            "-f",
+            "raw",
+            &uri,
+            "-c",
+            "write -P 0xab 0 1M",
+            "-c",
+            "read -P 0xab 0 1M",
+        ],
     );
     run(
         "qemu-io",
         &[
-            "-f", "raw", &uri,
-            "-c", "write -P 0x5c 3M 2M",
-            "-c", "write -z 3M 512K",
-            "-c", "discard 4M 1M",
-            "-c", "read -P 0 3M 512K",
-            "-c", "read -P 0x5c 3584K 512K",
-            "-c", "read -P 0 4M 1M",
-            "-c", "read -P 0xab 0 1M",
-            "-c", "flush",
+            "-f",
+            "raw",
+            &uri,
+            "-c",
+            "write -P 0x5c 3M 2M",
+            "-c",
+            "write -z 3M 512K",
+            "-c",
+            "discard 4M 1M",
+            "-c",
+            "read -P 0 3M 512K",
+            "-c",
+            "read -P 0x5c 3584K 512K",
+            "-c",
+            "read -P 0 4M 1M",
+            "-c",
+            "read -P 0xab 0 1M",
+            "-c",
+            "flush",
         ],
     );
     // A failing pattern check must fail qemu-io, or the reads above prove nothing.
@@ -54,7 +72,11 @@ fn qemu_io_patterns() {
         .args(["-f", "raw", &uri, "-c", "read -P 0xcd 0 4096"])
         .output()
         .unwrap();
-    assert!(stdout(&output).contains("Pattern verification failed"), "{}", stdout(&output));
+    assert!(
+        stdout(&output).contains("Pattern verification failed"),
+        "{}",
+        stdout(&output)
+    );
 }
 
 // Goal: qemu-img converts an image into the export and back out unchanged, and
@@ -67,10 +89,30 @@ fn qemu_img_convert_round_trip() {
     let output = directory.path().join("output.img");
     let uri = server.uri("disk");
     let input = input.to_str().unwrap();
-    run("qemu-img", &["convert", "-n", "-f", "raw", "-O", "raw", input, &uri]);
-    run("qemu-img", &["compare", "-f", "raw", "-F", "raw", input, &uri]);
-    run("qemu-img", &["convert", "-f", "raw", "-O", "raw", &uri, output.to_str().unwrap()]);
-    assert!(std::fs::read(&output).unwrap() == data, "round trip changed the image");
+    run(
+        "qemu-img",
+        &["convert", "-n", "-f", "raw", "-O", "raw", input, &uri],
+    );
+    run(
+        "qemu-img",
+        &["compare", "-f", "raw", "-F", "raw", input, &uri],
+    );
+    run(
+        "qemu-img",
+        &[
+            "convert",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            &uri,
+            output.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        std::fs::read(&output).unwrap() == data,
+        "round trip changed the image"
+    );
     run("qemu-img", &["info", "-f", "raw", &uri]);
 }
 
@@ -85,13 +127,22 @@ fn nbdcopy_both_directions() {
         let output = directory.path().join(format!("output-{connections}.img"));
         run(
             "nbdcopy",
-            &["--connections", connections, "--flush", input.to_str().unwrap(), &uri],
+            &[
+                "--connections",
+                connections,
+                "--flush",
+                input.to_str().unwrap(),
+                &uri,
+            ],
         );
         run(
             "nbdcopy",
             &["--connections", connections, &uri, output.to_str().unwrap()],
         );
-        assert!(std::fs::read(&output).unwrap() == data, "{connections} connections");
+        assert!(
+            std::fs::read(&output).unwrap() == data,
+            "{connections} connections"
+        );
     }
     // nbdcopy skips zero regions, which stay holes in a fresh export.
     let mut buffer = vec![0; 4096];
@@ -104,7 +155,11 @@ fn nbdcopy_both_directions() {
 #[test]
 fn nbdinfo_list_and_map() {
     let mut catalog = ExportMap::new();
-    catalog.insert("alpha", "first volume", Arc::new(MemoryExport::new(16 * MIB as u64)));
+    catalog.insert(
+        "alpha",
+        "first volume",
+        Arc::new(MemoryExport::new(16 * MIB as u64)),
+    );
     catalog.insert("beta", "", Arc::new(MemoryExport::new(MIB as u64)));
     let server = TestServer::start_with(Arc::new(catalog), ServerConfig::default());
     let listing = stdout(&run("nbdinfo", &["--list", &server.uri("")]));
@@ -117,10 +172,15 @@ fn nbdinfo_list_and_map() {
     run(
         "qemu-io",
         &[
-            "-f", "raw", &uri,
-            "-c", "write -P 1 0 8M",
-            "-c", "discard 1M 1M",
-            "-c", "write -z -u 4M 2M",
+            "-f",
+            "raw",
+            &uri,
+            "-c",
+            "write -P 1 0 8M",
+            "-c",
+            "discard 1M 1M",
+            "-c",
+            "write -z -u 4M 2M",
         ],
     );
     let map = stdout(&run("nbdinfo", &["--map", &uri]));
@@ -128,7 +188,11 @@ fn nbdinfo_list_and_map() {
         .lines()
         .map(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            (fields[0].parse().unwrap(), fields[1].parse().unwrap(), fields[3].to_owned())
+            (
+                fields[0].parse().unwrap(),
+                fields[1].parse().unwrap(),
+                fields[3].to_owned(),
+            )
         })
         .collect();
     let m = MIB as u64;
@@ -157,8 +221,15 @@ fn fio_random_write_verify() {
     let (server, _) = TestServer::memory("disk", 64 * MIB as u64);
     let uri = format!("--uri={}", server.uri("disk"));
     fio(&[
-        "--name=verify", "--ioengine=nbd", &uri, "--rw=randwrite", "--bs=4k",
-        "--iodepth=32", "--size=32M", "--verify=crc32c", "--do_verify=1",
+        "--name=verify",
+        "--ioengine=nbd",
+        &uri,
+        "--rw=randwrite",
+        "--bs=4k",
+        "--iodepth=32",
+        "--size=32M",
+        "--verify=crc32c",
+        "--do_verify=1",
         "--verify_fatal=1",
     ]);
 }
@@ -169,9 +240,19 @@ fn fio_multiple_connections() {
     let (server, _) = TestServer::memory("disk", 64 * MIB as u64);
     let uri = format!("--uri={}", server.uri("disk"));
     let text = fio(&[
-        "--name=multi", "--ioengine=nbd", &uri, "--rw=randwrite", "--bs=16k",
-        "--iodepth=16", "--numjobs=4", "--size=8M", "--offset_increment=8M",
-        "--verify=crc32c", "--do_verify=1", "--verify_fatal=1", "--group_reporting",
+        "--name=multi",
+        "--ioengine=nbd",
+        &uri,
+        "--rw=randwrite",
+        "--bs=16k",
+        "--iodepth=16",
+        "--numjobs=4",
+        "--size=8M",
+        "--offset_increment=8M",
+        "--verify=crc32c",
+        "--do_verify=1",
+        "--verify_fatal=1",
+        "--group_reporting",
     ]);
     assert!(text.contains("jobs=4"), "{text}");
     let statistics = server.server.as_ref().unwrap().statistics();
@@ -193,7 +274,15 @@ fn qemu_io_over_tcp() {
     let uri = format!("nbd://127.0.0.1:{}/disk", bound.port());
     run(
         "qemu-io",
-        &["-f", "raw", &uri, "-c", "write -P 0x11 1M 1M", "-c", "read -P 0x11 1M 1M"],
+        &[
+            "-f",
+            "raw",
+            &uri,
+            "-c",
+            "write -P 0x11 1M 1M",
+            "-c",
+            "read -P 0x11 1M 1M",
+        ],
     );
     server.shutdown();
 }

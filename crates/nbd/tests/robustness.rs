@@ -53,9 +53,14 @@ fn request(flags: u16, command: u16, offset: u64, length: u32) -> Vec<u8> {
 /// Client flags plus options that enter transmission on "disk" with structured replies and
 /// block status.
 fn transmission_prefix() -> Vec<u8> {
-    let mut bytes = (p::FLAG_C_FIXED_NEWSTYLE | p::FLAG_C_NO_ZEROES).to_be_bytes().to_vec();
+    let mut bytes = (p::FLAG_C_FIXED_NEWSTYLE | p::FLAG_C_NO_ZEROES)
+        .to_be_bytes()
+        .to_vec();
     bytes.extend(option(p::OPT_STRUCTURED_REPLY, &[]));
-    bytes.extend(option(p::OPT_SET_META_CONTEXT, &meta_data("disk", &["base:allocation"])));
+    bytes.extend(option(
+        p::OPT_SET_META_CONTEXT,
+        &meta_data("disk", &["base:allocation"]),
+    ));
     bytes.extend(option(p::OPT_GO, &go_data("disk", &[])));
     bytes
 }
@@ -73,34 +78,84 @@ fn malformed_clients_do_not_disturb_others() {
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("garbage", pattern(5000, 9)),
         ("truncated client flags", vec![0, 0]),
-        ("unknown client flags", 0xffff_ffffu32.to_be_bytes().to_vec()),
+        (
+            "unknown client flags",
+            0xffff_ffffu32.to_be_bytes().to_vec(),
+        ),
         ("bad option magic", with(&[0, 0, 0, 1], vec![0x55; 16])),
-        ("truncated option header", with(&[0, 0, 0, 1], option(p::OPT_GO, &[])[..10].to_vec())),
-        ("truncated option data", with(&[0, 0, 0, 1], option(p::OPT_GO, &[0; 64])[..40].to_vec())),
-        ("option length over the discard limit", with(&[0, 0, 0, 1], option(p::OPT_INFO, &[])[..12].iter().copied().chain(0x7fff_ffffu32.to_be_bytes()).collect())),
-        ("export name not UTF-8", with(&[0, 0, 0, 1], option(p::OPT_EXPORT_NAME, &[0xff, 0xfe]))),
-        ("too many options", with(&[0, 0, 0, 1], (0..300).flat_map(|_| option(77, &[])).collect())),
+        (
+            "truncated option header",
+            with(&[0, 0, 0, 1], option(p::OPT_GO, &[])[..10].to_vec()),
+        ),
+        (
+            "truncated option data",
+            with(&[0, 0, 0, 1], option(p::OPT_GO, &[0; 64])[..40].to_vec()),
+        ),
+        (
+            "option length over the discard limit",
+            with(
+                &[0, 0, 0, 1],
+                option(p::OPT_INFO, &[])[..12]
+                    .iter()
+                    .copied()
+                    .chain(0x7fff_ffffu32.to_be_bytes())
+                    .collect(),
+            ),
+        ),
+        (
+            "export name not UTF-8",
+            with(&[0, 0, 0, 1], option(p::OPT_EXPORT_NAME, &[0xff, 0xfe])),
+        ),
+        (
+            "too many options",
+            with(
+                &[0, 0, 0, 1],
+                (0..300).flat_map(|_| option(77, &[])).collect(),
+            ),
+        ),
         ("bad request magic", with(&handshake, vec![0x42; 28])),
-        ("huge write", with(&handshake, request(0, p::CMD_WRITE, 0, 0x8000_0000))),
-        ("truncated request", with(&handshake, request(0, p::CMD_READ, 0, 512)[..20].to_vec())),
-        ("truncated write payload", with(&handshake, [request(0, p::CMD_WRITE, 0, 1 << 20), vec![7; 1000]].concat())),
-        ("out of range requests", with(&transmission, [
-            request(0, p::CMD_READ, u64::MAX, 512),
-            request(0, p::CMD_READ, u64::MAX - 100, 0xffff_ffff),
-            request(0, p::CMD_WRITE, u64::MAX - 3, 4),
-            vec![1, 2, 3, 4],
-            request(0, p::CMD_TRIM, 1 << 20, 0xffff_ffff),
-            request(0, p::CMD_WRITE_ZEROES, 0, 0xffff_ffff),
-            request(0, p::CMD_BLOCK_STATUS, (1 << 20) - 1, 2),
-            request(0, p::CMD_CACHE, 1 << 62, 1 << 30),
-            request(0xffff, p::CMD_READ, 0, 512),
-            request(0, 0xffff, 0, 0),
-        ].concat())),
+        (
+            "huge write",
+            with(&handshake, request(0, p::CMD_WRITE, 0, 0x8000_0000)),
+        ),
+        (
+            "truncated request",
+            with(&handshake, request(0, p::CMD_READ, 0, 512)[..20].to_vec()),
+        ),
+        (
+            "truncated write payload",
+            with(
+                &handshake,
+                [request(0, p::CMD_WRITE, 0, 1 << 20), vec![7; 1000]].concat(),
+            ),
+        ),
+        (
+            "out of range requests",
+            with(
+                &transmission,
+                [
+                    request(0, p::CMD_READ, u64::MAX, 512),
+                    request(0, p::CMD_READ, u64::MAX - 100, 0xffff_ffff),
+                    request(0, p::CMD_WRITE, u64::MAX - 3, 4),
+                    vec![1, 2, 3, 4],
+                    request(0, p::CMD_TRIM, 1 << 20, 0xffff_ffff),
+                    request(0, p::CMD_WRITE_ZEROES, 0, 0xffff_ffff),
+                    request(0, p::CMD_BLOCK_STATUS, (1 << 20) - 1, 2),
+                    request(0, p::CMD_CACHE, 1 << 62, 1 << 30),
+                    request(0xffff, p::CMD_READ, 0, 512),
+                    request(0, 0xffff, 0, 0),
+                ]
+                .concat(),
+            ),
+        ),
     ];
     for (name, bytes) in cases {
         let received = send_and_drain(server.connect(), &bytes);
         // The server answered at most the greeting and error replies; then it closed.
-        assert!(received.len() < 1 << 20, "{name}: unexpected amount of output");
+        assert!(
+            received.len() < 1 << 20,
+            "{name}: unexpected amount of output"
+        );
         let mut client = Client::open(&server, "disk", true, true);
         let data = pattern(4096, 1);
         assert_eq!(client.write(8192, &data, 0), 0, "after {name}");
@@ -129,7 +184,10 @@ fn out_of_range_requests_get_errors() {
     ];
     for (command, offset, length) in invalid {
         let error = client.command(command, 0, offset, length);
-        assert!(error == p::EINVAL || error == p::ENOSPC, "command {command}: error {error}");
+        assert!(
+            error == p::EINVAL || error == p::ENOSPC,
+            "command {command}: error {error}"
+        );
     }
     client.disconnect();
 }
@@ -137,7 +195,13 @@ fn out_of_range_requests_get_errors() {
 /// One piece of a generated client stream.
 #[derive(Clone, Debug)]
 enum Piece {
-    Request { flags: u16, command: u16, offset: u64, length: u32, payload: usize },
+    Request {
+        flags: u16,
+        command: u16,
+        offset: u64,
+        length: u32,
+        payload: usize,
+    },
     Garbage(Vec<u8>),
 }
 
@@ -162,7 +226,13 @@ fn render(pieces: &[Piece]) -> Vec<u8> {
     let mut bytes = Vec::new();
     for piece in pieces {
         match piece {
-            Piece::Request { flags, command, offset, length, payload } => {
+            Piece::Request {
+                flags,
+                command,
+                offset,
+                length,
+                payload,
+            } => {
                 bytes.extend(request(*flags, *command, *offset, *length));
                 if *command == p::CMD_WRITE {
                     bytes.extend(std::iter::repeat_n(0xa5, (*length as usize).min(*payload)));
@@ -177,7 +247,9 @@ fn render(pieces: &[Piece]) -> Vec<u8> {
 /// Serves one connection that receives `bytes`; returns what the server sent.
 fn serve_bytes(bytes: Vec<u8>) -> Vec<u8> {
     let (client, server_end) = UnixStream::pair().unwrap();
-    client.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     let config = ServerConfig {
         workers_per_connection: 2,
         ..quiet_config()

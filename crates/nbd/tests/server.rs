@@ -18,8 +18,8 @@ use onecopy_nbd::{
 };
 
 /// Wraps a memory export and fails on purpose: reads at offset 0 fail with an I/O error,
-/// writes with a full store, fast zeroing is refused, and block status returns no extents.
-/// Reads elsewhere sleep `read_delay` first.
+/// writes with a full store, fast zeroing is refused, block status returns no extents, and
+/// cache panics. Reads elsewhere sleep `read_delay` first.
 struct FaultyExport {
     inner: MemoryExport,
     read_delay: Duration,
@@ -61,7 +61,10 @@ impl Export for FaultyExport {
         self.inner.read(offset, buffer)
     }
     fn write(&self, _offset: u64, _data: &[u8], _fua: bool) -> Result<(), ExportError> {
-        Err(ExportError::io("appending", std::io::Error::from_raw_os_error(libc::ENOSPC)))
+        Err(ExportError::io(
+            "appending",
+            std::io::Error::from_raw_os_error(libc::ENOSPC),
+        ))
     }
     fn flush(&self) -> Result<(), ExportError> {
         Err(ExportError::failed("journal is corrupt"))
@@ -69,17 +72,27 @@ impl Export for FaultyExport {
     fn trim(&self, offset: u64, length: u64, fua: bool) -> Result<(), ExportError> {
         self.inner.trim(offset, length, fua)
     }
-    fn write_zeroes(&self, offset: u64, length: u64, options: ZeroOptions) -> Result<(), ExportError> {
+    fn write_zeroes(
+        &self,
+        offset: u64,
+        length: u64,
+        options: ZeroOptions,
+    ) -> Result<(), ExportError> {
         if options.fast_only {
             return Err(ExportError::FastZeroUnsupported);
         }
         self.inner.write_zeroes(offset, length, options)
     }
-    fn block_status(&self, _offset: u64, _length: u64, _extents: &mut Vec<Extent>) -> Result<(), ExportError> {
+    fn block_status(
+        &self,
+        _offset: u64,
+        _length: u64,
+        _extents: &mut Vec<Extent>,
+    ) -> Result<(), ExportError> {
         Ok(())
     }
-    fn cache(&self, offset: u64, length: u64) -> Result<(), ExportError> {
-        self.inner.cache(offset, length)
+    fn cache(&self, _offset: u64, _length: u64) -> Result<(), ExportError> {
+        panic!("cache is broken on purpose");
     }
 }
 
@@ -90,27 +103,57 @@ fn faulty_server(read_delay: Duration, config: ServerConfig) -> (TestServer, Arc
 }
 
 // Goal: export failures become the mapped NBD errors, are logged with context, and the
-// connection keeps serving; a broken block status answer becomes EIO.
+// connection keeps serving; a broken block status answer and a panic become EIO.
 #[test]
 fn export_failures_are_reported() {
     let (server, _) = faulty_server(Duration::ZERO, ServerConfig::default());
     let mut client = Client::open(&server, "faulty", true, true);
-    assert_eq!(client.flags & p::FLAG_CAN_MULTI_CONN, 0, "flush is not global");
+    assert_eq!(
+        client.flags & p::FLAG_CAN_MULTI_CONN,
+        0,
+        "flush is not global"
+    );
     assert_eq!(client.read(0, 4096).unwrap_err(), p::EIO);
     assert_eq!(client.write(0, &[1; 4096], 0), p::ENOSPC);
     assert_eq!(client.command(p::CMD_FLUSH, 0, 0, 0), p::EIO);
-    assert_eq!(client.command(p::CMD_WRITE_ZEROES, p::CMD_FLAG_FAST_ZERO, 0, 4096), p::ENOTSUP);
+    assert_eq!(
+        client.command(p::CMD_WRITE_ZEROES, p::CMD_FLAG_FAST_ZERO, 0, 4096),
+        p::ENOTSUP
+    );
     assert_eq!(client.block_status(0, 4096, 0), Err(p::EIO));
+    assert_eq!(
+        client.command(p::CMD_CACHE, 0, 0, 4096),
+        p::EIO,
+        "a panic becomes EIO"
+    );
     assert_eq!(client.read(4096, 4096).unwrap(), vec![0; 4096]);
     client.disconnect();
     let events = server.events();
     assert!(
-        events.iter().any(|event| event.contains("read at offset 0 length 4096")
-            && event.contains("reading container 7")),
+        events
+            .iter()
+            .any(|event| event.contains("read at offset 0 length 4096")
+                && event.contains("reading container 7")),
         "{events:?}"
     );
-    assert!(events.iter().any(|event| event.contains("journal is corrupt")), "{events:?}");
-    assert!(events.iter().any(|event| event.contains("broke its contract")), "{events:?}");
+    assert!(
+        events
+            .iter()
+            .any(|event| event.contains("journal is corrupt")),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|event| event.contains("broke its contract")),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|event| event.contains("broken on purpose")),
+        "{events:?}"
+    );
     assert!(
         !events.iter().any(|event| event.contains("not faster")),
         "a refused fast zero is not logged: {events:?}"
@@ -175,7 +218,10 @@ fn connection_limit() {
     let statistics = server.shutdown();
     assert_eq!(statistics.connections_refused, 1);
     assert_eq!(statistics.connections_accepted, 2);
-    assert!(server.events().iter().any(|event| event.contains("refused connection")));
+    assert!(server
+        .events()
+        .iter()
+        .any(|event| event.contains("refused connection")));
 }
 
 // Goal: a client silent during the handshake is dropped after handshake_timeout.
@@ -213,18 +259,27 @@ fn socket_file_handling() {
     let address = ListenAddress::Unix(path.clone());
     let server = Server::start(&address, catalog.clone(), quiet_config()).expect("replaces stale");
     assert!(Server::start(&address, catalog.clone(), quiet_config()).is_err());
-    assert!(UnixStream::connect(&path).is_ok(), "first server still reachable");
+    assert!(
+        UnixStream::connect(&path).is_ok(),
+        "first server still reachable"
+    );
     server.shutdown();
     assert!(!path.exists());
     std::fs::write(&path, b"not a socket").unwrap();
-    assert!(Server::start(&address, catalog, quiet_config()).is_err(), "regular file kept");
+    assert!(
+        Server::start(&address, catalog, quiet_config()).is_err(),
+        "regular file kept"
+    );
 }
 
 // Goal: the TCP transport serves the same protocol; method: handshake and I/O over a TCP
 // connection to an ephemeral loopback port.
 #[test]
 fn tcp_transport() {
-    let catalog = Arc::new(ExportMap::single("disk", Arc::new(MemoryExport::new(1 << 20))));
+    let catalog = Arc::new(ExportMap::single(
+        "disk",
+        Arc::new(MemoryExport::new(1 << 20)),
+    ));
     let address = ListenAddress::tcp("127.0.0.1:0").unwrap();
     let server = Server::start(&address, catalog, quiet_config()).unwrap();
     let ListenAddress::Tcp(bound) = server.address().clone() else {
@@ -232,11 +287,15 @@ fn tcp_transport() {
     };
     assert_ne!(bound.port(), 0);
     let mut stream = TcpStream::connect(bound).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
     let mut greeting = [0; 18];
     stream.read_exact(&mut greeting).unwrap();
     assert_eq!(be64(&greeting[8..]), p::OPTION_MAGIC);
-    let mut bytes = (p::FLAG_C_FIXED_NEWSTYLE | p::FLAG_C_NO_ZEROES).to_be_bytes().to_vec();
+    let mut bytes = (p::FLAG_C_FIXED_NEWSTYLE | p::FLAG_C_NO_ZEROES)
+        .to_be_bytes()
+        .to_vec();
     bytes.extend_from_slice(&p::OPTION_MAGIC.to_be_bytes());
     bytes.extend_from_slice(&p::OPT_EXPORT_NAME.to_be_bytes());
     bytes.extend_from_slice(&4u32.to_be_bytes());
@@ -254,7 +313,11 @@ fn tcp_transport() {
     };
     stream.write_all(&header.encode()).unwrap();
     stream.write_all(b"data").unwrap();
-    let read = onecopy_nbd::codec::RequestHeader { command: p::CMD_READ, cookie: 4, ..header };
+    let read = onecopy_nbd::codec::RequestHeader {
+        command: p::CMD_READ,
+        cookie: 4,
+        ..header
+    };
     stream.write_all(&read.encode()).unwrap();
     let mut replies = [0; 16 + 16 + 4];
     stream.read_exact(&mut replies).unwrap();
@@ -263,7 +326,10 @@ fn tcp_transport() {
     if first == 3 {
         assert_eq!((second, &replies[32..]), (4, &b"data"[..]));
     } else {
-        assert_eq!((first, &replies[16..20], be64(&replies[28..])), (4, &b"data"[..], 3));
+        assert_eq!(
+            (first, &replies[16..20], be64(&replies[28..])),
+            (4, &b"data"[..], 3)
+        );
     }
     server.shutdown();
 }
@@ -275,13 +341,33 @@ fn invalid_configuration() {
     let directory = tempfile::tempdir().unwrap();
     let address = ListenAddress::Unix(directory.path().join("s"));
     for config in [
-        ServerConfig { workers_per_connection: 0, ..quiet_config() },
-        ServerConfig { requests_in_flight_max: 0, ..quiet_config() },
-        ServerConfig { in_flight_payload_bytes_max: 1 << 20, ..quiet_config() },
-        ServerConfig { connections_max: 0, ..quiet_config() },
-        ServerConfig { handshake_timeout: Duration::ZERO, ..quiet_config() },
+        ServerConfig {
+            workers_per_connection: 0,
+            ..quiet_config()
+        },
+        ServerConfig {
+            requests_in_flight_max: 0,
+            ..quiet_config()
+        },
+        ServerConfig {
+            in_flight_payload_bytes_max: 1 << 20,
+            ..quiet_config()
+        },
+        ServerConfig {
+            connections_max: 0,
+            ..quiet_config()
+        },
+        ServerConfig {
+            handshake_timeout: Duration::ZERO,
+            ..quiet_config()
+        },
     ] {
-        let error = Server::start(&address, catalog.clone(), config).err().expect("refused");
-        assert!(error.to_string().contains("invalid server configuration"), "{error}");
+        let error = Server::start(&address, catalog.clone(), config)
+            .err()
+            .expect("refused");
+        assert!(
+            error.to_string().contains("invalid server configuration"),
+            "{error}"
+        );
     }
 }
