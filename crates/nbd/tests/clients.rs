@@ -231,6 +231,7 @@ fn fio_random_write_verify() {
         "--verify=crc32c",
         "--do_verify=1",
         "--verify_fatal=1",
+        "--verify_state_save=0",
     ]);
 }
 
@@ -252,6 +253,7 @@ fn fio_multiple_connections() {
         "--verify=crc32c",
         "--do_verify=1",
         "--verify_fatal=1",
+        "--verify_state_save=0",
         "--group_reporting",
     ]);
     assert!(text.contains("jobs=4"), "{text}");
