@@ -48,10 +48,10 @@ worker_arguments=()
 "$server_binary" --socket "$BENCH_DIR/ours.sock" --size "$SIZE" --name disk "${worker_arguments[@]}" \
   >/dev/null 2>"$BENCH_DIR/ours.log" &
 pids+=($!); ours_pid=$!
-nbdkit -f -U "$BENCH_DIR/memory.sock" memory "$SIZE" &
+nbdkit -f -U "$BENCH_DIR/memory.sock" memory "$SIZE" 2>"$BENCH_DIR/nbdkit-memory.log" &
 pids+=($!); memory_pid=$!
 truncate -s "$SIZE" "$BENCH_DIR/disk.img"
-nbdkit -f -U "$BENCH_DIR/file.sock" file "$BENCH_DIR/disk.img" &
+nbdkit -f -U "$BENCH_DIR/file.sock" file "$BENCH_DIR/disk.img" 2>"$BENCH_DIR/nbdkit-file.log" &
 pids+=($!); file_pid=$!
 for socket in ours memory file; do wait_for_socket "$BENCH_DIR/$socket.sock"; done
 
@@ -69,7 +69,15 @@ declare -A fio_arguments=(
   [randread-4k]="--rw=randread --bs=4k --iodepth=32"
 )
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+cpu_ticks() {
+  if [ ! -r "/proc/$1/stat" ]; then
+    status=0; wait "$1" || status=$?
+    echo "bench: server process $1 exited with status $status; logs:" >&2
+    tail -n 20 "$BENCH_DIR"/*.log >&2
+    exit 1
+  fi
+  awk '{print $14 + $15}' "/proc/$1/stat"
+}
 
 results="$BENCH_DIR/results.tsv"
 : > "$results"

@@ -39,7 +39,9 @@ pub const DEFAULT_PORT: u16 = 10809;
 /// otherwise; [`ServerConfig::validate`] gives the accepted ranges.
 #[derive(Clone)]
 pub struct ServerConfig {
-    /// Worker threads executing requests of one connection (1 ..= 256).
+    /// Worker threads executing requests of one connection (1 ..= 256). Each extra worker
+    /// costs thread wake-ups; on a two-core machine two workers served the memory export with
+    /// the least CPU per request. Exports whose calls block on slow storage may want more.
     pub workers_per_connection: usize,
     /// Requests admitted but not yet answered (1 ..= 65536); beyond it the server stops
     /// reading from the client.
@@ -64,7 +66,7 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> ServerConfig {
         ServerConfig {
-            workers_per_connection: 4,
+            workers_per_connection: 2,
             requests_in_flight_max: 128,
             in_flight_payload_bytes_max: 2 * protocol::PAYLOAD_BYTES_MAX as usize,
             connections_max: 64,
