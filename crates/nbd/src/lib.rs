@@ -13,6 +13,7 @@
 //! - handshake and transmission (private): the per-connection state machines.
 //! - [`serve_connection`]: one connection on any [`Transport`].
 //! - [`Server`]: listening, accepting, limits, clean shutdown.
+//! - [`conformance`]: a suite any [`Export`] implementation can run against itself.
 //!
 //! # Limits
 //!
@@ -57,6 +58,7 @@
 //! ```
 
 pub mod codec;
+pub mod conformance;
 mod connection;
 mod dispatch;
 mod error;

@@ -252,6 +252,17 @@ impl Export for MemoryExport {
 mod tests {
     use super::*;
 
+    // Goal: the memory export passes the export conformance suite, writable and read-only.
+    #[test]
+    fn conformance() {
+        crate::conformance::check_export(&MemoryExport::new(64 << 20)).expect("writable");
+        let read_only = MemoryExport::new(64 << 20).with_read_only(true);
+        crate::conformance::check_export(&read_only).expect("read-only");
+        let large_blocks = MemoryExport::new(64 << 20)
+            .with_block_size(BlockSize::new(4096, 65536, 1 << 20).expect("valid"));
+        crate::conformance::check_export(&large_blocks).expect("4 KiB minimum");
+    }
+
     // Goal: data written across page boundaries reads back, and untouched bytes read as zero.
     #[test]
     fn write_read_across_pages() {
