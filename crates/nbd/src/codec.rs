@@ -49,7 +49,9 @@ fn invalid(reason: &'static str) -> InvalidOption {
 /// Flags a client sends right after the server's greeting.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClientFlags {
+    /// `C_FIXED_NEWSTYLE`: the client understands option replies.
     pub fixed_newstyle: bool,
+    /// `C_NO_ZEROES`: omit the 124 zero bytes after `OPT_EXPORT_NAME`.
     pub no_zeroes: bool,
 }
 
@@ -67,6 +69,7 @@ impl ClientFlags {
         })
     }
 
+    /// The 32-bit field a client sends (used by tests and fuzzing to build input).
     pub fn encode(&self) -> u32 {
         let mut flags = 0;
         if self.fixed_newstyle {
@@ -82,7 +85,9 @@ impl ClientFlags {
 /// The fixed part of a client option: which option, and how many data bytes follow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OptionHeader {
+    /// The option type (`protocol::OPT_*`).
     pub option: u32,
+    /// Bytes of option data that follow.
     pub length: u32,
 }
 
@@ -101,6 +106,7 @@ impl OptionHeader {
         })
     }
 
+    /// The 16 bytes a client sends, magic included.
     pub fn encode(&self) -> [u8; protocol::OPTION_HEADER_BYTES] {
         let mut bytes = [0; protocol::OPTION_HEADER_BYTES];
         bytes[0..8].copy_from_slice(&protocol::OPTION_MAGIC.to_be_bytes());
@@ -113,7 +119,9 @@ impl OptionHeader {
 /// The data of `OPT_INFO` and `OPT_GO`: an export name and the information types requested.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExportRequest {
+    /// Export name; empty for the default export.
     pub name: String,
+    /// Information types asked for (`protocol::INFO_*`), possibly unknown ones.
     pub information_requests: Vec<u16>,
 }
 
@@ -142,6 +150,7 @@ impl ExportRequest {
         })
     }
 
+    /// The option data a client sends. Panics on more than 65535 information requests.
     pub fn encode(&self) -> Vec<u8> {
         let mut data = Vec::new();
         put_string_u32(&mut data, &self.name);
@@ -157,7 +166,9 @@ impl ExportRequest {
 /// The data of `OPT_LIST_META_CONTEXT` and `OPT_SET_META_CONTEXT`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetaContextRequest {
+    /// Export the contexts are for.
     pub export_name: String,
+    /// Context queries such as `base:allocation` or `base:`.
     pub queries: Vec<String>,
 }
 
@@ -192,6 +203,7 @@ impl MetaContextRequest {
         })
     }
 
+    /// The option data a client sends.
     pub fn encode(&self) -> Vec<u8> {
         let mut data = Vec::new();
         put_string_u32(&mut data, &self.export_name);
@@ -206,10 +218,15 @@ impl MetaContextRequest {
 /// A transmission request header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RequestHeader {
+    /// Command flags (`protocol::CMD_FLAG_*`).
     pub flags: u16,
+    /// Command type (`protocol::CMD_*`).
     pub command: u16,
+    /// Opaque value echoed in the reply.
     pub cookie: u64,
+    /// Byte offset in the export.
     pub offset: u64,
+    /// Bytes affected (and, for writes, payload bytes that follow).
     pub length: u32,
 }
 
@@ -232,6 +249,7 @@ impl RequestHeader {
         })
     }
 
+    /// The 28 bytes a client sends, magic included.
     pub fn encode(&self) -> [u8; protocol::REQUEST_HEADER_BYTES] {
         let mut bytes = [0; protocol::REQUEST_HEADER_BYTES];
         bytes[0..4].copy_from_slice(&protocol::REQUEST_MAGIC.to_be_bytes());

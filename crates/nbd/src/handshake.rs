@@ -90,9 +90,8 @@ pub(crate) fn negotiate<S: Read + Write>(
         .map_err(|error| NbdError::io("sending the greeting", error))?;
 
     let mut flags = [0; 4];
-    match read_or_end(stream, &mut flags, "reading client flags")? {
-        false => return Ok(Outcome::Ended),
-        true => {}
+    if !read_or_end(stream, &mut flags, "reading client flags")? {
+        return Ok(Outcome::Ended);
     }
     let mut state = State {
         client_flags: ClientFlags::decode(u32::from_be_bytes(flags))?,

@@ -13,6 +13,29 @@
 //! - handshake and transmission (private): the per-connection state machines.
 //! - [`serve_connection`]: one connection on any [`Transport`].
 //! - [`Server`]: listening, accepting, limits, clean shutdown.
+//! - [`conformance`]: a suite any [`Export`] implementation can run against itself.
+//!
+//! # Limits
+//!
+//! Every resource a client can make the server spend is bounded:
+//! - payload of one read or write: the export's [`BlockSize::maximum_bytes`], at most
+//!   [`protocol::PAYLOAD_BYTES_MAX`] (32 MiB); a longer write closes the connection, a longer
+//!   read is refused;
+//! - option data: [`HandshakeLimits::option_bytes_max`] (64 KiB) is interpreted, up to
+//!   [`OPTION_DISCARD_BYTES_MAX`] (16 MiB) is skipped with `NBD_REP_ERR_TOO_BIG`, more closes
+//!   the connection; at most [`HandshakeLimits::options_max`] options per handshake, and
+//!   [`ServerConfig::handshake_timeout`] per read during the handshake;
+//! - per connection: [`ServerConfig::requests_in_flight_max`] requests and
+//!   [`ServerConfig::in_flight_payload_bytes_max`] payload bytes between admission and reply,
+//!   served by [`ServerConfig::workers_per_connection`] threads;
+//! - per server: [`ServerConfig::connections_max`] connections;
+//! - block status: at most [`protocol::BLOCK_STATUS_EXTENTS_MAX`] extents per reply.
+//!
+//! # Default export
+//!
+//! A client asking for the empty name gets the export the catalog returns for `""` if any,
+//! otherwise the only export if the catalog lists exactly one, otherwise
+//! `NBD_REP_ERR_UNKNOWN`.
 //!
 //! # Example
 //!
@@ -35,6 +58,7 @@
 //! ```
 
 pub mod codec;
+pub mod conformance;
 mod connection;
 mod dispatch;
 mod error;

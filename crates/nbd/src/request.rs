@@ -33,7 +33,9 @@ pub struct Limits {
     pub block_status: bool,
 }
 
-/// A validated command; every range lies inside the export and is aligned.
+/// A validated command; every range lies inside the export and is aligned. Fields mirror
+/// the request; `fua` is `CMD_FLAG_FUA`, `may_punch_hole` is the absence of `NO_HOLE`,
+/// `fast_only` is `FAST_ZERO`, `single_extent` is `REQ_ONE`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
     Read {

@@ -39,7 +39,9 @@ pub const DEFAULT_PORT: u16 = 10809;
 /// otherwise; [`ServerConfig::validate`] gives the accepted ranges.
 #[derive(Clone)]
 pub struct ServerConfig {
-    /// Worker threads executing requests of one connection (1 ..= 256).
+    /// Worker threads executing requests of one connection (1 ..= 256). Each extra worker
+    /// costs thread wake-ups; on a two-core machine two workers served the memory export with
+    /// the least CPU per request. Exports whose calls block on slow storage may want more.
     pub workers_per_connection: usize,
     /// Requests admitted but not yet answered (1 ..= 65536); beyond it the server stops
     /// reading from the client.
@@ -64,7 +66,7 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> ServerConfig {
         ServerConfig {
-            workers_per_connection: 4,
+            workers_per_connection: 2,
             requests_in_flight_max: 128,
             in_flight_payload_bytes_max: 2 * protocol::PAYLOAD_BYTES_MAX as usize,
             connections_max: 64,
@@ -500,7 +502,12 @@ fn register<T: Transport>(shared: &Arc<Shared>, stream: T, peer: String) {
     let spawned = thread::Builder::new()
         .name("nbd-connection".into())
         .spawn(move || {
-            let shared = thread_shared;
+            // Deregisters even if serving panics, so shutdown never waits for a dead thread.
+            let registration = Registration {
+                shared: thread_shared,
+                id,
+            };
+            let shared = &registration.shared;
             let result = serve_connection(stream, shared.catalog.as_ref(), &shared.config);
             if let Err(error) = result {
                 shared.failed.fetch_add(1, Ordering::Relaxed);
@@ -509,24 +516,34 @@ fn register<T: Transport>(shared: &Arc<Shared>, stream: T, peer: String) {
                     error: &error,
                 });
             }
-            let mut registry = shared.registry.lock();
-            registry.connections.remove(&id);
-            if registry.connections.is_empty() {
-                shared.all_closed.notify_all();
-            }
         });
     match spawned {
         Ok(_) => {
             shared.accepted.fetch_add(1, Ordering::Relaxed);
         }
         Err(error) => {
-            let mut registry = shared.registry.lock();
-            registry.connections.remove(&id);
-            if registry.connections.is_empty() {
-                shared.all_closed.notify_all();
-            }
-            drop(registry);
+            deregister(shared, id);
             report(NbdError::io("starting a connection thread", error));
         }
+    }
+}
+
+/// A connection's entry in the registry, removed when this is dropped.
+struct Registration {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        deregister(&self.shared, self.id);
+    }
+}
+
+fn deregister(shared: &Shared, id: u64) {
+    let mut registry = shared.registry.lock();
+    registry.connections.remove(&id);
+    if registry.connections.is_empty() {
+        shared.all_closed.notify_all();
     }
 }

@@ -23,6 +23,7 @@
 //! reader wakes up, and the error is returned.
 
 use std::io::{self, BufReader, BufWriter, IoSlice, Read, Write};
+use std::panic::{self, AssertUnwindSafe};
 use std::thread;
 
 use parking_lot::Mutex;
@@ -185,9 +186,42 @@ fn work<T: Transport>(shared: &Shared<'_, T>) {
     let mut finished = None;
     while let Some(mut job) = shared.dispatch.next_job(finished.take()) {
         let buffer_bytes = job.command.buffer_bytes();
-        execute(shared, &mut job, &mut extents, &mut scratch);
+        let executed = panic::catch_unwind(AssertUnwindSafe(|| {
+            execute(shared, &mut job, &mut extents, &mut scratch)
+        }));
+        if let Err(payload) = executed {
+            // A bug in the export must not leave the client waiting forever or stall the
+            // connection's in-flight accounting: answer EIO and report it.
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|text| text.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            let error = ExportError::failed(format!("the export panicked: {message}"));
+            report_failure(shared, &job.command, &error);
+            scratch.clear();
+            send_error(
+                shared,
+                &mut scratch,
+                job.cookie,
+                protocol::EIO,
+                &error.to_string(),
+            );
+        }
         finished = Some((job.buffer, buffer_bytes));
     }
+}
+
+fn report_failure<T: Transport>(shared: &Shared<'_, T>, command: &Command, error: &ExportError) {
+    let (offset, length) = command.range();
+    (shared.events)(&Event::ExportFailed {
+        export: &shared.session.export_name,
+        command: command.name(),
+        offset,
+        length: u64::from(length),
+        errno: error.errno(),
+        error,
+    });
 }
 
 fn execute<T: Transport>(
@@ -298,15 +332,7 @@ fn execute<T: Transport>(
             let errno = error.errno();
             // A refused fast zero is an expected answer, not a failure worth logging.
             if !matches!(error, ExportError::FastZeroUnsupported) {
-                let (offset, length) = job.command.range();
-                (shared.events)(&Event::ExportFailed {
-                    export: &shared.session.export_name,
-                    command: job.command.name(),
-                    offset,
-                    length: u64::from(length),
-                    errno,
-                    error: &error,
-                });
+                report_failure(shared, &job.command, &error);
             }
             let message = error.to_string();
             send_error(shared, scratch, cookie, errno, &message);

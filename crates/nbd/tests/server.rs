@@ -18,8 +18,8 @@ use onecopy_nbd::{
 };
 
 /// Wraps a memory export and fails on purpose: reads at offset 0 fail with an I/O error,
-/// writes with a full store, fast zeroing is refused, and block status returns no extents.
-/// Reads elsewhere sleep `read_delay` first.
+/// writes with a full store, fast zeroing is refused, block status returns no extents, and
+/// cache panics. Reads elsewhere sleep `read_delay` first.
 struct FaultyExport {
     inner: MemoryExport,
     read_delay: Duration,
@@ -91,8 +91,8 @@ impl Export for FaultyExport {
     ) -> Result<(), ExportError> {
         Ok(())
     }
-    fn cache(&self, offset: u64, length: u64) -> Result<(), ExportError> {
-        self.inner.cache(offset, length)
+    fn cache(&self, _offset: u64, _length: u64) -> Result<(), ExportError> {
+        panic!("cache is broken on purpose");
     }
 }
 
@@ -103,7 +103,7 @@ fn faulty_server(read_delay: Duration, config: ServerConfig) -> (TestServer, Arc
 }
 
 // Goal: export failures become the mapped NBD errors, are logged with context, and the
-// connection keeps serving; a broken block status answer becomes EIO.
+// connection keeps serving; a broken block status answer and a panic become EIO.
 #[test]
 fn export_failures_are_reported() {
     let (server, _) = faulty_server(Duration::ZERO, ServerConfig::default());
@@ -121,6 +121,11 @@ fn export_failures_are_reported() {
         p::ENOTSUP
     );
     assert_eq!(client.block_status(0, 4096, 0), Err(p::EIO));
+    assert_eq!(
+        client.command(p::CMD_CACHE, 0, 0, 4096),
+        p::EIO,
+        "a panic becomes EIO"
+    );
     assert_eq!(client.read(4096, 4096).unwrap(), vec![0; 4096]);
     client.disconnect();
     let events = server.events();
@@ -141,6 +146,12 @@ fn export_failures_are_reported() {
         events
             .iter()
             .any(|event| event.contains("broke its contract")),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|event| event.contains("broken on purpose")),
         "{events:?}"
     );
     assert!(
@@ -302,24 +313,23 @@ fn tcp_transport() {
     };
     stream.write_all(&header.encode()).unwrap();
     stream.write_all(b"data").unwrap();
+    // Requests in flight together are unordered, so the read waits for the write's reply.
+    let mut reply = [0; 16];
+    stream.read_exact(&mut reply).unwrap();
+    assert_eq!(
+        (be32(&reply), be32(&reply[4..]), be64(&reply[8..])),
+        (p::SIMPLE_REPLY_MAGIC, 0, 3)
+    );
     let read = onecopy_nbd::codec::RequestHeader {
         command: p::CMD_READ,
         cookie: 4,
         ..header
     };
     stream.write_all(&read.encode()).unwrap();
-    let mut replies = [0; 16 + 16 + 4];
-    stream.read_exact(&mut replies).unwrap();
-    // Replies may come in either order; the read's data follows its header.
-    let (first, second) = (be64(&replies[8..]), be64(&replies[24..]));
-    if first == 3 {
-        assert_eq!((second, &replies[32..]), (4, &b"data"[..]));
-    } else {
-        assert_eq!(
-            (first, &replies[16..20], be64(&replies[28..])),
-            (4, &b"data"[..], 3)
-        );
-    }
+    let mut reply = [0; 16 + 4];
+    stream.read_exact(&mut reply).unwrap();
+    assert_eq!((be32(&reply[4..]), be64(&reply[8..])), (0, 4));
+    assert_eq!(&reply[16..], b"data");
     server.shutdown();
 }
 
