@@ -19,9 +19,9 @@ pub struct ServeArgs {
     /// Serve on TCP at HOST:PORT [default: 127.0.0.1:10809 when no --socket is given].
     #[arg(long, value_name = "HOST:PORT")]
     pub listen: Option<String>,
-    /// Worker threads per connection.
-    #[arg(long, default_value_t = 4)]
-    pub workers: usize,
+    /// Worker threads per connection [default: the NBD server's default].
+    #[arg(long)]
+    pub workers: Option<usize>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -37,10 +37,10 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     let engine = Arc::clone(&block.engine);
     let background = engine.start_background();
     let catalog = Arc::new(EngineExports::new(Arc::clone(&engine)));
-    let config = ServerConfig {
-        workers_per_connection: args.workers,
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    if let Some(workers) = args.workers {
+        config.workers_per_connection = workers;
+    }
     let mut addresses = Vec::new();
     if let Some(path) = &args.socket {
         addresses.push(ListenAddress::Unix(path.clone()));
