@@ -10,6 +10,7 @@ package=typescript
 versions=(5.4.4 5.4.5)
 data_dir=target/test-data
 mkdir -p "$data_dir"
+command -v npm >/dev/null || { echo "fetch-test-data: npm (Node.js's package manager) is needed" >&2; exit 1; }
 
 for version in "${versions[@]}"; do
   name="$package-$version"
