@@ -5,8 +5,9 @@
 #
 # Makes a file of SIZE random bytes under target/bench-data/ (kept for later runs), reads it
 # once so that it is in the page cache, then for each chunker runs `onecopy analyze --json`
-# RUNS times (default 3) and prints throughput (total_bytes / seconds of the pass) and the
-# process's peak memory. As a yardstick in the same run it times reading the file from the page
+# RUNS times (default 3) and prints throughput (total_bytes / seconds of the pass), the CPU
+# time the process used (user + system; on a machine shared with other jobs, bytes per CPU
+# second shows the cost independently of how much CPU the others left) and its peak memory. As a yardstick in the same run it times reading the file from the page
 # cache with dd (8 MiB reads, one core): analyze cannot beat reading its input.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,16 +37,17 @@ python3 -c "import sys; b,s,e=map(float,sys.argv[1:]); print(f'yardstick: page-c
 
 for chunker in "${chunkers[@]}"; do
   for run in $(seq "$runs"); do
-    report=$(/usr/bin/time -f '%M' -o "$data_dir/peak-kib" "$binary" analyze --json --chunker "$chunker" "$file")
-    peak_kib=$(cat "$data_dir/peak-kib")
-    python3 - "$report" "$peak_kib" "$run" <<'PY'
+    report=$(/usr/bin/time -f '%M %U %S' -o "$data_dir/resources" "$binary" analyze --json --chunker "$chunker" "$file")
+    python3 - "$report" "$(cat "$data_dir/resources")" "$run" <<'PY'
 import json, sys
 result = json.loads(sys.argv[1])["results"][0]
-peak = int(sys.argv[2]) * 1024
-print(f"{result['chunker']} run {sys.argv[3]}: {result['total_bytes'] / result['seconds'] / 1e9:.2f} GB/s "
-      f"({result['total_bytes']} bytes in {result['seconds']:.3f} s), {result['unique_chunks']} unique chunks, "
-      f"peak memory {peak / 2**20:.1f} MiB = {peak / max(result['unique_chunks'], 1):.1f} bytes per unique chunk "
-      f"including the fixed buffers")
+peak_kib, user, system = sys.argv[2].split()
+peak = int(peak_kib) * 1024
+cpu = float(user) + float(system)
+total = result["total_bytes"]
+print(f"{result['chunker']} run {sys.argv[3]}: {total / result['seconds'] / 1e9:.2f} GB/s wall "
+      f"({total} bytes in {result['seconds']:.3f} s); {cpu:.2f} CPU s = {total / cpu / 1e9:.2f} GB per CPU second; "
+      f"{result['unique_chunks']} unique chunks; peak memory {peak / 2**20:.1f} MiB")
 PY
   done
 done

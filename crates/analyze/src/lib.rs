@@ -17,8 +17,8 @@
 //! current one (see `pass.rs`).
 //!
 //! Memory: a few blocks of buffers (4 × 8 MiB plus one maximum chunk each) and the set of seen
-//! fingerprints, 19 to 39 bytes per unique chunk (see [`seen`]); only one pass's set exists at a
-//! time.
+//! fingerprints, 19 to 39 bytes per unique chunk, up to 1.5 times that while the set grows (see
+//! [`seen`] for measurements); only one pass's set exists at a time.
 //!
 //! ```no_run
 //! use onecopy_analyze::{analyze, NoProgress};

@@ -114,7 +114,7 @@ fn missing_path_is_named() {
     let directory = tempfile::tempdir().unwrap();
     let missing = directory.path().join("no-such-file");
     let error = analyze(
-        &[missing.clone()],
+        std::slice::from_ref(&missing),
         &["fixed:4096".parse().unwrap()],
         &NoProgress,
     )
