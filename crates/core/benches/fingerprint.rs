@@ -13,6 +13,7 @@ use criterion::measurement::Measurement;
 use criterion::{
     criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
 };
+use onecopy_core::fingerprint::blake3_lanes::{self, Kernel};
 use onecopy_core::fingerprint::{Fingerprint, FingerprintAlgorithm};
 use std::hint::black_box;
 use thread_time::ThreadTime;
@@ -66,9 +67,17 @@ fn fingerprint(criterion: &mut Criterion<ThreadTime>) {
             },
         );
     }
-    group.bench_function("batch_4KiB/blake3", |bencher| {
-        bencher.iter(|| FingerprintAlgorithm::Blake3.hash_batch(black_box(&blocks), &mut out))
-    });
+    // BLAKE3 over many blocks at once, with each lane kernel this CPU has (`hash_batch` picks
+    // the first supported).
+    for kernel in Kernel::ALL
+        .into_iter()
+        .filter(|kernel| kernel.is_supported())
+    {
+        let name = format!("{kernel:?}").to_lowercase();
+        group.bench_function(BenchmarkId::new("batch_4KiB_blake3", name), |bencher| {
+            bencher.iter(|| blake3_lanes::hash_batch_with(kernel, black_box(&blocks), &mut out))
+        });
+    }
     for algorithm in [FingerprintAlgorithm::Blake3, FingerprintAlgorithm::Sha256] {
         group.bench_with_input(
             BenchmarkId::new("large_16MiB", algorithm.name()),
