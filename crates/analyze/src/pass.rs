@@ -67,8 +67,12 @@ pub fn run_pass(
     let mut seen = SeenSet::new();
     let mut counts = Counts::default();
     std::thread::scope(|scope| {
-        let reader =
-            scope.spawn(|| read_sources(&list.sources, headroom, block_sender, recycle_receiver));
+        let reader = std::thread::Builder::new()
+            .name("analyze-reader".to_string())
+            .spawn_scoped(scope, || {
+                read_sources(&list.sources, headroom, block_sender, recycle_receiver)
+            })
+            .expect("spawn the reader thread");
         let result = pipeline(
             spec,
             &block_receiver,
