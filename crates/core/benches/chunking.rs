@@ -5,7 +5,8 @@
 //!
 //! Groups (single-threaded ones measure the thread's CPU time, see `thread_time.rs`):
 //! - `chunking`: cutting only, one core.
-//! - `chunking_blake3`: cutting and fingerprinting every chunk with BLAKE3 on one core.
+//! - `chunking_blake3`: cutting and fingerprinting every chunk with BLAKE3 on one core, one
+//!   chunk at a time or in batches (`hash_batch`, SIMD lanes across chunks).
 //! - `chunking_blake3_two_cores`: the same on two cores, in wall-clock time (the cutting thread
 //!   hands batches of cuts to a rayon pool that fingerprints them).
 
@@ -22,7 +23,8 @@ use thread_time::ThreadTime;
 
 /// Bytes chunked per iteration: large enough to leave the CPU caches.
 const DATA_BYTES: usize = 64 << 20;
-/// Cuts handed to the fingerprinting pool at a time in the two-core benchmark.
+/// Chunks fingerprinted together (one `hash_batch` call), and handed to the pool at a time in
+/// the two-core benchmark.
 const BATCH_BYTES: usize = 1 << 20;
 
 fn random_bytes(len: usize) -> Vec<u8> {
@@ -68,11 +70,33 @@ fn chunking(criterion: &mut Criterion<ThreadTime>) {
     group.finish();
 }
 
-/// Cuts `data` into chunks and fingerprints them on one thread.
-fn chunk_and_hash_one_core(spec: &ChunkerSpec, data: &[u8]) -> Vec<Fingerprint> {
+/// Cuts `data` into chunks and fingerprints them one by one on one thread.
+fn chunk_and_hash_one_by_one(spec: &ChunkerSpec, data: &[u8]) -> Vec<Fingerprint> {
     SliceChunks::new(spec.build(), data)
         .map(|chunk| FingerprintAlgorithm::Blake3.hash(chunk.data))
         .collect()
+}
+
+/// Cuts `data` into chunks and fingerprints them in batches of about `BATCH_BYTES` with
+/// `hash_batch` (SIMD lanes across chunks) on one thread.
+fn chunk_and_hash_batched(spec: &ChunkerSpec, data: &[u8]) -> usize {
+    let mut batch: Vec<&[u8]> = Vec::new();
+    let mut batch_bytes = 0;
+    let mut out = Vec::new();
+    let mut fingerprints = 0;
+    let mut chunks = SliceChunks::new(spec.build(), data).peekable();
+    while let Some(chunk) = chunks.next() {
+        batch.push(chunk.data);
+        batch_bytes += chunk.data.len();
+        if batch_bytes >= BATCH_BYTES || chunks.peek().is_none() {
+            out.resize(batch.len(), Fingerprint::ZERO);
+            FingerprintAlgorithm::Blake3.hash_batch(&batch, &mut out);
+            fingerprints += out.len();
+            batch.clear();
+            batch_bytes = 0;
+        }
+    }
+    fingerprints
 }
 
 /// Cuts `data` on one thread and fingerprints batches of chunks on the rayon pool meanwhile.
@@ -111,8 +135,13 @@ fn chunking_blake3(criterion: &mut Criterion<ThreadTime>) {
     memcpy(&mut group, &data);
     for text in ["fastcdc:8192", "rabin:8192", "fixed:4096"] {
         let spec: ChunkerSpec = text.parse().expect("valid spec");
-        group.bench_with_input(BenchmarkId::from_parameter(text), &spec, |bencher, spec| {
-            bencher.iter(|| chunk_and_hash_one_core(spec, black_box(&data)))
+        group.bench_with_input(
+            BenchmarkId::new("one_by_one", text),
+            &spec,
+            |bencher, spec| bencher.iter(|| chunk_and_hash_one_by_one(spec, black_box(&data))),
+        );
+        group.bench_with_input(BenchmarkId::new("batched", text), &spec, |bencher, spec| {
+            bencher.iter(|| chunk_and_hash_batched(spec, black_box(&data)))
         });
     }
     group.finish();

@@ -3,10 +3,20 @@
 //! same bytes in the same run as the yardstick (`scripts/bench-ratios.py` prints ratios).
 //!
 //! Run: `cargo bench -p onecopy-core --bench fingerprint`.
+//!
+//! Group `fingerprint` is single-threaded and measures the thread's CPU time (see
+//! `thread_time.rs`); group `fingerprint_two_cores` measures wall-clock time.
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+mod thread_time;
+
+use criterion::measurement::Measurement;
+use criterion::{
+    criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
+};
+use onecopy_core::fingerprint::blake3_lanes::{self, Kernel};
 use onecopy_core::fingerprint::{Fingerprint, FingerprintAlgorithm};
 use std::hint::black_box;
+use thread_time::ThreadTime;
 
 /// Bytes hashed per iteration.
 const DATA_BYTES: usize = 16 << 20;
@@ -26,21 +36,24 @@ fn random_bytes(len: usize) -> Vec<u8> {
     bytes
 }
 
-fn fingerprint(criterion: &mut Criterion) {
+fn memcpy<M: Measurement>(group: &mut BenchmarkGroup<'_, M>, data: &[u8]) {
+    let mut target = vec![0u8; data.len()];
+    group.bench_function("memcpy", |bencher| {
+        bencher.iter(|| {
+            target.copy_from_slice(black_box(data));
+            black_box(&target);
+        })
+    });
+}
+
+fn fingerprint(criterion: &mut Criterion<ThreadTime>) {
     let data = random_bytes(DATA_BYTES);
     let blocks: Vec<&[u8]> = data.chunks(BLOCK_BYTES).collect();
     let mut out = vec![Fingerprint::ZERO; blocks.len()];
     let mut group = criterion.benchmark_group("fingerprint");
     group.throughput(Throughput::Bytes(DATA_BYTES as u64));
     group.sample_size(10);
-
-    let mut target = vec![0u8; DATA_BYTES];
-    group.bench_function("memcpy", |bencher| {
-        bencher.iter(|| {
-            target.copy_from_slice(black_box(&data));
-            black_box(&target);
-        })
-    });
+    memcpy(&mut group, &data);
     for algorithm in FingerprintAlgorithm::ALL {
         group.bench_with_input(
             BenchmarkId::new("single_4KiB", algorithm.name()),
@@ -54,13 +67,17 @@ fn fingerprint(criterion: &mut Criterion) {
             },
         );
     }
-    group.bench_function("batch_4KiB/blake3", |bencher| {
-        bencher.iter(|| FingerprintAlgorithm::Blake3.hash_batch(black_box(&blocks), &mut out))
-    });
-    group.bench_function("batch_parallel_4KiB/blake3", |bencher| {
-        bencher
-            .iter(|| FingerprintAlgorithm::Blake3.hash_batch_parallel(black_box(&blocks), &mut out))
-    });
+    // BLAKE3 over many blocks at once, with each lane kernel this CPU has (`hash_batch` picks
+    // the first supported).
+    for kernel in Kernel::ALL
+        .into_iter()
+        .filter(|kernel| kernel.is_supported())
+    {
+        let name = format!("{kernel:?}").to_lowercase();
+        group.bench_function(BenchmarkId::new("batch_4KiB_blake3", name), |bencher| {
+            bencher.iter(|| blake3_lanes::hash_batch_with(kernel, black_box(&blocks), &mut out))
+        });
+    }
     for algorithm in [FingerprintAlgorithm::Blake3, FingerprintAlgorithm::Sha256] {
         group.bench_with_input(
             BenchmarkId::new("large_16MiB", algorithm.name()),
@@ -71,5 +88,25 @@ fn fingerprint(criterion: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, fingerprint);
-criterion_main!(benches);
+fn fingerprint_two_cores(criterion: &mut Criterion) {
+    let data = random_bytes(DATA_BYTES);
+    let blocks: Vec<&[u8]> = data.chunks(BLOCK_BYTES).collect();
+    let mut out = vec![Fingerprint::ZERO; blocks.len()];
+    let mut group = criterion.benchmark_group("fingerprint_two_cores");
+    group.throughput(Throughput::Bytes(DATA_BYTES as u64));
+    group.sample_size(10);
+    memcpy(&mut group, &data);
+    group.bench_function("batch_parallel_4KiB/blake3", |bencher| {
+        bencher
+            .iter(|| FingerprintAlgorithm::Blake3.hash_batch_parallel(black_box(&blocks), &mut out))
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = one_core;
+    config = Criterion::default().with_measurement(ThreadTime);
+    targets = fingerprint
+}
+criterion_group!(two_cores, fingerprint_two_cores);
+criterion_main!(one_core, two_cores);

@@ -235,7 +235,7 @@ struct CanonicalSize(usize);
 impl fmt::Display for CanonicalSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const MEBIBYTE: usize = 1 << 20;
-        if self.0 >= MEBIBYTE && self.0 % MEBIBYTE == 0 {
+        if self.0 >= MEBIBYTE && self.0.is_multiple_of(MEBIBYTE) {
             write!(f, "{}MiB", self.0 / MEBIBYTE)
         } else {
             write!(f, "{}", self.0)
