@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Downloads two successive releases of a real software package (the `typescript` package from
-# the npm registry, 5.4.4 and 5.4.5) into target/test-data/, each as the uncompressed .tar
+# the npm registry, fetched with curl, 5.4.4 and 5.4.5) into target/test-data/, each as the uncompressed .tar
 # and as the unpacked tree. Tests compare how well fixed and content-defined chunking find the
 # data the two releases share. Idempotent: a release already present is skipped.
 set -euo pipefail
@@ -10,7 +10,7 @@ package=typescript
 versions=(5.4.4 5.4.5)
 data_dir=target/test-data
 mkdir -p "$data_dir"
-command -v npm >/dev/null || { echo "fetch-test-data: npm (Node.js's package manager) is needed" >&2; exit 1; }
+command -v curl >/dev/null || { echo "fetch-test-data: curl is needed (apt-get install curl)" >&2; exit 1; }
 
 for version in "${versions[@]}"; do
   name="$package-$version"
@@ -21,7 +21,8 @@ for version in "${versions[@]}"; do
   # Work in a scratch directory and move the results in last, so an interrupted run leaves
   # nothing that looks complete.
   scratch=$(mktemp -d "$data_dir/.fetch.XXXXXX")
-  (cd "$scratch" && npm pack --silent "$package@$version" >/dev/null)
+  curl --fail --silent --show-error --location --retry 3 \
+    -o "$scratch/$name.tgz" "https://registry.npmjs.org/$package/-/$name.tgz"
   gzip -dc "$scratch/$name.tgz" >"$scratch/$name.tar"
   mkdir "$scratch/$name"
   tar -xf "$scratch/$name.tar" -C "$scratch/$name"

@@ -17,6 +17,7 @@ packages=(
   restic          # backup peer
   borgbackup      # backup peer
   python3         # independent cross-checks in tests
+  curl            # test data: two real software releases from the npm registry
 )
 
 missing=()
@@ -32,3 +33,5 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 echo "setup: all packages present"
+# Test data: two successive releases of a real package (see the script).
+"$(dirname "$0")/fetch-test-data.sh"
