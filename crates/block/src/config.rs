@@ -58,6 +58,18 @@ pub struct RuntimeOptions {
     pub idle_milliseconds: u64,
 }
 
+impl RuntimeOptions {
+    /// The defaults suited to a block device created with `config`: flash mode (weak
+    /// fingerprints) uses paper 5's LFU index cache, everything else ARC.
+    pub fn for_config(config: &BlockConfig) -> RuntimeOptions {
+        let mut runtime = RuntimeOptions::default();
+        if config.fingerprint.is_weak() {
+            runtime.index.cache_policy = onecopy_core::index::cache::CachePolicy::Lfu;
+        }
+        runtime
+    }
+}
+
 impl Default for RuntimeOptions {
     fn default() -> Self {
         RuntimeOptions {

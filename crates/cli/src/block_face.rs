@@ -18,9 +18,10 @@ pub struct EngineArgs {
     /// (paper 1 §5: 10us to 10ms).
     #[arg(long, value_name = "DURATION", default_value = "0")]
     pub index_latency: String,
-    /// Replacement policy of the index entry cache: arc, lru or lfu.
-    #[arg(long, value_name = "POLICY", default_value = "arc")]
-    pub index_cache_policy: String,
+    /// Replacement policy of the index entry cache: arc, lru or lfu [default: arc, or lfu
+    /// in flash mode].
+    #[arg(long, value_name = "POLICY")]
+    pub index_cache_policy: Option<String>,
     /// Memory budget of the index entry cache.
     #[arg(long, value_name = "SIZE", default_value = "64MiB")]
     pub index_cache: String,
@@ -33,11 +34,14 @@ pub struct EngineArgs {
 }
 
 impl EngineArgs {
-    /// The runtime options these arguments describe.
-    pub fn runtime(&self) -> anyhow::Result<RuntimeOptions> {
-        let mut runtime = RuntimeOptions::default();
+    /// The runtime options these arguments describe, for a block device created with
+    /// `config`.
+    pub fn runtime(&self, config: &BlockConfig) -> anyhow::Result<RuntimeOptions> {
+        let mut runtime = RuntimeOptions::for_config(config);
         runtime.index.latency_ns = parse_duration_ns(&self.index_latency)?;
-        runtime.index.cache_policy = self.index_cache_policy.parse()?;
+        if let Some(policy) = &self.index_cache_policy {
+            runtime.index.cache_policy = policy.parse()?;
+        }
         runtime.index.cache_bytes = parse_size(&self.index_cache)?;
         runtime.content_cache_bytes = parse_size(&self.content_cache)?;
         runtime.content_cache_policy = self.content_cache_policy.clone();
@@ -49,7 +53,7 @@ impl Default for EngineArgs {
     fn default() -> Self {
         EngineArgs {
             index_latency: "0".into(),
-            index_cache_policy: "arc".into(),
+            index_cache_policy: None,
             index_cache: "64MiB".into(),
             content_cache: "64MiB".into(),
             content_cache_policy: "arc".into(),
@@ -78,12 +82,9 @@ pub fn open_block(cli: &Cli, command: &str, args: &EngineArgs) -> anyhow::Result
     let repository = Repository::open(&path)?;
     let lock = repository.lock_face("block", command)?;
     let storage = repository.face_storage("block")?;
-    let config = if storage.exists("config.json")? {
-        None
-    } else {
-        Some(BlockConfig::default())
-    };
-    let engine = Engine::open(storage, config, args.runtime()?)
+    let stored = onecopy_block::engine::stored_config(storage.as_ref())?;
+    let runtime = args.runtime(stored.as_ref().unwrap_or(&BlockConfig::default()))?;
+    let engine = Engine::open(storage, None, runtime)
         .with_context(|| format!("opening the block device of {}", path.display()))?;
     Ok(OpenBlock {
         engine,

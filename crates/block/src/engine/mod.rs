@@ -428,13 +428,21 @@ pub(crate) fn set_map_entry(
     Ok(())
 }
 
+/// The configuration a block face in `storage` was created with, if it exists yet.
+pub fn stored_config(storage: &dyn Storage) -> Result<Option<BlockConfig>> {
+    if !storage.exists(CONFIG_FILE)? {
+        return Ok(None);
+    }
+    let config = serde_json::from_slice(&read_all(storage, CONFIG_FILE)?)
+        .map_err(|error| Error::corrupt("block/config.json", error.to_string()))?;
+    Ok(Some(config))
+}
+
 fn load_or_create_config(
     storage: &dyn Storage,
     config_for_new: Option<BlockConfig>,
 ) -> Result<BlockConfig> {
-    if storage.exists(CONFIG_FILE)? {
-        let stored: BlockConfig = serde_json::from_slice(&read_all(storage, CONFIG_FILE)?)
-            .map_err(|error| Error::corrupt("block/config.json", error.to_string()))?;
+    if let Some(stored) = stored_config(storage)? {
         if let Some(wanted) = config_for_new {
             if wanted != stored {
                 return Err(Error::InvalidArgument(format!(
