@@ -456,3 +456,40 @@ fn flash_mode_deduplicates_and_restarts_without_rescan() {
     assert_eq!(out, data);
     assert!(engine.check(false).unwrap().is_clean());
 }
+
+/// Goal: the idle-time background pass deduplicates deferred blocks once they are old enough,
+/// without being asked. Method: poll the chunk count for up to 30 seconds.
+#[test]
+fn background_pass_deduplicates_deferred_blocks() {
+    let storage = SimulatedStorage::new();
+    let runtime = RuntimeOptions {
+        idle_milliseconds: 1,
+        ..runtime()
+    };
+    let engine =
+        Engine::open(Arc::new(storage.clone()) as Arc<dyn Storage>, None, runtime).unwrap();
+    let hints = HintSettings {
+        deferred_seconds: Some(1),
+        ..HintSettings::default()
+    };
+    let volume = engine
+        .create_volume("d", 64 * BLOCK as u64, 4096, hints)
+        .unwrap();
+    let data = pattern(5, 4 * BLOCK);
+    engine.write(volume.id, 0, &data, false).unwrap();
+    engine
+        .write(volume.id, 4 * BLOCK as u64, &data, false)
+        .unwrap();
+    assert_eq!(engine.stats().store.live_chunks, 8);
+    let background = engine.start_background();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while engine.stats().store.live_chunks != 4 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    drop(background);
+    assert_eq!(engine.stats().store.live_chunks, 4);
+    assert_eq!(
+        read_all(&engine, volume.id, 8 * BLOCK)[4 * BLOCK..],
+        data[..]
+    );
+}

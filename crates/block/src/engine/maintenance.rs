@@ -67,6 +67,15 @@ impl CheckReport {
     }
 }
 
+/// When the background thread runs the next deferred-deduplication pass.
+#[derive(Default)]
+struct DeferredSchedule {
+    /// The deferred-block counter at the last pass.
+    deferred_blocks_seen: u64,
+    /// When blocks found too recent by the last pass become old enough.
+    retry_at: Option<std::time::Instant>,
+}
+
 /// Stops the background thread when dropped.
 pub struct BackgroundHandle {
     stop: Arc<AtomicBool>,
@@ -431,12 +440,13 @@ impl Engine {
         let thread = std::thread::Builder::new()
             .name("onecopy-background".into())
             .spawn(move || {
+                let mut schedule = DeferredSchedule::default();
                 while !stopping.load(Ordering::Relaxed) {
                     std::thread::sleep(BACKGROUND_TICK);
                     if engine.idle_milliseconds() < engine.runtime().idle_milliseconds {
                         continue;
                     }
-                    engine.background_step();
+                    engine.background_step(&mut schedule);
                 }
             })
             .expect("spawning the background thread");
@@ -446,21 +456,43 @@ impl Engine {
         }
     }
 
-    fn background_step(&self) {
-        let deferred: Vec<VolumeId> = {
+    fn background_step(&self, schedule: &mut DeferredSchedule) {
+        // A deferred pass reads the whole chunk table, so it runs only when deferred blocks
+        // were written since the last pass, or when the last pass left blocks that were too
+        // recent and the shortest deferral has passed since.
+        let (deferred, written, shortest) = {
             let state = self.state.lock();
-            state
+            let volumes: Vec<(VolumeId, u64)> = state
                 .volumes
                 .values()
-                .filter(|volume| volume.record.hints.deferred_seconds.is_some())
-                .map(|volume| volume.record.id)
-                .collect()
+                .filter_map(|volume| {
+                    volume
+                        .record
+                        .hints
+                        .deferred_seconds
+                        .map(|age| (volume.record.id, age))
+                })
+                .collect();
+            let shortest = volumes.iter().map(|(_, age)| *age).min().unwrap_or(0);
+            (volumes, state.counters.deferred_blocks, shortest)
         };
-        for volume in deferred {
-            if let Err(error) = self.deduplicate_deferred(Some(volume), None) {
-                eprintln!("onecopy: deferred deduplication failed: {error}");
-                return;
+        let now = std::time::Instant::now();
+        let due = written != schedule.deferred_blocks_seen
+            || schedule.retry_at.is_some_and(|at| now >= at);
+        if !deferred.is_empty() && due {
+            let mut too_recent = 0;
+            for (volume, _) in &deferred {
+                match self.deduplicate_deferred(Some(*volume), None) {
+                    Ok(report) => too_recent += report.too_recent,
+                    Err(error) => {
+                        eprintln!("onecopy: deferred deduplication failed: {error}");
+                        return;
+                    }
+                }
             }
+            schedule.deferred_blocks_seen = written;
+            schedule.retry_at =
+                (too_recent > 0).then(|| now + Duration::from_secs(shortest.max(1)));
         }
         let mut state = self.state.lock();
         if state.failure.is_none() && state.journal.bytes() > 0 {
