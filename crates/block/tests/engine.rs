@@ -151,6 +151,16 @@ fn unmap_and_block_status() {
         engine.volume_stats("v").unwrap().mapped_bytes,
         13 * BLOCK as u64
     );
+    // Unmapping may span more than any read or write could (mkfs discards whole devices).
+    let big = engine
+        .create_volume("big", 4 << 30, 4096, HintSettings::default())
+        .unwrap();
+    engine
+        .write(big.id, 3 << 30, &data[..BLOCK], false)
+        .unwrap();
+    engine.trim(big.id, 0, 4 << 30, false).unwrap();
+    engine.write_zeroes(big.id, 0, 4 << 30, false).unwrap();
+    assert_eq!(engine.volume_stats("big").unwrap().mapped_bytes, 0);
     // Out-of-range requests are refused without effect.
     assert!(engine
         .write(volume.id, 16 * BLOCK as u64 - 1, &[1, 2], false)

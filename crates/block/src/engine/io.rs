@@ -17,7 +17,7 @@ use crate::volume::{VolumeId, VolumeRecord};
 /// Most blocks one block-status request examines; the protocol lets a reply cover less than
 /// was asked, and clients ask again for the rest.
 pub const BLOCK_STATUS_BLOCKS_MAX: u64 = 1 << 18;
-/// Largest request the engine accepts (the NBD layer enforces its own, smaller limit).
+/// Largest read or write the engine accepts (the NBD layer enforces its own, smaller limit).
 pub const REQUEST_BYTES_MAX: u64 = 1 << 30;
 
 /// A run of bytes with one allocation state (NBD `base:allocation`).
@@ -57,15 +57,28 @@ pub(crate) fn deferred_owner_parts(owner: u64) -> Option<(VolumeId, u64)> {
     ))
 }
 
+/// Checks that `[offset, offset + length)` lies inside the volume.
 fn check_range(record: &VolumeRecord, offset: u64, length: u64) -> Result<()> {
     let end = offset.checked_add(length);
-    if length > REQUEST_BYTES_MAX || end.is_none_or(|end| end > record.size_bytes) {
+    if end.is_none_or(|end| end > record.size_bytes) {
         return Err(Error::InvalidArgument(format!(
             "request of {length} bytes at offset {offset} is outside volume {} ({} bytes)",
             record.name, record.size_bytes
         )));
     }
     Ok(())
+}
+
+/// Like [`check_range`], for requests that carry data in memory (read and write), which are
+/// also bounded by [`REQUEST_BYTES_MAX`]. Trim, write-zeroes, block status and cache carry no
+/// data and may span the whole volume.
+fn check_payload_range(record: &VolumeRecord, offset: u64, length: u64) -> Result<()> {
+    if length > REQUEST_BYTES_MAX {
+        return Err(Error::InvalidArgument(format!(
+            "request of {length} bytes exceeds the {REQUEST_BYTES_MAX}-byte limit"
+        )));
+    }
+    check_range(record, offset, length)
 }
 
 /// A chunk to read outside the lock.
@@ -96,7 +109,7 @@ impl Engine {
             self.check_usable(&state)?;
             state.counters.reads += 1;
             let record = self.volume_record(&state, volume)?;
-            check_range(&record, offset, out.len() as u64)?;
+            check_payload_range(&record, offset, out.len() as u64)?;
             let result = self.plan_reads(&mut state, &record, offset, out, &mut pending);
             self.fail_on_error(&mut state, result)?;
         }
@@ -204,7 +217,7 @@ impl Engine {
             let state = self.state.lock();
             self.check_usable(&state)?;
             let record = self.volume_record(&state, volume)?;
-            check_range(&record, offset, data.len() as u64)?;
+            check_payload_range(&record, offset, data.len() as u64)?;
             let filesystem = state.volumes[&volume].filesystem.clone();
             (record, filesystem)
         };
@@ -482,7 +495,15 @@ impl Engine {
                 )?;
             }
         }
-        for block in whole_start..whole_end.max(whole_start) {
+        // Blocks past the last map page ever written are zeros already; a whole-device
+        // discard of a large, mostly empty volume must not visit them.
+        let area = state.pages.area(&record.map_area_name());
+        let written_end = state.pages.page_count(area) * super::MAP_ENTRIES_PER_PAGE;
+        let map = state.volumes[&record.id].map;
+        for block in whole_start..whole_end.min(written_end).max(whole_start) {
+            if map_entry(&mut state.pages, &map, block)? == ZERO_CHUNK {
+                continue;
+            }
             self.remap(state, record, block, ZERO_CHUNK)?;
             // Bound the record size of huge unmaps.
             if state.changes.len() >= 65536 {

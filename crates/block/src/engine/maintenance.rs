@@ -343,7 +343,7 @@ impl Engine {
             .collect();
         for (record, map) in &volumes {
             let area = state.pages.area(&record.map_area_name());
-            let written_blocks = state.pages.page_count(area) * 512;
+            let written_blocks = state.pages.page_count(area) * super::MAP_ENTRIES_PER_PAGE;
             for block in 0..written_blocks.min(record.block_count()) {
                 let chunk = map_entry(&mut state.pages, map, block)?;
                 if chunk == ZERO_CHUNK {

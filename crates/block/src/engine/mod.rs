@@ -52,6 +52,8 @@ pub use maintenance::{CheckReport, DedupReport};
 pub use volumes::{EngineStats, VolumeStats};
 
 const CONFIG_FILE: &str = "config.json";
+/// Block-map entries (u64 chunk ids) per metadata page.
+pub(crate) const MAP_ENTRIES_PER_PAGE: u64 = (onecopy_core::pages::PAGE_BYTES / 8) as u64;
 const CATALOG_FILE: &str = "catalog.redb";
 const META_DIRECTORY: &str = "meta";
 pub(crate) const VOLUMES: NamedTable = NamedTable("volumes");

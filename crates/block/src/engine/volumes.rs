@@ -11,12 +11,12 @@ use onecopy_core::index::IndexCounters;
 use onecopy_core::pages::RecordArea;
 use onecopy_core::{Error, Result};
 
-use super::{map_entry, Engine, EngineCounters, EngineState, VolumeState, ENGINE_META, VOLUMES};
+use super::{
+    map_entry, Engine, EngineCounters, EngineState, VolumeState, ENGINE_META, MAP_ENTRIES_PER_PAGE,
+    VOLUMES,
+};
 use crate::config::HintSettings;
 use crate::volume::{check_volume_geometry, check_volume_name, ByteRange, VolumeId, VolumeRecord};
-
-/// Map entries per metadata page.
-const MAP_ENTRIES_PER_PAGE: u64 = 512;
 
 /// What `volume stats` reports.
 #[derive(Clone, Debug, Serialize)]
