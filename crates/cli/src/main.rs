@@ -34,6 +34,8 @@ pub enum Command {
     Serve(commands::serve::ServeArgs),
     /// Verify a repository and repair what can be rebuilt.
     Check(commands::check::CheckArgs),
+    /// Run the experiments that reproduce the papers (docs/LAB.md).
+    Lab(commands::lab::LabArgs),
 }
 
 impl Cli {
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
         Command::Volume(args) => commands::volume::run(&cli, args),
         Command::Check(args) => commands::check::run(&cli, args),
         Command::Serve(args) => commands::serve::run(&cli, args),
+        Command::Lab(args) => commands::lab::run(&cli, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,5 +3,6 @@
 pub mod analyze;
 pub mod check;
 pub mod init;
+pub mod lab;
 pub mod serve;
 pub mod volume;
