@@ -60,7 +60,7 @@ pub struct Paper1Args {
     /// Empty files of the metadata workload [default: 100000, quick: 10000].
     #[arg(long, value_name = "N")]
     pub files: Option<u64>,
-    /// Appends of the journal workload [default: 8000, quick: 1000].
+    /// Appends of the journal workload [default: 20000, quick: 1000].
     #[arg(long, value_name = "N")]
     pub appends: Option<u64>,
     /// Only redraw the figures and summary from the results.json in --out.

@@ -155,7 +155,7 @@ impl Scale {
             warm_bytes: 48 << 20,
             metadata_files: 100_000,
             metadata_threads: 4,
-            journal_appends: 8_000,
+            journal_appends: 20_000,
             journal_fsync_every: 100,
             duplicate_fraction: 0.25,
             copy_flush_bytes: 4 << 20,
