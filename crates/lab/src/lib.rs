@@ -5,7 +5,9 @@
 //! - [`results`]: `results.json` / `results.csv` writing and a snapshot of the host's load;
 //! - [`plot`]: SVG figures (grouped bars, lines, axes, legends) with no dependencies;
 //! - [`paper1`]: paper 1 §5, file-system hints for inline deduplication (metadata, journal
-//!   and copy workloads at injected index latencies, LRU and ARC, hints on and off).
+//!   and copy workloads at injected index latencies, LRU and ARC, hints on and off);
+//! - [`trace`]: block traces with content digests (the FIU format of paper 4);
+//! - [`trace_replay`]: paper 4 §4.1, content- vs sector-addressed caches over a trace.
 //!
 //! An experiment is a function from options to files in an output directory; the `onecopy
 //! lab` command only parses arguments and prints progress.
@@ -15,5 +17,7 @@ pub mod mount;
 pub mod paper1;
 pub mod plot;
 pub mod results;
+pub mod trace;
+pub mod trace_replay;
 
 pub use error::{LabError, Result};
