@@ -17,6 +17,7 @@ packages=(
   restic          # backup peer
   borgbackup      # backup peer
   python3         # independent cross-checks in tests
+  librsvg2-bin    # rsvg-convert: the lab's SVG figures as PNG, to look at them
 )
 
 missing=()

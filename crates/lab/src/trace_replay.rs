@@ -181,10 +181,12 @@ pub fn replay_engine(
         LocalStorage::create(scratch.path())
             .map_err(|error| LabError::engine("creating engine storage", error))?,
     );
-    let mut runtime = RuntimeOptions::default();
-    runtime.content_cache_policy = policy.name().to_string();
-    runtime.content_cache_bytes =
-        (entries * (block_bytes + 2) + policy.memory_bytes_for(entries)) as u64;
+    let runtime = RuntimeOptions {
+        content_cache_policy: policy.name().to_string(),
+        content_cache_bytes: (entries * (block_bytes + 2) + policy.memory_bytes_for(entries))
+            as u64,
+        ..RuntimeOptions::default()
+    };
     let engine = Engine::open(storage, Some(BlockConfig::default()), runtime)
         .map_err(|error| LabError::engine("opening the replay engine", error))?;
     let size_bytes = accesses.distinct_addresses.max(1) * block_bytes as u64;

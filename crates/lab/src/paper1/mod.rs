@@ -433,9 +433,9 @@ pub fn run_experiment(
 
 /// `10us`, `500us`, `1ms`, `10ms`.
 pub fn format_latency(latency_ns: u64) -> String {
-    if latency_ns >= 1_000_000 && latency_ns % 1_000_000 == 0 {
+    if latency_ns >= 1_000_000 && latency_ns.is_multiple_of(1_000_000) {
         format!("{}ms", latency_ns / 1_000_000)
-    } else if latency_ns >= 1_000 && latency_ns % 1_000 == 0 {
+    } else if latency_ns >= 1_000 && latency_ns.is_multiple_of(1_000) {
         format!("{}us", latency_ns / 1_000)
     } else {
         format!("{latency_ns}ns")
