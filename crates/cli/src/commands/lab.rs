@@ -83,6 +83,9 @@ pub struct Paper1Args {
     /// Appends of the journal workload [default: 20000, quick: 1000].
     #[arg(long, value_name = "N")]
     pub appends: Option<u64>,
+    /// Copy runs with hints on use every hint source, not only prefetch as in paper 1.
+    #[arg(long)]
+    pub copy_all_hints: bool,
     /// Only redraw the figures and summary from the results.json in --out.
     #[arg(long)]
     pub replot: bool,
@@ -154,6 +157,7 @@ fn paper1_options(args: &Paper1Args) -> anyhow::Result<Paper1Options> {
     if let Some(files) = args.files {
         scale.metadata_files = files;
     }
+    scale.copy_all_hints = args.copy_all_hints;
     if let Some(appends) = args.appends {
         scale.journal_appends = appends;
     }

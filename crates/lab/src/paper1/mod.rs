@@ -142,6 +142,10 @@ pub struct Scale {
     pub duplicate_fraction: f64,
     /// The copy workload syncs after each this many bytes copied.
     pub copy_flush_bytes: u64,
+    /// Copy runs with hints on use every hint source, not only prefetch (paper 1 §5.4.4 had
+    /// the metadata and journal hints off; this shows what they add).
+    #[serde(default)]
+    pub copy_all_hints: bool,
 }
 
 impl Scale {
@@ -159,6 +163,7 @@ impl Scale {
             journal_fsync_every: 100,
             duplicate_fraction: 0.25,
             copy_flush_bytes: 4 << 20,
+            copy_all_hints: false,
         }
     }
 
@@ -459,7 +464,11 @@ fn run_once(
     runtime.index.expected_entries = scale.filter_expected_entries;
     // Paper 1's system has no read cache; reads go to the containers.
     runtime.content_cache_bytes = 0;
-    let hint_settings = workload.hint_settings(hints);
+    let hint_settings = if workload == Workload::Copy && hints && scale.copy_all_hints {
+        HintSettings::default()
+    } else {
+        workload.hint_settings(hints)
+    };
     let mut testbed = Testbed::attach(&TestbedOptions {
         parent_directory: options.work_directory.clone(),
         volume_bytes: scale.volume_bytes,
