@@ -397,7 +397,15 @@ pub fn run_experiment(
         for &workload in &options.workloads {
             for &policy in &options.policies {
                 for &latency_ns in &options.latencies_ns {
-                    for hints in [false, true] {
+                    // Alternate the order between repetitions so that whatever the first
+                    // run of a pair leaves behind (host page cache, load) does not always
+                    // favour the same side.
+                    let order = if repetition % 2 == 1 {
+                        [false, true]
+                    } else {
+                        [true, false]
+                    };
+                    for hints in order {
                         progress(&format!(
                             "[{}/{cells}, {:.0} s] {workload} {policy} {} hints {}",
                             results.runs.len() + 1,
