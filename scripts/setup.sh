@@ -18,6 +18,7 @@ packages=(
   borgbackup      # backup peer
   python3         # independent cross-checks in tests
   curl            # test data: two real software releases from the npm registry
+  librsvg2-bin    # rsvg-convert: the lab's SVG figures as PNG, to look at them
 )
 
 missing=()
