@@ -36,6 +36,8 @@ pub enum Command {
     Check(commands::check::CheckArgs),
     /// Back up directories, images and streams with RevDedup; restore, delete, check.
     Backup(commands::backup::BackupArgs),
+    /// Run the experiments that reproduce the papers (docs/LAB.md).
+    Lab(commands::lab::LabArgs),
 }
 
 impl Cli {
@@ -60,6 +62,7 @@ fn main() -> ExitCode {
         Command::Check(args) => commands::check::run(&cli, args),
         Command::Serve(args) => commands::serve::run(&cli, args),
         Command::Backup(args) => commands::backup::run(&cli, args),
+        Command::Lab(args) => commands::lab::run(&cli, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,1 +1,19 @@
-//! The lab: workloads, trace replay, experiments that reproduce the papers, plots. (in progress)
+//! The lab: experiments that reproduce the papers on onecopy, and the tools they share.
+//!
+//! - [`mount`]: a real kernel file system on an onecopy volume inside one process (engine,
+//!   NBD server, nbdfuse, loop device, mkfs, mount), torn down in order whatever happens;
+//! - [`results`]: `results.json` / `results.csv` writing and a snapshot of the host's load;
+//! - [`plot`]: SVG figures (grouped bars, lines, axes, legends) with no dependencies;
+//! - [`paper1`]: paper 1 §5, file-system hints for inline deduplication (metadata, journal
+//!   and copy workloads at injected index latencies, LRU and ARC, hints on and off).
+//!
+//! An experiment is a function from options to files in an output directory; the `onecopy
+//! lab` command only parses arguments and prints progress.
+
+pub mod error;
+pub mod mount;
+pub mod paper1;
+pub mod plot;
+pub mod results;
+
+pub use error::{LabError, Result};

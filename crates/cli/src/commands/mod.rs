@@ -4,5 +4,6 @@ pub mod analyze;
 pub mod backup;
 pub mod check;
 pub mod init;
+pub mod lab;
 pub mod serve;
 pub mod volume;

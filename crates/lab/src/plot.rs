@@ -1,0 +1,664 @@
+//! SVG charts for experiment results, written by hand so that figures depend on no plotting
+//! library and no installed font (text uses the generic `sans-serif` family, and layout
+//! estimates text width from the character count).
+//!
+//! Terms:
+//! - a [`Figure`] is a grid of [`Panel`]s with an overall title;
+//! - a *bar panel* ([`BarPanel`]) shows *groups* of bars: one group per *category* (an x
+//!   position, e.g. a latency) and one bar per *series* (e.g. with and without hints);
+//! - a *line panel* ([`LinePanel`]) shows series of (x, y) points joined by lines;
+//! - an axis is linear from zero or logarithmic ([`AxisScale`]); ticks are "nice" numbers
+//!   (1, 2 or 5 times a power of ten) chosen by [`nice_ticks`].
+//!
+//! Missing values are `f64::NAN` and are simply not drawn; a log axis also skips values <= 0.
+
+use std::fmt::Write as _;
+
+/// Width of one panel in pixels unless a figure says otherwise.
+pub const PANEL_WIDTH_DEFAULT: u32 = 420;
+/// Height of one panel in pixels unless a figure says otherwise.
+pub const PANEL_HEIGHT_DEFAULT: u32 = 300;
+/// Most ticks an axis aims for.
+const TICKS_TARGET: usize = 6;
+/// Colour-blind-safe palette (Okabe and Ito), used in order by series.
+const PALETTE: [&str; 8] = [
+    "#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000",
+];
+/// Font sizes in pixels.
+const TITLE_FONT: f64 = 16.0;
+const PANEL_TITLE_FONT: f64 = 13.0;
+const LABEL_FONT: f64 = 11.0;
+const VALUE_FONT: f64 = 9.0;
+/// Margins of the plot area inside a panel.
+const MARGIN_LEFT: f64 = 62.0;
+const MARGIN_RIGHT: f64 = 12.0;
+const MARGIN_TOP: f64 = 44.0;
+const MARGIN_BOTTOM: f64 = 44.0;
+/// Height of the figure title band.
+const TITLE_BAND: f64 = 30.0;
+
+/// How values map to the vertical (or, for lines, horizontal) axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AxisScale {
+    /// From zero to a nice maximum.
+    Linear,
+    /// Powers of ten around the positive values.
+    Log10,
+}
+
+/// One named row of values of a bar panel, one value per category.
+#[derive(Clone, Debug)]
+pub struct BarSeries {
+    pub name: String,
+    pub values: Vec<f64>,
+}
+
+/// Grouped bars; see the module documentation.
+#[derive(Clone, Debug)]
+pub struct BarPanel {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub y_scale: AxisScale,
+    pub categories: Vec<String>,
+    pub series: Vec<BarSeries>,
+    /// Print each value above its bar.
+    pub value_labels: bool,
+}
+
+/// One named line of a line panel.
+#[derive(Clone, Debug)]
+pub struct LineSeries {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Lines over a numeric x axis.
+#[derive(Clone, Debug)]
+pub struct LinePanel {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub x_scale: AxisScale,
+    pub y_scale: AxisScale,
+    pub series: Vec<LineSeries>,
+}
+
+/// One chart of a figure.
+#[derive(Clone, Debug)]
+pub enum Panel {
+    Bars(BarPanel),
+    Lines(LinePanel),
+}
+
+/// Panels in a grid, filled row by row.
+#[derive(Clone, Debug)]
+pub struct Figure {
+    pub title: String,
+    pub columns: usize,
+    pub panel_width: u32,
+    pub panel_height: u32,
+    pub panels: Vec<Panel>,
+}
+
+impl Figure {
+    /// A figure with default panel sizes.
+    pub fn new(title: impl Into<String>, columns: usize) -> Figure {
+        Figure {
+            title: title.into(),
+            columns,
+            panel_width: PANEL_WIDTH_DEFAULT,
+            panel_height: PANEL_HEIGHT_DEFAULT,
+            panels: Vec::new(),
+        }
+    }
+
+    /// The figure as a standalone SVG document.
+    pub fn to_svg(&self) -> String {
+        assert!(self.columns > 0, "a figure needs at least one column");
+        let rows = self.panels.len().div_ceil(self.columns).max(1);
+        let width = self.panel_width as f64 * self.columns as f64;
+        let height = TITLE_BAND + self.panel_height as f64 * rows as f64;
+        let mut svg = String::new();
+        let _ = writeln!(
+            svg,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif">"#
+        );
+        let _ = writeln!(
+            svg,
+            r#"<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>"#
+        );
+        text(
+            &mut svg,
+            width / 2.0,
+            20.0,
+            TITLE_FONT,
+            "middle",
+            "bold",
+            &self.title,
+        );
+        for (index, panel) in self.panels.iter().enumerate() {
+            let frame = Frame {
+                left: (index % self.columns) as f64 * self.panel_width as f64,
+                top: TITLE_BAND + (index / self.columns) as f64 * self.panel_height as f64,
+                width: self.panel_width as f64,
+                height: self.panel_height as f64,
+            };
+            match panel {
+                Panel::Bars(bars) => draw_bars(&mut svg, &frame, bars),
+                Panel::Lines(lines) => draw_lines(&mut svg, &frame, lines),
+            }
+        }
+        svg.push_str("</svg>\n");
+        svg
+    }
+}
+
+/// Where a panel sits in the figure.
+struct Frame {
+    left: f64,
+    top: f64,
+    width: f64,
+    height: f64,
+}
+
+impl Frame {
+    fn plot_left(&self) -> f64 {
+        self.left + MARGIN_LEFT
+    }
+    fn plot_right(&self) -> f64 {
+        self.left + self.width - MARGIN_RIGHT
+    }
+    fn plot_top(&self) -> f64 {
+        self.top + MARGIN_TOP
+    }
+    fn plot_bottom(&self) -> f64 {
+        self.top + self.height - MARGIN_BOTTOM
+    }
+}
+
+/// A value axis: its range, scale and ticks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Axis {
+    pub scale: AxisScale,
+    pub minimum: f64,
+    pub maximum: f64,
+    pub ticks: Vec<f64>,
+}
+
+impl Axis {
+    /// An axis covering `values` (NaN, and for a log axis values <= 0, are ignored).
+    pub fn covering(scale: AxisScale, values: impl IntoIterator<Item = f64>) -> Axis {
+        let usable: Vec<f64> = values
+            .into_iter()
+            .filter(|value| value.is_finite() && (scale == AxisScale::Linear || *value > 0.0))
+            .collect();
+        match scale {
+            AxisScale::Linear => {
+                let high = usable.iter().copied().fold(0.0f64, f64::max);
+                let low = usable.iter().copied().fold(0.0f64, f64::min);
+                let ticks = nice_ticks(low, if high > low { high } else { low + 1.0 });
+                Axis {
+                    scale,
+                    minimum: ticks[0],
+                    maximum: *ticks.last().expect("nice_ticks returns two or more"),
+                    ticks,
+                }
+            }
+            AxisScale::Log10 => {
+                let low = usable.iter().copied().fold(f64::INFINITY, f64::min);
+                let high = usable.iter().copied().fold(0.0f64, f64::max);
+                let (low_power, high_power) = if usable.is_empty() {
+                    (0, 1)
+                } else {
+                    let low_power = low.log10().floor() as i32;
+                    let high_power = (high.log10().ceil() as i32).max(low_power + 1);
+                    (low_power, high_power)
+                };
+                let ticks = (low_power..=high_power).map(|power| 10f64.powi(power)).collect();
+                Axis {
+                    scale,
+                    minimum: 10f64.powi(low_power),
+                    maximum: 10f64.powi(high_power),
+                    ticks,
+                }
+            }
+        }
+    }
+
+    /// Where `value` falls between 0 (minimum) and 1 (maximum); `None` if it cannot be drawn.
+    pub fn fraction(&self, value: f64) -> Option<f64> {
+        if !value.is_finite() {
+            return None;
+        }
+        match self.scale {
+            AxisScale::Linear => Some((value - self.minimum) / (self.maximum - self.minimum)),
+            AxisScale::Log10 if value > 0.0 => Some(
+                (value.log10() - self.minimum.log10())
+                    / (self.maximum.log10() - self.minimum.log10()),
+            ),
+            AxisScale::Log10 => None,
+        }
+    }
+}
+
+/// Nice tick values (multiples of 1, 2 or 5 times a power of ten) from at most `low` to at
+/// least `high`, about [`TICKS_TARGET`] of them. Requires `low < high`, both finite.
+pub fn nice_ticks(low: f64, high: f64) -> Vec<f64> {
+    assert!(low.is_finite() && high.is_finite(), "ticks of a finite range");
+    assert!(low < high, "ticks of an empty range {low}..{high}");
+    let raw_step = (high - low) / (TICKS_TARGET - 1) as f64;
+    let power = 10f64.powf(raw_step.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|factor| factor * power)
+        .find(|step| *step >= raw_step)
+        .expect("10 x power >= raw_step");
+    let first = (low / step).floor() as i64;
+    let last = (high / step).ceil() as i64;
+    let ticks: Vec<f64> = (first..=last).map(|index| index as f64 * step).collect();
+    assert!(ticks.len() >= 2);
+    ticks
+}
+
+/// A short label for a tick or value: at most three significant digits, with k, M or G for
+/// large values (`1500` -> `1.5k`) and plain decimals for small ones.
+pub fn format_value(value: f64) -> String {
+    if !value.is_finite() {
+        return String::new();
+    }
+    let magnitude = value.abs();
+    let (scaled, suffix) = if magnitude >= 1e9 {
+        (value / 1e9, "G")
+    } else if magnitude >= 1e6 {
+        (value / 1e6, "M")
+    } else if magnitude >= 1e3 {
+        (value / 1e3, "k")
+    } else {
+        (value, "")
+    };
+    let digits = if scaled.abs() >= 100.0 || scaled == scaled.trunc() {
+        0
+    } else if scaled.abs() >= 10.0 {
+        1
+    } else if scaled.abs() >= 0.01 {
+        2
+    } else {
+        return format!("{value:.1e}");
+    };
+    let mut text = format!("{scaled:.digits$}");
+    if text.contains('.') {
+        text = text.trim_end_matches('0').trim_end_matches('.').to_string();
+    }
+    text + suffix
+}
+
+/// Escapes the characters XML gives meaning to.
+pub fn escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for character in text.chars() {
+        match character {
+            '&' => escaped.push_str("&amp;"),
+            '<' => escaped.push_str("&lt;"),
+            '>' => escaped.push_str("&gt;"),
+            '"' => escaped.push_str("&quot;"),
+            '\'' => escaped.push_str("&apos;"),
+            other => escaped.push(other),
+        }
+    }
+    escaped
+}
+
+fn text(svg: &mut String, x: f64, y: f64, size: f64, anchor: &str, weight: &str, content: &str) {
+    let _ = writeln!(
+        svg,
+        r#"<text x="{x:.1}" y="{y:.1}" font-size="{size}" text-anchor="{anchor}" font-weight="{weight}">{}</text>"#,
+        escape(content)
+    );
+}
+
+/// Title, axis labels, horizontal grid lines with tick labels, and the frame of a panel.
+fn draw_frame(svg: &mut String, frame: &Frame, title: &str, x_label: &str, y_label: &str, axis: &Axis) {
+    let (left, right) = (frame.plot_left(), frame.plot_right());
+    let (top, bottom) = (frame.plot_top(), frame.plot_bottom());
+    text(
+        svg,
+        (left + right) / 2.0,
+        frame.top + 18.0,
+        PANEL_TITLE_FONT,
+        "middle",
+        "bold",
+        title,
+    );
+    text(
+        svg,
+        (left + right) / 2.0,
+        frame.top + frame.height - 8.0,
+        LABEL_FONT,
+        "middle",
+        "normal",
+        x_label,
+    );
+    let label_x = frame.left + 14.0;
+    let label_y = (top + bottom) / 2.0;
+    let _ = writeln!(
+        svg,
+        r#"<text x="{label_x:.1}" y="{label_y:.1}" font-size="{LABEL_FONT}" text-anchor="middle" transform="rotate(-90 {label_x:.1} {label_y:.1})">{}</text>"#,
+        escape(y_label)
+    );
+    for tick in &axis.ticks {
+        let Some(fraction) = axis.fraction(*tick) else {
+            continue;
+        };
+        let y = bottom - fraction * (bottom - top);
+        let _ = writeln!(
+            svg,
+            r##"<line x1="{left:.1}" y1="{y:.1}" x2="{right:.1}" y2="{y:.1}" stroke="#dddddd" stroke-width="1"/>"##
+        );
+        text(
+            svg,
+            left - 5.0,
+            y + 4.0,
+            LABEL_FONT,
+            "end",
+            "normal",
+            &format_value(*tick),
+        );
+    }
+    let _ = writeln!(
+        svg,
+        r##"<rect x="{left:.1}" y="{top:.1}" width="{:.1}" height="{:.1}" fill="none" stroke="#333333" stroke-width="1"/>"##,
+        right - left,
+        bottom - top
+    );
+}
+
+/// A legend in the top-right corner of the plot area, one entry per series name.
+fn draw_legend(svg: &mut String, frame: &Frame, names: &[&str], lines: bool) {
+    if names.is_empty() {
+        return;
+    }
+    let longest = names.iter().map(|name| name.chars().count()).max().unwrap_or(0);
+    let width = 26.0 + longest as f64 * LABEL_FONT * 0.6;
+    let row = LABEL_FONT + 4.0;
+    let x = frame.plot_right() - width - 4.0;
+    let y = frame.plot_top() + 4.0;
+    let _ = writeln!(
+        svg,
+        r##"<rect x="{x:.1}" y="{y:.1}" width="{width:.1}" height="{:.1}" fill="white" fill-opacity="0.85" stroke="#999999"/>"##,
+        row * names.len() as f64 + 4.0
+    );
+    for (index, name) in names.iter().enumerate() {
+        let colour = PALETTE[index % PALETTE.len()];
+        let row_y = y + 2.0 + row * index as f64;
+        if lines {
+            let _ = writeln!(
+                svg,
+                r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{colour}" stroke-width="2"/>"#,
+                x + 4.0,
+                row_y + row / 2.0,
+                x + 18.0,
+                row_y + row / 2.0
+            );
+        } else {
+            let _ = writeln!(
+                svg,
+                r#"<rect x="{:.1}" y="{:.1}" width="12" height="{:.1}" fill="{colour}"/>"#,
+                x + 5.0,
+                row_y + 2.0,
+                row - 4.0
+            );
+        }
+        text(
+            svg,
+            x + 22.0,
+            row_y + row - 3.0,
+            LABEL_FONT,
+            "start",
+            "normal",
+            name,
+        );
+    }
+}
+
+fn draw_bars(svg: &mut String, frame: &Frame, panel: &BarPanel) {
+    for series in &panel.series {
+        assert_eq!(
+            series.values.len(),
+            panel.categories.len(),
+            "series {} needs one value per category",
+            series.name
+        );
+    }
+    // Room above the tallest bar for the legend.
+    let values = panel.series.iter().flat_map(|series| series.values.iter().copied());
+    let mut axis = Axis::covering(panel.y_scale, values);
+    if panel.y_scale == AxisScale::Linear {
+        let step = axis.ticks[1] - axis.ticks[0];
+        axis.maximum += step;
+        axis.ticks.push(axis.maximum);
+    } else {
+        axis.maximum *= 10.0;
+        axis.ticks.push(axis.maximum);
+    }
+    draw_frame(svg, frame, &panel.title, &panel.x_label, &panel.y_label, &axis);
+    let (left, right) = (frame.plot_left(), frame.plot_right());
+    let (top, bottom) = (frame.plot_top(), frame.plot_bottom());
+    let groups = panel.categories.len().max(1) as f64;
+    let group_width = (right - left) / groups;
+    let bar_width = group_width * 0.8 / panel.series.len().max(1) as f64;
+    for (category_index, category) in panel.categories.iter().enumerate() {
+        let group_left = left + group_width * category_index as f64;
+        text(
+            svg,
+            group_left + group_width / 2.0,
+            bottom + 15.0,
+            LABEL_FONT,
+            "middle",
+            "normal",
+            category,
+        );
+        for (series_index, series) in panel.series.iter().enumerate() {
+            let value = series.values[category_index];
+            let Some(fraction) = axis.fraction(value) else {
+                continue;
+            };
+            let fraction = fraction.clamp(0.0, 1.0);
+            let x = group_left + group_width * 0.1 + bar_width * series_index as f64;
+            let bar_top = bottom - fraction * (bottom - top);
+            let _ = writeln!(
+                svg,
+                r#"<rect x="{x:.1}" y="{bar_top:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{}: {}</title></rect>"#,
+                bar_width * 0.95,
+                bottom - bar_top,
+                PALETTE[series_index % PALETTE.len()],
+                escape(&series.name),
+                escape(&format_value(value))
+            );
+            if panel.value_labels {
+                text(
+                    svg,
+                    x + bar_width * 0.475,
+                    bar_top - 3.0,
+                    VALUE_FONT,
+                    "middle",
+                    "normal",
+                    &format_value(value),
+                );
+            }
+        }
+    }
+    let names: Vec<&str> = panel.series.iter().map(|series| series.name.as_str()).collect();
+    draw_legend(svg, frame, &names, false);
+}
+
+fn draw_lines(svg: &mut String, frame: &Frame, panel: &LinePanel) {
+    let points = || panel.series.iter().flat_map(|series| series.points.iter());
+    let x_axis = Axis::covering(panel.x_scale, points().map(|point| point.0));
+    let y_axis = Axis::covering(panel.y_scale, points().map(|point| point.1));
+    draw_frame(svg, frame, &panel.title, &panel.x_label, &panel.y_label, &y_axis);
+    let (left, right) = (frame.plot_left(), frame.plot_right());
+    let (top, bottom) = (frame.plot_top(), frame.plot_bottom());
+    for tick in &x_axis.ticks {
+        if let Some(fraction) = x_axis.fraction(*tick) {
+            let x = left + fraction * (right - left);
+            let _ = writeln!(
+                svg,
+                r##"<line x1="{x:.1}" y1="{bottom:.1}" x2="{x:.1}" y2="{:.1}" stroke="#333333"/>"##,
+                bottom + 4.0
+            );
+            text(
+                svg,
+                x,
+                bottom + 15.0,
+                LABEL_FONT,
+                "middle",
+                "normal",
+                &format_value(*tick),
+            );
+        }
+    }
+    for (index, series) in panel.series.iter().enumerate() {
+        let colour = PALETTE[index % PALETTE.len()];
+        let placed: Vec<(f64, f64)> = series
+            .points
+            .iter()
+            .filter_map(|(x, y)| {
+                Some((
+                    left + x_axis.fraction(*x)? * (right - left),
+                    bottom - y_axis.fraction(*y)? * (bottom - top),
+                ))
+            })
+            .collect();
+        let path: Vec<String> = placed.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
+        let _ = writeln!(
+            svg,
+            r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"/>"#,
+            path.join(" ")
+        );
+        for (x, y) in &placed {
+            let _ = writeln!(
+                svg,
+                r#"<circle cx="{x:.1}" cy="{y:.1}" r="3" fill="{colour}"/>"#
+            );
+        }
+    }
+    let names: Vec<&str> = panel.series.iter().map(|series| series.name.as_str()).collect();
+    draw_legend(svg, frame, &names, true);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: ticks are nice numbers covering the range; method: check steps of several ranges.
+    #[test]
+    fn ticks_are_nice_and_cover_the_range() {
+        for (low, high) in [(0.0, 1.0), (0.0, 7.3), (0.0, 1234.0), (-3.0, 45.0), (0.0, 0.07)] {
+            let ticks = nice_ticks(low, high);
+            assert!(ticks[0] <= low && *ticks.last().unwrap() >= high, "{ticks:?}");
+            assert!(ticks.len() <= TICKS_TARGET + 2, "{ticks:?}");
+            let step = ticks[1] - ticks[0];
+            let mantissa = step / 10f64.powf(step.log10().floor());
+            assert!(
+                [1.0, 2.0, 5.0].iter().any(|nice| (mantissa - nice).abs() < 1e-9),
+                "step {step} of {ticks:?}"
+            );
+        }
+        assert_eq!(nice_ticks(0.0, 10.0), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+    }
+
+    /// Goal: a log axis spans whole powers of ten around the positive values and ignores
+    /// zeros and NaN; method: cover mixed values and read fractions back.
+    #[test]
+    fn log_axis_spans_powers_of_ten() {
+        let axis = Axis::covering(AxisScale::Log10, [0.0, f64::NAN, 3.0, 4500.0]);
+        assert_eq!(axis.minimum, 1.0);
+        assert_eq!(axis.maximum, 10_000.0);
+        assert_eq!(axis.ticks, vec![1.0, 10.0, 100.0, 1000.0, 10_000.0]);
+        assert_eq!(axis.fraction(100.0), Some(0.5));
+        assert_eq!(axis.fraction(0.0), None);
+        let empty = Axis::covering(AxisScale::Log10, []);
+        assert!(empty.minimum < empty.maximum);
+    }
+
+    /// Goal: value labels are short and exact enough; method: known inputs.
+    #[test]
+    fn values_format_compactly() {
+        assert_eq!(format_value(0.0), "0");
+        assert_eq!(format_value(1500.0), "1.5k");
+        assert_eq!(format_value(2_000_000.0), "2M");
+        assert_eq!(format_value(12.345), "12.3");
+        assert_eq!(format_value(1.46), "1.46");
+        assert_eq!(format_value(0.25), "0.25");
+        assert_eq!(format_value(123.0), "123");
+        assert_eq!(format_value(0.001), "1.0e-3");
+        assert_eq!(format_value(f64::NAN), "");
+    }
+
+    fn sample_figure() -> Figure {
+        let mut figure = Figure::new("Sample <&> figure", 2);
+        figure.panels.push(Panel::Bars(BarPanel {
+            title: "LRU".into(),
+            x_label: "latency".into(),
+            y_label: "ops/s".into(),
+            y_scale: AxisScale::Log10,
+            categories: vec!["10us".into(), "1ms".into(), "10ms".into()],
+            series: vec![
+                BarSeries {
+                    name: "without hints".into(),
+                    values: vec![1000.0, 200.0, f64::NAN],
+                },
+                BarSeries {
+                    name: "with hints".into(),
+                    values: vec![1100.0, 900.0, 850.0],
+                },
+            ],
+            value_labels: true,
+        }));
+        figure.panels.push(Panel::Lines(LinePanel {
+            title: "hits".into(),
+            x_label: "cache pages".into(),
+            y_label: "hits".into(),
+            x_scale: AxisScale::Log10,
+            y_scale: AxisScale::Linear,
+            series: vec![LineSeries {
+                name: "ARC".into(),
+                points: vec![(64.0, 10.0), (256.0, 40.0), (1024.0, 90.0)],
+            }],
+        }));
+        figure
+    }
+
+    /// Goal: the SVG has one rectangle per drawable bar, one polyline per line series, escaped
+    /// text and no NaN; method: count elements of a small figure.
+    #[test]
+    fn figure_renders_every_drawable_element() {
+        let svg = sample_figure().to_svg();
+        assert!(svg.starts_with("<svg"));
+        assert!(svg.trim_end().ends_with("</svg>"));
+        // Five drawable bars (one value is missing).
+        assert_eq!(svg.matches("<title>").count(), 5);
+        assert_eq!(svg.matches("<polyline").count(), 1);
+        assert_eq!(svg.matches("<circle").count(), 3);
+        assert!(svg.contains("Sample &lt;&amp;&gt; figure"));
+        assert!(!svg.contains("NaN"));
+        assert!(svg.contains(">1.1k<"));
+        // Tags balance: every opened text element is closed.
+        assert_eq!(svg.matches("<text").count(), svg.matches("</text>").count());
+    }
+
+    /// Goal: panels are laid out row by row inside the canvas; method: a 3-panel figure in two
+    /// columns is two panels tall.
+    #[test]
+    fn grid_layout_sizes_the_canvas() {
+        let mut figure = sample_figure();
+        figure.panels.push(figure.panels[0].clone());
+        let svg = figure.to_svg();
+        let expected_height = TITLE_BAND + 2.0 * PANEL_HEIGHT_DEFAULT as f64;
+        assert!(svg.contains(&format!(
+            r#"width="{}" height="{expected_height}""#,
+            2 * PANEL_WIDTH_DEFAULT
+        )));
+    }
+}
