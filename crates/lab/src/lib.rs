@@ -5,7 +5,9 @@
 //! - [`results`]: `results.json` / `results.csv` writing and a snapshot of the host's load;
 //! - [`plot`]: SVG figures (grouped bars, lines, axes, legends) with no dependencies;
 //! - [`paper1`]: paper 1 §5, file-system hints for inline deduplication (metadata, journal
-//!   and copy workloads at injected index latencies, LRU and ARC, hints on and off).
+//!   and copy workloads at injected index latencies, LRU and ARC, hints on and off);
+//! - [`paper2`]: paper 2 §4, RevDedup against conventional deduplication on synthetic and
+//!   real backup series, and [`peers`]: restic and borg run on the same series.
 //!
 //! An experiment is a function from options to files in an output directory; the `onecopy
 //! lab` command only parses arguments and prints progress.
@@ -13,6 +15,8 @@
 pub mod error;
 pub mod mount;
 pub mod paper1;
+pub mod paper2;
+pub mod peers;
 pub mod plot;
 pub mod results;
 

@@ -256,7 +256,10 @@ impl Testbed {
 
     fn mount(&mut self) -> Result<()> {
         assert!(!self.mounted, "mount of a mounted testbed");
-        let device = self.loop_device.clone().expect("mount needs the loop device");
+        let device = self
+            .loop_device
+            .clone()
+            .expect("mount needs the loop device");
         let mount_point = self.mount_point.display().to_string();
         let mut arguments = Vec::new();
         if !self.mount_options.is_empty() {

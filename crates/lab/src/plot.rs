@@ -215,7 +215,9 @@ impl Axis {
                     let high_power = (high.log10().ceil() as i32).max(low_power + 1);
                     (low_power, high_power)
                 };
-                let ticks = (low_power..=high_power).map(|power| 10f64.powi(power)).collect();
+                let ticks = (low_power..=high_power)
+                    .map(|power| 10f64.powi(power))
+                    .collect();
                 Axis {
                     scale,
                     minimum: 10f64.powi(low_power),
@@ -245,7 +247,10 @@ impl Axis {
 /// Nice tick values (multiples of 1, 2 or 5 times a power of ten) from at most `low` to at
 /// least `high`, about [`TICKS_TARGET`] of them. Requires `low < high`, both finite.
 pub fn nice_ticks(low: f64, high: f64) -> Vec<f64> {
-    assert!(low.is_finite() && high.is_finite(), "ticks of a finite range");
+    assert!(
+        low.is_finite() && high.is_finite(),
+        "ticks of a finite range"
+    );
     assert!(low < high, "ticks of an empty range {low}..{high}");
     let raw_step = (high - low) / (TICKS_TARGET - 1) as f64;
     let power = 10f64.powf(raw_step.log10().floor());
@@ -318,7 +323,14 @@ fn text(svg: &mut String, x: f64, y: f64, size: f64, anchor: &str, weight: &str,
 }
 
 /// Title, axis labels, horizontal grid lines with tick labels, and the frame of a panel.
-fn draw_frame(svg: &mut String, frame: &Frame, title: &str, x_label: &str, y_label: &str, axis: &Axis) {
+fn draw_frame(
+    svg: &mut String,
+    frame: &Frame,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    axis: &Axis,
+) {
     let (left, right) = (frame.plot_left(), frame.plot_right());
     let (top, bottom) = (frame.plot_top(), frame.plot_bottom());
     text(
@@ -378,7 +390,11 @@ fn draw_legend(svg: &mut String, frame: &Frame, names: &[&str], lines: bool) {
     if names.is_empty() {
         return;
     }
-    let longest = names.iter().map(|name| name.chars().count()).max().unwrap_or(0);
+    let longest = names
+        .iter()
+        .map(|name| name.chars().count())
+        .max()
+        .unwrap_or(0);
     let width = 26.0 + longest as f64 * LABEL_FONT * 0.6;
     let row = LABEL_FONT + 4.0;
     let x = frame.plot_right() - width - 4.0;
@@ -431,7 +447,10 @@ fn draw_bars(svg: &mut String, frame: &Frame, panel: &BarPanel) {
         );
     }
     // Room above the tallest bar for the legend.
-    let values = panel.series.iter().flat_map(|series| series.values.iter().copied());
+    let values = panel
+        .series
+        .iter()
+        .flat_map(|series| series.values.iter().copied());
     let mut axis = Axis::covering(panel.y_scale, values);
     if panel.y_scale == AxisScale::Linear {
         let step = axis.ticks[1] - axis.ticks[0];
@@ -441,7 +460,14 @@ fn draw_bars(svg: &mut String, frame: &Frame, panel: &BarPanel) {
         axis.maximum *= 10.0;
         axis.ticks.push(axis.maximum);
     }
-    draw_frame(svg, frame, &panel.title, &panel.x_label, &panel.y_label, &axis);
+    draw_frame(
+        svg,
+        frame,
+        &panel.title,
+        &panel.x_label,
+        &panel.y_label,
+        &axis,
+    );
     let (left, right) = (frame.plot_left(), frame.plot_right());
     let (top, bottom) = (frame.plot_top(), frame.plot_bottom());
     let groups = panel.categories.len().max(1) as f64;
@@ -488,7 +514,11 @@ fn draw_bars(svg: &mut String, frame: &Frame, panel: &BarPanel) {
             }
         }
     }
-    let names: Vec<&str> = panel.series.iter().map(|series| series.name.as_str()).collect();
+    let names: Vec<&str> = panel
+        .series
+        .iter()
+        .map(|series| series.name.as_str())
+        .collect();
     draw_legend(svg, frame, &names, false);
 }
 
@@ -496,7 +526,14 @@ fn draw_lines(svg: &mut String, frame: &Frame, panel: &LinePanel) {
     let points = || panel.series.iter().flat_map(|series| series.points.iter());
     let x_axis = Axis::covering(panel.x_scale, points().map(|point| point.0));
     let y_axis = Axis::covering(panel.y_scale, points().map(|point| point.1));
-    draw_frame(svg, frame, &panel.title, &panel.x_label, &panel.y_label, &y_axis);
+    draw_frame(
+        svg,
+        frame,
+        &panel.title,
+        &panel.x_label,
+        &panel.y_label,
+        &y_axis,
+    );
     let (left, right) = (frame.plot_left(), frame.plot_right());
     let (top, bottom) = (frame.plot_top(), frame.plot_bottom());
     for tick in &x_axis.ticks {
@@ -530,7 +567,10 @@ fn draw_lines(svg: &mut String, frame: &Frame, panel: &LinePanel) {
                 ))
             })
             .collect();
-        let path: Vec<String> = placed.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
+        let path: Vec<String> = placed
+            .iter()
+            .map(|(x, y)| format!("{x:.1},{y:.1}"))
+            .collect();
         let _ = writeln!(
             svg,
             r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"/>"#,
@@ -543,7 +583,11 @@ fn draw_lines(svg: &mut String, frame: &Frame, panel: &LinePanel) {
             );
         }
     }
-    let names: Vec<&str> = panel.series.iter().map(|series| series.name.as_str()).collect();
+    let names: Vec<&str> = panel
+        .series
+        .iter()
+        .map(|series| series.name.as_str())
+        .collect();
     draw_legend(svg, frame, &names, true);
 }
 
@@ -554,14 +598,25 @@ mod tests {
     /// Goal: ticks are nice numbers covering the range; method: check steps of several ranges.
     #[test]
     fn ticks_are_nice_and_cover_the_range() {
-        for (low, high) in [(0.0, 1.0), (0.0, 7.3), (0.0, 1234.0), (-3.0, 45.0), (0.0, 0.07)] {
+        for (low, high) in [
+            (0.0, 1.0),
+            (0.0, 7.3),
+            (0.0, 1234.0),
+            (-3.0, 45.0),
+            (0.0, 0.07),
+        ] {
             let ticks = nice_ticks(low, high);
-            assert!(ticks[0] <= low && *ticks.last().unwrap() >= high, "{ticks:?}");
+            assert!(
+                ticks[0] <= low && *ticks.last().unwrap() >= high,
+                "{ticks:?}"
+            );
             assert!(ticks.len() <= TICKS_TARGET + 2, "{ticks:?}");
             let step = ticks[1] - ticks[0];
             let mantissa = step / 10f64.powf(step.log10().floor());
             assert!(
-                [1.0, 2.0, 5.0].iter().any(|nice| (mantissa - nice).abs() < 1e-9),
+                [1.0, 2.0, 5.0]
+                    .iter()
+                    .any(|nice| (mantissa - nice).abs() < 1e-9),
                 "step {step} of {ticks:?}"
             );
         }

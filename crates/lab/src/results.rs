@@ -107,7 +107,8 @@ pub fn write_text(path: &Path, text: &str) -> Result<()> {
         fs::create_dir_all(parent)
             .map_err(|error| LabError::io(format!("creating {}", parent.display()), error))?;
     }
-    fs::write(path, text).map_err(|error| LabError::io(format!("writing {}", path.display()), error))
+    fs::write(path, text)
+        .map_err(|error| LabError::io(format!("writing {}", path.display()), error))
 }
 
 /// What the host was doing, taken before or after a run.

@@ -266,7 +266,13 @@ mod tests {
     use crate::paper1::PhaseCounters;
     use crate::results::HostSnapshot;
 
-    fn run(workload: Workload, policy: CachePolicy, latency_ns: u64, hints: bool, ops: f64) -> RunRecord {
+    fn run(
+        workload: Workload,
+        policy: CachePolicy,
+        latency_ns: u64,
+        hints: bool,
+        ops: f64,
+    ) -> RunRecord {
         RunRecord {
             workload,
             policy,
@@ -335,7 +341,10 @@ mod tests {
     #[test]
     fn summary_shows_speed_up() {
         let summary = summary_markdown(&sample_runs());
-        assert!(summary.contains("| 10us | 100.0 | 300.0 | 3.00x | 50 | 0 |"), "{summary}");
+        assert!(
+            summary.contains("| 10us | 100.0 | 300.0 | 3.00x | 50 | 0 |"),
+            "{summary}"
+        );
         assert!(summary.contains("#### metadata, ARC cache"));
     }
 }

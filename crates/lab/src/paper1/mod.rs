@@ -210,8 +210,14 @@ impl Paper1Options {
             (0.0..=1.0).contains(&self.scale.duplicate_fraction),
             "duplicate fraction must be between 0 and 1",
         )?;
-        check(self.scale.metadata_threads >= 1, "metadata threads must be at least 1")?;
-        check(self.scale.journal_fsync_every >= 1, "fsync interval must be at least 1")?;
+        check(
+            self.scale.metadata_threads >= 1,
+            "metadata threads must be at least 1",
+        )?;
+        check(
+            self.scale.journal_fsync_every >= 1,
+            "fsync interval must be at least 1",
+        )?;
         check(
             self.scale.warm_source.is_dir(),
             "the warm-up source is not a directory",
@@ -418,7 +424,10 @@ pub fn run_experiment(
         options.output_directory.join("results.json"),
         options.output_directory.join("results.csv"),
     ];
-    written.extend(figures::write_figures(&options.output_directory, &results.runs)?);
+    written.extend(figures::write_figures(
+        &options.output_directory,
+        &results.runs,
+    )?);
     Ok(written)
 }
 
@@ -463,7 +472,12 @@ fn run_once(
     let seed = u64::from(repetition) * 1_000_003 + latency_ns;
 
     let warm_started = Instant::now();
-    let warm = copy_tree(&scale.warm_source, &mount.join("warm"), scale.warm_bytes, None)?;
+    let warm = copy_tree(
+        &scale.warm_source,
+        &mount.join("warm"),
+        scale.warm_bytes,
+        None,
+    )?;
     testbed.sync()?;
     let warm_seconds = warm_started.elapsed().as_secs_f64();
     let entries_limit = policy.entries_for_budget(scale.index_cache_bytes) as u64;
@@ -651,14 +665,20 @@ mod tests {
         assert!("fileserver".parse::<Workload>().is_err());
         let copy = Workload::Copy.hint_settings(true);
         assert!(copy.prefetch && !copy.filesystem && !copy.explicit);
-        assert_eq!(Workload::Metadata.hint_settings(true), HintSettings::default());
+        assert_eq!(
+            Workload::Metadata.hint_settings(true),
+            HintSettings::default()
+        );
         assert_eq!(Workload::Journal.hint_settings(false), HintSettings::none());
     }
 
     /// Goal: latencies print as the paper writes them.
     #[test]
     fn latencies_format_like_the_paper() {
-        let names: Vec<String> = PAPER_LATENCIES_NS.iter().map(|l| format_latency(*l)).collect();
+        let names: Vec<String> = PAPER_LATENCIES_NS
+            .iter()
+            .map(|l| format_latency(*l))
+            .collect();
         assert_eq!(names, ["10us", "100us", "500us", "1ms", "10ms"]);
         assert_eq!(format_latency(1500), "1500ns");
     }
