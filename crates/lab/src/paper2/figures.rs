@@ -377,15 +377,26 @@ fn deletion_figure(sg1: &DatasetResults) -> Figure {
             )
         })
         .collect();
-    let checkpoints = sg1
-        .deletions
-        .iter()
-        .map(|record| {
+    let mut grouped: BTreeMap<(bool, u32), Vec<(f64, f64)>> = BTreeMap::new();
+    for record in &sg1.deletions {
+        grouped
+            .entry((record.measure.method == DeleteMethod::Timestamp, record.backups))
+            .or_default()
+            .push((record.measure.metadata_seconds, record.measure.sweep_seconds));
+    }
+    let checkpoints = grouped
+        .into_iter()
+        .map(|((timestamp, backups), runs)| {
+            let method = if timestamp {
+                DeleteMethod::Timestamp
+            } else {
+                DeleteMethod::MarkAndSweep
+            };
             (
-                record.measure.method,
-                record.backups as f64,
-                record.measure.metadata_seconds,
-                record.measure.sweep_seconds,
+                method,
+                backups as f64,
+                mean(runs.iter().map(|run| run.0)),
+                mean(runs.iter().map(|run| run.1)),
             )
         })
         .collect();
@@ -396,7 +407,7 @@ fn deletion_figure(sg1: &DatasetResults) -> Figure {
             incremental,
         ),
         (
-            "(b) oldest of a growing store",
+            "(b) oldest of a growing store (mean of runs)",
             "backups in the store",
             checkpoints,
         ),
@@ -849,26 +860,29 @@ pub fn summary(results: &Paper2Results) -> String {
             );
         }
         let _ = writeln!(text, "\n## Deletion of the oldest backup (Fig. 10), SG1 rev-4M, seconds\n\n| backups | container MiB | time stamps | mark | sweep | mark and sweep |\n|---|---|---|---|---|---|");
-        let mut by_size: BTreeMap<u32, (f64, f64, f64, f64)> = BTreeMap::new();
-        for record in &sg1.deletions {
-            let entry = by_size.entry(record.backups).or_insert((
-                record.container_bytes_before as f64 / MEBIBYTE,
-                f64::NAN,
-                f64::NAN,
-                f64::NAN,
-            ));
-            match record.measure.method {
-                DeleteMethod::Timestamp => entry.1 = record.measure.timing.seconds,
-                DeleteMethod::MarkAndSweep => {
-                    entry.2 = record.measure.metadata_seconds;
-                    entry.3 = record.measure.sweep_seconds;
-                }
-            }
-        }
-        for (backups, (mebibytes, timestamp, mark, sweep)) in by_size {
+        let backups_measured: std::collections::BTreeSet<u32> =
+            sg1.deletions.iter().map(|record| record.backups).collect();
+        for backups in backups_measured {
+            let records: Vec<_> = sg1
+                .deletions
+                .iter()
+                .filter(|record| record.backups == backups)
+                .collect();
+            let average = |method: DeleteMethod, pick: &dyn Fn(&super::measure::DeleteMeasure) -> f64| {
+                mean(
+                    records
+                        .iter()
+                        .filter(|record| record.measure.method == method)
+                        .map(|record| pick(&record.measure)),
+                )
+            };
+            let mark = average(DeleteMethod::MarkAndSweep, &|measure| measure.metadata_seconds);
+            let sweep = average(DeleteMethod::MarkAndSweep, &|measure| measure.sweep_seconds);
             let _ = writeln!(
                 text,
-                "| {backups} | {mebibytes:.0} | {timestamp:.4} | {mark:.4} | {sweep:.3} | {:.3} |",
+                "| {backups} | {:.0} | {:.4} | {mark:.4} | {sweep:.3} | {:.3} |",
+                records[0].container_bytes_before as f64 / MEBIBYTE,
+                average(DeleteMethod::Timestamp, &|measure| measure.timing.seconds),
                 mark + sweep
             );
         }
