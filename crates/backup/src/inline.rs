@@ -145,14 +145,25 @@ pub(crate) fn run(
         .as_ref()
         .map_or(0, |predecessor| predecessor.len() as u64);
     let (sender, receiver) = bounded::<Result<Batch>>(QUEUE_BATCHES);
+    // Consumed batches go back to the chunker to be filled again: fresh multi-megabyte
+    // buffers would each cost a page fault per page.
+    let (recycle_sender, recycle_receiver) = bounded::<Batch>(QUEUE_BATCHES + 2);
     let result = std::thread::scope(|scope| {
         let chunker = scope.spawn(move || -> f64 {
             let mut busy = 0.0;
             let mut reader = ChunkReader::new(source, spec.build());
-            let mut batch = Batch {
-                data: Vec::with_capacity(BATCH_BYTES * 2),
-                segments: Vec::new(),
+            let next_batch = || match recycle_receiver.try_recv() {
+                Ok(mut batch) => {
+                    batch.data.clear();
+                    batch.segments.clear();
+                    batch
+                }
+                Err(_) => Batch {
+                    data: Vec::with_capacity(BATCH_BYTES * 2),
+                    segments: Vec::new(),
+                },
             };
+            let mut batch = next_batch();
             let mut segment = Vec::new();
             loop {
                 let start = Instant::now();
@@ -171,13 +182,7 @@ pub(crate) fn run(
                     batch.segments.push(std::mem::take(&mut segment));
                     if batch.data.len() >= BATCH_BYTES {
                         busy += start.elapsed().as_secs_f64();
-                        let full = std::mem::replace(
-                            &mut batch,
-                            Batch {
-                                data: Vec::with_capacity(BATCH_BYTES * 2),
-                                segments: Vec::new(),
-                            },
-                        );
+                        let full = std::mem::replace(&mut batch, next_batch());
                         if sender.send(Ok(full)).is_err() {
                             return busy;
                         }
@@ -196,10 +201,14 @@ pub(crate) fn run(
         });
         let mut consumed = Ok(());
         for batch in receiver.iter() {
-            let step = batch.and_then(|batch| writer.add_batch(store, &batch));
-            if let Err(error) = step {
-                consumed = Err(error);
-                break;
+            let step = batch.and_then(|batch| writer.add_batch(store, &batch).map(|()| batch));
+            match step {
+                // A full recycling queue only means the chunker has buffers enough.
+                Ok(batch) => drop(recycle_sender.try_send(batch)),
+                Err(error) => {
+                    consumed = Err(error);
+                    break;
+                }
             }
             if let Some(progress) = progress {
                 progress(writer.outcome.report.logical_bytes);

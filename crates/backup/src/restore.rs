@@ -410,7 +410,7 @@ fn read_window(
     window: &Window,
     report: &mut RestoreReport,
 ) -> Result<Vec<u8>> {
-    let pieces: Vec<Vec<(usize, Vec<u8>)>> = pool.install(|| {
+    let pieces: Vec<DecodedSpan> = pool.install(|| {
         window
             .reads
             .par_iter()
@@ -418,8 +418,12 @@ fn read_window(
             .collect::<Result<_>>()
     })?;
     let mut buffer = vec![0u8; window.bytes];
-    for (offset, data) in pieces.into_iter().flatten() {
-        buffer[offset..offset + data.len()].copy_from_slice(&data);
+    for span in pieces {
+        let mut from = 0;
+        for (offset, length) in span.chunks {
+            buffer[offset..offset + length].copy_from_slice(&span.raw[from..from + length]);
+            from += length;
+        }
     }
     let mut seen: Vec<ContainerId> = window.reads.iter().map(|span| span.container).collect();
     seen.dedup();
@@ -435,18 +439,85 @@ fn read_window(
     Ok(buffer)
 }
 
+/// The raw bytes of a span's chunks, one after the other, and where each goes in the window
+/// (offset, length): one allocation per span rather than one per chunk.
+struct DecodedSpan {
+    chunks: Vec<(usize, usize)>,
+    raw: Vec<u8>,
+}
+
 /// Reads one span and decodes its chunks (CRC checked, decompressed).
-fn read_span(containers: &ContainerStore, span: &SpanRead) -> Result<Vec<(usize, Vec<u8>)>> {
+fn read_span(containers: &ContainerStore, span: &SpanRead) -> Result<DecodedSpan> {
     let file = containers.file(span.container)?;
     let mut bytes = vec![0u8; (span.end - span.start) as usize];
     file.read_at(span.start, &mut bytes)?;
-    let mut decoded = Vec::with_capacity(span.chunks.len());
+    let raw_total: usize = span
+        .chunks
+        .iter()
+        .map(|(location, _)| location.raw_bytes as usize)
+        .sum();
+    let mut decoded = DecodedSpan {
+        chunks: Vec::with_capacity(span.chunks.len()),
+        raw: vec![0u8; raw_total],
+    };
+    let mut into = 0;
     for &(location, window_offset) in &span.chunks {
         let from = (location.offset as u64 - span.start) as usize;
         let stored = &bytes[from..from + location.stored_bytes as usize];
-        decoded.push((window_offset, decode_chunk(&location, stored)?));
+        let length = location.raw_bytes as usize;
+        decode_chunk_into(&location, stored, &mut decoded.raw[into..into + length])?;
+        decoded.chunks.push((window_offset, length));
+        into += length;
     }
+    assert_eq!(into, raw_total, "the span's chunks fill its buffer");
     Ok(decoded)
+}
+
+thread_local! {
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Checks a chunk's stored bytes against its CRC and decodes them into `raw`, which has the
+/// chunk's raw size.
+fn decode_chunk_into(location: &ChunkLocation, stored: &[u8], raw: &mut [u8]) -> Result<()> {
+    assert_eq!(raw.len(), location.raw_bytes as usize);
+    let what = || {
+        format!(
+            "chunk at offset {} of container {:016x}",
+            location.offset, location.container
+        )
+    };
+    if crc32c::crc32c(stored) != location.checksum {
+        return Err(BackupError::corrupt(what(), "checksum mismatch"));
+    }
+    if location.flags & CHUNK_COMPRESSED == 0 {
+        if stored.len() != raw.len() {
+            return Err(BackupError::corrupt(what(), "raw chunk of the wrong size"));
+        }
+        raw.copy_from_slice(stored);
+        return Ok(());
+    }
+    let written = DECOMPRESSOR.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.is_none() {
+            *cell = Some(
+                zstd::bulk::Decompressor::new()
+                    .map_err(|error| BackupError::io("creating a zstd decompressor", error))?,
+            );
+        }
+        cell.as_mut()
+            .expect("set above")
+            .decompress_to_buffer(stored, raw)
+            .map_err(|error| BackupError::corrupt(what(), error.to_string()))
+    })?;
+    if written != raw.len() {
+        return Err(BackupError::corrupt(
+            what(),
+            "decompressed to the wrong size",
+        ));
+    }
+    Ok(())
 }
 
 /// Checks a chunk's stored bytes against its CRC and returns its raw bytes.

@@ -39,6 +39,17 @@ const READ_GAP_BYTES_MAX: u64 = 64 << 10;
 /// Largest single read.
 const READ_BYTES_MAX: u64 = 16 << 20;
 
+/// One coalesced read of a container, and the wanted chunks in it.
+struct Span {
+    container: ContainerId,
+    start: u64,
+    end: u64,
+    chunks: Vec<(usize, ChunkLocation)>,
+}
+
+/// The answers of one span and the bytes it read.
+type SpanAnswers = (Vec<(usize, Option<Reused>)>, u64);
+
 /// Locations of the stored chunks of a series' newest backup, by fingerprint.
 pub(crate) struct PredecessorChunks {
     locations: HashMap<Fingerprint, ChunkLocation>,
@@ -111,33 +122,40 @@ impl PredecessorChunks {
                     .push((index, location));
             }
         }
-        let mut spans: Vec<(ContainerId, u64, u64, Vec<(usize, ChunkLocation)>)> = Vec::new();
+        let mut spans: Vec<Span> = Vec::new();
         for (container, mut chunks) in by_container {
             chunks.sort_unstable_by_key(|(_, location)| location.offset);
             for (index, location) in chunks {
                 let start = location.offset as u64;
                 let end = start + location.stored_bytes as u64;
                 if let Some(span) = spans.last_mut().filter(|span| {
-                    span.0 == container
-                        && start <= span.2 + READ_GAP_BYTES_MAX
-                        && end - span.1 <= READ_BYTES_MAX
+                    span.container == container
+                        && start <= span.end + READ_GAP_BYTES_MAX
+                        && end - span.start <= READ_BYTES_MAX
                 }) {
-                    span.2 = span.2.max(end);
-                    span.3.push((index, location));
+                    span.end = span.end.max(end);
+                    span.chunks.push((index, location));
                     continue;
                 }
-                spans.push((container, start, end, vec![(index, location)]));
+                spans.push(Span {
+                    container,
+                    start,
+                    end,
+                    chunks: vec![(index, location)],
+                });
             }
         }
-        let read: Vec<(Vec<(usize, Option<Reused>)>, u64)> = spans
+        let read: Vec<SpanAnswers> = spans
             .par_iter()
-            .map(|(container, start, end, chunks)| {
+            .map(|span| {
+                let (start, end) = (span.start, span.end);
                 let mut bytes = vec![0u8; (end - start) as usize];
                 let ok = containers
-                    .file(*container)
-                    .and_then(|file| file.read_at(*start, &mut bytes))
+                    .file(span.container)
+                    .and_then(|file| file.read_at(start, &mut bytes))
                     .is_ok();
-                let decoded = chunks
+                let decoded = span
+                    .chunks
                     .iter()
                     .map(|&(index, location)| {
                         if !ok {

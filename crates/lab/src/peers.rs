@@ -491,7 +491,10 @@ pub fn run_timed(command: &mut Command, what: &str) -> Result<(ToolRun, String)>
         timed.current_dir(directory);
     }
     let load_average = crate::paper2::measure::load_average();
+    let started = std::time::Instant::now();
     let stdout = run_plain(&mut timed, what)?;
+    // /usr/bin/time reports wall time in hundredths of a second; ours has microseconds.
+    let seconds = started.elapsed().as_secs_f64();
     let text = fs::read_to_string(measures.path())
         .map_err(|error| LabError::io("reading /usr/bin/time's output", error))?;
     let mut run = parse_time_output(&text).ok_or_else(|| LabError::Command {
@@ -499,6 +502,7 @@ pub fn run_timed(command: &mut Command, what: &str) -> Result<(ToolRun, String)>
         detail: format!("unexpected /usr/bin/time output {text:?}"),
     })?;
     run.load_average = load_average;
+    run.seconds = seconds;
     Ok((run, stdout))
 }
 

@@ -239,7 +239,8 @@ pub fn goal_table(
     };
     let our_backup = sum(&ours, &|measure| measure.backup.seconds);
     let our_backup_cpu = sum(&ours, &|measure| measure.backup.cpu_seconds());
-    let our_restore = ours.last().expect("not empty").restore_newest;
+    // Single restores are noisy on a shared machine: compare medians of three versions.
+    let our_restore_last = median_restore(&ours, false);
     let our_bytes = ours.last().expect("not empty").repository_bytes;
     let our_rss = peak_rss(comparison, Tool::Onecopy);
     for peer in [Tool::Restic, Tool::Borg] {
@@ -264,12 +265,14 @@ pub fn goal_table(
             met: their_backup_cpu / our_backup_cpu >= 5.0,
         });
     }
-    if let Some(restic) = versions(Tool::Restic).last() {
-        let ratio = restic.restore_newest.seconds / our_restore.seconds;
+    let restic_versions = versions(Tool::Restic);
+    if let Some(restic) = restic_versions.last() {
+        let restic_restore_last = median_restore(&restic_versions, false);
+        let ratio = restic_restore_last / our_restore_last;
         rows.push(GoalRow {
-            goal: "restore of the newest >= 2x faster than restic".into(),
-            ours: format!("{:.3} s", our_restore.seconds),
-            peer: format!("{:.3} s", restic.restore_newest.seconds),
+            goal: "restore of the newest >= 2x faster than restic (median of the last 3)".into(),
+            ours: format!("{our_restore_last:.3} s"),
+            peer: format!("{restic_restore_last:.3} s"),
             ratio: format!("{ratio:.2}x"),
             met: ratio >= 2.0,
         });
@@ -289,10 +292,10 @@ pub fn goal_table(
             met: our_rss <= their_rss,
         });
     }
-    let first = ours.first().expect("not empty").restore_newest.seconds;
-    let last = our_restore.seconds;
+    let first = median_restore(&ours, true);
+    let last = our_restore_last;
     rows.push(GoalRow {
-        goal: "restore of the newest flat: last <= 1.1 x first".into(),
+        goal: "restore of the newest flat: last <= 1.1 x first (medians of 3)".into(),
         ours: format!("first {first:.3} s, last {last:.3} s"),
         peer: String::new(),
         ratio: format!("{:.2}x", last / first),
@@ -336,6 +339,22 @@ pub fn goal_table(
         }
     }
     rows
+}
+
+/// Median wall time of restoring the newest backup over the first (or last) three versions.
+fn median_restore(measures: &[&PeerVersion], first: bool) -> f64 {
+    let count = measures.len().min(3);
+    let picked = if first {
+        &measures[..count]
+    } else {
+        &measures[measures.len() - count..]
+    };
+    let mut seconds: Vec<f64> = picked
+        .iter()
+        .map(|measure| measure.restore_newest.seconds)
+        .collect();
+    seconds.sort_by(f64::total_cmp);
+    seconds.get(seconds.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Largest peak RSS of any command of `tool`.

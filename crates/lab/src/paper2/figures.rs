@@ -380,9 +380,15 @@ fn deletion_figure(sg1: &DatasetResults) -> Figure {
     let mut grouped: BTreeMap<(bool, u32), Vec<(f64, f64)>> = BTreeMap::new();
     for record in &sg1.deletions {
         grouped
-            .entry((record.measure.method == DeleteMethod::Timestamp, record.backups))
+            .entry((
+                record.measure.method == DeleteMethod::Timestamp,
+                record.backups,
+            ))
             .or_default()
-            .push((record.measure.metadata_seconds, record.measure.sweep_seconds));
+            .push((
+                record.measure.metadata_seconds,
+                record.measure.sweep_seconds,
+            ));
     }
     let checkpoints = grouped
         .into_iter()
@@ -868,15 +874,18 @@ pub fn summary(results: &Paper2Results) -> String {
                 .iter()
                 .filter(|record| record.backups == backups)
                 .collect();
-            let average = |method: DeleteMethod, pick: &dyn Fn(&super::measure::DeleteMeasure) -> f64| {
-                mean(
-                    records
-                        .iter()
-                        .filter(|record| record.measure.method == method)
-                        .map(|record| pick(&record.measure)),
-                )
-            };
-            let mark = average(DeleteMethod::MarkAndSweep, &|measure| measure.metadata_seconds);
+            let average =
+                |method: DeleteMethod, pick: &dyn Fn(&super::measure::DeleteMeasure) -> f64| {
+                    mean(
+                        records
+                            .iter()
+                            .filter(|record| record.measure.method == method)
+                            .map(|record| pick(&record.measure)),
+                    )
+                };
+            let mark = average(DeleteMethod::MarkAndSweep, &|measure| {
+                measure.metadata_seconds
+            });
             let sweep = average(DeleteMethod::MarkAndSweep, &|measure| measure.sweep_seconds);
             let _ = writeln!(
                 text,
