@@ -17,7 +17,12 @@ packages=(
   restic          # backup peer
   borgbackup      # backup peer
   python3         # independent cross-checks in tests
+  time            # /usr/bin/time: peak memory of the peers (lab paper2)
+  tar             # unpacking the typescript releases of lab paper2
 )
+# npm (npm pack: the typescript releases of lab paper2) often comes with a nodejs from
+# elsewhere, whose package conflicts with Debian's npm: only ask for it when it is missing.
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 missing=()
 for package in "${packages[@]}"; do
