@@ -188,7 +188,7 @@ pub struct Paper2Args {
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
     /// Tree the base image's files are copied from.
-    #[arg(long, value_name = "DIR", default_value = "/usr/share")]
+    #[arg(long, value_name = "DIR", default_value = "/usr")]
     pub base_source: PathBuf,
     /// Size of each synthetic image [default: 384MiB, quick: 64MiB].
     #[arg(long, value_name = "SIZE")]

@@ -3,9 +3,10 @@
 //!
 //! Terms and method:
 //!
-//! - The **base tree** is a copy of real files (regular files only, from a source such as
-//!   `/usr/share`) up to a byte budget, in sorted walk order, so the same source gives the
-//!   same tree. Names debugfs could not quote (spaces, quotes, non-ASCII) are skipped.
+//! - The **base tree** is a systematic sample of real files (regular files only, from a
+//!   source such as `/usr`) up to a byte budget, spread over the whole source so that its mix
+//!   of large binaries and small text files resembles a system image; the same source gives
+//!   the same tree. Names debugfs could not quote (spaces, quotes, non-ASCII) are skipped.
 //! - The **base image** is an ext4 file system built from it with `mke2fs -d`. Each series
 //!   starts from its own copy of the base image (the paper's GP group shares one base).
 //! - A **simulated weekday** picks α% of the image's files at random and overwrites β% of
@@ -37,7 +38,8 @@ pub const WEEKDAYS_PER_WEEK: u32 = 5;
 /// New files are cut into sizes drawn between these bounds.
 const NEW_FILE_BYTES_MIN: u64 = 4 << 10;
 const NEW_FILE_BYTES_MAX: u64 = 1 << 20;
-/// Files of the base tree larger than this are skipped (a few huge files would dominate).
+/// Files of the base tree larger than this (or than an eighth of the budget) are skipped: a
+/// few huge files would dominate a small image.
 const BASE_FILE_BYTES_MAX: u64 = 16 << 20;
 /// Buffer used when copying and hashing files.
 const COPY_BUFFER_BYTES: usize = 1 << 20;
@@ -136,8 +138,12 @@ struct ImageFile {
     bytes: u64,
 }
 
-/// Copies regular files of `source` into `target` (which must not exist) until `bytes_budget`
-/// bytes are copied; returns the bytes copied. Deterministic for a given source.
+/// Copies a sample of the regular files of `source` into `target` (which must not exist),
+/// about `bytes_budget` bytes; returns the bytes copied. The sample is *systematic*: files are
+/// visited in sorted path order and one is taken whenever the bytes copied so far fall behind
+/// `budget / total` of the bytes visited, so every part of the tree (binaries, libraries,
+/// documentation) is represented in proportion, as in a system image. Deterministic for a
+/// given source.
 pub fn build_base_tree(source: &Path, target: &Path, bytes_budget: u64) -> Result<u64> {
     if target.exists() {
         return Err(LabError::InvalidOption(format!(
@@ -146,51 +152,62 @@ pub fn build_base_tree(source: &Path, target: &Path, bytes_budget: u64) -> Resul
         )));
     }
     create_directory(target)?;
+    let file_bytes_max = BASE_FILE_BYTES_MAX.min(bytes_budget / 8).max(1);
+    let mut files = Vec::new();
+    list_source_files(source, &PathBuf::new(), file_bytes_max, &mut files);
+    let total: u64 = files.iter().map(|(_, bytes)| bytes).sum();
+    let fraction = (bytes_budget as f64 / total.max(1) as f64).min(1.0);
     let mut copied = 0u64;
-    let mut pending = vec![PathBuf::new()];
-    while let Some(relative) = pending.pop() {
-        let directory = source.join(&relative);
-        let mut entries: Vec<_> = match fs::read_dir(&directory) {
-            Ok(entries) => entries.filter_map(|entry| entry.ok()).collect(),
-            // Unreadable directories of a system tree are skipped, not fatal.
-            Err(_) => continue,
-        };
-        entries.sort_by_key(|entry| entry.file_name());
-        let mut subdirectories = Vec::new();
-        for entry in entries {
-            let name = entry.file_name();
-            let Some(name) = name.to_str().filter(|name| plain_name(name)) else {
-                continue;
-            };
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            let child = relative.join(name);
-            if kind.is_dir() {
-                subdirectories.push(child);
-            } else if kind.is_file() {
-                let Ok(metadata) = entry.metadata() else {
-                    continue;
-                };
-                if metadata.len() > BASE_FILE_BYTES_MAX || copied + metadata.len() > bytes_budget {
-                    continue;
-                }
-                let destination = target.join(&child);
-                if let Some(parent) = destination.parent() {
-                    create_directory(parent)?;
-                }
-                if fs::copy(entry.path(), &destination).is_ok() {
-                    copied += metadata.len();
-                }
-            }
-            if copied >= bytes_budget {
-                return Ok(copied);
-            }
+    let mut visited = 0u64;
+    for (relative, bytes) in files {
+        visited += bytes;
+        if copied as f64 > visited as f64 * fraction || copied + bytes > bytes_budget {
+            continue;
         }
-        // Visit subdirectories in sorted order (the stack pops the last pushed first).
-        pending.extend(subdirectories.into_iter().rev());
+        let destination = target.join(&relative);
+        if let Some(parent) = destination.parent() {
+            create_directory(parent)?;
+        }
+        // Files that vanished or became unreadable since the listing are skipped.
+        if fs::copy(source.join(&relative), &destination).is_ok() {
+            copied += bytes;
+        }
     }
     Ok(copied)
+}
+
+/// Regular files under `source/relative` with plain names and at most `bytes_max` bytes, in
+/// sorted path order; unreadable directories are skipped.
+fn list_source_files(
+    source: &Path,
+    relative: &Path,
+    bytes_max: u64,
+    files: &mut Vec<(PathBuf, u64)>,
+) {
+    let Ok(entries) = fs::read_dir(source.join(relative)) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries.filter_map(|entry| entry.ok()).collect();
+    entries.sort_by_key(|entry| entry.file_name());
+    for entry in entries {
+        let name = entry.file_name();
+        let Some(name) = name.to_str().filter(|name| plain_name(name)) else {
+            continue;
+        };
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        let child = relative.join(name);
+        if kind.is_dir() {
+            list_source_files(source, &child, bytes_max, files);
+        } else if kind.is_file() {
+            if let Ok(metadata) = entry.metadata() {
+                if metadata.len() <= bytes_max {
+                    files.push((child, metadata.len()));
+                }
+            }
+        }
+    }
 }
 
 /// True for names debugfs takes unquoted.
@@ -221,8 +238,8 @@ pub fn build_image(tree: &Path, image: &Path, image_bytes: u64) -> Result<()> {
 pub struct EvolvingImage {
     image: PathBuf,
     files: Vec<ImageFile>,
-    /// Physical blocks of files already looked up (in-place writes never move them).
-    blocks: HashMap<String, Vec<u64>>,
+    /// Extents of files already looked up (in-place writes never move them).
+    extents: HashMap<String, Vec<Extent>>,
     rng: SplitMix64,
     /// Scratch directory for new files before debugfs copies them in.
     scratch: PathBuf,
@@ -251,7 +268,7 @@ impl EvolvingImage {
         Ok(EvolvingImage {
             image: image.to_path_buf(),
             files,
-            blocks: HashMap::new(),
+            extents: HashMap::new(),
             rng: SplitMix64::new(seed),
             scratch,
             days: 0,
@@ -290,9 +307,9 @@ impl EvolvingImage {
         let unknown: Vec<String> = chosen
             .iter()
             .map(|&index| self.files[index].path.clone())
-            .filter(|path| !self.blocks.contains_key(path))
+            .filter(|path| !self.extents.contains_key(path))
             .collect();
-        self.look_up_blocks(&unknown)?;
+        self.look_up_extents(&unknown)?;
 
         let image = OpenOptions::new()
             .read(true)
@@ -307,8 +324,8 @@ impl EvolvingImage {
             let start = self.rng.below(file.bytes - run_bytes + 1);
             let mut data = vec![0u8; run_bytes as usize];
             self.rng.fill(&mut data);
-            let blocks = &self.blocks[&file.path];
-            write_in_blocks(&image, blocks, start, &data, &file.path)?;
+            let extents = &self.extents[&file.path];
+            write_in_extents(&image, extents, start, &data, &file.path)?;
             changes.files_modified += 1;
             changes.bytes_modified += run_bytes;
         }
@@ -354,64 +371,90 @@ impl EvolvingImage {
         Ok(())
     }
 
-    /// Asks debugfs for the physical blocks of `paths` (one batched call).
-    fn look_up_blocks(&mut self, paths: &[String]) -> Result<()> {
+    /// Asks debugfs for the extents of `paths` (one batched call).
+    fn look_up_extents(&mut self, paths: &[String]) -> Result<()> {
         if paths.is_empty() {
             return Ok(());
         }
-        let commands: String = paths
-            .iter()
-            .map(|path| format!("blocks {path}\n"))
-            .collect();
+        let commands: String = paths.iter().map(|path| format!("ex {path}\n")).collect();
         let output = debugfs(&self.image, &commands, false)?;
         // With -f, debugfs echoes each command as "debugfs: <command>" before its output.
-        let mut current: Option<&str> = None;
-        let mut found: HashMap<String, Vec<u64>> = HashMap::new();
+        let mut current: Option<String> = None;
+        let mut found: HashMap<String, Vec<Extent>> = HashMap::new();
         for line in output.lines() {
-            if let Some(command) = line.strip_prefix("debugfs: blocks ") {
-                current = Some(command.trim());
-                found.entry(command.trim().to_string()).or_default();
+            if let Some(path) = line.strip_prefix("debugfs: ex ") {
+                current = Some(path.trim().to_string());
+                found.entry(path.trim().to_string()).or_default();
                 continue;
             }
-            if let Some(path) = current {
-                let blocks = found
-                    .get_mut(path)
-                    .expect("entry made when the command was seen");
-                for word in line.split_whitespace() {
-                    blocks.push(word.parse().map_err(|_| LabError::Command {
-                        command: format!("debugfs blocks {path}"),
-                        detail: format!("unexpected output {line:?}"),
-                    })?);
+            if let Some(path) = &current {
+                if let Some(extent) = parse_extent_line(line) {
+                    found
+                        .get_mut(path)
+                        .expect("entry made with the command")
+                        .push(extent);
                 }
             }
         }
         for path in paths {
-            let blocks = found.remove(path).unwrap_or_default();
+            let extents = found.remove(path).unwrap_or_default();
             let file = self
                 .files
                 .iter()
                 .find(|file| &file.path == path)
                 .expect("paths come from the file list");
-            if (blocks.len() as u64) < file.bytes.div_ceil(IMAGE_BLOCK_BYTES) {
+            let mapped: u64 = extents.iter().map(|extent| extent.blocks).sum();
+            if mapped == 0 || mapped > file.bytes.div_ceil(IMAGE_BLOCK_BYTES) {
                 return Err(LabError::Command {
-                    command: format!("debugfs blocks {path}"),
-                    detail: format!(
-                        "{} blocks listed for a file of {} bytes",
-                        blocks.len(),
-                        file.bytes
-                    ),
+                    command: format!("debugfs ex {path}"),
+                    detail: format!("{mapped} blocks mapped for a file of {} bytes", file.bytes),
                 });
             }
-            self.blocks.insert(path.clone(), blocks);
+            self.extents.insert(path.clone(), extents);
         }
         Ok(())
     }
 }
 
-/// Writes `data` at file offset `start` of a file whose blocks are `blocks`.
-fn write_in_blocks(
+/// A run of a file's blocks: logical block `logical` onwards lies at physical block
+/// `physical` onwards, for `blocks` blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Extent {
+    logical: u64,
+    physical: u64,
+    blocks: u64,
+}
+
+/// Parses a leaf line of debugfs `ex` ("Level Entries Logical Physical Length Flags"), e.g.
+/// ` 0/ 0   2/  3   100 -   100  1292 -  1292      1 `; index lines (levels above the
+/// leaves) and headers give `None`.
+fn parse_extent_line(line: &str) -> Option<Extent> {
+    let cleaned = line.replace(['/', '-'], " ");
+    let numbers: Vec<u64> = cleaned
+        .split_whitespace()
+        .map_while(|token| token.parse().ok())
+        .collect();
+    let [level, depth, _, _, logical, logical_end, physical, physical_end, blocks, ..] =
+        numbers[..]
+    else {
+        return None;
+    };
+    let leaf = level == depth
+        && logical_end >= logical
+        && physical_end >= physical
+        && physical_end - physical == logical_end - logical;
+    leaf.then_some(Extent {
+        logical,
+        physical,
+        blocks,
+    })
+}
+
+/// Writes `data` at file offset `start` of a file mapped by `extents`; bytes falling in holes
+/// are not written (an in-place writer cannot allocate).
+fn write_in_extents(
     image: &File,
-    blocks: &[u64],
+    extents: &[Extent],
     start: u64,
     data: &[u8],
     path: &str,
@@ -419,15 +462,21 @@ fn write_in_blocks(
     let mut done = 0usize;
     while done < data.len() {
         let offset = start + done as u64;
-        let block = blocks[(offset / IMAGE_BLOCK_BYTES) as usize];
+        let logical = offset / IMAGE_BLOCK_BYTES;
         let within = offset % IMAGE_BLOCK_BYTES;
         let length = ((IMAGE_BLOCK_BYTES - within) as usize).min(data.len() - done);
-        image
-            .write_all_at(
-                &data[done..done + length],
-                block * IMAGE_BLOCK_BYTES + within,
-            )
-            .map_err(|error| LabError::io(format!("modifying {path} in the image"), error))?;
+        let mapped = extents
+            .iter()
+            .find(|extent| (extent.logical..extent.logical + extent.blocks).contains(&logical));
+        if let Some(extent) = mapped {
+            let physical = extent.physical + (logical - extent.logical);
+            image
+                .write_all_at(
+                    &data[done..done + length],
+                    physical * IMAGE_BLOCK_BYTES + within,
+                )
+                .map_err(|error| LabError::io(format!("modifying {path} in the image"), error))?;
+        }
         done += length;
     }
     Ok(())
@@ -625,6 +674,27 @@ mod tests {
             assert!(first.below(13) < 13);
             second.below(13);
         }
+    }
+
+    /// Goal: debugfs extent lines parse, index lines and headers do not; method: lines as
+    /// debugfs 1.47 prints them.
+    #[test]
+    fn extent_lines_parse() {
+        let leaf = parse_extent_line(" 0/ 0   2/  3   100 -   100  1292 -  1292      1 ");
+        assert_eq!(
+            leaf,
+            Some(Extent {
+                logical: 100,
+                physical: 1292,
+                blocks: 1
+            })
+        );
+        let deep = parse_extent_line(" 1/ 1  12/340  4096 -  6143 90112 - 92159   2048 ");
+        assert_eq!(deep.map(|extent| extent.blocks), Some(2048));
+        let index = " 0/ 1   1/  1     0 - 4294967295 33100   4294967296";
+        assert_eq!(parse_extent_line(index), None);
+        let header = "Level Entries       Logical      Physical Length Flags";
+        assert_eq!(parse_extent_line(header), None);
     }
 
     /// Goal: Table 1 rows scale γ with the content; method: SG4 at a tenth of the paper's
