@@ -4,8 +4,10 @@
 //! 2. Cut the stream into *windows* of about [`RuntimeOptions::restore_window_bytes`]; for
 //!    each, look up where its chunks are (segment records) and coalesce chunks that lie close
 //!    together in one container into one read.
-//! 3. A prefetch thread asks the kernel to read the next window's containers ahead
-//!    (`posix_fadvise(WILLNEED)`) while the current window is read.
+//! 3. A prefetch thread asks the kernel to read the next window's spans ahead
+//!    (`posix_fadvise(WILLNEED)` on each coalesced read, not on whole containers: a window
+//!    often needs a small part of a large container, and reading the rest ahead only takes
+//!    bandwidth from the reads that matter) while the current window is read.
 //! 4. The reads of a window run on [`RuntimeOptions::read_threads`] threads; each checks the
 //!    CRC of every chunk and decompresses it. Null chunks are not read: the window starts
 //!    zero-filled.
@@ -46,6 +48,8 @@ const READ_GAP_BYTES_MAX: u64 = 64 << 10;
 const READ_BYTES_MAX: u64 = 16 << 20;
 /// Output blocks checked for zeros when writing an image (skipped ones stay holes).
 const SPARSE_BLOCK_BYTES: usize = 64 << 10;
+/// Read spans queued for the prefetch thread (hints beyond are dropped).
+const PREFETCH_QUEUE_SPANS: usize = 1024;
 /// Windows queued for the writer thread.
 const WRITE_QUEUE_WINDOWS: usize = 2;
 
@@ -233,11 +237,14 @@ impl<V: CatalogView> StreamReader<'_, V> {
             window_bytes,
         };
         std::thread::scope(|scope| -> Result<()> {
-            let (prefetch_sender, prefetch_receiver) = bounded::<ContainerId>(1024);
+            let (prefetch_sender, prefetch_receiver) =
+                bounded::<(ContainerId, u64, u64)>(PREFETCH_QUEUE_SPANS);
             scope.spawn(move || {
-                for id in prefetch_receiver {
+                for (id, span_start, span_end) in prefetch_receiver {
                     // A hint only: a failure to advise changes nothing but speed.
-                    let _ = containers.advise_will_need(id);
+                    if let Ok(file) = containers.file(id) {
+                        let _ = file.advise_will_need(span_start, span_end - span_start);
+                    }
                 }
             });
             let (window_sender, window_receiver) = bounded::<(u64, Vec<u8>)>(WRITE_QUEUE_WINDOWS);
@@ -259,12 +266,9 @@ impl<V: CatalogView> StreamReader<'_, V> {
                 while let Some(window) = next.take() {
                     next = windows.next(self)?;
                     if let (true, Some(upcoming)) = (prefetch, &next) {
-                        let mut seen = Vec::new();
                         for read in &upcoming.reads {
-                            if !seen.contains(&read.container) {
-                                seen.push(read.container);
-                                let _ = prefetch_sender.try_send(read.container);
-                            }
+                            // A full queue drops hints rather than delaying the restore.
+                            let _ = prefetch_sender.try_send((read.container, read.start, read.end));
                         }
                     }
                     let buffer = read_window(containers, &pool, &window, report)?;
