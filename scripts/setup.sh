@@ -19,6 +19,7 @@ packages=(
   python3         # independent cross-checks in tests
   time            # /usr/bin/time: peak memory of the peers (lab paper2)
   tar             # unpacking the typescript releases of lab paper2
+  librsvg2-bin    # rsvg-convert: the lab's SVG figures as PNG, to look at them
 )
 # npm (npm pack: the typescript releases of lab paper2) often comes with a nodejs from
 # elsewhere, whose package conflicts with Debian's npm: only ask for it when it is missing.

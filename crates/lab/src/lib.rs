@@ -8,6 +8,8 @@
 //!   and copy workloads at injected index latencies, LRU and ARC, hints on and off);
 //! - [`paper2`]: paper 2 §4, RevDedup against conventional deduplication on synthetic and
 //!   real backup series, and [`peers`]: restic and borg run on the same series.
+//! - [`trace`]: block traces with content digests (the FIU format of paper 4);
+//! - [`trace_replay`]: paper 4 §4.1, content- vs sector-addressed caches over a trace.
 //!
 //! An experiment is a function from options to files in an output directory; the `onecopy
 //! lab` command only parses arguments and prints progress.
@@ -19,5 +21,7 @@ pub mod paper2;
 pub mod peers;
 pub mod plot;
 pub mod results;
+pub mod trace;
+pub mod trace_replay;
 
 pub use error::{LabError, Result};

@@ -103,6 +103,9 @@ pub struct Testbed {
     fuse_directory: PathBuf,
     mount_point: PathBuf,
     mount_options: String,
+    /// Set once teardown ran, so that drop after `teardown` does nothing (closing the engine
+    /// twice would write a checkpoint into the removed directory).
+    torn_down: bool,
     /// Removed last, after everything living in it is gone.
     directory: Option<tempfile::TempDir>,
 }
@@ -161,6 +164,7 @@ impl Testbed {
             fuse_directory: root.join("fuse"),
             mount_point: root.join("mnt"),
             mount_options: options.file_system.mount_options.clone(),
+            torn_down: false,
             directory: Some(directory),
         };
         testbed.build(options, &root)?;
@@ -274,15 +278,7 @@ impl Testbed {
     fn unmount(&mut self) -> Result<()> {
         assert!(self.mounted, "unmount of an unmounted testbed");
         let mount_point = self.mount_point.display().to_string();
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match run("umount", &[&mount_point]) {
-                Ok(_) => break,
-                Err(error) if attempt >= UMOUNT_ATTEMPTS_MAX => return Err(error),
-                Err(_) => std::thread::sleep(POLL_INTERVAL * 10),
-            }
-        }
+        retry(UMOUNT_ATTEMPTS_MAX, || run("umount", &[&mount_point]))?;
         self.mounted = false;
         Ok(())
     }
@@ -328,19 +324,26 @@ impl Testbed {
 
     fn teardown_steps(&mut self) -> Vec<LabError> {
         let mut failures = Vec::new();
+        if self.torn_down {
+            return failures;
+        }
+        self.torn_down = true;
         if self.mounted {
             if let Err(error) = self.unmount() {
                 failures.push(error);
             }
         }
         if let Some(device) = self.loop_device.take() {
-            if let Err(error) = run("losetup", &["--detach", &device]) {
-                failures.push(error);
+            match run("losetup", &["--detach", &device]) {
+                Ok(_) => wait_for_detach(&device),
+                Err(error) => failures.push(error),
             }
         }
         if let Some(mut child) = self.nbdfuse.take() {
             let fuse_directory = self.fuse_directory.display().to_string();
-            if let Err(error) = run("fusermount3", &["-u", &fuse_directory]) {
+            if let Err(error) = retry(UMOUNT_ATTEMPTS_MAX, || {
+                run("fusermount3", &["-u", &fuse_directory])
+            }) {
                 failures.push(error);
             }
             if let Err(error) = wait_or_kill(&mut child, NBDFUSE_EXIT_TIMEOUT) {
@@ -431,6 +434,33 @@ pub fn run(program: &str, arguments: &[&str]) -> Result<String> {
         });
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// Runs `step` until it succeeds, at most `attempts` times, pausing between attempts: a
+/// device or mount can stay busy for a moment after its last user went away.
+fn retry<T>(attempts: u32, mut step: impl FnMut() -> Result<T>) -> Result<T> {
+    assert!(attempts >= 1);
+    let mut attempt = 1;
+    loop {
+        match step() {
+            Ok(value) => return Ok(value),
+            Err(error) if attempt >= attempts => return Err(error),
+            Err(_) => std::thread::sleep(POLL_INTERVAL * 10),
+        }
+        attempt += 1;
+    }
+}
+
+/// Waits (boundedly) until the kernel let go of a detached loop device: `losetup --detach` of
+/// a device still referenced only marks it for clearing, and its backing file (our FUSE
+/// file) stays open until then, which would keep `fusermount3 -u` from succeeding.
+fn wait_for_detach(device: &str) {
+    let name = device.trim_start_matches("/dev/");
+    let backing_file = format!("/sys/block/{name}/loop/backing_file");
+    let started = Instant::now();
+    while Path::new(&backing_file).exists() && started.elapsed() < ATTACH_TIMEOUT {
+        std::thread::sleep(POLL_INTERVAL);
+    }
 }
 
 fn create_directory(path: &Path) -> Result<()> {

@@ -437,6 +437,17 @@ fn draw_legend(svg: &mut String, frame: &Frame, names: &[&str], lines: bool) {
     }
 }
 
+/// The axis with one more tick step (a power of ten on a log axis) above the data, where the
+/// legend sits.
+fn with_legend_room(mut axis: Axis) -> Axis {
+    match axis.scale {
+        AxisScale::Linear => axis.maximum += axis.ticks[1] - axis.ticks[0],
+        AxisScale::Log10 => axis.maximum *= 10.0,
+    }
+    axis.ticks.push(axis.maximum);
+    axis
+}
+
 fn draw_bars(svg: &mut String, frame: &Frame, panel: &BarPanel) {
     for series in &panel.series {
         assert_eq!(
@@ -451,15 +462,7 @@ fn draw_bars(svg: &mut String, frame: &Frame, panel: &BarPanel) {
         .series
         .iter()
         .flat_map(|series| series.values.iter().copied());
-    let mut axis = Axis::covering(panel.y_scale, values);
-    if panel.y_scale == AxisScale::Linear {
-        let step = axis.ticks[1] - axis.ticks[0];
-        axis.maximum += step;
-        axis.ticks.push(axis.maximum);
-    } else {
-        axis.maximum *= 10.0;
-        axis.ticks.push(axis.maximum);
-    }
+    let axis = with_legend_room(Axis::covering(panel.y_scale, values));
     draw_frame(
         svg,
         frame,
@@ -525,7 +528,7 @@ fn draw_bars(svg: &mut String, frame: &Frame, panel: &BarPanel) {
 fn draw_lines(svg: &mut String, frame: &Frame, panel: &LinePanel) {
     let points = || panel.series.iter().flat_map(|series| series.points.iter());
     let x_axis = Axis::covering(panel.x_scale, points().map(|point| point.0));
-    let y_axis = Axis::covering(panel.y_scale, points().map(|point| point.1));
+    let y_axis = with_legend_room(Axis::covering(panel.y_scale, points().map(|point| point.1)));
     draw_frame(
         svg,
         frame,

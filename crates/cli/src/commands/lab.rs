@@ -10,6 +10,8 @@ use onecopy_core::units::{parse_duration_ns, parse_size};
 use onecopy_lab::paper1::{self, Paper1Options, Scale, Workload, PAPER_LATENCIES_NS};
 use onecopy_lab::paper2::{self, Dataset, Paper2Options};
 use onecopy_lab::peers::Tool;
+use onecopy_lab::trace::read_trace;
+use onecopy_lab::trace_replay::{run_trace_experiment, CACHE_BLOCKS_DEFAULT};
 
 use crate::Cli;
 
@@ -28,6 +30,24 @@ pub enum LabCommand {
     /// (SG1-SG5, GP) and typescript releases, and restic and borg on the same releases (needs
     /// e2fsprogs, npm, tar, restic, borgbackup and /usr/bin/time).
     Paper2(Paper2Args),
+    /// Paper 4 §4.1: replay a block trace with content digests (FIU format) through content-
+    /// and sector-addressed caches, ARC and LRU, simulated and through the engine.
+    Trace(TraceArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TraceArgs {
+    /// The trace: `timestamp_ns pid process lba size R|W major minor md5...` per line.
+    pub file: PathBuf,
+    /// Directory for results.json, results.csv and paper4-cache.svg.
+    #[arg(long, value_name = "DIR", default_value = "lab-results/trace")]
+    pub out: PathBuf,
+    /// Cache sizes in blocks, comma separated [default: 32,64,128,256,512,1024,2048].
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub cache_blocks: Vec<usize>,
+    /// Fraction of the trace that only warms the caches (paper 4: the first of two weeks).
+    #[arg(long, default_value_t = 0.5)]
+    pub warmup: f64,
 }
 
 #[derive(Args, Debug)]
@@ -69,6 +89,9 @@ pub struct Paper1Args {
     /// Appends of the journal workload [default: 20000, quick: 1000].
     #[arg(long, value_name = "N")]
     pub appends: Option<u64>,
+    /// Copy runs with hints on use every hint source, not only prefetch as in paper 1.
+    #[arg(long)]
+    pub copy_all_hints: bool,
     /// Only redraw the figures and summary from the results.json in --out.
     #[arg(long)]
     pub replot: bool,
@@ -78,7 +101,23 @@ pub fn run(_cli: &Cli, args: &LabArgs) -> anyhow::Result<()> {
     match &args.experiment {
         LabCommand::Paper1(paper1_args) => run_paper1(paper1_args),
         LabCommand::Paper2(paper2_args) => run_paper2(paper2_args),
+        LabCommand::Trace(trace_args) => run_trace(trace_args),
     }
+}
+
+fn run_trace(args: &TraceArgs) -> anyhow::Result<()> {
+    let records = read_trace(&args.file)?;
+    let cache_blocks = if args.cache_blocks.is_empty() {
+        CACHE_BLOCKS_DEFAULT.to_vec()
+    } else {
+        args.cache_blocks.clone()
+    };
+    let written = run_trace_experiment(&args.file, &records, &cache_blocks, args.warmup, &args.out)
+        .context("replaying the trace")?;
+    for path in written {
+        println!("{}", path.display());
+    }
+    Ok(())
 }
 
 fn run_paper1(args: &Paper1Args) -> anyhow::Result<()> {
@@ -125,6 +164,7 @@ fn paper1_options(args: &Paper1Args) -> anyhow::Result<Paper1Options> {
     if let Some(files) = args.files {
         scale.metadata_files = files;
     }
+    scale.copy_all_hints = args.copy_all_hints;
     if let Some(appends) = args.appends {
         scale.journal_appends = appends;
     }

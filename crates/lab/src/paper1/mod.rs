@@ -142,6 +142,10 @@ pub struct Scale {
     pub duplicate_fraction: f64,
     /// The copy workload syncs after each this many bytes copied.
     pub copy_flush_bytes: u64,
+    /// Copy runs with hints on use every hint source, not only prefetch (paper 1 §5.4.4 had
+    /// the metadata and journal hints off; this shows what they add).
+    #[serde(default)]
+    pub copy_all_hints: bool,
 }
 
 impl Scale {
@@ -159,6 +163,7 @@ impl Scale {
             journal_fsync_every: 100,
             duplicate_fraction: 0.25,
             copy_flush_bytes: 4 << 20,
+            copy_all_hints: false,
         }
     }
 
@@ -392,7 +397,15 @@ pub fn run_experiment(
         for &workload in &options.workloads {
             for &policy in &options.policies {
                 for &latency_ns in &options.latencies_ns {
-                    for hints in [false, true] {
+                    // Alternate the order between repetitions so that whatever the first
+                    // run of a pair leaves behind (host page cache, load) does not always
+                    // favour the same side.
+                    let order = if repetition % 2 == 1 {
+                        [false, true]
+                    } else {
+                        [true, false]
+                    };
+                    for hints in order {
                         progress(&format!(
                             "[{}/{cells}, {:.0} s] {workload} {policy} {} hints {}",
                             results.runs.len() + 1,
@@ -433,9 +446,9 @@ pub fn run_experiment(
 
 /// `10us`, `500us`, `1ms`, `10ms`.
 pub fn format_latency(latency_ns: u64) -> String {
-    if latency_ns >= 1_000_000 && latency_ns % 1_000_000 == 0 {
+    if latency_ns >= 1_000_000 && latency_ns.is_multiple_of(1_000_000) {
         format!("{}ms", latency_ns / 1_000_000)
-    } else if latency_ns >= 1_000 && latency_ns % 1_000 == 0 {
+    } else if latency_ns >= 1_000 && latency_ns.is_multiple_of(1_000) {
         format!("{}us", latency_ns / 1_000)
     } else {
         format!("{latency_ns}ns")
@@ -459,7 +472,11 @@ fn run_once(
     runtime.index.expected_entries = scale.filter_expected_entries;
     // Paper 1's system has no read cache; reads go to the containers.
     runtime.content_cache_bytes = 0;
-    let hint_settings = workload.hint_settings(hints);
+    let hint_settings = if workload == Workload::Copy && hints && scale.copy_all_hints {
+        HintSettings::default()
+    } else {
+        workload.hint_settings(hints)
+    };
     let mut testbed = Testbed::attach(&TestbedOptions {
         parent_directory: options.work_directory.clone(),
         volume_bytes: scale.volume_bytes,

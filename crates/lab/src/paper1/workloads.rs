@@ -176,7 +176,7 @@ pub fn append_with_fsync(
             fsyncs += 1;
         }
     }
-    if appends % fsync_every != 0 {
+    if !appends.is_multiple_of(fsync_every) {
         fsync(&file)?;
         fsyncs += 1;
     }
