@@ -32,6 +32,7 @@ pub mod experiments;
 pub mod figures;
 pub mod measure;
 pub mod synthetic;
+pub mod tables;
 pub mod typescript;
 
 use std::fmt;
@@ -364,10 +365,10 @@ pub fn write_outputs(directory: &Path, results: &Paper2Results) -> Result<Vec<Pa
     let json = directory.join("results.json");
     write_json(&json, results)?;
     written.push(json);
-    written.extend(figures::write_tables(directory, results)?);
+    written.extend(tables::write_tables(directory, results)?);
     written.extend(figures::write_figures(directory, results)?);
     let summary = directory.join("summary.md");
-    write_text(&summary, &figures::summary(results))?;
+    write_text(&summary, &tables::summary(results))?;
     written.push(summary);
     Ok(written)
 }
