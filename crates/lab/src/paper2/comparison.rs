@@ -381,3 +381,82 @@ fn peak_rss(comparison: &ComparisonResults, tool: Tool) -> u64 {
         .map(|(_, run)| run.max_rss_bytes);
     versions.chain(deletions).chain(oldest).max().unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(seconds: f64, rss_mebibytes: u64) -> ToolRun {
+        ToolRun {
+            seconds,
+            user_seconds: seconds / 2.0,
+            system_seconds: 0.0,
+            max_rss_bytes: rss_mebibytes << 20,
+            load_average: 0.0,
+        }
+    }
+
+    fn version(tool: Tool, version: u32, backup: f64, restore: f64, bytes: u64) -> PeerVersion {
+        PeerVersion {
+            tool,
+            version,
+            release: format!("r{version}"),
+            logical_bytes: 1 << 20,
+            backup: run(backup, 50),
+            reverse_seconds: 0.0,
+            restore_newest: run(restore, 60),
+            repository_bytes: bytes,
+        }
+    }
+
+    /// Goal: the goal table computes ratios and verdicts from the measures; method: a made-up
+    /// comparison where onecopy is 6x faster to back up than restic but only 3x than borg,
+    /// restores 2.5x faster, and deletes 50x faster at two sizes.
+    #[test]
+    fn goal_table_judges_each_goal() {
+        let mut comparison = ComparisonResults::default();
+        for index in 1..=4 {
+            comparison
+                .versions
+                .push(version(Tool::Onecopy, index, 0.1, 0.2, 100 + index as u64));
+            comparison
+                .versions
+                .push(version(Tool::Restic, index, 0.6, 0.5, 200));
+            comparison
+                .versions
+                .push(version(Tool::Borg, index, 0.3, 0.4, 90));
+        }
+        for (tool, seconds, backups, bytes) in [
+            (Tool::Onecopy, 0.01, 2, 100),
+            (Tool::Restic, 0.5, 2, 100),
+            (Tool::Onecopy, 0.01, 4, 200),
+            (Tool::Restic, 0.5, 4, 200),
+        ] {
+            comparison.deletions.push(PeerDeletion {
+                tool,
+                backups,
+                repository_bytes: bytes,
+                steps: vec![("delete".into(), run(seconds, 10))],
+                total: run(seconds, 10),
+            });
+        }
+        let rows = goal_table(&comparison, Some((95.0, 96.5)));
+        let verdict = |prefix: &str| {
+            rows.iter()
+                .find(|row| row.goal.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no row {prefix}"))
+                .met
+        };
+        assert!(verdict("storage saving"));
+        assert!(verdict("backup time >= 5x faster than restic"));
+        assert!(!verdict("backup time >= 5x faster than borg"));
+        assert!(verdict("restore of the newest >= 2x"));
+        assert!(verdict("repository size"));
+        assert!(verdict("peak memory"));
+        assert!(verdict("restore of the newest flat"));
+        assert!(verdict("delete oldest of 4 >= 20x faster than restic"));
+        assert!(verdict("deletion time independent"));
+        let failing = goal_table(&comparison, Some((90.0, 96.5)));
+        assert!(!failing[0].met, "5.5 points from conventional is too far");
+    }
+}
