@@ -151,6 +151,24 @@ impl Scale {
         }
     }
 
+    /// The image size: at least [`Scale::image_bytes`], and room for the files every series
+    /// adds (γ a weekday for every week but the first) with a quarter to spare for ext4's own
+    /// blocks, rounded up to 16 MiB.
+    pub fn image_bytes_for(&self, datasets: &[Dataset], content_bytes: u64) -> Result<u64> {
+        let mut added_max = 0u64;
+        for dataset in datasets {
+            let weeks = match dataset {
+                Dataset::Gp => self.group_weeks,
+                _ => self.weeks,
+            };
+            let spec = SyntheticSpec::from_table(dataset.name(), content_bytes, 1, weeks)?;
+            let days = u64::from(weeks.saturating_sub(1) * synthetic::WEEKDAYS_PER_WEEK);
+            added_max = added_max.max(days * spec.new_bytes_per_day);
+        }
+        let needed = (content_bytes + added_max) / 4 * 5;
+        Ok(self.image_bytes.max(needed.div_ceil(16 << 20) * (16 << 20)))
+    }
+
     /// Weeks at which the oldest backup is deleted on a copy: evenly spread, the last one
     /// included.
     pub fn checkpoints(&self, weeks: u32) -> Vec<u32> {
@@ -271,12 +289,13 @@ pub fn run_experiment(options: &Paper2Options, log: &mut dyn FnMut(&str)) -> Res
             options.scale.content_bytes,
         )?;
         let base_image = work.join("base.img");
-        synthetic::build_image(&base_tree, &base_image, options.scale.image_bytes)?;
+        let image_bytes = options.scale.image_bytes_for(&synthetic, content_bytes)?;
+        synthetic::build_image(&base_tree, &base_image, image_bytes)?;
         log(&format!(
             "base image: {} MiB of files from {} in a {} MiB ext4 image",
             content_bytes >> 20,
             options.base_source.display(),
-            options.scale.image_bytes >> 20
+            image_bytes >> 20
         ));
         for dataset in synthetic {
             let (series, weeks) = match dataset {
@@ -407,6 +426,32 @@ mod tests {
         assert_eq!(scale.checkpoints(3), vec![2, 3]);
         scale.deletion_checkpoints = 1;
         assert_eq!(scale.checkpoints(7), vec![7]);
+    }
+
+    /// Goal: the image leaves room for every file a series adds; method: SG4 (twice Table 1's
+    /// γ) over 20 weeks needs more than a small configured image, a quick scale does not.
+    #[test]
+    fn image_leaves_room_for_new_files() {
+        let mut scale = Scale::full();
+        scale.image_bytes = 64 << 20;
+        let content = 127 << 20;
+        let bytes = scale
+            .image_bytes_for(&[Dataset::Sg1, Dataset::Sg4], content)
+            .expect("known datasets");
+        let added = 19
+            * 5
+            * SyntheticSpec::from_table("sg4", content, 1, 20)
+                .expect("known")
+                .new_bytes_per_day;
+        assert!(bytes >= content + added + (content + added) / 5);
+        assert_eq!(bytes % (16 << 20), 0);
+        let quick = Scale::quick();
+        assert_eq!(
+            quick
+                .image_bytes_for(&[Dataset::Sg4], 16 << 20)
+                .expect("known"),
+            quick.image_bytes
+        );
     }
 
     /// Goal: dataset names parse both ways; method: every dataset and a bad name.
