@@ -268,7 +268,8 @@ impl<V: CatalogView> StreamReader<'_, V> {
                     if let (true, Some(upcoming)) = (prefetch, &next) {
                         for read in &upcoming.reads {
                             // A full queue drops hints rather than delaying the restore.
-                            let _ = prefetch_sender.try_send((read.container, read.start, read.end));
+                            let _ =
+                                prefetch_sender.try_send((read.container, read.start, read.end));
                         }
                     }
                     let buffer = read_window(containers, &pool, &window, report)?;
