@@ -17,7 +17,9 @@ packages=(
   restic          # backup peer
   borgbackup      # backup peer
   python3         # independent cross-checks in tests
-  curl            # test data: two real software releases from the npm registry
+  curl            # test data and lab paper2: real software releases from the npm registry
+  time            # /usr/bin/time: peak memory of the peers (lab paper2)
+  tar             # unpacking the typescript releases of lab paper2
   librsvg2-bin    # rsvg-convert: the lab's SVG figures as PNG, to look at them
 )
 

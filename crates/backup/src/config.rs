@@ -27,6 +27,10 @@ pub const CONTAINER_BYTES_DEFAULT: u64 = 32 << 20;
 pub const COMPRESSION_LEVEL_DEFAULT: i32 = 3;
 /// Largest live window accepted.
 pub const LIVE_WINDOW_MAX: u32 = 1 << 16;
+/// Segments the segment index's filter is first sized for: 256 GiB of unique data in 4 MiB
+/// segments (the filter grows beyond, see `onecopy_core::index`). The index's own default,
+/// a million entries, persists a 1.2 MiB filter even in a store of one small backup.
+pub const SEGMENT_INDEX_EXPECTED_ENTRIES: u64 = 1 << 16;
 /// Logical bytes a restore assembles at once (per window) by default.
 pub const RESTORE_WINDOW_BYTES_DEFAULT: usize = 32 << 20;
 
@@ -228,7 +232,10 @@ impl Default for RuntimeOptions {
             read_threads: std::thread::available_parallelism().map_or(2, |count| count.get()),
             restore_window_bytes: RESTORE_WINDOW_BYTES_DEFAULT,
             prefetch: true,
-            index: IndexOptions::default(),
+            index: IndexOptions {
+                expected_entries: SEGMENT_INDEX_EXPECTED_ENTRIES,
+                ..IndexOptions::default()
+            },
         }
     }
 }

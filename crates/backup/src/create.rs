@@ -22,6 +22,7 @@ use crate::delete::DeleteReport;
 use crate::error::{BackupError, IoContext, Result};
 use crate::inline::{self, InlineReport, Progress};
 use crate::recipe::Recipe;
+use crate::reuse::PredecessorChunks;
 use crate::reverse::ReverseReport;
 use crate::segment::{SegmentHead, SegmentState, CONTAINERS, SEGMENTS, SEGMENT_HEADS};
 use crate::series::{
@@ -143,7 +144,16 @@ impl BackupStore {
             BackupSource::Reader { reader, name } => (SourceKind::Stream, name, reader, None),
         };
         let walk_seconds = walk_started.elapsed().as_secs_f64();
-        let outcome = inline::run(self, reader.as_mut(), options.progress)?;
+        // Reusing stored forms only saves work when chunks are compressed; conventional mode
+        // finds every such chunk inline already.
+        let predecessor = if self.state.options.compression_level.is_some()
+            && self.state.options.mode == DedupMode::Revdedup
+        {
+            PredecessorChunks::load(&self.catalog.read()?, &series_record)?
+        } else {
+            None
+        };
+        let outcome = inline::run(self, reader.as_mut(), options.progress, predecessor)?;
         if let Some(range) = tree {
             if outcome.report.logical_bytes != range.offset + range.bytes {
                 return Err(BackupError::InvalidArgument(format!(

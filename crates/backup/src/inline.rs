@@ -10,7 +10,8 @@
 //! 3. **index lookup**: a segment already stored (the index names it and its catalog head
 //!    confirms it is shared) gains a reference; nothing is written;
 //! 4. **compress** (all cores): the non-null chunks of new segments are compressed with zstd
-//!    (kept as they are unless that saves an eighth);
+//!    (kept as they are unless that saves an eighth), except chunks the series' newest backup
+//!    already stores, whose stored form is read back instead ([`crate::reuse`]);
 //! 5. **container append**: a new segment goes whole into the open container, which is sealed
 //!    (time stamp 0: shared) when the segment would overflow it; new segments enter the index.
 //!
@@ -25,7 +26,8 @@ use std::time::Instant;
 use crossbeam_channel::bounded;
 use onecopy_core::chunking::ChunkReader;
 use onecopy_core::container::{
-    is_zero, ChunkHeader, ContainerId, ContainerWriter, CHUNK_COMPRESSED, CHUNK_HEADER_BYTES,
+    is_zero, ChunkHeader, ChunkLocation, ContainerId, ContainerWriter, CHUNK_COMPRESSED,
+    CHUNK_HEADER_BYTES,
 };
 use onecopy_core::fingerprint::{Fingerprint, FingerprintAlgorithm};
 use rayon::prelude::*;
@@ -34,6 +36,7 @@ use serde::Serialize;
 use crate::config::DedupMode;
 use crate::error::{BackupError, Result};
 use crate::recipe::SegmentReference;
+use crate::reuse::{PredecessorChunks, Reused};
 use crate::segment::{
     ChunkStorage, ContainerKind, ContainerRecord, SegmentChunk, SegmentId, SegmentRecord,
     SegmentState,
@@ -77,6 +80,14 @@ pub struct InlineReport {
     pub index_seconds: f64,
     pub compress_seconds: f64,
     pub write_seconds: f64,
+    /// Chunks of new segments whose stored form was reused from the predecessor.
+    pub reused_chunks: u64,
+    /// Their raw bytes (not compressed again).
+    pub reused_raw_bytes: u64,
+    /// Bytes read from the predecessor's containers for them.
+    pub reuse_read_bytes: u64,
+    /// Chunks in the predecessor map.
+    pub predecessor_chunks: u64,
 }
 
 /// What the inline phase produced, not yet committed.
@@ -110,6 +121,7 @@ pub(crate) fn run(
     store: &mut BackupStore,
     source: &mut (dyn Read + Send),
     progress: Option<Progress>,
+    predecessor: Option<PredecessorChunks>,
 ) -> Result<InlineOutcome> {
     store.assert_recovered();
     let started = Instant::now();
@@ -126,16 +138,32 @@ pub(crate) fn run(
         },
         pending: HashMap::new(),
         open: None,
+        predecessor,
     };
+    writer.outcome.report.predecessor_chunks = writer
+        .predecessor
+        .as_ref()
+        .map_or(0, |predecessor| predecessor.len() as u64);
     let (sender, receiver) = bounded::<Result<Batch>>(QUEUE_BATCHES);
+    // Consumed batches go back to the chunker to be filled again: fresh multi-megabyte
+    // buffers would each cost a page fault per page.
+    let (recycle_sender, recycle_receiver) = bounded::<Batch>(QUEUE_BATCHES + 2);
     let result = std::thread::scope(|scope| {
         let chunker = scope.spawn(move || -> f64 {
             let mut busy = 0.0;
             let mut reader = ChunkReader::new(source, spec.build());
-            let mut batch = Batch {
-                data: Vec::with_capacity(BATCH_BYTES * 2),
-                segments: Vec::new(),
+            let next_batch = || match recycle_receiver.try_recv() {
+                Ok(mut batch) => {
+                    batch.data.clear();
+                    batch.segments.clear();
+                    batch
+                }
+                Err(_) => Batch {
+                    data: Vec::with_capacity(BATCH_BYTES * 2),
+                    segments: Vec::new(),
+                },
             };
+            let mut batch = next_batch();
             let mut segment = Vec::new();
             loop {
                 let start = Instant::now();
@@ -154,13 +182,7 @@ pub(crate) fn run(
                     batch.segments.push(std::mem::take(&mut segment));
                     if batch.data.len() >= BATCH_BYTES {
                         busy += start.elapsed().as_secs_f64();
-                        let full = std::mem::replace(
-                            &mut batch,
-                            Batch {
-                                data: Vec::with_capacity(BATCH_BYTES * 2),
-                                segments: Vec::new(),
-                            },
-                        );
+                        let full = std::mem::replace(&mut batch, next_batch());
                         if sender.send(Ok(full)).is_err() {
                             return busy;
                         }
@@ -179,10 +201,14 @@ pub(crate) fn run(
         });
         let mut consumed = Ok(());
         for batch in receiver.iter() {
-            let step = batch.and_then(|batch| writer.add_batch(store, &batch));
-            if let Err(error) = step {
-                consumed = Err(error);
-                break;
+            let step = batch.and_then(|batch| writer.add_batch(store, &batch).map(|()| batch));
+            match step {
+                // A full recycling queue only means the chunker has buffers enough.
+                Ok(batch) => drop(recycle_sender.try_send(batch)),
+                Err(error) => {
+                    consumed = Err(error);
+                    break;
+                }
             }
             if let Some(progress) = progress {
                 progress(writer.outcome.report.logical_bytes);
@@ -207,6 +233,8 @@ struct PathState {
     /// does not yet, so the usual confirmation would reject them).
     pending: HashMap<Fingerprint, SegmentId>,
     open: Option<(ContainerWriter, Vec<SegmentId>)>,
+    /// Stored chunks of the series' newest backup, whose stored form can be reused.
+    predecessor: Option<PredecessorChunks>,
 }
 
 impl PathState {
@@ -271,15 +299,39 @@ impl PathState {
             .filter(|decision| decision.3)
             .flat_map(|decision| decision.0.clone())
             .collect();
-        let forms: Vec<StoredForm> = new_chunks
-            .par_iter()
+        // Chunks the predecessor stores: their stored form is read back, not recomputed.
+        let mut prepared: Vec<Option<StoredForm>> = (0..new_chunks.len()).map(|_| None).collect();
+        if let Some(predecessor) = &self.predecessor {
+            let wanted: Vec<(usize, ChunkLocation)> = new_chunks
+                .iter()
+                .enumerate()
+                .filter(|(_, &chunk)| !hashed[chunk].1)
+                .filter_map(|(position, &chunk)| {
+                    predecessor
+                        .get(&hashed[chunk].0, slices[chunk].len())
+                        .map(|location| (position, location))
+                })
+                .collect();
+            let (reused, read_bytes) = PredecessorChunks::read(&store.containers, &wanted);
+            self.outcome.report.reuse_read_bytes += read_bytes;
+            for (position, form) in reused {
+                let Some(form) = form else { continue };
+                self.outcome.report.reused_chunks += 1;
+                self.outcome.report.reused_raw_bytes += slices[new_chunks[position]].len() as u64;
+                prepared[position] = Some(match form {
+                    Reused::Raw => StoredForm::Raw,
+                    Reused::Compressed(bytes) => StoredForm::Compressed(bytes),
+                });
+            }
+        }
+        let forms: Vec<StoredForm> = prepared
+            .into_par_iter()
+            .zip(new_chunks.par_iter())
             .with_min_len(CHUNKS_PER_TASK)
-            .map(|&chunk| {
-                if hashed[chunk].1 {
-                    Ok(StoredForm::Zero)
-                } else {
-                    compress(slices[chunk], level)
-                }
+            .map(|(ready, &chunk)| match ready {
+                Some(form) => Ok(form),
+                None if hashed[chunk].1 => Ok(StoredForm::Zero),
+                None => compress(slices[chunk], level),
             })
             .collect::<Result<_>>()?;
         self.outcome.report.compress_seconds += start.elapsed().as_secs_f64();

@@ -20,6 +20,8 @@
 //!   in use ([`settle`]). Deleting a backup drops its stamped containers without reading them
 //!   ([`delete`]); mark and sweep is the baseline.
 //! - Null chunks are never stored and are regenerated on restore ([`restore`]).
+//! - Chunks of new segments that the series' newest backup already stores are not compressed
+//!   again: their stored form is read back ([`reuse`]).
 //!
 //! # Write ordering
 //!
@@ -82,6 +84,7 @@ pub mod inline;
 pub mod recipe;
 pub mod resolve;
 pub mod restore;
+pub mod reuse;
 pub mod reverse;
 pub mod segment;
 pub mod series;

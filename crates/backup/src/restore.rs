@@ -4,8 +4,10 @@
 //! 2. Cut the stream into *windows* of about [`RuntimeOptions::restore_window_bytes`]; for
 //!    each, look up where its chunks are (segment records) and coalesce chunks that lie close
 //!    together in one container into one read.
-//! 3. A prefetch thread asks the kernel to read the next window's containers ahead
-//!    (`posix_fadvise(WILLNEED)`) while the current window is read.
+//! 3. A prefetch thread asks the kernel to read the next window's spans ahead
+//!    (`posix_fadvise(WILLNEED)` on each coalesced read, not on whole containers: a window
+//!    often needs a small part of a large container, and reading the rest ahead only takes
+//!    bandwidth from the reads that matter) while the current window is read.
 //! 4. The reads of a window run on [`RuntimeOptions::read_threads`] threads; each checks the
 //!    CRC of every chunk and decompresses it. Null chunks are not read: the window starts
 //!    zero-filled.
@@ -46,6 +48,8 @@ const READ_GAP_BYTES_MAX: u64 = 64 << 10;
 const READ_BYTES_MAX: u64 = 16 << 20;
 /// Output blocks checked for zeros when writing an image (skipped ones stay holes).
 const SPARSE_BLOCK_BYTES: usize = 64 << 10;
+/// Read spans queued for the prefetch thread (hints beyond are dropped).
+const PREFETCH_QUEUE_SPANS: usize = 1024;
 /// Windows queued for the writer thread.
 const WRITE_QUEUE_WINDOWS: usize = 2;
 
@@ -233,11 +237,14 @@ impl<V: CatalogView> StreamReader<'_, V> {
             window_bytes,
         };
         std::thread::scope(|scope| -> Result<()> {
-            let (prefetch_sender, prefetch_receiver) = bounded::<ContainerId>(1024);
+            let (prefetch_sender, prefetch_receiver) =
+                bounded::<(ContainerId, u64, u64)>(PREFETCH_QUEUE_SPANS);
             scope.spawn(move || {
-                for id in prefetch_receiver {
+                for (id, span_start, span_end) in prefetch_receiver {
                     // A hint only: a failure to advise changes nothing but speed.
-                    let _ = containers.advise_will_need(id);
+                    if let Ok(file) = containers.file(id) {
+                        let _ = file.advise_will_need(span_start, span_end - span_start);
+                    }
                 }
             });
             let (window_sender, window_receiver) = bounded::<(u64, Vec<u8>)>(WRITE_QUEUE_WINDOWS);
@@ -259,12 +266,10 @@ impl<V: CatalogView> StreamReader<'_, V> {
                 while let Some(window) = next.take() {
                     next = windows.next(self)?;
                     if let (true, Some(upcoming)) = (prefetch, &next) {
-                        let mut seen = Vec::new();
                         for read in &upcoming.reads {
-                            if !seen.contains(&read.container) {
-                                seen.push(read.container);
-                                let _ = prefetch_sender.try_send(read.container);
-                            }
+                            // A full queue drops hints rather than delaying the restore.
+                            let _ =
+                                prefetch_sender.try_send((read.container, read.start, read.end));
                         }
                     }
                     let buffer = read_window(containers, &pool, &window, report)?;
@@ -410,7 +415,7 @@ fn read_window(
     window: &Window,
     report: &mut RestoreReport,
 ) -> Result<Vec<u8>> {
-    let pieces: Vec<Vec<(usize, Vec<u8>)>> = pool.install(|| {
+    let pieces: Vec<DecodedSpan> = pool.install(|| {
         window
             .reads
             .par_iter()
@@ -418,8 +423,12 @@ fn read_window(
             .collect::<Result<_>>()
     })?;
     let mut buffer = vec![0u8; window.bytes];
-    for (offset, data) in pieces.into_iter().flatten() {
-        buffer[offset..offset + data.len()].copy_from_slice(&data);
+    for span in pieces {
+        let mut from = 0;
+        for (offset, length) in span.chunks {
+            buffer[offset..offset + length].copy_from_slice(&span.raw[from..from + length]);
+            from += length;
+        }
     }
     let mut seen: Vec<ContainerId> = window.reads.iter().map(|span| span.container).collect();
     seen.dedup();
@@ -435,18 +444,85 @@ fn read_window(
     Ok(buffer)
 }
 
+/// The raw bytes of a span's chunks, one after the other, and where each goes in the window
+/// (offset, length): one allocation per span rather than one per chunk.
+struct DecodedSpan {
+    chunks: Vec<(usize, usize)>,
+    raw: Vec<u8>,
+}
+
 /// Reads one span and decodes its chunks (CRC checked, decompressed).
-fn read_span(containers: &ContainerStore, span: &SpanRead) -> Result<Vec<(usize, Vec<u8>)>> {
+fn read_span(containers: &ContainerStore, span: &SpanRead) -> Result<DecodedSpan> {
     let file = containers.file(span.container)?;
     let mut bytes = vec![0u8; (span.end - span.start) as usize];
     file.read_at(span.start, &mut bytes)?;
-    let mut decoded = Vec::with_capacity(span.chunks.len());
+    let raw_total: usize = span
+        .chunks
+        .iter()
+        .map(|(location, _)| location.raw_bytes as usize)
+        .sum();
+    let mut decoded = DecodedSpan {
+        chunks: Vec::with_capacity(span.chunks.len()),
+        raw: vec![0u8; raw_total],
+    };
+    let mut into = 0;
     for &(location, window_offset) in &span.chunks {
         let from = (location.offset as u64 - span.start) as usize;
         let stored = &bytes[from..from + location.stored_bytes as usize];
-        decoded.push((window_offset, decode_chunk(&location, stored)?));
+        let length = location.raw_bytes as usize;
+        decode_chunk_into(&location, stored, &mut decoded.raw[into..into + length])?;
+        decoded.chunks.push((window_offset, length));
+        into += length;
     }
+    assert_eq!(into, raw_total, "the span's chunks fill its buffer");
     Ok(decoded)
+}
+
+thread_local! {
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Checks a chunk's stored bytes against its CRC and decodes them into `raw`, which has the
+/// chunk's raw size.
+fn decode_chunk_into(location: &ChunkLocation, stored: &[u8], raw: &mut [u8]) -> Result<()> {
+    assert_eq!(raw.len(), location.raw_bytes as usize);
+    let what = || {
+        format!(
+            "chunk at offset {} of container {:016x}",
+            location.offset, location.container
+        )
+    };
+    if crc32c::crc32c(stored) != location.checksum {
+        return Err(BackupError::corrupt(what(), "checksum mismatch"));
+    }
+    if location.flags & CHUNK_COMPRESSED == 0 {
+        if stored.len() != raw.len() {
+            return Err(BackupError::corrupt(what(), "raw chunk of the wrong size"));
+        }
+        raw.copy_from_slice(stored);
+        return Ok(());
+    }
+    let written = DECOMPRESSOR.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.is_none() {
+            *cell = Some(
+                zstd::bulk::Decompressor::new()
+                    .map_err(|error| BackupError::io("creating a zstd decompressor", error))?,
+            );
+        }
+        cell.as_mut()
+            .expect("set above")
+            .decompress_to_buffer(stored, raw)
+            .map_err(|error| BackupError::corrupt(what(), error.to_string()))
+    })?;
+    if written != raw.len() {
+        return Err(BackupError::corrupt(
+            what(),
+            "decompressed to the wrong size",
+        ));
+    }
+    Ok(())
 }
 
 /// Checks a chunk's stored bytes against its CRC and returns its raw bytes.

@@ -6,6 +6,8 @@
 //! - [`plot`]: SVG figures (grouped bars, lines, axes, legends) with no dependencies;
 //! - [`paper1`]: paper 1 §5, file-system hints for inline deduplication (metadata, journal
 //!   and copy workloads at injected index latencies, LRU and ARC, hints on and off);
+//! - [`paper2`]: paper 2 §4, RevDedup against conventional deduplication on synthetic and
+//!   real backup series, and [`peers`]: restic and borg run on the same series.
 //! - [`trace`]: block traces with content digests (the FIU format of paper 4);
 //! - [`trace_replay`]: paper 4 §4.1, content- vs sector-addressed caches over a trace.
 //!
@@ -15,6 +17,8 @@
 pub mod error;
 pub mod mount;
 pub mod paper1;
+pub mod paper2;
+pub mod peers;
 pub mod plot;
 pub mod results;
 pub mod trace;

@@ -8,6 +8,8 @@ use clap::{Args, Subcommand};
 use onecopy_core::index::cache::CachePolicy;
 use onecopy_core::units::{parse_duration_ns, parse_size};
 use onecopy_lab::paper1::{self, Paper1Options, Scale, Workload, PAPER_LATENCIES_NS};
+use onecopy_lab::paper2::{self, Dataset, Paper2Options};
+use onecopy_lab::peers::Tool;
 use onecopy_lab::trace::read_trace;
 use onecopy_lab::trace_replay::{run_trace_experiment, CACHE_BLOCKS_DEFAULT};
 
@@ -24,6 +26,10 @@ pub enum LabCommand {
     /// Paper 1 §5: file-system hints for inline deduplication on a kernel ext4 (needs root,
     /// nbdfuse, fuse3, e2fsprogs and util-linux).
     Paper1(Paper1Args),
+    /// Paper 2 §4: RevDedup against conventional deduplication on synthetic image series
+    /// (SG1-SG5, GP) and typescript releases, and restic and borg on the same releases (needs
+    /// e2fsprogs, npm, tar, restic, borgbackup and /usr/bin/time).
+    Paper2(Paper2Args),
     /// Paper 4 §4.1: replay a block trace with content digests (FIU format) through content-
     /// and sector-addressed caches, ARC and LRU, simulated and through the engine.
     Trace(TraceArgs),
@@ -94,6 +100,7 @@ pub struct Paper1Args {
 pub fn run(_cli: &Cli, args: &LabArgs) -> anyhow::Result<()> {
     match &args.experiment {
         LabCommand::Paper1(paper1_args) => run_paper1(paper1_args),
+        LabCommand::Paper2(paper2_args) => run_paper2(paper2_args),
         LabCommand::Trace(trace_args) => run_trace(trace_args),
     }
 }
@@ -196,4 +203,144 @@ fn paper1_options(args: &Paper1Args) -> anyhow::Result<Paper1Options> {
         repetitions: args.repetitions,
         scale,
     })
+}
+
+#[derive(Args, Debug)]
+pub struct Paper2Args {
+    /// Directory for results.json, the CSV tables, summary.md and the SVG figures.
+    #[arg(long, value_name = "DIR", default_value = "lab-results/paper2")]
+    pub out: PathBuf,
+    /// Small images, few weeks and releases: a smoke test of a few minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Datasets, comma separated: sg1, sg2, sg3, sg4, sg5, gp, typescript [default: all].
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub series: Vec<String>,
+    /// Tools compared on the typescript series, comma separated: onecopy, restic, borg, or
+    /// none [default: all three].
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub peers: Vec<String>,
+    /// Where stores, images and peer repositories are made [default: the system temporary
+    /// directory]; removed at the end.
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// Where downloaded releases are kept between runs [default: ~/.cache/onecopy-lab].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Tree the base image's files are copied from.
+    #[arg(long, value_name = "DIR", default_value = "/usr")]
+    pub base_source: PathBuf,
+    /// Size of each synthetic image [default: 384MiB, quick: 64MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub image_size: Option<String>,
+    /// Bytes of files in the base image [default: 128MiB, quick: 16MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub content_size: Option<String>,
+    /// Weekly backups of SG1-SG5 [default: 20, quick: 4].
+    #[arg(long, value_name = "N")]
+    pub weeks: Option<u32>,
+    /// Series of GP [default: 4, quick: 2].
+    #[arg(long, value_name = "N")]
+    pub group_series: Option<u32>,
+    /// Weekly backups of each GP series [default: 10, quick: 3].
+    #[arg(long, value_name = "N")]
+    pub group_weeks: Option<u32>,
+    /// Typescript releases [default: 24, quick: 4].
+    #[arg(long, value_name = "N")]
+    pub releases: Option<usize>,
+    /// Prefix of the typescript versions forming the series.
+    #[arg(long, value_name = "TEXT", default_value = paper2::typescript::VERSION_PREFIX_DEFAULT)]
+    pub release_prefix: String,
+    /// Threads reading containers during restores [default: the number of cores].
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Only redraw the figures, tables and summary from the results.json in --out.
+    #[arg(long)]
+    pub replot: bool,
+}
+
+fn run_paper2(args: &Paper2Args) -> anyhow::Result<()> {
+    if args.replot {
+        let results = paper2::read_results(&args.out.join("results.json"))?;
+        for path in paper2::write_outputs(&args.out, &results)? {
+            println!("{}", path.display());
+        }
+        return Ok(());
+    }
+    let mut scale = if args.quick {
+        paper2::Scale::quick()
+    } else {
+        paper2::Scale::full()
+    };
+    if let Some(size) = &args.image_size {
+        scale.image_bytes = parse_size(size)?;
+    }
+    if let Some(size) = &args.content_size {
+        scale.content_bytes = parse_size(size)?;
+    }
+    if let Some(weeks) = args.weeks {
+        scale.weeks = weeks;
+    }
+    if let Some(series) = args.group_series {
+        scale.group_series = series;
+    }
+    if let Some(weeks) = args.group_weeks {
+        scale.group_weeks = weeks;
+    }
+    if let Some(releases) = args.releases {
+        scale.releases = releases;
+    }
+    let datasets: Vec<Dataset> = if args.series.is_empty() {
+        Dataset::ALL.to_vec()
+    } else {
+        args.series
+            .iter()
+            .map(|name| name.parse())
+            .collect::<Result<_, _>>()?
+    };
+    let peers: Vec<Tool> = match args.peers.as_slice() {
+        [] => Tool::ALL.to_vec(),
+        [none] if none == "none" => Vec::new(),
+        names => names
+            .iter()
+            .map(|name| match name.as_str() {
+                "onecopy" => Ok(Tool::Onecopy),
+                "restic" => Ok(Tool::Restic),
+                "borg" => Ok(Tool::Borg),
+                other => anyhow::bail!("peer {other:?}: use onecopy, restic, borg or none"),
+            })
+            .collect::<anyhow::Result<_>>()?,
+    };
+    let cache_directory = match &args.cache_dir {
+        Some(directory) => directory.clone(),
+        None => dirs::cache_dir()
+            .unwrap_or_else(std::env::temp_dir)
+            .join("onecopy-lab"),
+    };
+    let options = Paper2Options {
+        output_directory: args.out.clone(),
+        work_directory: args.work_dir.clone().unwrap_or_else(std::env::temp_dir),
+        cache_directory,
+        base_source: args.base_source.clone(),
+        datasets,
+        scale,
+        peers,
+        onecopy_executable: std::env::current_exe().context("finding the onecopy executable")?,
+        release_prefix: args.release_prefix.clone(),
+        read_threads: args
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |count| count.get())),
+    };
+    eprintln!(
+        "paper 2: datasets {:?}, peers {:?}, results in {}",
+        options.datasets,
+        options.peers,
+        options.output_directory.display()
+    );
+    let written = paper2::run_experiment(&options, &mut |line| eprintln!("{line}"))
+        .context("running paper 2's experiment")?;
+    for path in written {
+        println!("{}", path.display());
+    }
+    Ok(())
 }

@@ -1,0 +1,462 @@
+//! onecopy against restic and borg on the real series, in the same run, and the goal table.
+//!
+//! Method, for every release in order, for every tool in turn:
+//!
+//! 1. the release is copied to the same staging path (`<work>/stage/typescript`), so every
+//!    tool backs up the same path and reads every file (fresh inodes defeat the tools'
+//!    file-metadata caches, which onecopy does not have);
+//! 2. the page cache is dropped, then the tool backs the stage up (timed);
+//! 3. the page cache is dropped, then the newest backup is restored into an empty directory
+//!    (timed) and compared with the release, file by file;
+//! 4. at the deletion checkpoints, the tool's home is copied and the copy deletes its oldest
+//!    backup (timed, cold cache), then is removed.
+//!
+//! At the end each tool restores its oldest backup (timed, compared) and the repository sizes
+//! are read. Every command runs under `/usr/bin/time` ([`crate::peers`]), which also gives
+//! its CPU time and peak memory.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::measure::{copy_tree, drop_page_cache};
+use super::typescript::Release;
+use crate::error::{LabError, Result};
+use crate::peers::{compare_trees, PeerRepository, Tool, ToolRun, Which};
+
+/// Name of the staged directory every tool backs up.
+const STAGE_NAME: &str = "typescript";
+
+/// One tool's measures on one release.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerVersion {
+    pub tool: Tool,
+    pub version: u32,
+    pub release: String,
+    pub logical_bytes: u64,
+    pub backup: ToolRun,
+    /// onecopy only: seconds of `create` spent reverse-deduplicating the previous backup.
+    pub reverse_seconds: f64,
+    pub restore_newest: ToolRun,
+    pub repository_bytes: u64,
+}
+
+/// Deleting the oldest backup from a copy of a tool's repository.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerDeletion {
+    pub tool: Tool,
+    pub backups: u32,
+    pub repository_bytes: u64,
+    pub steps: Vec<(String, ToolRun)>,
+    pub total: ToolRun,
+}
+
+/// Everything the comparison measured.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ComparisonResults {
+    pub tools: Vec<(Tool, String, String)>,
+    pub versions: Vec<PeerVersion>,
+    pub restore_oldest: Vec<(Tool, ToolRun)>,
+    pub deletions: Vec<PeerDeletion>,
+    pub cold_cache: bool,
+}
+
+/// Runs the comparison over `releases` in `work` (removed at the end).
+pub fn run_comparison(
+    releases: &[Release],
+    tools: &[Tool],
+    onecopy: &Path,
+    deletion_checkpoints: &[u32],
+    work: &Path,
+    log: &mut dyn FnMut(&str),
+) -> Result<ComparisonResults> {
+    assert!(!releases.is_empty(), "a comparison needs releases");
+    fs::create_dir_all(work)
+        .map_err(|error| LabError::io(format!("creating {}", work.display()), error))?;
+    let stage_parent = work.join("stage");
+    let stage = stage_parent.join(STAGE_NAME);
+    let mut results = ComparisonResults {
+        cold_cache: drop_page_cache(),
+        ..ComparisonResults::default()
+    };
+    let mut repositories = Vec::new();
+    for &tool in tools {
+        results.tools.push((
+            tool,
+            PeerRepository::version(tool, onecopy),
+            tool.settings().to_string(),
+        ));
+        let (repository, _) =
+            PeerRepository::create(tool, &work.join(format!("home-{tool}")), onecopy)?;
+        repositories.push(repository);
+    }
+    for (index, release) in releases.iter().enumerate() {
+        let version = index as u32 + 1;
+        remove_if_present(&stage)?;
+        copy_tree(&release.tree, &stage)?;
+        let logical_bytes = super::measure::directory_bytes(&stage)?;
+        for repository in &repositories {
+            drop_page_cache();
+            let (backup, reverse_seconds) =
+                repository.backup(&stage_parent, STAGE_NAME, &format!("v{version:03}"))?;
+            let target = work.join("restore");
+            remove_if_present(&target)?;
+            drop_page_cache();
+            let (restore_newest, root) = repository.restore(Which::Newest, &stage, &target)?;
+            verify(repository.tool, &release.tree, &root)?;
+            remove_if_present(&target)?;
+            let repository_bytes = repository.repository_bytes()?;
+            results.versions.push(PeerVersion {
+                tool: repository.tool,
+                version,
+                release: release.version.clone(),
+                logical_bytes,
+                backup,
+                reverse_seconds,
+                restore_newest,
+                repository_bytes,
+            });
+            if deletion_checkpoints.contains(&version) && version >= 2 {
+                results
+                    .deletions
+                    .push(delete_on_copy(repository, version, work)?);
+            }
+        }
+        let line: Vec<String> = results.versions[results.versions.len() - repositories.len()..]
+            .iter()
+            .map(|measure| {
+                format!(
+                    "{} {:.2}s/{:.2}s",
+                    measure.tool, measure.backup.seconds, measure.restore_newest.seconds
+                )
+            })
+            .collect();
+        log(&format!(
+            "peers: {} ({version}/{}): backup/restore {}",
+            release.version,
+            releases.len(),
+            line.join(", ")
+        ));
+    }
+    remove_if_present(&stage)?;
+    for repository in &repositories {
+        let target = work.join("restore");
+        remove_if_present(&target)?;
+        drop_page_cache();
+        let source_path = stage.clone();
+        let (run, root) = repository.restore(Which::Oldest, &source_path, &target)?;
+        verify(repository.tool, &releases[0].tree, &root)?;
+        remove_if_present(&target)?;
+        results.restore_oldest.push((repository.tool, run));
+    }
+    for repository in repositories {
+        repository.destroy()?;
+    }
+    fs::remove_dir_all(work)
+        .map_err(|error| LabError::io(format!("removing {}", work.display()), error))?;
+    Ok(results)
+}
+
+fn delete_on_copy(repository: &PeerRepository, backups: u32, work: &Path) -> Result<PeerDeletion> {
+    let copy_home = work.join(format!("deletion-{}", repository.tool));
+    remove_if_present(&copy_home)?;
+    let copy = repository.copy_to(&copy_home)?;
+    let repository_bytes = copy.repository_bytes()?;
+    drop_page_cache();
+    let steps = copy.delete_oldest()?;
+    copy.destroy()?;
+    let total = steps
+        .iter()
+        .map(|(_, run)| *run)
+        .reduce(ToolRun::then)
+        .expect("a deletion has a step");
+    Ok(PeerDeletion {
+        tool: repository.tool,
+        backups,
+        repository_bytes,
+        steps,
+        total,
+    })
+}
+
+fn verify(tool: Tool, expected: &Path, restored: &Path) -> Result<()> {
+    match compare_trees(expected, restored)? {
+        None => Ok(()),
+        Some(difference) => Err(LabError::Command {
+            command: format!("{tool} restore"),
+            detail: format!("the restored tree differs from the release: {difference}"),
+        }),
+    }
+}
+
+fn remove_if_present(path: &PathBuf) -> Result<()> {
+    match fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(LabError::io(format!("removing {}", path.display()), error)),
+    }
+}
+
+/// One row of the goal table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GoalRow {
+    pub goal: String,
+    pub ours: String,
+    pub peer: String,
+    pub ratio: String,
+    pub met: bool,
+}
+
+/// The goals, checked against the measures.
+pub fn goal_table(
+    comparison: &ComparisonResults,
+    saving_gap_points: Option<(f64, f64)>,
+) -> Vec<GoalRow> {
+    let mut rows = Vec::new();
+    if let Some((revdedup, conventional)) = saving_gap_points {
+        rows.push(GoalRow {
+            goal: "storage saving within 2 points of conventional".into(),
+            ours: format!("{revdedup:.2}%"),
+            peer: format!("conventional {conventional:.2}%"),
+            ratio: format!("{:+.2} points", revdedup - conventional),
+            met: conventional - revdedup <= 2.0,
+        });
+    }
+    let versions = |tool: Tool| -> Vec<&PeerVersion> {
+        comparison
+            .versions
+            .iter()
+            .filter(|measure| measure.tool == tool)
+            .collect()
+    };
+    let ours = versions(Tool::Onecopy);
+    if ours.is_empty() {
+        return rows;
+    }
+    let sum = |measures: &[&PeerVersion], pick: &dyn Fn(&PeerVersion) -> f64| -> f64 {
+        measures.iter().map(|measure| pick(measure)).sum()
+    };
+    let our_backup = sum(&ours, &|measure| measure.backup.seconds);
+    let our_backup_cpu = sum(&ours, &|measure| measure.backup.cpu_seconds());
+    // Single restores are noisy on a shared machine: compare medians of three versions.
+    let our_restore_last = median_restore(&ours, false);
+    let our_bytes = ours.last().expect("not empty").repository_bytes;
+    let our_rss = peak_rss(comparison, Tool::Onecopy);
+    for peer in [Tool::Restic, Tool::Borg] {
+        let theirs = versions(peer);
+        if theirs.is_empty() {
+            continue;
+        }
+        let their_backup = sum(&theirs, &|measure| measure.backup.seconds);
+        let their_backup_cpu = sum(&theirs, &|measure| measure.backup.cpu_seconds());
+        rows.push(GoalRow {
+            goal: format!("backup time >= 5x faster than {peer} (all versions, wall)"),
+            ours: format!("{our_backup:.2} s"),
+            peer: format!("{their_backup:.2} s"),
+            ratio: format!("{:.2}x", their_backup / our_backup),
+            met: their_backup / our_backup >= 5.0,
+        });
+        rows.push(GoalRow {
+            goal: format!("backup CPU time >= 5x less than {peer} (all versions)"),
+            ours: format!("{our_backup_cpu:.2} s"),
+            peer: format!("{their_backup_cpu:.2} s"),
+            ratio: format!("{:.2}x", their_backup_cpu / our_backup_cpu),
+            met: their_backup_cpu / our_backup_cpu >= 5.0,
+        });
+    }
+    let restic_versions = versions(Tool::Restic);
+    if let Some(restic) = restic_versions.last() {
+        let restic_restore_last = median_restore(&restic_versions, false);
+        let ratio = restic_restore_last / our_restore_last;
+        rows.push(GoalRow {
+            goal: "restore of the newest >= 2x faster than restic (median of the last 3)".into(),
+            ours: format!("{our_restore_last:.3} s"),
+            peer: format!("{restic_restore_last:.3} s"),
+            ratio: format!("{ratio:.2}x"),
+            met: ratio >= 2.0,
+        });
+        rows.push(GoalRow {
+            goal: "repository size <= restic's".into(),
+            ours: format!("{:.1} MiB", our_bytes as f64 / 1048576.0),
+            peer: format!("{:.1} MiB", restic.repository_bytes as f64 / 1048576.0),
+            ratio: format!("{:.2}x", our_bytes as f64 / restic.repository_bytes as f64),
+            met: our_bytes <= restic.repository_bytes,
+        });
+        let their_rss = peak_rss(comparison, Tool::Restic);
+        rows.push(GoalRow {
+            goal: "peak memory <= restic's (any operation)".into(),
+            ours: format!("{:.1} MiB", our_rss as f64 / 1048576.0),
+            peer: format!("{:.1} MiB", their_rss as f64 / 1048576.0),
+            ratio: format!("{:.2}x", our_rss as f64 / their_rss as f64),
+            met: our_rss <= their_rss,
+        });
+    }
+    let first = median_restore(&ours, true);
+    let last = our_restore_last;
+    rows.push(GoalRow {
+        goal: "restore of the newest flat: last <= 1.1 x first (medians of 3)".into(),
+        ours: format!("first {first:.3} s, last {last:.3} s"),
+        peer: String::new(),
+        ratio: format!("{:.2}x", last / first),
+        met: last <= 1.1 * first,
+    });
+    let deletions = |tool: Tool| -> Vec<&PeerDeletion> {
+        comparison
+            .deletions
+            .iter()
+            .filter(|deletion| deletion.tool == tool)
+            .collect()
+    };
+    let our_deletions = deletions(Tool::Onecopy);
+    for peer in [Tool::Restic, Tool::Borg] {
+        for (our, their) in our_deletions.iter().zip(deletions(peer)) {
+            let ratio = their.total.seconds / our.total.seconds;
+            rows.push(GoalRow {
+                goal: format!("delete oldest of {} >= 20x faster than {peer}", our.backups),
+                ours: format!("{:.3} s", our.total.seconds),
+                peer: format!("{:.3} s", their.total.seconds),
+                ratio: format!("{ratio:.1}x"),
+                met: ratio >= 20.0,
+            });
+        }
+    }
+    if let (Some(first), Some(last)) = (our_deletions.first(), our_deletions.last()) {
+        if first.backups != last.backups {
+            let growth = last.repository_bytes as f64 / first.repository_bytes as f64;
+            let ratio = last.total.seconds / first.total.seconds;
+            rows.push(GoalRow {
+                goal: "deletion time independent of repository size".into(),
+                ours: format!(
+                    "{:.3} s at {} backups, {:.3} s at {}",
+                    first.total.seconds, first.backups, last.total.seconds, last.backups
+                ),
+                peer: format!("repository grew {growth:.2}x"),
+                ratio: format!("{ratio:.2}x"),
+                // Flat means it grew much less than the repository did.
+                met: ratio <= 1.0 + (growth - 1.0) / 4.0,
+            });
+        }
+    }
+    rows
+}
+
+/// Median wall time of restoring the newest backup over the first (or last) three versions.
+fn median_restore(measures: &[&PeerVersion], first: bool) -> f64 {
+    let count = measures.len().min(3);
+    let picked = if first {
+        &measures[..count]
+    } else {
+        &measures[measures.len() - count..]
+    };
+    let mut seconds: Vec<f64> = picked
+        .iter()
+        .map(|measure| measure.restore_newest.seconds)
+        .collect();
+    seconds.sort_by(f64::total_cmp);
+    seconds.get(seconds.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Largest peak RSS of any command of `tool`.
+fn peak_rss(comparison: &ComparisonResults, tool: Tool) -> u64 {
+    let versions = comparison
+        .versions
+        .iter()
+        .filter(|measure| measure.tool == tool)
+        .flat_map(|measure| {
+            [
+                measure.backup.max_rss_bytes,
+                measure.restore_newest.max_rss_bytes,
+            ]
+        });
+    let deletions = comparison
+        .deletions
+        .iter()
+        .filter(|deletion| deletion.tool == tool)
+        .map(|deletion| deletion.total.max_rss_bytes);
+    let oldest = comparison
+        .restore_oldest
+        .iter()
+        .filter(|(owner, _)| *owner == tool)
+        .map(|(_, run)| run.max_rss_bytes);
+    versions.chain(deletions).chain(oldest).max().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(seconds: f64, rss_mebibytes: u64) -> ToolRun {
+        ToolRun {
+            seconds,
+            user_seconds: seconds / 2.0,
+            system_seconds: 0.0,
+            max_rss_bytes: rss_mebibytes << 20,
+            load_average: 0.0,
+        }
+    }
+
+    fn version(tool: Tool, version: u32, backup: f64, restore: f64, bytes: u64) -> PeerVersion {
+        PeerVersion {
+            tool,
+            version,
+            release: format!("r{version}"),
+            logical_bytes: 1 << 20,
+            backup: run(backup, 50),
+            reverse_seconds: 0.0,
+            restore_newest: run(restore, 60),
+            repository_bytes: bytes,
+        }
+    }
+
+    /// Goal: the goal table computes ratios and verdicts from the measures; method: a made-up
+    /// comparison where onecopy is 6x faster to back up than restic but only 3x than borg,
+    /// restores 2.5x faster, and deletes 50x faster at two sizes.
+    #[test]
+    fn goal_table_judges_each_goal() {
+        let mut comparison = ComparisonResults::default();
+        for index in 1..=4 {
+            comparison
+                .versions
+                .push(version(Tool::Onecopy, index, 0.1, 0.2, 100 + index as u64));
+            comparison
+                .versions
+                .push(version(Tool::Restic, index, 0.6, 0.5, 200));
+            comparison
+                .versions
+                .push(version(Tool::Borg, index, 0.3, 0.4, 90));
+        }
+        for (tool, seconds, backups, bytes) in [
+            (Tool::Onecopy, 0.01, 2, 100),
+            (Tool::Restic, 0.5, 2, 100),
+            (Tool::Onecopy, 0.01, 4, 200),
+            (Tool::Restic, 0.5, 4, 200),
+        ] {
+            comparison.deletions.push(PeerDeletion {
+                tool,
+                backups,
+                repository_bytes: bytes,
+                steps: vec![("delete".into(), run(seconds, 10))],
+                total: run(seconds, 10),
+            });
+        }
+        let rows = goal_table(&comparison, Some((95.0, 96.5)));
+        let verdict = |prefix: &str| {
+            rows.iter()
+                .find(|row| row.goal.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no row {prefix}"))
+                .met
+        };
+        assert!(verdict("storage saving"));
+        assert!(verdict("backup time >= 5x faster than restic"));
+        assert!(!verdict("backup time >= 5x faster than borg"));
+        assert!(verdict("restore of the newest >= 2x"));
+        assert!(verdict("repository size"));
+        assert!(verdict("peak memory"));
+        assert!(verdict("restore of the newest flat"));
+        assert!(verdict("delete oldest of 4 >= 20x faster than restic"));
+        assert!(verdict("deletion time independent"));
+        let failing = goal_table(&comparison, Some((90.0, 96.5)));
+        assert!(!failing[0].met, "5.5 points from conventional is too far");
+    }
+}

@@ -1,0 +1,656 @@
+//! A backup store under test: one configuration of the paper (mode, segment and container
+//! sizes, live window) in a directory of its own, driven in-process, with every operation
+//! timed in wall time and in the process's CPU time (user + system of all threads, from
+//! `getrusage`), and the host's load average recorded with it (the machine is shared).
+//!
+//! Restores go to a hashing sink ([`HashingWriter`]) or a directory, after the page cache is
+//! dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`, as the paper does before each read)
+//! when the process may; whether it could is recorded with each measurement.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use onecopy_backup::{
+    BackupSource, BackupStore, CreateOptions, DedupMode, DeleteMethod, OpenOptions, RestoreTarget,
+    RuntimeOptions, SeriesOptions, StoreOptions,
+};
+use onecopy_core::storage::LocalStorage;
+use serde::{Deserialize, Serialize};
+
+use super::synthetic::HashingWriter;
+use crate::error::{LabError, Result};
+
+/// One configuration of the store, as the paper's figures name them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoreConfig {
+    /// Short name used in tables and figures, e.g. `rev-4M` or `conv`.
+    pub label: String,
+    pub mode: DedupMode,
+    pub segment_bytes: usize,
+    pub container_bytes: u64,
+    pub live_window: u32,
+    /// zstd level; the paper's experiments run without compression.
+    pub compression_level: Option<i32>,
+}
+
+impl StoreConfig {
+    /// RevDedup with `segment_bytes` segments and `container_bytes` containers.
+    pub fn revdedup(segment_bytes: usize, container_bytes: u64, live_window: u32) -> Self {
+        let mut label = format!("rev-{}M", segment_bytes >> 20);
+        if container_bytes != 32 << 20 {
+            label.push_str(&format!("-c{}M", container_bytes >> 20));
+        }
+        if live_window != 1 {
+            label.push_str(&format!("-lw{live_window}"));
+        }
+        StoreConfig {
+            label,
+            mode: DedupMode::Revdedup,
+            segment_bytes,
+            container_bytes,
+            live_window,
+            compression_level: None,
+        }
+    }
+
+    /// The paper's Conv: 4 KiB chunks deduplicated inline, 32 MiB containers.
+    pub fn conventional() -> Self {
+        StoreConfig {
+            label: "conv".to_string(),
+            mode: DedupMode::Conventional,
+            segment_bytes: 4 << 20,
+            container_bytes: 32 << 20,
+            live_window: 1,
+            compression_level: None,
+        }
+    }
+
+    fn store_options(&self) -> StoreOptions {
+        let mut options = StoreOptions::for_mode(self.mode);
+        options.segment_bytes = self.segment_bytes;
+        options.container_bytes = self.container_bytes;
+        options.compression_level = self.compression_level;
+        options
+    }
+}
+
+/// Wall and CPU time of one operation and the load it ran under.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    pub seconds: f64,
+    /// User + system CPU time of this process (all threads) during the operation.
+    pub cpu_seconds: f64,
+    /// One-minute load average when the operation started.
+    pub load_average: f64,
+}
+
+/// Measures `operation`.
+pub fn timed<T>(operation: impl FnOnce() -> Result<T>) -> Result<(T, Timing)> {
+    let load_average = load_average();
+    let cpu_before = cpu_seconds();
+    let started = Instant::now();
+    let value = operation()?;
+    Ok((
+        value,
+        Timing {
+            seconds: started.elapsed().as_secs_f64(),
+            cpu_seconds: cpu_seconds() - cpu_before,
+            load_average,
+        },
+    ))
+}
+
+/// CPU time (user + system) used by this process so far, all threads included.
+pub fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct we pass and keeps no pointer.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let status = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    if status != 0 {
+        return 0.0;
+    }
+    let seconds = |time: libc::timeval| time.tv_sec as f64 + time.tv_usec as f64 * 1e-6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+/// The one-minute load average (0 if unreadable).
+pub fn load_average() -> f64 {
+    fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Writes dirty pages back and drops the page cache; false when not permitted (not root, or
+/// a read-only /proc), in which case reads may be served from memory.
+pub fn drop_page_cache() -> bool {
+    // SAFETY: sync takes no argument and cannot fail.
+    unsafe { libc::sync() };
+    fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
+}
+
+/// One backup of a series into one store.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BackupMeasure {
+    pub store: String,
+    pub series: String,
+    pub version: u32,
+    pub logical_bytes: u64,
+    pub zero_bytes: u64,
+    pub duplicate_bytes: u64,
+    /// Raw bytes of the new segments' non-null chunks.
+    pub new_raw_bytes: u64,
+    /// Container bytes written for them.
+    pub new_stored_bytes: u64,
+    pub index_lookups: u64,
+    pub index_seconds: f64,
+    pub write_seconds: f64,
+    /// The whole `create` (walk, inline phase, commit), reverse deduplication excluded.
+    pub timing: Timing,
+}
+
+/// One reverse deduplication.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReverseMeasure {
+    pub store: String,
+    pub series: String,
+    pub version: u32,
+    pub logical_bytes: u64,
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+    pub chunks_removed: u64,
+    pub timing: Timing,
+}
+
+/// One restore.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RestoreMeasure {
+    pub store: String,
+    pub series: String,
+    pub version: u32,
+    pub prefetch: bool,
+    pub cold_cache: bool,
+    pub logical_bytes: u64,
+    pub read_bytes: u64,
+    pub containers_read: u64,
+    /// Longest chain of indirect references followed.
+    pub chain_length_max: u32,
+    /// The restored bytes matched the source (hash or tree comparison).
+    pub verified: bool,
+    pub timing: Timing,
+}
+
+/// Space used by a store.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpaceMeasure {
+    /// Bytes of all container files (chunk data with its headers, and garbage).
+    pub container_bytes: u64,
+    /// Bytes of the chunks some record still references.
+    pub referenced_bytes: u64,
+    /// Every file of the store: containers, catalog and index.
+    pub repository_bytes: u64,
+}
+
+/// A store configuration opened in its own directory.
+pub struct StoreUnderTest {
+    pub config: StoreConfig,
+    directory: PathBuf,
+    store: Option<BackupStore>,
+    prefetch: bool,
+    read_threads: usize,
+}
+
+impl StoreUnderTest {
+    /// Creates the store in `directory` (which must not exist).
+    pub fn create(config: StoreConfig, directory: &Path, read_threads: usize) -> Result<Self> {
+        if directory.exists() {
+            return Err(LabError::InvalidOption(format!(
+                "{} exists; each store under test starts empty",
+                directory.display()
+            )));
+        }
+        let mut store = StoreUnderTest {
+            config,
+            directory: directory.to_path_buf(),
+            store: None,
+            prefetch: false,
+            read_threads,
+        };
+        store.open(false)?;
+        Ok(store)
+    }
+
+    /// Opens (or reopens) the store with prefetching on or off.
+    pub fn open(&mut self, prefetch: bool) -> Result<()> {
+        self.store = None;
+        let storage = LocalStorage::create(&self.directory).map_err(|error| {
+            LabError::engine(format!("opening {}", self.directory.display()), error)
+        })?;
+        let runtime = RuntimeOptions {
+            prefetch,
+            read_threads: self.read_threads,
+            ..RuntimeOptions::default()
+        };
+        let store = BackupStore::open(
+            Arc::new(storage),
+            OpenOptions {
+                store: Some(self.config.store_options()),
+                runtime,
+            },
+        )
+        .map_err(|error| LabError::engine(format!("opening store {}", self.config.label), error))?;
+        self.store = Some(store);
+        self.prefetch = prefetch;
+        Ok(())
+    }
+
+    /// Closes the store (before its directory is copied).
+    pub fn close(&mut self) {
+        self.store = None;
+    }
+
+    pub fn directory(&self) -> &Path {
+        &self.directory
+    }
+
+    fn store(&mut self) -> Result<&mut BackupStore> {
+        if self.store.is_none() {
+            self.open(self.prefetch)?;
+        }
+        Ok(self.store.as_mut().expect("opened above"))
+    }
+
+    /// Backs `source` up as the next version of `series`, deferring reverse deduplication.
+    pub fn backup(&mut self, series: &str, source: BackupSource) -> Result<BackupMeasure> {
+        let label = self.config.label.clone();
+        let series_options = SeriesOptions {
+            live_window: self.config.live_window,
+            retention: None,
+        };
+        let store = self.store()?;
+        let (report, timing) = timed(|| {
+            store
+                .create_backup(
+                    series,
+                    source,
+                    CreateOptions {
+                        series_options: Some(series_options),
+                        defer_reverse: true,
+                        ..CreateOptions::default()
+                    },
+                )
+                .map_err(|error| {
+                    LabError::engine(format!("backing {series} up into {label}"), error)
+                })
+        })?;
+        let inline = &report.inline;
+        Ok(BackupMeasure {
+            store: label,
+            series: series.to_string(),
+            version: report.version,
+            logical_bytes: inline.logical_bytes,
+            zero_bytes: inline.zero_bytes,
+            duplicate_bytes: inline.duplicate_bytes,
+            new_raw_bytes: inline.new_raw_bytes,
+            new_stored_bytes: inline.new_stored_bytes,
+            index_lookups: inline.index_lookups,
+            index_seconds: inline.index_seconds,
+            write_seconds: inline.write_seconds,
+            timing,
+        })
+    }
+
+    /// Runs the reverse deduplications `series` is waiting for, one measure each.
+    pub fn reverse_pending(&mut self, series: &str) -> Result<Vec<ReverseMeasure>> {
+        let label = self.config.label.clone();
+        let store = self.store()?;
+        let versions = store.pending_reverse(series).map_err(|error| {
+            LabError::engine(format!("listing pending reverses of {label}"), error)
+        })?;
+        let mut measures = Vec::new();
+        for version in versions {
+            let (report, timing) = timed(|| {
+                store.reverse(series, version).map_err(|error| {
+                    LabError::engine(format!("reverse of {series}@{version} in {label}"), error)
+                })
+            })?;
+            measures.push(ReverseMeasure {
+                store: label.clone(),
+                series: series.to_string(),
+                version,
+                logical_bytes: report.plan.logical_bytes,
+                read_bytes: report.copy.read_bytes,
+                written_bytes: report.copy.written_bytes,
+                chunks_removed: report.plan.settlement.chunks_removed,
+                timing,
+            });
+        }
+        Ok(measures)
+    }
+
+    /// Restores `series@version` into a hashing sink after dropping the page cache, and
+    /// compares the hash with `expected` when given.
+    pub fn restore_hashed(
+        &mut self,
+        series: &str,
+        version: u32,
+        expected: Option<[u8; 32]>,
+    ) -> Result<RestoreMeasure> {
+        let label = self.config.label.clone();
+        let prefetch = self.prefetch;
+        let store = self.store()?;
+        let cold_cache = drop_page_cache();
+        let sink = std::sync::Arc::new(shared_sink::Sink::default());
+        let writer = shared_sink::SharedWriter(Arc::clone(&sink));
+        let (report, timing) = timed(|| {
+            store
+                .restore(
+                    series,
+                    Some(version),
+                    RestoreTarget::Writer(Box::new(writer)),
+                )
+                .map_err(|error| {
+                    LabError::engine(format!("restoring {series}@{version} from {label}"), error)
+                })
+        })?;
+        let (hash, bytes) = sink.finish();
+        let verified = match expected {
+            Some(expected) => {
+                if expected != hash || bytes != report.logical_bytes {
+                    return Err(LabError::Engine {
+                        context: format!("restoring {series}@{version} from {label}"),
+                        detail: "the restored stream differs from the backed-up image".into(),
+                    });
+                }
+                true
+            }
+            None => false,
+        };
+        Ok(RestoreMeasure {
+            store: label,
+            series: series.to_string(),
+            version,
+            prefetch,
+            cold_cache,
+            logical_bytes: report.logical_bytes,
+            read_bytes: report.read_bytes,
+            containers_read: report.containers_read,
+            chain_length_max: report.resolve.chain_length_max,
+            verified,
+            timing,
+        })
+    }
+
+    /// Restores the directory backup `series@version` into `target` (created) after dropping
+    /// the page cache, and compares the restored tree with `expected` when given.
+    pub fn restore_directory(
+        &mut self,
+        series: &str,
+        version: u32,
+        target: &Path,
+        expected: Option<&Path>,
+    ) -> Result<RestoreMeasure> {
+        let label = self.config.label.clone();
+        let prefetch = self.prefetch;
+        let store = self.store()?;
+        let cold_cache = drop_page_cache();
+        let (report, timing) = timed(|| {
+            store
+                .restore(
+                    series,
+                    Some(version),
+                    RestoreTarget::Directory(target.to_path_buf()),
+                )
+                .map_err(|error| {
+                    LabError::engine(format!("restoring {series}@{version} from {label}"), error)
+                })
+        })?;
+        let verified = match expected {
+            Some(expected) => match crate::peers::compare_trees(expected, target)? {
+                None => true,
+                Some(difference) => {
+                    return Err(LabError::Engine {
+                        context: format!("restoring {series}@{version} from {label}"),
+                        detail: format!("the restored tree differs: {difference}"),
+                    })
+                }
+            },
+            None => false,
+        };
+        Ok(RestoreMeasure {
+            store: label,
+            series: series.to_string(),
+            version,
+            prefetch,
+            cold_cache,
+            logical_bytes: report.logical_bytes,
+            read_bytes: report.read_bytes,
+            containers_read: report.containers_read,
+            chain_length_max: report.resolve.chain_length_max,
+            verified,
+            timing,
+        })
+    }
+
+    /// Space used now.
+    pub fn space(&mut self) -> Result<SpaceMeasure> {
+        let label = self.config.label.clone();
+        let stats = self
+            .store()?
+            .stats()
+            .map_err(|error| LabError::engine(format!("statistics of {label}"), error))?;
+        Ok(SpaceMeasure {
+            container_bytes: stats.container_bytes_shared + stats.container_bytes_archival,
+            referenced_bytes: stats.referenced_bytes,
+            repository_bytes: directory_bytes(&self.directory)?,
+        })
+    }
+
+    /// Deletes `series@version` with `method`, timing the metadata step (plan, commit,
+    /// cleanup: the paper's *mark*) apart from the container scan (*sweep*).
+    pub fn delete(
+        &mut self,
+        series: &str,
+        version: u32,
+        method: DeleteMethod,
+    ) -> Result<DeleteMeasure> {
+        let label = self.config.label.clone();
+        let store = self.store()?;
+        let cold_cache = drop_page_cache();
+        let (report, timing) = timed(|| {
+            store
+                .delete(series, version, Some(method))
+                .map_err(|error| {
+                    LabError::engine(format!("deleting {series}@{version} from {label}"), error)
+                })
+        })?;
+        let sweep_seconds = report.sweep.map_or(0.0, |sweep| sweep.seconds);
+        Ok(DeleteMeasure {
+            store: label,
+            series: series.to_string(),
+            version,
+            method,
+            cold_cache,
+            metadata_seconds: (timing.seconds - sweep_seconds).max(0.0),
+            sweep_seconds,
+            containers_removed: report.plan.settlement.dropped_containers.len() as u64
+                + report.sweep.map_or(0, |sweep| sweep.containers_removed),
+            scanned_bytes: report.sweep.map_or(0, |sweep| sweep.scanned_bytes),
+            timing,
+        })
+    }
+
+    /// Copies the (closed) store into `target` and opens the copy.
+    pub fn copy_to(&mut self, target: &Path) -> Result<StoreUnderTest> {
+        self.close();
+        copy_tree(&self.directory, target)?;
+        let mut copy = StoreUnderTest {
+            config: self.config.clone(),
+            directory: target.to_path_buf(),
+            store: None,
+            prefetch: self.prefetch,
+            read_threads: self.read_threads,
+        };
+        copy.open(self.prefetch)?;
+        Ok(copy)
+    }
+
+    /// Closes and removes the store.
+    pub fn destroy(mut self) -> Result<()> {
+        self.close();
+        fs::remove_dir_all(&self.directory)
+            .map_err(|error| LabError::io(format!("removing {}", self.directory.display()), error))
+    }
+}
+
+/// One deletion.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeleteMeasure {
+    pub store: String,
+    pub series: String,
+    pub version: u32,
+    pub method: DeleteMethod,
+    pub cold_cache: bool,
+    /// Reference updates, settlement and container removal (the paper's mark phase).
+    pub metadata_seconds: f64,
+    /// Reading and rewriting containers (mark and sweep only).
+    pub sweep_seconds: f64,
+    pub containers_removed: u64,
+    pub scanned_bytes: u64,
+    pub timing: Timing,
+}
+
+/// Bytes of every regular file under `directory`.
+pub fn directory_bytes(directory: &Path) -> Result<u64> {
+    let mut total = 0;
+    let entries = fs::read_dir(directory)
+        .map_err(|error| LabError::io(format!("listing {}", directory.display()), error))?;
+    for entry in entries {
+        let entry = entry
+            .map_err(|error| LabError::io(format!("listing {}", directory.display()), error))?;
+        let metadata = fs::symlink_metadata(entry.path())
+            .map_err(|error| LabError::io(format!("inspecting {:?}", entry.path()), error))?;
+        if metadata.is_dir() {
+            total += directory_bytes(&entry.path())?;
+        } else if metadata.is_file() {
+            total += metadata.len();
+        }
+    }
+    Ok(total)
+}
+
+/// Copies a directory tree of regular files and directories.
+pub fn copy_tree(source: &Path, target: &Path) -> Result<()> {
+    fs::create_dir_all(target)
+        .map_err(|error| LabError::io(format!("creating {}", target.display()), error))?;
+    let entries = fs::read_dir(source)
+        .map_err(|error| LabError::io(format!("listing {}", source.display()), error))?;
+    for entry in entries {
+        let entry =
+            entry.map_err(|error| LabError::io(format!("listing {}", source.display()), error))?;
+        let destination = target.join(entry.file_name());
+        let kind = entry
+            .file_type()
+            .map_err(|error| LabError::io(format!("inspecting {:?}", entry.path()), error))?;
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &destination)?;
+        } else if kind.is_symlink() {
+            let link = fs::read_link(entry.path())
+                .map_err(|error| LabError::io(format!("reading {:?}", entry.path()), error))?;
+            std::os::unix::fs::symlink(&link, &destination).map_err(|error| {
+                LabError::io(format!("linking {}", destination.display()), error)
+            })?;
+        } else {
+            fs::copy(entry.path(), &destination)
+                .map_err(|error| LabError::io(format!("copying {:?}", entry.path()), error))?;
+        }
+    }
+    Ok(())
+}
+
+/// A hashing sink the restore's writer thread owns while the caller keeps a handle to read
+/// the result afterwards.
+mod shared_sink {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::HashingWriter;
+
+    #[derive(Default)]
+    pub struct Sink(Mutex<HashingWriter>);
+
+    impl Sink {
+        pub fn finish(&self) -> ([u8; 32], u64) {
+            self.0
+                .lock()
+                .expect("the writer thread does not panic")
+                .finish()
+        }
+    }
+
+    pub struct SharedWriter(pub Arc<Sink>);
+
+    impl Write for SharedWriter {
+        fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+            self.0 .0.lock().expect("not poisoned").write(data)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: a store under test backs up, reverse-deduplicates, restores byte-exact and
+    /// deletes by either method; method: three versions of a small stream with shared parts.
+    #[test]
+    fn store_round_trip_and_deletion() {
+        let directory = tempfile::tempdir().expect("temporary directory");
+        let mut store = StoreUnderTest::create(
+            StoreConfig::revdedup(1 << 20, 4 << 20, 1),
+            &directory.path().join("store"),
+            2,
+        )
+        .expect("create");
+        let mut hashes = Vec::new();
+        let mut data = vec![0u8; 3 << 20];
+        let mut rng = super::super::synthetic::SplitMix64::new(3);
+        rng.fill(&mut data);
+        for version in 0..3usize {
+            let start = version * 100_000;
+            rng.fill(&mut data[start..start + 5000]);
+            let path = directory.path().join(format!("v{version}"));
+            fs::write(&path, &data).expect("write");
+            hashes.push(super::super::synthetic::hash_file(&path).expect("hash"));
+            let measure = store.backup("s", BackupSource::File(path)).expect("backup");
+            assert_eq!(measure.logical_bytes, data.len() as u64);
+            store.reverse_pending("s").expect("reverse");
+        }
+        for (index, hash) in hashes.iter().enumerate() {
+            let measure = store
+                .restore_hashed("s", index as u32 + 1, Some(*hash))
+                .expect("restore");
+            assert!(measure.verified);
+        }
+        let before = store.space().expect("space");
+        assert!(before.container_bytes < 2 * data.len() as u64);
+        let mut copy = store.copy_to(&directory.path().join("copy")).expect("copy");
+        let timestamp = store
+            .delete("s", 1, DeleteMethod::Timestamp)
+            .expect("delete");
+        assert_eq!(timestamp.sweep_seconds, 0.0);
+        let sweep = copy
+            .delete("s", 1, DeleteMethod::MarkAndSweep)
+            .expect("delete");
+        assert!(sweep.scanned_bytes > 0);
+        copy.restore_hashed("s", 3, Some(hashes[2]))
+            .expect("restore after delete");
+        store
+            .restore_hashed("s", 2, Some(hashes[1]))
+            .expect("restore after delete");
+    }
+}

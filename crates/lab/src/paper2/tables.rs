@@ -1,0 +1,558 @@
+//! The CSV tables behind the figures (`backups.csv`, `restores.csv`, `reverses.csv`,
+//! `space.csv`, `deletions.csv`, `peers.csv`, `goals.csv`) and `summary.md`, the measured
+//! tables that docs/LAB.md and docs/BENCHMARKS.md quote.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use onecopy_backup::DeleteMethod;
+
+use super::comparison::ComparisonResults;
+use super::figures::{final_inline_saving, final_saving, mean, rate, LIVE_WINDOW_STORES, MEBIBYTE};
+use super::Paper2Results;
+use crate::error::Result;
+use crate::results::{number_cell, CsvTable};
+
+/// Writes the CSV tables; returns the paths.
+pub fn write_tables(directory: &Path, results: &Paper2Results) -> Result<Vec<PathBuf>> {
+    let mut backups = CsvTable::new(&[
+        "dataset",
+        "store",
+        "series",
+        "version",
+        "logical_bytes",
+        "zero_bytes",
+        "new_stored_bytes",
+        "seconds",
+        "cpu_seconds",
+        "load",
+        "mb_per_s",
+        "mb_per_cpu_s",
+    ]);
+    let mut restores = CsvTable::new(&[
+        "dataset",
+        "store",
+        "series",
+        "version",
+        "prefetch",
+        "cold_cache",
+        "verified",
+        "logical_bytes",
+        "read_bytes",
+        "containers_read",
+        "chain_length_max",
+        "seconds",
+        "cpu_seconds",
+        "load",
+        "mb_per_s",
+    ]);
+    let mut reverses = CsvTable::new(&[
+        "dataset",
+        "store",
+        "series",
+        "version",
+        "logical_bytes",
+        "read_bytes",
+        "written_bytes",
+        "seconds",
+        "cpu_seconds",
+        "load",
+        "mb_per_s",
+    ]);
+    let mut space = CsvTable::new(&[
+        "dataset",
+        "store",
+        "week",
+        "logical_bytes",
+        "zero_bytes",
+        "inline_stored_bytes",
+        "container_bytes",
+        "repository_bytes",
+        "inline_saving_percent",
+        "saving_percent",
+    ]);
+    let mut deletions = CsvTable::new(&[
+        "dataset",
+        "kind",
+        "backups",
+        "version",
+        "method",
+        "metadata_seconds",
+        "sweep_seconds",
+        "seconds",
+        "containers_removed",
+        "scanned_bytes",
+        "load",
+    ]);
+    for dataset in &results.datasets {
+        let name = &dataset.dataset;
+        for record in &dataset.backups {
+            backups.push(vec![
+                name.clone(),
+                record.store.clone(),
+                record.series.clone(),
+                record.version.to_string(),
+                record.logical_bytes.to_string(),
+                record.zero_bytes.to_string(),
+                record.new_stored_bytes.to_string(),
+                number_cell(record.timing.seconds),
+                number_cell(record.timing.cpu_seconds),
+                number_cell(record.timing.load_average),
+                number_cell(rate(record.logical_bytes, record.timing.seconds)),
+                number_cell(rate(record.logical_bytes, record.timing.cpu_seconds)),
+            ]);
+        }
+        for record in &dataset.restores {
+            restores.push(vec![
+                name.clone(),
+                record.store.clone(),
+                record.series.clone(),
+                record.version.to_string(),
+                record.prefetch.to_string(),
+                record.cold_cache.to_string(),
+                record.verified.to_string(),
+                record.logical_bytes.to_string(),
+                record.read_bytes.to_string(),
+                record.containers_read.to_string(),
+                record.chain_length_max.to_string(),
+                number_cell(record.timing.seconds),
+                number_cell(record.timing.cpu_seconds),
+                number_cell(record.timing.load_average),
+                number_cell(rate(record.logical_bytes, record.timing.seconds)),
+            ]);
+        }
+        for record in &dataset.reverses {
+            reverses.push(vec![
+                name.clone(),
+                record.store.clone(),
+                record.series.clone(),
+                record.version.to_string(),
+                record.logical_bytes.to_string(),
+                record.read_bytes.to_string(),
+                record.written_bytes.to_string(),
+                number_cell(record.timing.seconds),
+                number_cell(record.timing.cpu_seconds),
+                number_cell(record.timing.load_average),
+                number_cell(rate(record.logical_bytes, record.timing.seconds)),
+            ]);
+        }
+        for record in &dataset.space {
+            space.push(vec![
+                name.clone(),
+                record.store.clone(),
+                record.week.to_string(),
+                record.logical_bytes.to_string(),
+                record.zero_bytes.to_string(),
+                record.inline_stored_bytes.to_string(),
+                record.space.container_bytes.to_string(),
+                record.space.repository_bytes.to_string(),
+                number_cell(record.inline_saving_percent()),
+                number_cell(record.saving_percent()),
+            ]);
+        }
+        let deletion_rows = dataset
+            .deletions
+            .iter()
+            .map(|record| ("checkpoint", record.backups, &record.measure))
+            .chain(
+                dataset
+                    .incremental_deletions
+                    .iter()
+                    .map(|measure| ("incremental", 0, measure)),
+            );
+        for (kind, backups_in_store, measure) in deletion_rows {
+            deletions.push(vec![
+                name.clone(),
+                kind.to_string(),
+                backups_in_store.to_string(),
+                measure.version.to_string(),
+                format!("{:?}", measure.method),
+                number_cell(measure.metadata_seconds),
+                number_cell(measure.sweep_seconds),
+                number_cell(measure.timing.seconds),
+                measure.containers_removed.to_string(),
+                measure.scanned_bytes.to_string(),
+                number_cell(measure.timing.load_average),
+            ]);
+        }
+    }
+    let mut tables = vec![
+        ("backups.csv", backups),
+        ("restores.csv", restores),
+        ("reverses.csv", reverses),
+        ("space.csv", space),
+        ("deletions.csv", deletions),
+    ];
+    if let Some(comparison) = &results.comparison {
+        let mut peers = CsvTable::new(&[
+            "tool",
+            "version",
+            "release",
+            "logical_bytes",
+            "backup_seconds",
+            "backup_cpu_seconds",
+            "backup_rss_bytes",
+            "reverse_seconds",
+            "restore_seconds",
+            "restore_cpu_seconds",
+            "restore_rss_bytes",
+            "repository_bytes",
+            "load",
+        ]);
+        for measure in &comparison.versions {
+            peers.push(vec![
+                measure.tool.name().into(),
+                measure.version.to_string(),
+                measure.release.clone(),
+                measure.logical_bytes.to_string(),
+                number_cell(measure.backup.seconds),
+                number_cell(measure.backup.cpu_seconds()),
+                measure.backup.max_rss_bytes.to_string(),
+                number_cell(measure.reverse_seconds),
+                number_cell(measure.restore_newest.seconds),
+                number_cell(measure.restore_newest.cpu_seconds()),
+                measure.restore_newest.max_rss_bytes.to_string(),
+                measure.repository_bytes.to_string(),
+                number_cell(measure.backup.load_average),
+            ]);
+        }
+        tables.push(("peers.csv", peers));
+        let mut goals = CsvTable::new(&["goal", "ours", "peer", "ratio", "met"]);
+        for row in &results.goals {
+            goals.push(vec![
+                row.goal.clone(),
+                row.ours.clone(),
+                row.peer.clone(),
+                row.ratio.clone(),
+                row.met.to_string(),
+            ]);
+        }
+        tables.push(("goals.csv", goals));
+    }
+    let mut written = Vec::new();
+    for (name, table) in tables {
+        let path = directory.join(name);
+        table.write(&path)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// The measured tables in Markdown.
+pub fn summary(results: &Paper2Results) -> String {
+    let mut text = String::new();
+    let scale = &results.scale;
+    let _ = writeln!(
+        text,
+        "# Paper 2 results\n\nScale: {} MiB images holding {} MiB of files, {} weeks (SG1-5), GP \
+         {} series x {} weeks, {} typescript releases. Load average before/after: {:.2}/{:.2} on \
+         {} CPUs. Run time {:.0} s.\n",
+        scale.image_bytes >> 20,
+        scale.content_bytes >> 20,
+        scale.weeks,
+        scale.group_series,
+        scale.group_weeks,
+        scale.releases,
+        results.host_before.load_average[0],
+        results.host_after.load_average[0],
+        results.host_before.cpus,
+        results.seconds
+    );
+    let _ = writeln!(
+        text,
+        "## Storage saving (Fig. 4), % of non-null bytes after the last backup\n\n| dataset | \
+         Conv | rev-1M inline | rev-1M | rev-4M inline | rev-4M | rev-8M inline | rev-8M |\n|---|---|---|---|---|---|---|---|"
+    );
+    for dataset in &results.datasets {
+        let cell =
+            |value: Option<f64>| value.map_or("-".to_string(), |value| format!("{value:.1}"));
+        let _ = writeln!(
+            text,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            dataset.dataset,
+            cell(final_saving(dataset, "conv")),
+            cell(final_inline_saving(dataset, "rev-1M")),
+            cell(final_saving(dataset, "rev-1M")),
+            cell(final_inline_saving(dataset, "rev-4M")),
+            cell(final_saving(dataset, "rev-4M")),
+            cell(final_inline_saving(dataset, "rev-8M")),
+            cell(final_saving(dataset, "rev-8M")),
+        );
+    }
+    let _ = writeln!(
+        text,
+        "\n## Throughput (Fig. 5-7), MB/s of logical bytes, mean over versions 2.. (backup) or \
+         all versions (restore)\n\n| dataset | store | backup wall | backup CPU | restore first | \
+         restore last | restore mean | reverse wall |\n|---|---|---|---|---|---|---|---|"
+    );
+    for dataset in &results.datasets {
+        for config in &dataset.stores {
+            let store = config.label.as_str();
+            let backups: Vec<_> = dataset
+                .backups
+                .iter()
+                .filter(|record| record.store == store && record.version >= 2)
+                .collect();
+            let restores: Vec<_> = dataset
+                .restores
+                .iter()
+                .filter(|record| record.store == store && !record.prefetch)
+                .collect();
+            let restore_at = |version: u32| {
+                mean(
+                    restores
+                        .iter()
+                        .filter(|record| record.version == version)
+                        .map(|record| rate(record.logical_bytes, record.timing.seconds)),
+                )
+            };
+            let reverse = mean(
+                dataset
+                    .reverses
+                    .iter()
+                    .filter(|record| record.store == store)
+                    .map(|record| rate(record.logical_bytes, record.timing.seconds)),
+            );
+            let _ = writeln!(
+                text,
+                "| {} | {store} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                dataset.dataset,
+                mean(
+                    backups
+                        .iter()
+                        .map(|record| rate(record.logical_bytes, record.timing.seconds))
+                ),
+                mean(
+                    backups
+                        .iter()
+                        .map(|record| rate(record.logical_bytes, record.timing.cpu_seconds))
+                ),
+                restore_at(1),
+                restore_at(dataset.versions),
+                mean(
+                    restores
+                        .iter()
+                        .map(|record| rate(record.logical_bytes, record.timing.seconds))
+                ),
+                reverse,
+            );
+        }
+    }
+    if let Some(sg1) = results
+        .datasets
+        .iter()
+        .find(|dataset| dataset.dataset == "sg1")
+    {
+        let _ = writeln!(
+            text,
+            "\n## Write path of the second SG1 backup (Table 3)\n\n| store | index lookups | \
+             index s | write s | new MiB | backup s |\n|---|---|---|---|---|---|"
+        );
+        for store in ["conv", "rev-1M", "rev-4M", "rev-8M"] {
+            if let Some(record) = sg1
+                .backups
+                .iter()
+                .find(|record| record.store == store && record.version == 2)
+            {
+                let _ = writeln!(
+                    text,
+                    "| {store} | {} | {:.3} | {:.3} | {:.1} | {:.2} |",
+                    record.index_lookups,
+                    record.index_seconds,
+                    record.write_seconds,
+                    record.new_stored_bytes as f64 / MEBIBYTE,
+                    record.timing.seconds
+                );
+            }
+        }
+        let _ = writeln!(text, "\n## Prefetching (Fig. 8), SG1, mean restore MB/s\n\n| store | without | with | gain |\n|---|---|---|---|");
+        for store in ["conv", "rev-4M"] {
+            let average = |prefetch: bool| {
+                mean(
+                    sg1.restores
+                        .iter()
+                        .filter(|record| record.store == store && record.prefetch == prefetch)
+                        .map(|record| rate(record.logical_bytes, record.timing.seconds)),
+                )
+            };
+            let (without, with) = (average(false), average(true));
+            let _ = writeln!(
+                text,
+                "| {store} | {without:.0} | {with:.0} | {:+.1}% |",
+                100.0 * (with / without - 1.0)
+            );
+        }
+        let _ = writeln!(text, "\n## Live window (Fig. 9), SG1\n\n| store | restore mean MB/s | oldest | newest | saving % |\n|---|---|---|---|---|");
+        for store in LIVE_WINDOW_STORES {
+            let restores: Vec<_> = sg1
+                .restores
+                .iter()
+                .filter(|record| record.store == store && !record.prefetch)
+                .collect();
+            if restores.is_empty() {
+                continue;
+            }
+            let at = |version: u32| {
+                mean(
+                    restores
+                        .iter()
+                        .filter(|record| record.version == version)
+                        .map(|record| rate(record.logical_bytes, record.timing.seconds)),
+                )
+            };
+            let _ = writeln!(
+                text,
+                "| {store} | {:.0} | {:.0} | {:.0} | {:.1} |",
+                mean(
+                    restores
+                        .iter()
+                        .map(|record| rate(record.logical_bytes, record.timing.seconds))
+                ),
+                at(1),
+                at(sg1.versions),
+                final_saving(sg1, store).unwrap_or(f64::NAN)
+            );
+        }
+        let _ = writeln!(text, "\n## Deletion of the oldest backup (Fig. 10), SG1 rev-4M, seconds\n\n| backups | container MiB | time stamps | mark | sweep | mark and sweep |\n|---|---|---|---|---|---|");
+        let backups_measured: std::collections::BTreeSet<u32> =
+            sg1.deletions.iter().map(|record| record.backups).collect();
+        for backups in backups_measured {
+            let records: Vec<_> = sg1
+                .deletions
+                .iter()
+                .filter(|record| record.backups == backups)
+                .collect();
+            let average =
+                |method: DeleteMethod, pick: &dyn Fn(&super::measure::DeleteMeasure) -> f64| {
+                    mean(
+                        records
+                            .iter()
+                            .filter(|record| record.measure.method == method)
+                            .map(|record| pick(&record.measure)),
+                    )
+                };
+            let mark = average(DeleteMethod::MarkAndSweep, &|measure| {
+                measure.metadata_seconds
+            });
+            let sweep = average(DeleteMethod::MarkAndSweep, &|measure| measure.sweep_seconds);
+            let _ = writeln!(
+                text,
+                "| {backups} | {:.0} | {:.4} | {mark:.4} | {sweep:.3} | {:.3} |",
+                records[0].container_bytes_before as f64 / MEBIBYTE,
+                average(DeleteMethod::Timestamp, &|measure| measure.timing.seconds),
+                mark + sweep
+            );
+        }
+        let incremental = |method: DeleteMethod| {
+            mean(
+                sg1.incremental_deletions
+                    .iter()
+                    .filter(|record| record.method == method)
+                    .map(|record| record.timing.seconds),
+            )
+        };
+        let _ = writeln!(
+            text,
+            "\nOne by one from the oldest (Fig. 10a), mean seconds per deletion: time stamps \
+             {:.4}, mark and sweep {:.3}.",
+            incremental(DeleteMethod::Timestamp),
+            incremental(DeleteMethod::MarkAndSweep)
+        );
+    }
+    if let Some(comparison) = &results.comparison {
+        comparison_summary(&mut text, comparison, &results.goals);
+    }
+    text
+}
+
+fn comparison_summary(
+    text: &mut String,
+    comparison: &ComparisonResults,
+    goals: &[super::comparison::GoalRow],
+) {
+    let _ = writeln!(
+        text,
+        "\n## Peers on the typescript series\n\n| tool | version | settings |\n|---|---|---|"
+    );
+    for (tool, version, settings) in &comparison.tools {
+        let _ = writeln!(text, "| {tool} | {version} | {settings} |");
+    }
+    let _ = writeln!(
+        text,
+        "\nPage cache dropped before each timed command: {}.\n\n| tool | backups total s (wall) | \
+         backups total CPU s | first backup s | later backups mean s | restore newest first/last s | \
+         restore oldest s | repository MiB | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|",
+        comparison.cold_cache
+    );
+    for (tool, _, _) in &comparison.tools {
+        let measures: Vec<_> = comparison
+            .versions
+            .iter()
+            .filter(|measure| measure.tool == *tool)
+            .collect();
+        let (Some(first), Some(last)) = (measures.first(), measures.last()) else {
+            continue;
+        };
+        let oldest = comparison
+            .restore_oldest
+            .iter()
+            .find(|(owner, _)| owner == tool)
+            .map_or(f64::NAN, |(_, run)| run.seconds);
+        let rss = measures
+            .iter()
+            .flat_map(|measure| {
+                [
+                    measure.backup.max_rss_bytes,
+                    measure.restore_newest.max_rss_bytes,
+                ]
+            })
+            .max()
+            .unwrap_or(0);
+        let _ = writeln!(
+            text,
+            "| {tool} | {:.2} | {:.2} | {:.3} | {:.3} | {:.3} / {:.3} | {oldest:.3} | {:.1} | {:.1} |",
+            measures.iter().map(|measure| measure.backup.seconds).sum::<f64>(),
+            measures.iter().map(|measure| measure.backup.cpu_seconds()).sum::<f64>(),
+            first.backup.seconds,
+            mean(measures.iter().skip(1).map(|measure| measure.backup.seconds)),
+            first.restore_newest.seconds,
+            last.restore_newest.seconds,
+            last.repository_bytes as f64 / MEBIBYTE,
+            rss as f64 / MEBIBYTE,
+        );
+    }
+    let _ = writeln!(text, "\nDeleting the oldest backup (copy of the repository, cold cache):\n\n| tool | backups | repository MiB | steps | seconds | CPU s | peak RSS MiB |\n|---|---|---|---|---|---|---|");
+    for deletion in &comparison.deletions {
+        let steps: Vec<String> = deletion
+            .steps
+            .iter()
+            .map(|(name, run)| format!("{name} {:.3}", run.seconds))
+            .collect();
+        let _ = writeln!(
+            text,
+            "| {} | {} | {:.1} | {} | {:.3} | {:.3} | {:.1} |",
+            deletion.tool,
+            deletion.backups,
+            deletion.repository_bytes as f64 / MEBIBYTE,
+            steps.join(", "),
+            deletion.total.seconds,
+            deletion.total.cpu_seconds(),
+            deletion.total.max_rss_bytes as f64 / MEBIBYTE
+        );
+    }
+    let _ = writeln!(
+        text,
+        "\n## Goals\n\n| goal | onecopy | peer | ratio | met |\n|---|---|---|---|---|"
+    );
+    for row in goals {
+        let _ = writeln!(
+            text,
+            "| {} | {} | {} | {} | {} |",
+            row.goal,
+            row.ours,
+            row.peer,
+            row.ratio,
+            if row.met { "yes" } else { "**no**" }
+        );
+    }
+}
