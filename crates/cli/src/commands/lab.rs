@@ -28,7 +28,7 @@ pub enum LabCommand {
     Paper1(Paper1Args),
     /// Paper 2 §4: RevDedup against conventional deduplication on synthetic image series
     /// (SG1-SG5, GP) and typescript releases, and restic and borg on the same releases (needs
-    /// e2fsprogs, npm, tar, restic, borgbackup and /usr/bin/time).
+    /// e2fsprogs, curl, tar, restic, borgbackup and /usr/bin/time).
     Paper2(Paper2Args),
     /// Paper 4 §4.1: replay a block trace with content digests (FIU format) through content-
     /// and sector-addressed caches, ARC and LRU, simulated and through the engine.
