@@ -572,3 +572,41 @@ impl Drop for Mounted {
         }
     }
 }
+
+/// Writes a deterministic directory tree of about `total_bytes` under `root`: nested
+/// directories, empty and tiny files, sizes around the 4 KiB block, large files, files that
+/// repeat other files, and a symbolic link. Returns the bytes of regular file data.
+pub fn make_tree(root: &Path, seed: u64, total_bytes: u64) -> u64 {
+    let mut random = Random::new(seed);
+    let mut written = 0u64;
+    let edge_sizes = [0u64, 1, 100, 511, 512, 4095, 4096, 4097, 65536 + 7];
+    let mut previous: Vec<Vec<u8>> = Vec::new();
+    let mut index = 0u64;
+    while written < total_bytes {
+        let directory = root
+            .join(format!("d{}", index % 7))
+            .join(format!("e{}", index % 3));
+        std::fs::create_dir_all(&directory).expect("tree directory");
+        let data = if index < edge_sizes.len() as u64 {
+            pattern(edge_sizes[index as usize] as usize, seed ^ index)
+        } else if !previous.is_empty() && random.chance(1, 5) {
+            // A copy of an earlier file: deduplicates within the tree too.
+            previous[random.range(0, previous.len() as u64) as usize].clone()
+        } else {
+            let size = if random.chance(1, 8) {
+                random.range(256 * KIB, 2 * MIB)
+            } else {
+                random.range(1, 64 * KIB)
+            };
+            pattern(size as usize, seed.wrapping_add(index * 7919))
+        };
+        std::fs::write(directory.join(format!("file{index}.bin")), &data).expect("tree file");
+        written += data.len() as u64;
+        if previous.len() < 16 && data.len() < 512 * KIB as usize {
+            previous.push(data);
+        }
+        index += 1;
+    }
+    std::os::unix::fs::symlink("d0/e0/file0.bin", root.join("link")).expect("symbolic link");
+    written
+}
