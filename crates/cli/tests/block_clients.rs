@@ -237,6 +237,8 @@ fn fio_verify_crc32c_survives_restart() {
             "--do_verify=1",
             "--verify_fatal=1",
             "--randrepeat=1",
+            // fio would leave its verify state files in the working directory.
+            "--verify_state_save=0",
             "--name=aligned",
             "--bs=4k",
             "--offset=0",
