@@ -19,7 +19,7 @@
 //! clean. The verified contents are the starting point of the next round, so later rounds
 //! crash on top of recovered state.
 //!
-//! `ONECOPY_CRASH_ROUNDS` (default 6) and `ONECOPY_CRASH_SEED` (default: the clock; printed)
+//! `ONECOPY_CRASH_ROUNDS` (default 9) and `ONECOPY_CRASH_SEED` (default: the clock; printed)
 //! make runs longer or reproducible.
 
 mod block_support;
@@ -34,7 +34,9 @@ use block_support::nbd_client::{
     NbdClient, COMMAND_FLAG_FUA, COMMAND_FLUSH, COMMAND_WRITE, COMMAND_WRITE_ZEROES,
     FLAG_CAN_MULTI_CONN,
 };
-use block_support::{require_tool, run, ChildGuard, Random, ServeProcess, TestRepository, MIB};
+use block_support::{
+    require_tool, run, thread_stacks, ChildGuard, Random, ServeProcess, TestRepository, MIB,
+};
 
 const VOLUME: &str = "crash";
 const VOLUME_BYTES: u64 = 16 * MIB;
@@ -50,9 +52,11 @@ const CONNECTIONS: usize = 2;
 const QUEUE_DEPTH: usize = 16;
 /// Distinct repeated 4 KiB patterns: small, so that writes deduplicate against each other.
 const POOL_PATTERNS: u64 = 16;
-const ROUNDS_DEFAULT: usize = 6;
+const ROUNDS_DEFAULT: usize = 9;
 /// Longest time the clients write after the first completed FLUSH before the kill.
 const WRITE_MILLISECONDS_MAX: u64 = 1500;
+/// Longest wait for the first FLUSH of a round to complete.
+const PROGRESS_TIMEOUT: Duration = Duration::from_secs(20);
 /// Bytes per verification read.
 const READ_BYTES: u32 = 1 << 20;
 
@@ -521,10 +525,27 @@ fn kill_during_writes_keeps_flushed_writes() {
             // Crash only once something is durable, so every round tests the contract.
             let started = Instant::now();
             while log.lock().expect("log").flushes_completed == 0 {
-                assert!(
-                    started.elapsed() < Duration::from_secs(60),
-                    "no FLUSH completed"
-                );
+                let failure = log.lock().expect("log").failure.clone();
+                if let Some(failure) = failure {
+                    server.kill_now();
+                    panic!(
+                        "round {round}: {failure}; server log:\n{}",
+                        server.log_text()
+                    );
+                }
+                if started.elapsed() > PROGRESS_TIMEOUT {
+                    let stacks = thread_stacks(server.pid());
+                    server.kill_now();
+                    let log = log.lock().expect("log");
+                    let acknowledged = log.writes.iter().filter(|w| w.acknowledged.is_some());
+                    panic!(
+                        "round {round}: no FLUSH completed in {PROGRESS_TIMEOUT:?}; {} writes \
+                         sent, {} acknowledged; server log:\n{}\nserver threads:\n{stacks}",
+                        log.writes.len(),
+                        acknowledged.count(),
+                        server.log_text()
+                    );
+                }
                 std::thread::sleep(Duration::from_millis(1));
             }
             std::thread::sleep(Duration::from_millis(write_milliseconds));

@@ -610,3 +610,21 @@ pub fn make_tree(root: &Path, seed: u64, total_bytes: u64) -> u64 {
     std::os::unix::fs::symlink("d0/e0/file0.bin", root.join("link")).expect("symbolic link");
     written
 }
+
+/// Every thread's stack of process `pid`, from gdb when it is installed, for diagnosing a
+/// server that stopped making progress.
+pub fn thread_stacks(pid: u32) -> String {
+    match Command::new("gdb")
+        .args([
+            "-p",
+            &pid.to_string(),
+            "-batch",
+            "-ex",
+            "thread apply all bt",
+        ])
+        .output()
+    {
+        Ok(output) => stdout_text(&output),
+        Err(error) => format!("(no stacks: gdb is not available: {error})"),
+    }
+}
