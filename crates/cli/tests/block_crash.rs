@@ -456,6 +456,9 @@ fn start_fio_load(server: &ServeProcess, seed: u64) -> ChildGuard {
     require_tool("fio");
     let child = Command::new("fio")
         .args([
+            // Jobs as threads of one process, so killing the process stops every job (a
+            // forked job process would outlive its killed parent).
+            "--thread",
             "--name=load",
             "--ioengine=nbd",
             &format!("--uri={}", server.uri(LOAD_VOLUME)),
