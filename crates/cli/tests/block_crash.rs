@@ -60,8 +60,8 @@ const PROGRESS_TIMEOUT: Duration = Duration::from_secs(20);
 /// Bytes per verification read.
 const READ_BYTES: u32 = 1 << 20;
 
-const _: () = assert!(VOLUME_BYTES % BLOCK_BYTES == 0);
-const _: () = assert!(VOLUME_BYTES % READ_BYTES as u64 == 0);
+const _: () = assert!(VOLUME_BYTES.is_multiple_of(BLOCK_BYTES));
+const _: () = assert!(VOLUME_BYTES.is_multiple_of(READ_BYTES as u64));
 
 /// What one sector holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -347,13 +347,13 @@ fn drive_connection(server: &ServeProcess, log: &Mutex<Log>, seed: u64, crashing
 
 /// How the server dies in a round.
 #[derive(Clone, Copy, Debug)]
-enum KillMode {
+enum KillMoment {
     /// SIGKILL while the clients write.
-    DuringWrites,
+    Writing,
     /// SIGTERM, then SIGKILL a few milliseconds later, during the shutdown checkpoint.
-    DuringShutdown,
+    ShuttingDown,
     /// SIGKILL while the clients write, then SIGKILL again during crash recovery.
-    DuringRecovery,
+    Recovering,
 }
 
 /// Figures of one round, printed so a run shows what it exercised.
@@ -510,9 +510,9 @@ fn kill_during_writes_keeps_flushed_writes() {
 
     for round in 0..rounds {
         let mode = match round % 3 {
-            0 => KillMode::DuringWrites,
-            1 => KillMode::DuringShutdown,
-            _ => KillMode::DuringRecovery,
+            0 => KillMoment::Writing,
+            1 => KillMoment::ShuttingDown,
+            _ => KillMoment::Recovering,
         };
         let server = repository.serve(&[]);
         let fio = start_fio_load(&server, random.next_u64());
@@ -554,8 +554,8 @@ fn kill_during_writes_keeps_flushed_writes() {
             std::thread::sleep(Duration::from_millis(write_milliseconds));
             crashing.store(true, Ordering::SeqCst);
             match mode {
-                KillMode::DuringWrites | KillMode::DuringRecovery => server.kill_now(),
-                KillMode::DuringShutdown => {
+                KillMoment::Writing | KillMoment::Recovering => server.kill_now(),
+                KillMoment::ShuttingDown => {
                     server.terminate();
                     std::thread::sleep(Duration::from_millis(random.range(0, 50)));
                     server.kill_now();
@@ -568,7 +568,7 @@ fn kill_during_writes_keeps_flushed_writes() {
         if let Some(failure) = &log.failure {
             panic!("round {round}: {failure}");
         }
-        if let KillMode::DuringRecovery = mode {
+        if let KillMoment::Recovering = mode {
             let recovering = ServeProcess::start_unready(&repository);
             std::thread::sleep(Duration::from_millis(random.range(0, 40)));
             recovering.kill();
