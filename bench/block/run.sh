@@ -20,6 +20,7 @@
 #                                       SEQ_SIZE=3G RAM_SIZES="4G 8G" DISK_DIR=/var/tmp
 #                                       SHM_DIR=/dev/shm RAM_DIR=<disk work dir>
 #                                       OUT=target/bench-block
+#                                       PHASES="limits servers data ram"
 #                                       SERVERS="nbdkit-memory nbdkit-file-disk ...")
 # Prints a table (also OUT/report.md); raw fio JSON stays in OUT/raw.
 set -euo pipefail
@@ -36,6 +37,9 @@ SHM_DIR=${SHM_DIR:-/dev/shm}
 OUT=${OUT:-$root/target/bench-block}
 SERVERS=${SERVERS:-nbdkit-memory nbdkit-file-disk onecopy-disk nbdkit-file-shm onecopy-shm}
 JOBS=${JOBS:-seq-write-1M rand-read-4K rand-write-4K-unique rand-write-4K-duplicate}
+# Parts to run: media limits, the server comparison, the data check, RAM per TiB.
+PHASES=${PHASES:-limits servers data ram}
+phase() { [[ " $PHASES " == *" $1 "* ]]; }
 
 for tool in fio nbdkit python3 dd; do
   command -v "$tool" >/dev/null || { echo "$tool is missing: run scripts/setup.sh" >&2; exit 1; }
@@ -149,6 +153,7 @@ echo "load at start: $(load)" >&2
 record "{\"kind\": \"load\", \"when\": \"start\", \"load\": \"$(load)\"}"
 
 # Physical limits of the media, measured in this run.
+if phase limits; then
 for medium in disk shm; do
   dir=$work_disk; [ $medium = shm ] && dir=$work_shm
   text=$(dd if=/dev/zero of="$dir/dd.bin" bs=1M count=2048 conv=fdatasync 2>&1 | tail -1)
@@ -169,8 +174,9 @@ record "$(python3 -c "
 import json, sys
 w = json.load(open(sys.argv[1]))['jobs'][0]['write']
 print(json.dumps({'kind': 'limit', 'what': 'disk 4 KiB random writes O_DIRECT qd32 (fio libaio)', 'iops': w['iops'], 'bytes_per_second': w['bw_bytes']}))" "$raw")"
+fi
 
-for repeat in $(seq 1 "$REPEATS"); do
+phase servers && for repeat in $(seq 1 "$REPEATS"); do
   for server in $SERVERS; do
     dir=$work_disk; case $server in *-shm|nbdkit-memory) dir=$work_shm ;; esac
     start_server "$server" "$dir"
@@ -183,7 +189,7 @@ done
 
 # Is the data what the job names say, at the engine's 4 KiB granularity? Each write job alone
 # on a fresh volume, then the volume's mapped and stored bytes.
-for job in rand-write-4K-unique rand-write-4K-duplicate; do
+phase data && for job in rand-write-4K-unique rand-write-4K-duplicate; do
   dir=$work_shm
   start_server onecopy-shm "$dir"
   # shellcheck disable=SC2046
@@ -203,14 +209,14 @@ PY
   rm -rf "$dir/repository"
 done
 
-# RAM per TiB: unique 4 KiB chunks written sequentially in steps; the growth of the server's
-# peak RSS between steps, divided by the growth of stored data, leaves out the fixed budgets
-# once they are full (the metadata page cache alone holds 64 MiB: 1M chunks' records).
+# RAM per TiB: unique 4 KiB chunks written sequentially in steps. After each step: the
+# server's peak RSS (VmHWM: fixed budgets, dirty metadata pages and what grows with the data),
+# then the RSS of the same repository reopened by a fresh server that has read one block (what
+# an idle server needs to serve the data: filter, index directory, page tables). The growth
+# between the steps, divided by the growth of stored data, leaves out the fixed parts.
+if phase ram; then
 dir=$RAM_DIR
 start_server onecopy-ram "$dir"
-hwm=$(awk '/VmHWM/ {print $2 * 1024}' "/proc/$server_pid/status")
-rss=$(awk '/VmRSS/ {print $2 * 1024}' "/proc/$server_pid/status")
-record "{\"kind\": \"ram-step\", \"written_bytes\": 0, \"vm_hwm_bytes\": $hwm, \"vm_rss_bytes\": $rss}"
 offset=0
 for size in $RAM_SIZES; do
   # A new random seed per step, or fio would repeat the previous step's buffers.
@@ -223,13 +229,22 @@ units = {'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30}
 def parse(text): return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 print(parse(sys.argv[1]) + parse(sys.argv[2]))" "$offset" "$size")
   hwm=$(awk '/VmHWM/ {print $2 * 1024}' "/proc/$server_pid/status")
-  rss=$(awk '/VmRSS/ {print $2 * 1024}' "/proc/$server_pid/status")
-  record "{\"kind\": \"ram-step\", \"written_bytes\": $offset, \"vm_hwm_bytes\": $hwm, \"vm_rss_bytes\": $rss}"
-  echo "  ram step: written $offset, VmHWM $hwm, VmRSS $rss" >&2
+  stop_server "$dir"
+  # Restart on the same repository (start_server would make a new one).
+  ONECOPY_REPO=$dir/repository "$onecopy" serve --socket "$socket" >"$dir/server.log" 2>&1 &
+  server_pid=$!
+  wait_for_socket "$socket" "$dir/server.log" "press Ctrl-C to stop"
+  fio --name=touch --ioengine=nbd --uri="nbd+unix:///disk?socket=$socket" --rw=read \
+    --bs=4k --size=4k >/dev/null
+  reopened=$(awk '/VmRSS/ {print $2 * 1024}' "/proc/$server_pid/status")
+  record "{\"kind\": \"ram-step\", \"written_bytes\": $offset, \"vm_hwm_bytes\": $hwm, \"reopened_rss_bytes\": $reopened}"
+  echo "  ram step: written $offset, VmHWM $hwm, RSS after reopening $reopened" >&2
 done
 stop_server "$dir"
 ONECOPY_REPO=$dir/repository "$onecopy" volume stats disk --json >"$OUT/raw/ram-stats.json"
 record "{\"kind\": \"ram-stats\", \"path\": \"$OUT/raw/ram-stats.json\"}"
+rm -rf "$dir/repository"
+fi
 
 echo "load at end: $(load)" >&2
 record "{\"kind\": \"load\", \"when\": \"end\", \"load\": \"$(load)\"}"
