@@ -165,6 +165,16 @@ print(int(int(bytes_) / float(seconds)))" "$text")
   record "{\"kind\": \"limit\", \"what\": \"dd 2 GiB bs=1M conv=fdatasync to $medium\", \"bytes_per_second\": $bytes_per_second}"
   echo "  dd to $medium: $text" >&2
 done
+# Random data and a size past the host's write cache: what the disk sustains.
+raw="$OUT/raw/disk-seqwrite-fsync.json"
+fio --output-format=json --output="$raw" --name=disk --filename="$work_disk/fio.bin" \
+  --size=8G --rw=write --bs=1M --iodepth=1 --ioengine=psync --end_fsync=1 --refill_buffers \
+  >/dev/null
+rm -f "$work_disk/fio.bin"
+record "$(python3 -c "
+import json, sys
+w = json.load(open(sys.argv[1]))['jobs'][0]['write']
+print(json.dumps({'kind': 'limit', 'what': 'disk 8 GiB of 1 MiB sequential random-data writes, then fsync (fio psync)', 'bytes_per_second': w['bw_bytes']}))" "$raw")"
 raw="$OUT/raw/disk-randwrite-direct.json"
 fio --output-format=json --output="$raw" --name=disk --filename="$work_disk/fio.bin" \
   --size=1G --rw=randwrite --bs=4k --iodepth=32 --ioengine=libaio --direct=1 \
