@@ -16,7 +16,9 @@ packages=(
   util-linux      # losetup, mount
   restic          # backup peer
   borgbackup      # backup peer
-  python3         # independent cross-checks in tests
+  python3         # independent cross-checks in tests; bench/block's report
+  diffutils       # diff -r of file trees in the block device's file-system test
+  gdb             # thread stacks of a stalled server in the crash test's failure message
   curl            # test data and lab paper2: real software releases from the npm registry
   time            # /usr/bin/time: peak memory of the peers (lab paper2)
   tar             # unpacking the typescript releases of lab paper2

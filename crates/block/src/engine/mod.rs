@@ -34,7 +34,7 @@ use onecopy_core::catalog::{Catalog, CatalogView, NamedTable};
 use onecopy_core::chunk_store::{
     ChunkChange, ChunkId, ChunkStore, ChunkStoreOptions, ChunkStoreState,
 };
-use onecopy_core::container::ContainerStore;
+use onecopy_core::container::{ContainerId, ContainerStore};
 use onecopy_core::journal::{Journal, ReplayControl};
 use onecopy_core::pages::{PageStore, PageStoreOptions, RecordArea};
 use onecopy_core::storage::{read_all, write_atomically, Storage};
@@ -173,7 +173,7 @@ impl Engine {
         )?);
         let mut chunks = ChunkStore::open(
             &mut pages,
-            containers,
+            Arc::clone(&containers),
             saved.chunk_store,
             ChunkStoreOptions {
                 fingerprint: config.fingerprint,
@@ -219,6 +219,7 @@ impl Engine {
             },
         )?;
         chunks.close_recovered_container(&mut pages)?;
+        remove_orphan_containers(&containers, chunks.state().next_container_id)?;
 
         let copies = CopyDetector::default();
         let engine = Arc::new(Engine {
@@ -438,6 +439,28 @@ pub fn stored_config(storage: &dyn Storage) -> Result<Option<BlockConfig>> {
     let config = serde_json::from_slice(&read_all(storage, CONFIG_FILE)?)
         .map_err(|error| Error::corrupt("block/config.json", error.to_string()))?;
     Ok(Some(config))
+}
+
+/// Removes the container files at or past `next_container_id`. They were created for requests
+/// whose journal records did not survive a crash (never acknowledged by a FLUSH), so nothing
+/// durable refers to them, and their ids are about to be handed out again: left in place, the
+/// next container creation would fail with "already exists" and fail every later write.
+fn remove_orphan_containers(
+    containers: &ContainerStore,
+    next_container_id: ContainerId,
+) -> Result<()> {
+    let orphans: Vec<ContainerId> = containers
+        .list()?
+        .into_iter()
+        .filter(|id| *id >= next_container_id)
+        .collect();
+    if orphans.is_empty() {
+        return Ok(());
+    }
+    for id in orphans {
+        containers.remove(id)?;
+    }
+    containers.sync_removals()
 }
 
 fn load_or_create_config(
