@@ -158,7 +158,10 @@ pub fn check_volume_geometry(size_bytes: u64, block_bytes: u32) -> Result<()> {
             "block size {block_bytes} must be 512 or 4096"
         )));
     }
-    if size_bytes == 0 || size_bytes > VOLUME_BYTES_MAX || size_bytes % block_bytes as u64 != 0 {
+    if size_bytes == 0
+        || size_bytes > VOLUME_BYTES_MAX
+        || !size_bytes.is_multiple_of(block_bytes as u64)
+    {
         return Err(Error::InvalidArgument(format!(
             "volume size {size_bytes} must be a positive multiple of the block size \
              ({block_bytes}) and at most {}",

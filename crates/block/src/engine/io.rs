@@ -630,7 +630,7 @@ impl Engine {
 /// Offset in the request buffer of the `index`-th block a request touches, where the first
 /// whole block starts `first` bytes into the request.
 fn block_start_in_request(index: usize, first: usize, offset: u64, block_bytes: usize) -> usize {
-    if offset % block_bytes as u64 == 0 {
+    if offset.is_multiple_of(block_bytes as u64) {
         index * block_bytes
     } else {
         // Block 0 is the partial head; whole blocks start at `first`.

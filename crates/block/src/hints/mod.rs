@@ -92,7 +92,7 @@ pub fn decide_write(
             // of them is metadata.
             let fs_block = map.block_bytes() as usize;
             if fs_block > 0
-                && content.len() % fs_block == 0
+                && content.len().is_multiple_of(fs_block)
                 && content
                     .chunks_exact(fs_block)
                     .any(|block| map.classify_block(block).is_some())

@@ -45,19 +45,6 @@ pub struct ChunkRecord {
     pub next_free: ChunkId,
 }
 
-impl Default for ChunkLocation {
-    fn default() -> Self {
-        ChunkLocation {
-            container: 0,
-            offset: 0,
-            stored_bytes: 0,
-            raw_bytes: 0,
-            flags: 0,
-            checksum: 0,
-        }
-    }
-}
-
 fn u32_at(bytes: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
 }

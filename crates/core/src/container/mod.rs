@@ -42,7 +42,7 @@ pub const CHUNK_BYTES_MAX: u32 = 16 << 20;
 const OPEN_HANDLES_LIMIT: usize = 512;
 
 /// Where a chunk's bytes are and how to check them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChunkLocation {
     pub container: ContainerId,
     /// Offset of the stored bytes (after the chunk header) in the container.

@@ -153,7 +153,7 @@ impl SimulatedStorage {
 fn apply_torn(image: &mut Vec<u8>, change: &UnsyncedChange, random: &mut SplitMix64) {
     match change {
         UnsyncedChange::SetLength(length) => {
-            if random.next() % 2 == 0 {
+            if random.next().is_multiple_of(2) {
                 image.resize(*length as usize, 0);
             }
         }
@@ -163,7 +163,7 @@ fn apply_torn(image: &mut Vec<u8>, change: &UnsyncedChange, random: &mut SplitMi
             while sector_start < end {
                 let from = sector_start.max(*offset);
                 let to = (sector_start + SECTOR_BYTES).min(end);
-                if random.next() % 2 == 0 {
+                if random.next().is_multiple_of(2) {
                     if image.len() < to as usize {
                         image.resize(to as usize, 0);
                     }

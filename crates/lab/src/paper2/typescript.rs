@@ -72,7 +72,13 @@ pub fn prepare(
                 let partial = tarball.with_extension("tgz.partial");
                 run(
                     Command::new("curl")
-                        .args(["--fail", "--silent", "--show-error", "--location", "--output"])
+                        .args([
+                            "--fail",
+                            "--silent",
+                            "--show-error",
+                            "--location",
+                            "--output",
+                        ])
                         .arg(&partial)
                         .arg(format!("{REGISTRY}/{PACKAGE}/-/{PACKAGE}-{version}.tgz")),
                     "curl (tarball)",
@@ -127,7 +133,13 @@ fn versions(directory: &Path, log: &mut dyn FnMut(&str)) -> Result<Vec<String>> 
     let url = format!("{REGISTRY}/{PACKAGE}");
     let text = run(
         Command::new("curl")
-            .args(["--fail", "--silent", "--show-error", "--location", "--header"])
+            .args([
+                "--fail",
+                "--silent",
+                "--show-error",
+                "--location",
+                "--header",
+            ])
             // The abbreviated document: versions without readmes, a fraction of the size.
             .arg("Accept: application/vnd.npm.install-v1+json")
             .arg(&url),
