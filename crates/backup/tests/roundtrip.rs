@@ -14,7 +14,10 @@ use std::sync::Arc;
 
 use common::*;
 use onecopy_backup::tree::capture::read_xattrs;
-use onecopy_backup::{BackupSource, BackupStore, CreateOptions, DedupMode, RestoreTarget};
+use onecopy_backup::{
+    BackupSource, BackupStore, CreateOptions, DedupMode, RestoreTarget, StoreOptions,
+};
+use onecopy_core::chunking::RollingHash;
 use onecopy_core::fingerprint::FingerprintAlgorithm;
 use onecopy_core::storage::{LocalStorage, Storage};
 
@@ -334,10 +337,24 @@ fn directory_round_trip() {
 /// sparse. Method: four versions of an 8 MiB image with holes, restored to files and writers.
 #[test]
 fn image_and_stream_round_trip() {
+    image_and_stream_round_trip_with(RollingHash::Gear);
+}
+
+// Goal: the same round trips with paper 2's Rabin chunker (`--rolling-hash rabin`).
+#[test]
+fn image_and_stream_round_trip_rabin() {
+    image_and_stream_round_trip_with(RollingHash::Rabin);
+}
+
+fn image_and_stream_round_trip_with(rolling_hash: RollingHash) {
     let scratch = tempfile::tempdir().unwrap();
     let storage: Arc<dyn Storage> =
         Arc::new(LocalStorage::create(scratch.path().join("repository")).unwrap());
-    let mut store = open(storage, DedupMode::Revdedup);
+    let options = StoreOptions {
+        rolling_hash,
+        ..small_options(DedupMode::Revdedup)
+    };
+    let mut store = open_with(storage, options);
     let mut random = Random(41);
     let mut images = Vec::new();
     let mut image = vec![0u8; 8 << 20];

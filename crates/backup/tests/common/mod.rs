@@ -30,10 +30,14 @@ pub fn small_runtime() -> RuntimeOptions {
 }
 
 pub fn open(storage: Arc<dyn Storage>, mode: DedupMode) -> BackupStore {
+    open_with(storage, small_options(mode))
+}
+
+pub fn open_with(storage: Arc<dyn Storage>, options: StoreOptions) -> BackupStore {
     BackupStore::open(
         storage,
         OpenOptions {
-            store: Some(small_options(mode)),
+            store: Some(options),
             runtime: small_runtime(),
         },
     )

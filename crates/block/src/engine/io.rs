@@ -104,7 +104,7 @@ impl Engine {
     pub fn read(&self, volume: VolumeId, offset: u64, out: &mut [u8]) -> Result<()> {
         self.note_request();
         let mut pending = Vec::new();
-        {
+        let block_bytes = {
             let mut state = self.state.lock();
             self.check_usable(&state)?;
             state.counters.reads += 1;
@@ -112,14 +112,19 @@ impl Engine {
             check_payload_range(&record, offset, out.len() as u64)?;
             let result = self.plan_reads(&mut state, &record, offset, out, &mut pending);
             self.fail_on_error(&mut state, result)?;
+            record.block_bytes as usize
+        };
+        if pending.is_empty() {
+            return Ok(());
         }
-        let block_bytes = self.block_bytes_of(volume)?;
-        let mut block = vec![0u8; block_bytes];
+        let mut block = Vec::new();
         for read in pending {
             let whole = read.skip == 0 && read.take == block_bytes;
             let target: &mut [u8] = if whole {
                 &mut out[read.request_offset..read.request_offset + block_bytes]
             } else {
+                // Only reads of partial blocks need a whole block to read into.
+                block.resize(block_bytes, 0);
                 &mut block
             };
             read_located(read.file.as_ref(), &read.location, target)?;
@@ -131,11 +136,6 @@ impl Engine {
             }
         }
         Ok(())
-    }
-
-    fn block_bytes_of(&self, volume: VolumeId) -> Result<usize> {
-        let state = self.state.lock();
-        Ok(self.volume_record(&state, volume)?.block_bytes as usize)
     }
 
     /// Resolves every block of a read under the lock: zeros and cached or buffered blocks are
@@ -151,7 +151,8 @@ impl Engine {
         let block_bytes = record.block_bytes as u64;
         let map = state.volumes[&record.id].map;
         let prefetch = record.hints.prefetch && state.copies.prefetch_active();
-        let mut scratch = vec![0u8; block_bytes as usize];
+        // Room for a partial block; allocated by the first one (most reads are whole blocks).
+        let mut scratch = Vec::new();
         let mut position = offset;
         let end = offset + out.len() as u64;
         while position < end {
@@ -177,7 +178,12 @@ impl Engine {
                 }
                 let location = chunk_record.location;
                 let whole = take == block_bytes as usize;
-                let buffer: &mut [u8] = if whole { target } else { &mut scratch };
+                let buffer: &mut [u8] = if whole {
+                    target
+                } else {
+                    scratch.resize(block_bytes as usize, 0);
+                    &mut scratch
+                };
                 if self.content_cache.get(CacheKey::of(&location), buffer) {
                     // Served from memory.
                 } else {
@@ -274,7 +280,8 @@ impl Engine {
         let first_block = offset / block_bytes;
         let first = ((block_bytes - offset % block_bytes) % block_bytes) as usize;
         let mut next_fingerprint = fingerprints.iter();
-        let mut merged = vec![0u8; block_bytes as usize];
+        // A block merged from stored bytes and a partial write; most writes are whole blocks.
+        let mut merged = Vec::new();
         let filesystem = state.volumes[&record.id].filesystem.clone();
         let now = unix_seconds();
         for (index, plan) in plans.iter().enumerate() {
@@ -291,6 +298,7 @@ impl Engine {
                 }
                 BlockPlan::Partial => {
                     state.counters.read_modify_writes += 1;
+                    merged.resize(block_bytes as usize, 0);
                     self.read_block_locked(state, record, block, &mut merged)?;
                     let block_start = block * block_bytes;
                     let from = offset.max(block_start);
@@ -607,7 +615,8 @@ impl Engine {
                         .content_cache
                         .contains(CacheKey::of(&chunk_record.location))
                 {
-                    let mut scratch = vec![0u8; block_bytes as usize];
+                    // Room for a partial block; allocated by the first one (most reads are whole blocks).
+                    let mut scratch = Vec::new();
                     if let ChunkRead::File { file, location } =
                         state
                             .chunks

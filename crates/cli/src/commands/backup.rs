@@ -43,6 +43,9 @@ pub struct StoreArgs {
     /// Average chunk size [default: 4KiB].
     #[arg(long, value_name = "SIZE")]
     pub chunk_size: Option<String>,
+    /// Rolling hash of the chunker: gear (fast) or rabin (paper 2's) [default: gear].
+    #[arg(long, value_name = "HASH")]
+    pub rolling_hash: Option<String>,
     /// Container size [default: 32MiB].
     #[arg(long, value_name = "SIZE")]
     pub container_size: Option<String>,
@@ -173,6 +176,7 @@ impl StoreArgs {
         let given = self.mode.is_some()
             || self.segment_size.is_some()
             || self.chunk_size.is_some()
+            || self.rolling_hash.is_some()
             || self.container_size.is_some()
             || self.compression.is_some()
             || self.delete_method.is_some();
@@ -185,6 +189,9 @@ impl StoreArgs {
         }
         if let Some(size) = &self.chunk_size {
             options.chunk_bytes = parse_size(size)? as usize;
+        }
+        if let Some(hash) = &self.rolling_hash {
+            options.rolling_hash = hash.parse()?;
         }
         if let Some(size) = &self.container_size {
             options.container_bytes = parse_size(size)?;
@@ -339,10 +346,11 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
             }
             let options = &stats.options;
             println!(
-                "mode              {:?}, segments {}, chunks {}, containers {}, zstd {}",
+                "mode              {:?}, segments {}, chunks {} ({} hash), containers {}, zstd {}",
                 options.mode,
                 format_size(options.segment_bytes as u64),
                 format_size(options.chunk_bytes as u64),
+                options.rolling_hash.name(),
                 format_size(options.container_bytes),
                 options
                     .compression_level

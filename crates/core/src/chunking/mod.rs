@@ -46,6 +46,7 @@ mod spec;
 mod tests;
 
 pub use reader::{ChunkReader, SliceChunks, READ_BUFFER_BYTES_DEFAULT};
+pub use segment::RollingHash;
 pub use spec::{ChunkerSpec, SizeRange};
 
 /// The largest chunk any chunker may produce. [`ChunkReader`] buffers hold at least one chunk

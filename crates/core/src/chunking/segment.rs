@@ -1,10 +1,18 @@
 //! Two-level chunking: chunks and segments in one pass (paper 2, RevDedup §2.2.2).
 //!
-//! One Rabin rolling hash ([`super::rabin`]) serves both levels with the same target pattern
-//! (low bits all ones). A chunk ends where the low `n` bits match; that chunk end is also a
-//! segment end when the low `m` bits match too (`m > n`) and the segment has reached its
-//! minimum size. So every segment boundary is a chunk boundary, as the paper requires, and
-//! segments are runs of whole chunks.
+//! One rolling hash serves both levels with the same target pattern. A chunk ends where `n`
+//! pattern bits match; that chunk end is also a segment end when `m` pattern bits match too
+//! (`m > n`, the `n` bits among them) and the segment has reached its minimum size. So every
+//! segment boundary is a chunk boundary, as the paper requires, and segments are runs of whole
+//! chunks.
+//!
+//! Two rolling hashes ([`RollingHash`]), both content-defined over a sliding window:
+//! - **Rabin** ([`super::rabin`], `segment:S/C`), the paper's: a 48-byte window, the pattern is
+//!   the low bits all ones. Each byte costs two dependent table lookups (about 0.8 GB/s here).
+//! - **Gear** (`segment-gear:S/C`), the hash of FastCDC ([`super::fastcdc`]): `hash = (hash <<
+//!   1) + GEAR[byte]`, whose top bits depend on the last 64 bytes; the pattern is the top bits
+//!   all zeros. A byte costs a shift and an add on the critical path, several times faster;
+//!   the backup store uses it by default (docs/DESIGN.md).
 //!
 //! Sizes (paper 2's assumption): chunk min/max are half and twice the average chunk size, and
 //! segment min/max half and twice the average segment size. `n` is chosen as in
@@ -23,14 +31,53 @@
 //! resynchronisation as after an insertion). A chunk cut at the chunk maximum never ends a
 //! segment unless it also reaches the segment maximum or the end of the stream.
 
-use super::rabin::{pattern_bits, pattern_mask, scan, WINDOW_BYTES};
+use super::fastcdc::GEAR;
+use super::rabin::{self, pattern_bits, pattern_mask, WINDOW_BYTES};
 use super::{assert_cut_input, Chunker, Cut, SizeRange};
+
+/// Bytes of the gear hash's window: older bytes have been shifted out of all 64 bits.
+const GEAR_WINDOW_BYTES: usize = 64;
+
+/// The rolling hash of a [`SegmentChunker`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RollingHash {
+    /// Paper 2's Rabin fingerprint over a 48-byte window.
+    Rabin,
+    /// The gear hash over a 64-byte window.
+    Gear,
+}
+
+impl RollingHash {
+    /// The name used in options and output: `rabin` or `gear`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RollingHash::Rabin => "rabin",
+            RollingHash::Gear => "gear",
+        }
+    }
+}
+
+impl std::str::FromStr for RollingHash {
+    type Err = crate::Error;
+
+    fn from_str(text: &str) -> crate::Result<Self> {
+        match text.to_ascii_lowercase().as_str() {
+            "rabin" => Ok(RollingHash::Rabin),
+            "gear" => Ok(RollingHash::Gear),
+            _ => Err(crate::Error::InvalidArgument(format!(
+                "rolling hash {text:?}: use gear or rabin"
+            ))),
+        }
+    }
+}
 
 /// The two-level chunker. It counts the bytes of the current segment, so use one per stream.
 #[derive(Clone, Debug)]
 pub struct SegmentChunker {
     segment: SizeRange,
     chunk: SizeRange,
+    hash: RollingHash,
     chunk_mask: u64,
     segment_mask: u64,
     /// Bytes already cut in the current segment.
@@ -38,10 +85,15 @@ pub struct SegmentChunker {
 }
 
 impl SegmentChunker {
-    /// A chunker for the given segment and chunk size ranges (validated by
+    /// A Rabin chunker for the given segment and chunk size ranges (validated by
     /// [`super::ChunkerSpec`]).
     pub fn new(segment: SizeRange, chunk: SizeRange) -> Self {
-        assert!(chunk.bytes_min >= WINDOW_BYTES);
+        SegmentChunker::with_hash(segment, chunk, RollingHash::Rabin)
+    }
+
+    /// A chunker with the given rolling hash.
+    pub fn with_hash(segment: SizeRange, chunk: SizeRange, hash: RollingHash) -> Self {
+        assert!(chunk.bytes_min >= WINDOW_BYTES.max(GEAR_WINDOW_BYTES));
         assert!(
             chunk.bytes_max <= segment.bytes_min,
             "a segment holds at least one chunk"
@@ -53,12 +105,34 @@ impl SegmentChunker {
             segment_bits > chunk_bits,
             "segments must be longer than chunks"
         );
+        let mask = |bits: u32| match hash {
+            RollingHash::Rabin => pattern_mask(bits),
+            // The top bits: they mix the whole window (the low bits only the last few bytes).
+            RollingHash::Gear => pattern_mask(bits).reverse_bits(),
+        };
         SegmentChunker {
             segment,
             chunk,
-            chunk_mask: pattern_mask(chunk_bits),
-            segment_mask: pattern_mask(segment_bits),
+            hash,
+            chunk_mask: mask(chunk_bits),
+            segment_mask: mask(segment_bits),
             segment_bytes: 0,
+        }
+    }
+
+    /// Finds the first chunk end in `data[min..end]`: its length and the hash there.
+    fn scan(&self, data: &[u8], min: usize, end: usize) -> Option<(usize, u64)> {
+        match self.hash {
+            RollingHash::Rabin => rabin::scan(data, min, end, self.chunk_mask),
+            RollingHash::Gear => gear_scan(data, min, end, self.chunk_mask),
+        }
+    }
+
+    /// True if the hash at a chunk end also matches the segment pattern.
+    fn matches_segment(&self, hash: u64) -> bool {
+        match self.hash {
+            RollingHash::Rabin => hash & self.segment_mask == self.segment_mask,
+            RollingHash::Gear => hash & self.segment_mask == 0,
         }
     }
 
@@ -83,17 +157,14 @@ impl Chunker for SegmentChunker {
         let segment_room = self.segment.bytes_max - self.segment_bytes;
         let limit = data.len().min(self.chunk.bytes_max).min(segment_room);
         let found = if limit > self.chunk.bytes_min {
-            scan(data, self.chunk.bytes_min, limit, self.chunk_mask)
+            self.scan(data, self.chunk.bytes_min, limit)
         } else {
             None
         };
         let (len, pattern_ends_segment) = match found {
             Some((len, hash)) => {
                 let segment_long_enough = self.segment_bytes + len >= self.segment.bytes_min;
-                (
-                    len,
-                    segment_long_enough && hash & self.segment_mask == self.segment_mask,
-                )
+                (len, segment_long_enough && self.matches_segment(hash))
             }
             None => (limit, false),
         };
@@ -111,4 +182,31 @@ impl Chunker for SegmentChunker {
     fn max_chunk_bytes(&self) -> usize {
         self.chunk.bytes_max
     }
+}
+
+/// Gear counterpart of [`rabin::scan`]: the first length `L` in `min..=end` whose hash over
+/// `data[L - 64..L]` has the `mask` bits all zero. The hash starts from zero 64 bytes before
+/// `min`, which gives the same value as rolling from the start of the stream: every older
+/// byte has been shifted out.
+#[inline]
+fn gear_scan(data: &[u8], min: usize, end: usize, mask: u64) -> Option<(usize, u64)> {
+    assert!(
+        min >= GEAR_WINDOW_BYTES,
+        "the window must fit before the minimum size"
+    );
+    assert!(min <= end && end <= data.len());
+    let mut hash = 0u64;
+    for &byte in &data[min - GEAR_WINDOW_BYTES..min] {
+        hash = (hash << 1).wrapping_add(GEAR[byte as usize]);
+    }
+    if hash & mask == 0 {
+        return Some((min, hash));
+    }
+    for (index, &byte) in data[min..end].iter().enumerate() {
+        hash = (hash << 1).wrapping_add(GEAR[byte as usize]);
+        if hash & mask == 0 {
+            return Some((min + index + 1, hash));
+        }
+    }
+    None
 }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::fastcdc::FastCdcChunker;
 use super::fixed::{FixedChunker, FIXED_BYTES_MAX, FIXED_BYTES_MIN};
 use super::rabin::{RabinChunker, WINDOW_BYTES};
-use super::segment::SegmentChunker;
+use super::segment::{RollingHash, SegmentChunker};
 use super::{Chunker, CHUNK_BYTES_LIMIT, SEGMENT_BYTES_LIMIT};
 use crate::units::parse_size;
 use crate::{Error, Result};
@@ -40,6 +40,7 @@ pub struct SizeRange {
 /// - `fastcdc:AVERAGE` or `fastcdc:MIN/AVERAGE/MAX`: defaults `AVERAGE/4` and `AVERAGE*4`.
 /// - `rabin:AVERAGE` or `rabin:MIN/AVERAGE/MAX`: defaults `AVERAGE/2` and `AVERAGE*2`.
 /// - `segment:SEGMENT_AVERAGE/CHUNK_AVERAGE`: two-level Rabin chunking, min/max half and twice.
+/// - `segment-gear:SEGMENT_AVERAGE/CHUNK_AVERAGE`: the same with the gear hash.
 ///
 /// Averages are powers of two from 256 B to 4 MiB; minimums are at least 64 B; maximums at most
 /// 16 MiB. [`Display`](fmt::Display) prints the canonical form, which parses back to the same
@@ -55,12 +56,13 @@ pub enum ChunkerSpec {
     Segment {
         segment: SizeRange,
         chunk: SizeRange,
+        hash: RollingHash,
     },
 }
 
 const SYNTAX_HELP: &str = "use fixed:SIZE, fastcdc:AVERAGE, fastcdc:MIN/AVERAGE/MAX, \
-     rabin:AVERAGE, rabin:MIN/AVERAGE/MAX or segment:SEGMENT_AVERAGE/CHUNK_AVERAGE, \
-     with sizes in bytes or units (e.g. fixed:4096, fastcdc:8KiB, segment:4MiB/4KiB)";
+     rabin:AVERAGE, rabin:MIN/AVERAGE/MAX, segment:SEGMENT_AVERAGE/CHUNK_AVERAGE or \
+     segment-gear:SEGMENT_AVERAGE/CHUNK_AVERAGE, with sizes in bytes or units (e.g. fixed:4096, fastcdc:8KiB, segment:4MiB/4KiB)";
 
 impl ChunkerSpec {
     /// Builds a fresh chunker (one per stream: see [`Chunker`]).
@@ -69,9 +71,11 @@ impl ChunkerSpec {
             ChunkerSpec::Fixed { chunk_bytes } => Box::new(FixedChunker::new(chunk_bytes)),
             ChunkerSpec::FastCdc(sizes) => Box::new(FastCdcChunker::new(sizes)),
             ChunkerSpec::Rabin(sizes) => Box::new(RabinChunker::new(sizes)),
-            ChunkerSpec::Segment { segment, chunk } => {
-                Box::new(SegmentChunker::new(segment, chunk))
-            }
+            ChunkerSpec::Segment {
+                segment,
+                chunk,
+                hash,
+            } => Box::new(SegmentChunker::with_hash(segment, chunk, hash)),
         }
     }
 
@@ -84,13 +88,20 @@ impl ChunkerSpec {
         }
     }
 
-    /// The chunker's kind: `fixed`, `fastcdc`, `rabin` or `segment`.
+    /// The chunker's kind: `fixed`, `fastcdc`, `rabin`, `segment` or `segment-gear`.
     pub fn kind(&self) -> &'static str {
         match self {
             ChunkerSpec::Fixed { .. } => "fixed",
             ChunkerSpec::FastCdc(_) => "fastcdc",
             ChunkerSpec::Rabin(_) => "rabin",
-            ChunkerSpec::Segment { .. } => "segment",
+            ChunkerSpec::Segment {
+                hash: RollingHash::Rabin,
+                ..
+            } => "segment",
+            ChunkerSpec::Segment {
+                hash: RollingHash::Gear,
+                ..
+            } => "segment-gear",
         }
     }
 }
@@ -193,7 +204,12 @@ impl FromStr for ChunkerSpec {
                 arguments,
                 RabinChunker::default_sizes,
             )?)),
-            "segment" => {
+            "segment" | "segment-gear" => {
+                let hash = if kind.eq_ignore_ascii_case("segment") {
+                    RollingHash::Rabin
+                } else {
+                    RollingHash::Gear
+                };
                 let sizes = parse_sizes(text, arguments)?;
                 let [segment_average, chunk_average] = sizes.as_slice() else {
                     return Err(invalid(
@@ -219,7 +235,11 @@ impl FromStr for ChunkerSpec {
                 }
                 let (segment, chunk) =
                     SegmentChunker::default_sizes(*segment_average, *chunk_average);
-                Ok(ChunkerSpec::Segment { segment, chunk })
+                Ok(ChunkerSpec::Segment {
+                    segment,
+                    chunk,
+                    hash,
+                })
             }
             _ => Err(invalid(
                 text,
@@ -268,7 +288,7 @@ impl fmt::Display for ChunkerSpec {
             ChunkerSpec::Fixed { chunk_bytes } => write!(f, "{}", CanonicalSize(chunk_bytes)),
             ChunkerSpec::FastCdc(sizes) => write_range(f, sizes, FastCdcChunker::default_sizes),
             ChunkerSpec::Rabin(sizes) => write_range(f, sizes, RabinChunker::default_sizes),
-            ChunkerSpec::Segment { segment, chunk } => write!(
+            ChunkerSpec::Segment { segment, chunk, .. } => write!(
                 f,
                 "{}/{}",
                 CanonicalSize(segment.bytes_average),
@@ -310,6 +330,7 @@ mod tests {
             ("rabin:4096/8192/16384", "rabin:8192"),
             ("RABIN:64/256/1MiB", "rabin:64/256/1MiB"),
             ("segment:4MiB/4KiB", "segment:4MiB/4096"),
+            ("segment-gear:4MiB/4KiB", "segment-gear:4MiB/4096"),
         ] {
             let spec: ChunkerSpec = input.parse().unwrap();
             assert_eq!(spec.to_string(), canonical, "{input}");

@@ -45,6 +45,7 @@ fn sizes_within_bounds_and_deterministic() {
         ("rabin:8192", 4096, 16384),
         ("rabin:100/1024/3000", 100, 3000),
         ("segment:256KiB/4KiB", 1, 8192),
+        ("segment-gear:256KiB/4KiB", 1, 8192),
     ] {
         let spec = spec(text);
         let chunks = cuts(&spec, &data);
@@ -77,6 +78,7 @@ fn averages_near_configured() {
         ("rabin:8192", 8192.0),
         ("rabin:1024", 1024.0),
         ("segment:256KiB/4KiB", 4096.0),
+        ("segment-gear:256KiB/4KiB", 4096.0),
     ] {
         let chunks = cuts(&spec(text), &data);
         let measured = data.len() as f64 / chunks.len() as f64;
@@ -85,15 +87,17 @@ fn averages_near_configured() {
             "{text}: average chunk {measured:.0} bytes"
         );
     }
-    let segments = cuts(&spec("segment:256KiB/4KiB"), &data)
-        .iter()
-        .filter(|&&(_, _, ends_segment)| ends_segment)
-        .count();
-    let measured = data.len() as f64 / segments as f64;
-    assert!(
-        (measured / 262144.0 - 1.0).abs() < 0.2,
-        "average segment {measured:.0} bytes"
-    );
+    for text in ["segment:256KiB/4KiB", "segment-gear:256KiB/4KiB"] {
+        let segments = cuts(&spec(text), &data)
+            .iter()
+            .filter(|&&(_, _, ends_segment)| ends_segment)
+            .count();
+        let measured = data.len() as f64 / segments as f64;
+        assert!(
+            (measured / 262144.0 - 1.0).abs() < 0.2,
+            "{text}: average segment {measured:.0} bytes"
+        );
+    }
 }
 
 /// Goal: segments are runs of whole chunks within the segment min/max and the last chunk ends
@@ -101,24 +105,26 @@ fn averages_near_configured() {
 #[test]
 fn segments_within_bounds() {
     let data = random_bytes(3, 8 << 20);
-    let chunks = cuts(&spec("segment:256KiB/4KiB"), &data);
-    assert!(chunks.last().unwrap().2, "the stream's end ends a segment");
-    let mut segment_bytes = 0;
-    let mut segments = Vec::new();
-    for (_, len, ends_segment) in chunks {
-        segment_bytes += len;
-        if ends_segment {
-            segments.push(segment_bytes);
-            segment_bytes = 0;
+    for text in ["segment:256KiB/4KiB", "segment-gear:256KiB/4KiB"] {
+        let chunks = cuts(&spec(text), &data);
+        assert!(chunks.last().unwrap().2, "the stream's end ends a segment");
+        let mut segment_bytes = 0;
+        let mut segments = Vec::new();
+        for (_, len, ends_segment) in chunks {
+            segment_bytes += len;
+            if ends_segment {
+                segments.push(segment_bytes);
+                segment_bytes = 0;
+            }
         }
-    }
-    let (last, whole) = segments.split_last().unwrap();
-    assert!(*last <= 512 << 10);
-    for &bytes in whole {
-        assert!(
-            (128 << 10..=512 << 10).contains(&bytes),
-            "segment of {bytes} bytes"
-        );
+        let (last, whole) = segments.split_last().unwrap();
+        assert!(*last <= 512 << 10);
+        for &bytes in whole {
+            assert!(
+                (128 << 10..=512 << 10).contains(&bytes),
+                "{text}: segment of {bytes} bytes"
+            );
+        }
     }
 }
 
@@ -156,13 +162,14 @@ impl Read for ChoppyReader<'_> {
     }
 }
 
-const PROPERTY_SPECS: [&str; 6] = [
+const PROPERTY_SPECS: [&str; 7] = [
     "fixed:512",
     "fixed:4096",
     "fastcdc:1024",
     "rabin:1024",
     "rabin:256/1024/2048",
     "segment:16KiB/1KiB",
+    "segment-gear:16KiB/1KiB",
 ];
 
 proptest! {
