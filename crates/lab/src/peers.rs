@@ -62,7 +62,9 @@ impl Tool {
     /// How the tool is configured in the comparison (for tables).
     pub fn settings(self) -> &'static str {
         match self {
-            Tool::Onecopy => "RevDedup, 4 MiB segments / 4 KiB chunks, zstd 3, 2 threads",
+            Tool::Onecopy => {
+                "RevDedup, 4 MiB segments / 4 KiB chunks (gear hash), zstd 3, 2 threads"
+            }
             Tool::Restic => "repository v2, compression auto (zstd), AES, GOMAXPROCS=cores",
             Tool::Borg => "encryption none, compression zstd,3, single-threaded",
         }

@@ -315,26 +315,23 @@ pub fn summary(results: &Paper2Results) -> String {
             );
             let _ = writeln!(
                 text,
-                "| {} | {store} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                "| {} | {store} | {} | {} | {} | {} | {} | {} |",
                 dataset.dataset,
-                mean(
-                    backups
-                        .iter()
-                        .map(|record| rate(record.logical_bytes, record.timing.seconds))
-                ),
-                mean(
-                    backups
-                        .iter()
-                        .map(|record| rate(record.logical_bytes, record.timing.cpu_seconds))
-                ),
-                restore_at(1),
-                restore_at(dataset.versions),
-                mean(
-                    restores
-                        .iter()
-                        .map(|record| rate(record.logical_bytes, record.timing.seconds))
-                ),
-                reverse,
+                Whole(mean(backups.iter().map(|record| rate(
+                    record.logical_bytes,
+                    record.timing.seconds
+                )))),
+                Whole(mean(backups.iter().map(|record| rate(
+                    record.logical_bytes,
+                    record.timing.cpu_seconds
+                )))),
+                Whole(restore_at(1)),
+                Whole(restore_at(dataset.versions)),
+                Whole(mean(restores.iter().map(|record| rate(
+                    record.logical_bytes,
+                    record.timing.seconds
+                )))),
+                Whole(reverse),
             );
         }
     }
@@ -554,5 +551,19 @@ fn comparison_summary(
             row.ratio,
             if row.met { "yes" } else { "**no**" }
         );
+    }
+}
+
+/// A table cell rounded to a whole number, or `-` where nothing was measured (the mean of no
+/// values is NaN: restores of SG2-SG5 are not run, Conv has no reverse phase).
+struct Whole(f64);
+
+impl std::fmt::Display for Whole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_finite() {
+            write!(f, "{:.0}", self.0)
+        } else {
+            f.write_str("-")
+        }
     }
 }
