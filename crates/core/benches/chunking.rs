@@ -61,6 +61,7 @@ fn chunking(criterion: &mut Criterion<ThreadTime>) {
         "fastcdc:8192",
         "rabin:8192",
         "segment:4MiB/4KiB",
+        "segment-gear:4MiB/4KiB",
     ] {
         let spec: ChunkerSpec = text.parse().expect("valid spec");
         group.bench_with_input(BenchmarkId::from_parameter(text), &spec, |bencher, spec| {
