@@ -449,8 +449,10 @@ fn parse_json(text: &str, what: &str) -> Result<serde_json::Value> {
     })
 }
 
-/// Runs `command` without measuring it; returns its standard output.
-fn run_plain(command: &mut Command, what: &str) -> Result<String> {
+/// Runs `command` without measuring it; returns its standard output, or an error naming
+/// `what` with the exit status and standard error. Every command the lab runs goes through
+/// here or [`run_timed`].
+pub(crate) fn run_plain(command: &mut Command, what: &str) -> Result<String> {
     let output = command
         .stdin(Stdio::null())
         .output()

@@ -30,6 +30,7 @@ use std::process::{Command, Stdio};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LabError, Result};
+use crate::peers::run_plain;
 
 /// File-system block size of the images (debugfs reports block numbers in these units).
 pub const IMAGE_BLOCK_BYTES: u64 = 4096;
@@ -221,7 +222,7 @@ fn plain_name(name: &str) -> bool {
 /// Builds an ext4 image of `image_bytes` holding `tree` (mke2fs -d).
 pub fn build_image(tree: &Path, image: &Path, image_bytes: u64) -> Result<()> {
     let size = format!("{}k", image_bytes / 1024);
-    run_checked(
+    run_plain(
         Command::new("mke2fs")
             .args(["-q", "-F", "-t", "ext4", "-b"])
             .arg(IMAGE_BLOCK_BYTES.to_string())
@@ -636,27 +637,6 @@ impl Write for HashingWriter {
 fn create_directory(path: &Path) -> Result<()> {
     fs::create_dir_all(path)
         .map_err(|error| LabError::io(format!("creating {}", path.display()), error))
-}
-
-fn run_checked(command: &mut Command, what: &str) -> Result<String> {
-    let output = command
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|error| LabError::Command {
-            command: what.to_string(),
-            detail: error.to_string(),
-        })?;
-    if !output.status.success() {
-        return Err(LabError::Command {
-            command: what.to_string(),
-            detail: format!(
-                "{}: {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ),
-        });
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 #[cfg(test)]

@@ -12,9 +12,10 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::error::{LabError, Result};
+use crate::peers::run_plain;
 
 /// The npm package of the real series.
 pub const PACKAGE: &str = "typescript";
@@ -70,7 +71,7 @@ pub fn prepare(
                 // Download next to the final name and rename, so an interrupted download
                 // is never taken for a tarball.
                 let partial = tarball.with_extension("tgz.partial");
-                run(
+                run_plain(
                     Command::new("curl")
                         .args([
                             "--fail",
@@ -96,7 +97,7 @@ pub fn prepare(
                 })?;
             }
             create_directory(&partial)?;
-            run(
+            run_plain(
                 Command::new("tar")
                     .arg("xzf")
                     .arg(&tarball)
@@ -131,7 +132,7 @@ fn versions(directory: &Path, log: &mut dyn FnMut(&str)) -> Result<Vec<String>> 
     }
     log(&format!("listing the versions of {PACKAGE} ({REGISTRY})"));
     let url = format!("{REGISTRY}/{PACKAGE}");
-    let text = run(
+    let text = run_plain(
         Command::new("curl")
             .args([
                 "--fail",
@@ -164,27 +165,6 @@ fn versions(directory: &Path, log: &mut dyn FnMut(&str)) -> Result<Vec<String>> 
     fs::write(&cached, list)
         .map_err(|error| LabError::io(format!("writing {}", cached.display()), error))?;
     Ok(versions)
-}
-
-fn run(command: &mut Command, what: &str) -> Result<String> {
-    let output = command
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|error| LabError::Command {
-            command: what.to_string(),
-            detail: format!("{error} (is it installed? see scripts/setup.sh)"),
-        })?;
-    if !output.status.success() {
-        return Err(LabError::Command {
-            command: what.to_string(),
-            detail: format!(
-                "{}: {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            ),
-        });
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 fn create_directory(path: &Path) -> Result<()> {
