@@ -1,6 +1,8 @@
 //! The trace parser on the real FIU mail excerpt kept outside the repository, in
 //! `shared/traces/` next to the workspace (never copied into it). Without the file the tests
-//! are skipped with a note, unless ONECOPY_REQUIRE_TEST_DATA=1 makes its absence a failure.
+//! are skipped with a note, unless ONECOPY_REQUIRE_TRACES=1 makes its absence a failure. (Not
+//! ONECOPY_REQUIRE_TEST_DATA, which CI sets: scripts/setup.sh fetches that data, while the
+//! trace exists only where the checkout sits beside `shared/`.)
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -28,13 +30,13 @@ fn excerpt() -> Option<PathBuf> {
 fn excerpt_or_skip() -> Option<PathBuf> {
     let found = excerpt();
     if found.is_none() {
-        if std::env::var("ONECOPY_REQUIRE_TEST_DATA").as_deref() == Ok("1") {
+        if std::env::var("ONECOPY_REQUIRE_TRACES").as_deref() == Ok("1") {
             panic!(
                 "{EXCERPT} was not found beside the workspace (or in ONECOPY_TEST_DATA), and \
-                 ONECOPY_REQUIRE_TEST_DATA=1 requires it"
+                 ONECOPY_REQUIRE_TRACES=1 requires it"
             );
         }
-        eprintln!("note: {EXCERPT} not found; skipping (set ONECOPY_REQUIRE_TEST_DATA=1 to fail)");
+        eprintln!("note: {EXCERPT} not found; skipping (set ONECOPY_REQUIRE_TRACES=1 to fail)");
     }
     found
 }
