@@ -50,6 +50,21 @@ impl Changes {
             .ok_or_else(|| BackupError::corrupt(format!("segment {id}"), "head missing"))
     }
 
+    /// Drops one live (recipe) reference to segment `id`; a segment without one left is
+    /// corruption of `what` (the backup whose recipe held the reference).
+    pub fn release_live_reference(
+        &mut self,
+        view: &impl CatalogView,
+        id: SegmentId,
+        what: &str,
+    ) -> Result<()> {
+        let head = self.head_mut(view, id)?;
+        head.live_references = head.live_references.checked_sub(1).ok_or_else(|| {
+            BackupError::corrupt(what, format!("segment {id} has no live reference left"))
+        })?;
+        Ok(())
+    }
+
     /// The record of `id` for reading or modification; it must exist.
     pub fn record_mut(
         &mut self,

@@ -37,7 +37,7 @@ use crate::error::{BackupError, Result};
 use crate::recipe::{ChunkReference, Recipe};
 use crate::segment::{ChunkStorage, ContainerRecord, CONTAINERS};
 use crate::series::{load_backup, load_series, BackupState};
-use crate::settle::{copy_segments, finish_settlement, plan_settlement, CopyReport, Settlement};
+use crate::settle::{execute_settlement, plan_settlement, CopyReport, Settlement};
 use crate::store::{load_segment, now_unix_ns, BackupStore};
 
 /// What deleting one backup will do.
@@ -103,14 +103,7 @@ impl BackupStore {
         match &recipe {
             Recipe::Live(references) => {
                 for reference in references {
-                    let head = changes.head_mut(&read, reference.segment)?;
-                    head.live_references =
-                        head.live_references.checked_sub(1).ok_or_else(|| {
-                            BackupError::corrupt(
-                                &what,
-                                format!("segment {} has no live reference left", reference.segment),
-                            )
-                        })?;
+                    changes.release_live_reference(&read, reference.segment, &what)?;
                     candidates.insert(reference.segment);
                 }
             }
@@ -240,33 +233,25 @@ impl BackupStore {
         mut plan: DeletePlan,
         method: DeleteMethod,
     ) -> Result<DeleteReport> {
-        self.recover()?;
-        if plan.serial != self.state.serial {
-            return Err(BackupError::InvalidArgument(
-                "the deletion plan is stale: make a new one".to_string(),
-            ));
-        }
         let started = Instant::now();
-        let mut state = self.state.clone();
-        let copy = copy_segments(self, &plan.settlement, &mut plan.changes, &mut state)?;
-        let commit_started = Instant::now();
-        let mut write = self.catalog.write()?;
-        plan.changes.apply(&mut write)?;
-        self.commit(write, state)?;
-        let commit_seconds = commit_started.elapsed().as_secs_f64();
-        let cleanup_seconds = finish_settlement(self, &plan.settlement)?;
+        let run = execute_settlement(
+            self,
+            plan.serial,
+            "deletion",
+            &plan.settlement,
+            &mut plan.changes,
+        )?;
         let sweep = match method {
             DeleteMethod::Timestamp => None,
             DeleteMethod::MarkAndSweep => Some(self.sweep()?),
         };
-        plan.changes = Changes::default();
         let seconds = plan.plan_seconds + started.elapsed().as_secs_f64();
         Ok(DeleteReport {
             plan,
             method,
-            copy,
-            commit_seconds,
-            cleanup_seconds,
+            copy: run.copy,
+            commit_seconds: run.commit_seconds,
+            cleanup_seconds: run.cleanup_seconds,
             sweep,
             seconds,
         })

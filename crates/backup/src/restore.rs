@@ -527,26 +527,8 @@ fn decode_chunk_into(location: &ChunkLocation, stored: &[u8], raw: &mut [u8]) ->
 
 /// Checks a chunk's stored bytes against its CRC and returns its raw bytes.
 pub(crate) fn decode_chunk(location: &ChunkLocation, stored: &[u8]) -> Result<Vec<u8>> {
-    let what = || {
-        format!(
-            "chunk at offset {} of container {:016x}",
-            location.offset, location.container
-        )
-    };
-    if crc32c::crc32c(stored) != location.checksum {
-        return Err(BackupError::corrupt(what(), "checksum mismatch"));
-    }
-    if location.flags & CHUNK_COMPRESSED == 0 {
-        return Ok(stored.to_vec());
-    }
-    let raw = zstd::bulk::decompress(stored, location.raw_bytes as usize)
-        .map_err(|error| BackupError::corrupt(what(), error.to_string()))?;
-    if raw.len() != location.raw_bytes as usize {
-        return Err(BackupError::corrupt(
-            what(),
-            "decompressed to the wrong size",
-        ));
-    }
+    let mut raw = vec![0; location.raw_bytes as usize];
+    decode_chunk_into(location, stored, &mut raw)?;
     Ok(raw)
 }
 

@@ -175,7 +175,7 @@ struct OpenWriter {
 
 /// Copies the planned segments into new containers and records their new locations in
 /// `changes` (and the new container records); `state` allocates the container ids.
-pub(crate) fn copy_segments(
+fn copy_segments(
     store: &BackupStore,
     settlement: &Settlement,
     changes: &mut Changes,
@@ -342,10 +342,50 @@ fn seal(
     Ok(())
 }
 
+/// What [`execute_settlement`] did, timed in parts.
+pub(crate) struct SettlementRun {
+    pub copy: CopyReport,
+    pub commit_seconds: f64,
+    pub cleanup_seconds: f64,
+}
+
+/// The execution shared by deletion and reverse deduplication, in the write order: copy the
+/// segments `settlement` repackages, commit `changes` with the new store state, then drop
+/// index entries and containers ([`finish_settlement`]). `serial` is the store state the plan
+/// was made from; a plan made from another state is refused (`what` names it).
+pub(crate) fn execute_settlement(
+    store: &mut BackupStore,
+    serial: u64,
+    what: &str,
+    settlement: &Settlement,
+    changes: &mut Changes,
+) -> Result<SettlementRun> {
+    store.recover()?;
+    if serial != store.state.serial {
+        return Err(BackupError::InvalidArgument(format!(
+            "the {what} plan is stale: make a new one"
+        )));
+    }
+    let mut state = store.state.clone();
+    let copy = copy_segments(store, settlement, changes, &mut state)?;
+    let commit_started = Instant::now();
+    let mut write = store.catalog.write()?;
+    changes.apply(&mut write)?;
+    store.commit(write, state)?;
+    let commit_seconds = commit_started.elapsed().as_secs_f64();
+    let cleanup_seconds = finish_settlement(store, settlement)?;
+    *changes = Changes::default();
+    Ok(SettlementRun {
+        copy,
+        commit_seconds,
+        cleanup_seconds,
+    })
+}
+
 /// After the catalog commit: drops the settled segments from the index (then checkpoints it)
 /// and removes the dropped containers. Deletion order: recipe and records first (the
 /// commit), then the index, then the data.
-pub(crate) fn finish_settlement(store: &mut BackupStore, settlement: &Settlement) -> Result<f64> {
+fn finish_settlement(store: &mut BackupStore, settlement: &Settlement) -> Result<f64> {
     let started = Instant::now();
     for (fingerprint, segment) in &settlement.unindexed {
         // Another shared segment may have the same fingerprint (after an index loss); only

@@ -12,8 +12,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::plan::ReversePlan;
-use crate::error::{BackupError, Result};
-use crate::settle::{copy_segments, finish_settlement, CopyReport};
+use crate::error::Result;
+use crate::settle::{execute_settlement, CopyReport};
 use crate::store::BackupStore;
 
 /// What a reverse deduplication did, with per-phase timings.
@@ -31,28 +31,20 @@ pub struct ReverseReport {
 impl BackupStore {
     /// Executes `plan`, which must have been made from the current state of the store.
     pub fn execute_reverse(&mut self, mut plan: ReversePlan) -> Result<ReverseReport> {
-        self.recover()?;
-        if plan.serial != self.state.serial {
-            return Err(BackupError::InvalidArgument(
-                "the reverse deduplication plan is stale: make a new one".to_string(),
-            ));
-        }
         let started = Instant::now();
-        let mut state = self.state.clone();
-        let copy = copy_segments(self, &plan.settlement, &mut plan.changes, &mut state)?;
-        let commit_started = Instant::now();
-        let mut write = self.catalog.write()?;
-        plan.changes.apply(&mut write)?;
-        self.commit(write, state)?;
-        let commit_seconds = commit_started.elapsed().as_secs_f64();
-        let cleanup_seconds = finish_settlement(self, &plan.settlement)?;
+        let run = execute_settlement(
+            self,
+            plan.serial,
+            "reverse deduplication",
+            &plan.settlement,
+            &mut plan.changes,
+        )?;
         let seconds = plan.plan_seconds + started.elapsed().as_secs_f64();
-        plan.changes = Default::default();
         Ok(ReverseReport {
             plan,
-            copy,
-            commit_seconds,
-            cleanup_seconds,
+            copy: run.copy,
+            commit_seconds: run.commit_seconds,
+            cleanup_seconds: run.cleanup_seconds,
             seconds,
         })
     }

@@ -109,14 +109,7 @@ impl BackupStore {
         match &recipe {
             Recipe::Live(references) => {
                 for reference in references {
-                    let head = changes.head_mut(&read, reference.segment)?;
-                    head.live_references =
-                        head.live_references.checked_sub(1).ok_or_else(|| {
-                            BackupError::corrupt(
-                                &what,
-                                format!("segment {} has no live reference left", reference.segment),
-                            )
-                        })?;
+                    changes.release_live_reference(&read, reference.segment, &what)?;
                     candidates.insert(reference.segment);
                     let record = changes.record_mut(&read, reference.segment)?;
                     for (index, chunk) in record.chunks.iter_mut().enumerate() {
