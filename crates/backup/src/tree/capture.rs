@@ -8,7 +8,7 @@
 //! walk is padded with zeros and one that grew is cut at its recorded size, so the stream
 //! always matches the tree (shrunk files are counted in [`TreeReader::changed_files`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File};
 use std::io::{self, Read};
@@ -24,12 +24,6 @@ use crate::error::{BackupError, IoContext, Result};
 
 /// Largest buffer for the names of a file's extended attributes.
 const XATTR_BYTES_MAX: usize = 1 << 20;
-/// Files the tree reader opens ahead of the one it reads, asking the kernel to read them
-/// (`posix_fadvise(WILLNEED)`): a tree of small files on a cold cache is otherwise read one
-/// synchronous request at a time.
-const READ_AHEAD_FILES_MAX: usize = 32;
-/// Bytes of file data the tree reader asks the kernel to read ahead, at most.
-const READ_AHEAD_BYTES_MAX: u64 = 32 << 20;
 
 /// The path of entry `relative` under `root`.
 pub fn entry_path(root: &Path, relative: &[u8]) -> PathBuf {
@@ -307,13 +301,6 @@ pub struct TreeReader {
     current: Option<File>,
     /// True once the current file ended before its recorded size.
     current_short: bool,
-    /// Files after the current one, opened and advised to the kernel: (file index, handle,
-    /// bytes advised). `None` for a file that could not be opened ahead; opening it again in
-    /// turn reports the error.
-    ahead: VecDeque<(usize, Option<File>, u64)>,
-    /// The next file index to open ahead, and the bytes advised and not yet read.
-    ahead_next: usize,
-    ahead_bytes: u64,
     tail: Vec<u8>,
     tail_position: usize,
     changed_files: Arc<AtomicU64>,
@@ -338,9 +325,6 @@ impl TreeReader {
             extent_position: 0,
             current: None,
             current_short: false,
-            ahead: VecDeque::new(),
-            ahead_next: 1,
-            ahead_bytes: 0,
             tail: tree_bytes,
             tail_position: 0,
             changed_files: Arc::new(AtomicU64::new(0)),
@@ -360,70 +344,6 @@ impl TreeReader {
         self.current = None;
         self.current_short = false;
     }
-
-    /// Opens the current file, taking it from the read-ahead queue when it is there, and
-    /// tops the queue up.
-    fn open_current(&mut self) -> io::Result<File> {
-        let mut opened = None;
-        while let Some((index, _, _)) = self.ahead.front() {
-            if *index > self.file_index {
-                break;
-            }
-            let (index, file, bytes) = self.ahead.pop_front().expect("front exists");
-            self.ahead_bytes -= bytes;
-            if index == self.file_index {
-                opened = file;
-            }
-        }
-        self.ahead_next = self.ahead_next.max(self.file_index + 1);
-        let file = match opened {
-            Some(file) => file,
-            None => {
-                let path = entry_path(&self.root, &self.files[self.file_index].0);
-                File::open(&path).map_err(|error| {
-                    io::Error::new(error.kind(), format!("opening {}: {error}", path.display()))
-                })?
-            }
-        };
-        self.read_ahead();
-        Ok(file)
-    }
-
-    fn read_ahead(&mut self) {
-        while self.ahead_next < self.files.len()
-            && self.ahead.len() < READ_AHEAD_FILES_MAX
-            && self.ahead_bytes < READ_AHEAD_BYTES_MAX
-        {
-            let index = self.ahead_next;
-            self.ahead_next += 1;
-            let (path, extents) = &self.files[index];
-            let file = File::open(entry_path(&self.root, path)).ok();
-            let mut bytes = 0;
-            if let Some(file) = &file {
-                for extent in extents {
-                    let length = extent
-                        .length
-                        .min(READ_AHEAD_BYTES_MAX.saturating_sub(self.ahead_bytes + bytes));
-                    if length == 0 {
-                        break;
-                    }
-                    // SAFETY: posix_fadvise only reads its integer arguments; the descriptor
-                    // stays open. A failed hint changes nothing but speed, so it is ignored.
-                    unsafe {
-                        libc::posix_fadvise(
-                            file.as_raw_fd(),
-                            extent.offset as libc::off_t,
-                            length as libc::off_t,
-                            libc::POSIX_FADV_WILLNEED,
-                        );
-                    }
-                    bytes += length;
-                }
-            }
-            self.ahead_bytes += bytes;
-            self.ahead.push_back((index, file, bytes));
-        }
-    }
 }
 
 impl Read for TreeReader {
@@ -432,7 +352,7 @@ impl Read for TreeReader {
             return Ok(0);
         }
         while self.file_index < self.files.len() {
-            let extents = &self.files[self.file_index].1;
+            let (path, extents) = &self.files[self.file_index];
             let Some(extent) = extents.get(self.extent_index).copied() else {
                 self.next_file();
                 continue;
@@ -443,7 +363,11 @@ impl Read for TreeReader {
                 continue;
             }
             if self.current.is_none() {
-                self.current = Some(self.open_current()?);
+                let path = entry_path(&self.root, path);
+                let file = File::open(&path).map_err(|error| {
+                    io::Error::new(error.kind(), format!("opening {}: {error}", path.display()))
+                })?;
+                self.current = Some(file);
             }
             let wanted = ((extent.length - self.extent_position) as usize).min(buffer.len());
             let read = if self.current_short {
