@@ -7,25 +7,14 @@ mod common;
 use std::fs;
 use std::sync::Arc;
 
-use common::{assert_check_ok, first_image, next_image, open, restore_bytes, Random};
-use onecopy_backup::{BackupSource, BackupStore, CreateOptions, DedupMode, InlineReport};
+use common::{
+    assert_check_ok, create_report, first_image, next_image, open, restore_bytes, Random,
+};
+use onecopy_backup::{BackupStore, DedupMode, InlineReport};
 use onecopy_core::storage::{LocalStorage, Storage};
 
 fn create(store: &mut BackupStore, series: &str, data: &[u8], defer_reverse: bool) -> InlineReport {
-    store
-        .create_backup(
-            series,
-            BackupSource::Reader {
-                reader: Box::new(std::io::Cursor::new(data.to_vec())),
-                name: "test".into(),
-            },
-            CreateOptions {
-                defer_reverse,
-                ..CreateOptions::default()
-            },
-        )
-        .expect("create backup")
-        .inline
+    create_report(store, series, data, defer_reverse).inline
 }
 
 /// Goal: chunks of the previous backup are not compressed again, yet the new backup stores

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use onecopy_backup::{
-    BackupSource, BackupStore, CreateOptions, DedupMode, OpenOptions, RestoreTarget,
+    BackupSource, BackupStore, CreateOptions, CreateReport, DedupMode, OpenOptions, RestoreTarget,
     RuntimeOptions, StoreOptions,
 };
 use onecopy_core::storage::Storage;
@@ -97,6 +97,16 @@ pub fn next_image(random: &mut Random, previous: &[u8]) -> Vec<u8> {
 }
 
 pub fn backup_bytes(store: &mut BackupStore, series: &str, data: &[u8], defer: bool) -> u32 {
+    create_report(store, series, data, defer).version
+}
+
+/// Backs up `data` from memory as the next version of `series` and returns the report.
+pub fn create_report(
+    store: &mut BackupStore,
+    series: &str,
+    data: &[u8],
+    defer: bool,
+) -> CreateReport {
     store
         .create_backup(
             series,
@@ -110,7 +120,6 @@ pub fn backup_bytes(store: &mut BackupStore, series: &str, data: &[u8], defer: b
             },
         )
         .expect("create backup")
-        .version
 }
 
 /// A writer that appends into a shared buffer.
