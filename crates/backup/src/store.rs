@@ -62,6 +62,9 @@ pub struct OpenOptions {
     /// (`None` accepts whatever the store was created with).
     pub store: Option<StoreOptions>,
     pub runtime: RuntimeOptions,
+    /// Open the catalog for reading only (list, restore, stats): no disk flush at open or
+    /// close. Operations that change the store panic on such a store.
+    pub read_only: bool,
 }
 
 /// What [`BackupStore::recover`] repaired.
@@ -106,7 +109,11 @@ impl BackupStore {
         if !storage.exists(CATALOG_FILE)? {
             create_catalog(&storage, &options)?;
         }
-        let catalog = Catalog::open(&storage, CATALOG_FILE)?;
+        let catalog = if options.read_only {
+            Catalog::open_read_only(&storage, CATALOG_FILE)?
+        } else {
+            Catalog::open(&storage, CATALOG_FILE)?
+        };
         let stored: Option<StoreState> = catalog.read()?.get_json(STORE, STATE_KEY)?;
         let state = match stored {
             Some(state) => {
@@ -181,6 +188,10 @@ impl BackupStore {
         if self.recovered {
             return Ok(RecoveryReport::default());
         }
+        assert!(
+            !self.catalog.is_read_only(),
+            "a store opened read-only is never changed"
+        );
         let mut report = RecoveryReport::default();
         let read = self.catalog.read()?;
         let known: std::collections::HashSet<ContainerId> = read

@@ -39,6 +39,7 @@ fn scenario(storage: Arc<dyn Storage>, mode: DedupMode, images: &[Vec<u8>], mode
         onecopy_backup::OpenOptions {
             store: Some(small_options(mode)),
             runtime: small_runtime(),
+            read_only: false,
         },
     ) else {
         return;

@@ -39,6 +39,7 @@ pub fn open_with(storage: Arc<dyn Storage>, options: StoreOptions) -> BackupStor
         OpenOptions {
             store: Some(options),
             runtime: small_runtime(),
+            read_only: false,
         },
     )
     .expect("open store")

@@ -164,10 +164,32 @@ fn open(
     store: Option<StoreOptions>,
     runtime: RuntimeOptions,
 ) -> anyhow::Result<Opened> {
+    open_with(cli, command, store, runtime, false)
+}
+
+/// Opens the store for a command that only reads it (no disk flushes at open or close).
+fn open_read_only(cli: &Cli, command: &str, runtime: RuntimeOptions) -> anyhow::Result<Opened> {
+    open_with(cli, command, None, runtime, true)
+}
+
+fn open_with(
+    cli: &Cli,
+    command: &str,
+    store: Option<StoreOptions>,
+    runtime: RuntimeOptions,
+    read_only: bool,
+) -> anyhow::Result<Opened> {
     let repository = Repository::open(&cli.repository_path())?;
     let lock = repository.lock_face("backup", &format!("onecopy backup {command}"))?;
     let storage = repository.face_storage("backup")?;
-    let store = BackupStore::open(storage, OpenOptions { store, runtime })?;
+    let store = BackupStore::open(
+        storage,
+        OpenOptions {
+            store,
+            runtime,
+            read_only,
+        },
+    )?;
     Ok(Opened { store, _lock: lock })
 }
 
@@ -247,7 +269,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
             *json,
         ),
         BackupCommand::List { series, json } => {
-            let opened = open(cli, "list", None, RuntimeOptions::default())?;
+            let opened = open_read_only(cli, "list", RuntimeOptions::default())?;
             list(&opened.store, series.as_deref(), *json)
         }
         BackupCommand::Restore {
@@ -263,7 +285,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
                 runtime.read_threads = (*threads).max(1);
             }
             runtime.prefetch = !no_prefetch;
-            let opened = open(cli, "restore", None, runtime)?;
+            let opened = open_read_only(cli, "restore", runtime)?;
             restore(&opened.store, backup, target, *to_file, *json)
         }
         BackupCommand::Delete {
@@ -339,7 +361,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
             reverse(&mut opened.store, backup.as_deref(), *dry_run, *json)
         }
         BackupCommand::Stats { json } => {
-            let opened = open(cli, "stats", None, RuntimeOptions::default())?;
+            let opened = open_read_only(cli, "stats", RuntimeOptions::default())?;
             let stats = opened.store.stats()?;
             if *json {
                 return print_json(&stats);

@@ -4,8 +4,12 @@ use std::fs::{self, File, OpenOptions};
 use std::io::ErrorKind;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use super::{check_name, Storage, StorageFile};
 use crate::error::IoContext;
@@ -16,6 +20,14 @@ use crate::{Error, Result};
 #[derive(Debug, Clone)]
 pub struct LocalStorage {
     root: PathBuf,
+    /// Directories whose own entry in their parent is known durable: this handle synced the
+    /// parent while the directory existed, and did not create the directory again since.
+    /// `sync_directory` stops walking up at such a directory, because every flush costs a
+    /// disk cache flush (3-4 ms on the machines we measure) and most syncs are in shard
+    /// directories whose ancestors were made durable long ago.
+    anchored: Arc<Mutex<HashSet<String>>>,
+    /// Directory `fsync` calls made through this handle and its clones.
+    directory_syncs: Arc<AtomicU64>,
 }
 
 impl LocalStorage {
@@ -25,19 +37,32 @@ impl LocalStorage {
         if !root.is_dir() {
             return Err(Error::NotFound(format!("directory {}", root.display())));
         }
-        Ok(LocalStorage { root })
+        Ok(LocalStorage::at(root))
+    }
+
+    fn at(root: PathBuf) -> Self {
+        LocalStorage {
+            root,
+            anchored: Arc::default(),
+            directory_syncs: Arc::default(),
+        }
     }
 
     /// Storage rooted at `root`, creating the directory if needed.
     pub fn create(root: impl Into<PathBuf>) -> Result<Self> {
         let root = root.into();
         fs::create_dir_all(&root).context_io(|| format!("creating {}", root.display()))?;
-        Ok(LocalStorage { root })
+        Ok(LocalStorage::at(root))
     }
 
     /// The root directory.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Directory `fsync` calls made so far through this handle and its clones.
+    pub fn directory_syncs(&self) -> u64 {
+        self.directory_syncs.load(Ordering::Relaxed)
     }
 
     fn path(&self, name: &str) -> Result<PathBuf> {
@@ -47,16 +72,53 @@ impl LocalStorage {
         check_name(name)?;
         Ok(self.root.join(name))
     }
+
+    /// Creates the parent directories of `name` if needed. A directory created now is new in
+    /// its parent, so it and its ancestors lose their anchors until synced again.
+    fn create_parents(&self, name: &str, path: &Path) -> Result<()> {
+        let Some(parent) = path.parent() else {
+            return Ok(());
+        };
+        if parent.is_dir() {
+            return Ok(());
+        }
+        // The directories about to be created: the missing end of the chain. Existing
+        // ancestors only gain an entry, which the sync of the directory itself covers.
+        let mut created = Vec::new();
+        let mut directory = super::parent_directory(name);
+        while !directory.is_empty() && !self.path(directory)?.is_dir() {
+            created.push(directory.to_string());
+            directory = super::parent_directory(directory);
+        }
+        fs::create_dir_all(parent).context_io(|| format!("creating {}", parent.display()))?;
+        let mut anchored = self.anchored.lock();
+        for directory in &created {
+            anchored.remove(directory);
+        }
+        Ok(())
+    }
+
+    /// `fsync` of one directory; a directory that does not exist holds nothing to sync.
+    fn sync_one_directory(&self, directory: &str) -> Result<()> {
+        let path = self.path(directory)?;
+        match File::open(&path) {
+            Ok(handle) => {
+                self.directory_syncs.fetch_add(1, Ordering::Relaxed);
+                handle
+                    .sync_all()
+                    .context_io(|| format!("syncing directory {}", path.display()))
+            }
+            Err(source) if source.kind() == ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(Error::io(format!("opening {}", path.display()), source)),
+        }
+    }
 }
 
 impl Storage for LocalStorage {
     fn open(&self, name: &str, create: bool) -> Result<Arc<dyn StorageFile>> {
         let path = self.path(name)?;
         if create {
-            if let Some(parent) = path.parent() {
-                fs::create_dir_all(parent)
-                    .context_io(|| format!("creating {}", parent.display()))?;
-            }
+            self.create_parents(name, &path)?;
         }
         let file = OpenOptions::new()
             .read(true)
@@ -93,9 +155,7 @@ impl Storage for LocalStorage {
 
     fn rename(&self, from: &str, to: &str) -> Result<()> {
         let (from_path, to_path) = (self.path(from)?, self.path(to)?);
-        if let Some(parent) = to_path.parent() {
-            fs::create_dir_all(parent).context_io(|| format!("creating {}", parent.display()))?;
-        }
+        self.create_parents(to, &to_path)?;
         fs::rename(&from_path, &to_path)
             .context_io(|| format!("renaming {} to {}", from_path.display(), to_path.display()))
     }
@@ -124,25 +184,17 @@ impl Storage for LocalStorage {
 
     fn sync_directory(&self, directory: &str) -> Result<()> {
         // `open(.., create)` may have created `directory` and its parents; their entries are
-        // durable only once every ancestor up to the root is synced too.
+        // durable only once every ancestor is synced too, up to the root or to a directory
+        // whose own entry is already known durable (anchored).
+        self.sync_one_directory(directory)?;
         let mut current = directory;
-        loop {
-            let path = self.path(current)?;
-            match File::open(&path) {
-                Ok(handle) => handle
-                    .sync_all()
-                    .context_io(|| format!("syncing directory {}", path.display()))?,
-                // A directory that was never created holds nothing to make durable.
-                Err(source) if source.kind() == ErrorKind::NotFound => {}
-                Err(source) => {
-                    return Err(Error::io(format!("opening {}", path.display()), source))
-                }
-            }
-            if current.is_empty() {
-                return Ok(());
-            }
-            current = super::parent_directory(current);
+        while !current.is_empty() && !self.anchored.lock().contains(current) {
+            let parent = super::parent_directory(current);
+            self.sync_one_directory(parent)?;
+            self.anchored.lock().insert(current.to_string());
+            current = parent;
         }
+        Ok(())
     }
 
     fn describe(&self) -> String {
@@ -223,5 +275,35 @@ impl StorageFile for LocalFile {
 
     fn name(&self) -> &str {
         &self.name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: a directory sync walks up only until a directory whose entry is already durable,
+    /// and a directory created again loses that status. Method: count directory fsyncs.
+    #[test]
+    fn directory_syncs_stop_at_anchored_directories() {
+        let root = tempfile::tempdir().expect("temporary directory");
+        let storage = LocalStorage::open(root.path()).expect("open");
+        storage.open("a/b/c/one", true).expect("create");
+        storage.sync_directory("a/b/c").expect("sync");
+        // c, then b, a and the root: the whole new chain.
+        assert_eq!(storage.directory_syncs(), 4);
+        storage.open("a/b/c/two", true).expect("create");
+        storage.sync_directory("a/b/c").expect("sync");
+        assert_eq!(storage.directory_syncs(), 5, "only c itself");
+        // A new sibling directory needs its parent synced once, not the whole chain.
+        storage.open("a/b/d/three", true).expect("create");
+        storage.sync_directory("a/b/d").expect("sync");
+        assert_eq!(storage.directory_syncs(), 7, "d and b");
+        // A directory removed behind our back and created again loses its anchor: its parent
+        // is synced again (the parent's own entry is still durable).
+        fs::remove_dir_all(root.path().join("a/b/c")).expect("remove");
+        storage.clone().open("a/b/c/four", true).expect("create");
+        storage.sync_directory("a/b/c").expect("sync");
+        assert_eq!(storage.directory_syncs(), 9, "c and b again");
     }
 }

@@ -237,6 +237,7 @@ impl StoreUnderTest {
             OpenOptions {
                 store: Some(self.config.store_options()),
                 runtime,
+                read_only: false,
             },
         )
         .map_err(|error| LabError::engine(format!("opening store {}", self.config.label), error))?;
