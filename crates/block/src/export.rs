@@ -3,9 +3,11 @@
 use std::sync::Arc;
 
 use onecopy_core::Error;
-use onecopy_nbd::{BlockSize, Export, ExportCatalog, ExportError, ExportInfo, Extent, ZeroOptions};
+use onecopy_nbd::{
+    BlockSize, Export, ExportCatalog, ExportError, ExportInfo, Extent, WriteRequest, ZeroOptions,
+};
 
-use crate::engine::Engine;
+use crate::engine::{BatchWrite, Engine};
 use crate::volume::VolumeId;
 
 /// Largest request payload advertised: the protocol's recommended maximum.
@@ -96,6 +98,25 @@ impl Export for VolumeExport {
         self.engine
             .write(self.volume, offset, data, fua)
             .map_err(export_error)
+    }
+
+    fn write_batch(&self, writes: &[WriteRequest<'_>], results: &mut Vec<Result<(), ExportError>>) {
+        let batch: Vec<BatchWrite<'_>> = writes
+            .iter()
+            .map(|write| BatchWrite {
+                offset: write.offset,
+                data: write.data,
+                fua: write.fua,
+            })
+            .collect();
+        let mut engine_results = Vec::with_capacity(batch.len());
+        self.engine
+            .write_batch(self.volume, &batch, &mut engine_results);
+        results.extend(
+            engine_results
+                .into_iter()
+                .map(|result| result.map_err(export_error)),
+        );
     }
 
     fn flush(&self) -> Result<(), ExportError> {

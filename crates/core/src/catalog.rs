@@ -513,7 +513,10 @@ mod tests {
                 catalog.read().unwrap().get_id(NUMBERS, 1).unwrap(),
                 Some(b"one".to_vec())
             );
-            assert!(catalog.write().is_err(), "a read-only catalog refuses writes");
+            assert!(
+                catalog.write().is_err(),
+                "a read-only catalog refuses writes"
+            );
         }
         assert_eq!(simulated.sync_count(), syncs_before, "nothing was synced");
         let missing = Catalog::open_read_only(&storage, "absent.redb");

@@ -24,6 +24,13 @@ use crate::request::Command;
 
 /// Jobs the reader collects before publishing them even though it is not about to block.
 pub(crate) const PUBLISH_BATCH_JOBS: usize = 8;
+/// Most writes a worker takes from the queue at once (see [`Dispatch::next_jobs`]).
+pub(crate) const WRITE_BATCH_JOBS_MAX: usize = 16;
+/// Writes are batched while the payload of the run stays within this. Batching pays for
+/// small writes, whose fixed costs (a wake-up, a lock, a hash set-up) rival their work; a
+/// large write amortises those alone, and a batch of large ones would only hold the engine
+/// lock longer while the other worker waits.
+pub(crate) const WRITE_BATCH_BYTES_MAX: usize = 64 << 10;
 /// Pooled buffers larger than this are freed after use instead of being kept.
 const POOLED_BUFFER_BYTES_MAX: usize = 1 << 20;
 /// Most buffers a connection's pool keeps.
@@ -92,11 +99,24 @@ impl Dispatch {
         }
     }
 
-    /// Worker: reports the previous job done (its buffer and payload bytes) and waits for
-    /// the next one. Returns `None` once the reader has closed the queue and it is empty.
-    pub(crate) fn next_job(&self, finished: Option<(Vec<u8>, usize)>) -> Option<Job> {
+    /// Worker: reports the previous jobs done (their buffers and payload bytes, drained from
+    /// `finished`) and waits for the next job, or the next run of writes, which it puts in
+    /// `jobs` (empty on entry). Returns false once the reader has closed the queue and it is
+    /// empty.
+    ///
+    /// Writes waiting one after the other at the front of the queue are taken together, so
+    /// the export can execute them as one batch ([`crate::Export::write_batch`]); a worker
+    /// takes half of such a run (rounded up, at most [`WRITE_BATCH_JOBS_MAX`]) and leaves the
+    /// rest to the other workers, which work on them meanwhile. Only small writes are batched
+    /// ([`WRITE_BATCH_BYTES_MAX`]).
+    pub(crate) fn next_jobs(
+        &self,
+        finished: &mut Vec<(Vec<u8>, usize)>,
+        jobs: &mut Vec<Job>,
+    ) -> bool {
+        assert!(jobs.is_empty());
         let mut state = self.state.lock();
-        if let Some((buffer, bytes)) = finished {
+        for (buffer, bytes) in finished.drain(..) {
             if !buffer.is_empty()
                 && buffer.len() <= POOLED_BUFFER_BYTES_MAX
                 && state.free_buffers.len() < POOLED_BUFFERS_MAX
@@ -107,10 +127,29 @@ impl Dispatch {
         }
         loop {
             if let Some(job) = state.queue.pop_front() {
-                return Some(job);
+                let batchable = job.command.is_batchable_write()
+                    && job.command.buffer_bytes() <= WRITE_BATCH_BYTES_MAX;
+                jobs.push(job);
+                if batchable {
+                    let mut bytes = 0;
+                    let run = state
+                        .queue
+                        .iter()
+                        .take(2 * WRITE_BATCH_JOBS_MAX)
+                        .take_while(|job| {
+                            bytes += job.command.buffer_bytes();
+                            job.command.is_batchable_write() && bytes <= 2 * WRITE_BATCH_BYTES_MAX
+                        })
+                        .count();
+                    // Half of the whole run (this job included), rounded up.
+                    let take = (run + 2) / 2 - 1;
+                    let take = take.min(WRITE_BATCH_JOBS_MAX - 1);
+                    jobs.extend(state.queue.drain(..take));
+                }
+                return true;
             }
             if state.closed {
-                return None;
+                return false;
             }
             state.idle_workers += 1;
             self.work_available.wait(&mut state);
@@ -216,5 +255,84 @@ impl Intake<'_> {
         state.closed = true;
         drop(state);
         self.dispatch.work_available.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(cookie: u64, command: Command) -> Job {
+        let bytes = command.buffer_bytes();
+        Job {
+            cookie,
+            command,
+            buffer: vec![0; bytes],
+        }
+    }
+
+    fn write(cookie: u64, length: u32) -> Job {
+        job(
+            cookie,
+            Command::Write {
+                offset: cookie * 4096,
+                length,
+                fua: false,
+            },
+        )
+    }
+
+    /// Goal: a worker takes half of a run of small writes (rounded up), never a read or a
+    /// large write with them, and at most the batch limits. Method: queue jobs, take them.
+    #[test]
+    fn workers_take_half_of_a_run_of_small_writes() {
+        let dispatch = Dispatch::new(1024, 64 << 20);
+        let mut intake = dispatch.intake();
+        let mut queued = Vec::new();
+        for cookie in 0..5 {
+            queued.push(write(cookie, 4096));
+        }
+        queued.push(job(
+            5,
+            Command::Read {
+                offset: 0,
+                length: 4096,
+            },
+        ));
+        queued.push(write(6, 4096));
+        queued.push(write(7, 1 << 20));
+        for cookie in 8..48 {
+            queued.push(write(cookie, 4096));
+        }
+        for queued in queued {
+            let bytes = queued.command.buffer_bytes();
+            let _ = intake.admit(bytes);
+            intake.push(queued);
+        }
+        intake.close();
+        let mut taken = Vec::new();
+        let mut finished = Vec::new();
+        let mut jobs = Vec::new();
+        while dispatch.next_jobs(&mut finished, &mut jobs) {
+            taken.push(jobs.iter().map(|job| job.cookie).collect::<Vec<_>>());
+            finished.extend(jobs.drain(..).map(|job| {
+                let bytes = job.command.buffer_bytes();
+                (job.buffer, bytes)
+            }));
+        }
+        assert_eq!(taken[0], vec![0, 1, 2], "half of five, rounded up");
+        assert_eq!(taken[1], vec![3], "half of two");
+        assert_eq!(taken[2], vec![4]);
+        assert_eq!(taken[3], vec![5], "a read goes alone");
+        assert_eq!(taken[4], vec![6], "a large write ends the run");
+        assert_eq!(taken[5], vec![7], "a large write goes alone");
+        // 40 small writes: the limits count 32 of them, half is 16 (the job limit).
+        assert_eq!(taken[6], (8..24).collect::<Vec<_>>());
+        assert!(taken[7..]
+            .iter()
+            .all(|batch| batch.len() <= WRITE_BATCH_JOBS_MAX));
+        let all: Vec<u64> = taken.concat();
+        assert_eq!(all, (0..48).collect::<Vec<_>>(), "every job once, in order");
+        assert_eq!(dispatch.in_flight_requests.load(Ordering::SeqCst), 0);
     }
 }

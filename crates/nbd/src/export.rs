@@ -22,6 +22,16 @@ use std::sync::Arc;
 
 use crate::protocol;
 
+/// One write of a [`Export::write_batch`]: nonempty, in range and aligned, like a single
+/// [`write`](Export::write).
+#[derive(Clone, Copy, Debug)]
+pub struct WriteRequest<'a> {
+    pub offset: u64,
+    pub data: &'a [u8],
+    /// Force unit access: durable when the batch returns.
+    pub fua: bool,
+}
+
 /// A block device the server exposes to NBD clients.
 ///
 /// All methods may be called concurrently from several worker threads and several
@@ -56,6 +66,17 @@ pub trait Export: Send + Sync {
     ///
     /// Called with a nonempty, in-range, aligned range, never on a read-only export.
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError>;
+
+    /// Stores several writes that were in flight together, with the meaning of calling
+    /// [`write`](Export::write) for each in turn (the protocol orders none of them against
+    /// the others), and pushes one result per write into `results` (empty on entry). The
+    /// server hands queued writes over in batches so that an export can amortise its fixed
+    /// costs (locks, hashing set-up); the default calls `write` for each.
+    fn write_batch(&self, writes: &[WriteRequest<'_>], results: &mut Vec<Result<(), ExportError>>) {
+        for write in writes {
+            results.push(self.write(write.offset, write.data, write.fua));
+        }
+    }
 
     /// Makes every write that completed before this call durable.
     fn flush(&self) -> Result<(), ExportError>;

@@ -74,7 +74,7 @@ pub use connection::{serve_connection, Transport};
 pub use error::{silent_event_sink, stderr_event_sink, Event, EventSink, NbdError};
 pub use export::{
     BlockSize, Export, ExportCatalog, ExportError, ExportInfo, ExportMap, Extent, InvalidBlockSize,
-    ZeroOptions,
+    WriteRequest, ZeroOptions,
 };
 pub use handshake::{HandshakeLimits, BASE_ALLOCATION_CONTEXT_ID, OPTION_DISCARD_BYTES_MAX};
 pub use memory::MemoryExport;

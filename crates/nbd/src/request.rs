@@ -72,6 +72,11 @@ pub enum Command {
 }
 
 impl Command {
+    /// A write with a payload, which a worker may execute in a batch with others.
+    pub fn is_batchable_write(&self) -> bool {
+        matches!(*self, Command::Write { length, .. } if length > 0)
+    }
+
     /// Bytes of memory the command needs while in flight (its payload in either direction).
     pub fn buffer_bytes(&self) -> usize {
         match *self {

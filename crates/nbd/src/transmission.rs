@@ -32,7 +32,7 @@ use crate::codec::{self, RequestHeader};
 use crate::connection::Transport;
 use crate::dispatch::{Dispatch, Intake, Job};
 use crate::error::{Event, EventSink, NbdError};
-use crate::export::{Export, ExportError, Extent, ZeroOptions};
+use crate::export::{Export, ExportError, Extent, WriteRequest, ZeroOptions};
 use crate::handshake::{Session, BASE_ALLOCATION_CONTEXT_ID};
 use crate::protocol;
 use crate::request::{self, Command, Decision};
@@ -183,32 +183,83 @@ fn read_requests<T: Transport>(
 fn work<T: Transport>(shared: &Shared<'_, T>) {
     let mut extents: Vec<Extent> = Vec::new();
     let mut scratch: Vec<u8> = Vec::new();
-    let mut finished = None;
-    while let Some(mut job) = shared.dispatch.next_job(finished.take()) {
-        let buffer_bytes = job.command.buffer_bytes();
-        let executed = panic::catch_unwind(AssertUnwindSafe(|| {
-            execute(shared, &mut job, &mut extents, &mut scratch)
+    let mut finished = Vec::new();
+    let mut jobs = Vec::new();
+    let mut results = Vec::new();
+    while shared.dispatch.next_jobs(&mut finished, &mut jobs) {
+        let executed = panic::catch_unwind(AssertUnwindSafe(|| match jobs.as_mut_slice() {
+            [job] => execute(shared, job, &mut extents, &mut scratch),
+            batch => execute_writes(shared, batch, &mut results, &mut scratch),
         }));
         if let Err(payload) = executed {
             // A bug in the export must not leave the client waiting forever or stall the
-            // connection's in-flight accounting: answer EIO and report it.
+            // connection's in-flight accounting: answer EIO and report it. (A panic comes
+            // before any reply of its jobs: replies are sent after the export call.)
             let message = payload
                 .downcast_ref::<&str>()
                 .map(|text| text.to_string())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
             let error = ExportError::failed(format!("the export panicked: {message}"));
-            report_failure(shared, &job.command, &error);
-            scratch.clear();
-            send_error(
-                shared,
-                &mut scratch,
-                job.cookie,
-                protocol::EIO,
-                &error.to_string(),
-            );
+            for job in &jobs {
+                report_failure(shared, &job.command, &error);
+                scratch.clear();
+                send_error(
+                    shared,
+                    &mut scratch,
+                    job.cookie,
+                    protocol::EIO,
+                    &error.to_string(),
+                );
+            }
         }
-        finished = Some((job.buffer, buffer_bytes));
+        finished.extend(jobs.drain(..).map(|job| {
+            let bytes = job.command.buffer_bytes();
+            (job.buffer, bytes)
+        }));
+    }
+}
+
+/// Executes a run of writes as one [`Export::write_batch`] and answers each; the successful
+/// ones with one send.
+fn execute_writes<T: Transport>(
+    shared: &Shared<'_, T>,
+    jobs: &mut [Job],
+    results: &mut Vec<Result<(), ExportError>>,
+    scratch: &mut Vec<u8>,
+) {
+    let writes: Vec<WriteRequest<'_>> = jobs
+        .iter()
+        .map(|job| match job.command {
+            Command::Write {
+                offset,
+                length,
+                fua,
+            } => WriteRequest {
+                offset,
+                data: &job.buffer[..length as usize],
+                fua,
+            },
+            _ => unreachable!("batches hold writes only"),
+        })
+        .collect();
+    results.clear();
+    shared.session.export.write_batch(&writes, results);
+    assert_eq!(results.len(), jobs.len(), "one result per write");
+    let mut headers = Vec::with_capacity(jobs.len());
+    for (job, result) in jobs.iter().zip(results.drain(..)) {
+        match result {
+            Ok(()) => headers.push(codec::encode_simple_reply(0, job.cookie)),
+            Err(error) => {
+                report_failure(shared, &job.command, &error);
+                let message = error.to_string();
+                send_error(shared, scratch, job.cookie, error.errno(), &message);
+            }
+        }
+    }
+    let mut parts: Vec<IoSlice<'_>> = headers.iter().map(|header| IoSlice::new(header)).collect();
+    if !parts.is_empty() {
+        shared.writer.send(&mut parts);
     }
 }
 

@@ -47,7 +47,7 @@ use crate::hints::CopyDetector;
 use crate::records::{self, BlockChange};
 use crate::volume::{VolumeId, VolumeRecord};
 
-pub use io::Extent;
+pub use io::{BatchWrite, Extent};
 pub use maintenance::{CheckReport, DedupReport};
 pub use volumes::{EngineStats, VolumeStats};
 

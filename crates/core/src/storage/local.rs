@@ -1,10 +1,10 @@
 //! [`LocalStorage`]: a directory on a local file system.
 
+use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::ErrorKind;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
