@@ -37,6 +37,7 @@
 
 pub mod fastcdc;
 pub mod fixed;
+pub mod parallel;
 pub mod rabin;
 mod reader;
 pub mod segment;
@@ -45,6 +46,7 @@ mod spec;
 #[cfg(test)]
 mod tests;
 
+pub use parallel::{chunk_and_fingerprint, chunk_and_fingerprint_parallel, FingerprintedChunk};
 pub use reader::{ChunkReader, SliceChunks, READ_BUFFER_BYTES_DEFAULT};
 pub use segment::RollingHash;
 pub use spec::{ChunkerSpec, SizeRange};
@@ -96,6 +98,13 @@ pub trait Chunker: Send {
 
     /// The longest chunk this chunker produces.
     fn max_chunk_bytes(&self) -> usize;
+
+    /// Everything besides the bytes that the next cut depends on: two chunkers built from the
+    /// same spec, at the same stream position and with equal states, cut the rest of the stream
+    /// identically. This is what lets [`parallel`] splice independently cut pieces of a stream.
+    /// Chunkers without state return 0; the two-level chunker returns the bytes of the current
+    /// segment already cut.
+    fn cut_state(&self) -> u64;
 }
 
 /// Checks the [`Chunker::next_cut`] contract on entry; every chunker calls it.
