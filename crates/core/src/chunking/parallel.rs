@@ -144,7 +144,8 @@ fn piece_starts(spec: &ChunkerSpec, len: usize, threads: usize) -> Vec<usize> {
 /// The result of cutting a buffer in pieces.
 struct Spliced {
     chunks: Vec<FingerprintedChunk>,
-    /// Chunks cut serially in seams (tests check that pieces meet soon).
+    /// Chunks cut serially in seams: tests check that pieces meet soon.
+    #[cfg_attr(not(test), allow(dead_code))]
     seam_chunks: usize,
 }
 
@@ -156,7 +157,11 @@ fn chunk_and_fingerprint_in_pieces(
     algorithm: FingerprintAlgorithm,
     starts: &[usize],
 ) -> Spliced {
-    assert_eq!(starts.first(), Some(&0), "the first piece starts the buffer");
+    assert_eq!(
+        starts.first(),
+        Some(&0),
+        "the first piece starts the buffer"
+    );
     assert!(starts.windows(2).all(|pair| pair[0] < pair[1]));
     assert!(starts.iter().all(|&start| start < data.len()));
     let runs: Vec<PieceRun> = (0..starts.len())
@@ -204,7 +209,9 @@ fn chunk_and_fingerprint_in_pieces(
         position = run.chunks_end;
     }
     assert_eq!(
-        chunks.last().map_or(0, |chunk| chunk.offset + chunk.len as u64),
+        chunks
+            .last()
+            .map_or(0, |chunk| chunk.offset + chunk.len as u64),
         data.len() as u64,
         "the chunks tile the buffer"
     );
@@ -270,8 +277,7 @@ impl PieceRun {
     /// any. Successive calls must give ascending positions; `next_index` carries the search
     /// between them (it starts at 0).
     fn find_start(&self, next_index: &mut usize, position: usize, state: u64) -> Option<usize> {
-        while *next_index < self.chunks.len() && self.chunks[*next_index].offset < position as u64
-        {
+        while *next_index < self.chunks.len() && self.chunks[*next_index].offset < position as u64 {
             *next_index += 1;
         }
         let index = *next_index;
@@ -396,13 +402,17 @@ mod tests {
                 let mut data = Vec::with_capacity(len);
                 let mut index = 0;
                 while data.len() < len {
-                    let run = 1 + (u32::from_le_bytes([
+                    let run = 1
+                        + (u32::from_le_bytes([
+                            random[index % len],
+                            random[(index + 1) % len],
+                            random[(index + 2) % len],
+                            0,
+                        ]) % 50_000) as usize;
+                    data.extend(std::iter::repeat_n(
                         random[index % len],
-                        random[(index + 1) % len],
-                        random[(index + 2) % len],
-                        0,
-                    ]) % 50_000) as usize;
-                    data.extend(std::iter::repeat_n(random[index % len], run.min(len - data.len())));
+                        run.min(len - data.len()),
+                    ));
                     index += 3;
                 }
                 data
@@ -472,7 +482,7 @@ mod tests {
             let alignment = if aligned { piece_alignment_bytes(&spec) } else { 1 };
             let mut starts: Vec<usize> = fractions
                 .iter()
-                .map(|&fraction| (fraction as u64 * len as u64 >> 32) as usize / alignment * alignment)
+                .map(|&fraction| ((fraction as u64 * len as u64) >> 32) as usize / alignment * alignment)
                 .collect();
             starts.push(0);
             starts.sort_unstable();
@@ -502,8 +512,12 @@ mod tests {
                 for threads in [2, 3, 4] {
                     let starts = piece_starts(&spec, data.len(), threads);
                     assert_eq!(starts.len(), threads, "{text}");
-                    let spliced =
-                        chunk_and_fingerprint_in_pieces(&spec, data, FingerprintAlgorithm::Blake3, &starts);
+                    let spliced = chunk_and_fingerprint_in_pieces(
+                        &spec,
+                        data,
+                        FingerprintAlgorithm::Blake3,
+                        &starts,
+                    );
                     assert_eq!(spliced.chunks, expected, "{text}, {threads} threads");
                     assert!(
                         spliced.seam_chunks <= seam_chunks_limit * (threads - 1),
@@ -531,7 +545,10 @@ mod tests {
         assert_eq!(piece_starts(&spec, 0, 2), vec![0]);
         assert_eq!(piece_starts(&spec, 2 * PIECE_BYTES_MIN - 1, 2), vec![0]);
         assert_eq!(piece_starts(&spec, 2 * PIECE_BYTES_MIN, 1), vec![0]);
-        assert_eq!(piece_starts(&spec, 2 * PIECE_BYTES_MIN, 2), vec![0, PIECE_BYTES_MIN]);
+        assert_eq!(
+            piece_starts(&spec, 2 * PIECE_BYTES_MIN, 2),
+            vec![0, PIECE_BYTES_MIN]
+        );
         let segment: ChunkerSpec = "segment:4MiB/4KiB".parse().unwrap();
         assert_eq!(piece_starts(&segment, 63 << 20, 2), vec![0]);
         assert_eq!(piece_starts(&segment, 64 << 20, 2), vec![0, 32 << 20]);
