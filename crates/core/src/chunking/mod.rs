@@ -25,6 +25,9 @@
 //! Every chunker implements the object-safe [`Chunker`] trait; a [`ChunkerSpec`] names one and
 //! builds it. [`ChunkReader`] chunks any [`std::io::Read`] through a bounded buffer, and
 //! [`SliceChunks`] chunks a slice in memory; both give the same chunks for the same bytes.
+//! [`chunk_and_fingerprint_parallel`] cuts and fingerprints a buffer in memory on several cores
+//! with exactly the serial result ([`parallel`] explains how pieces cut independently are
+//! spliced).
 //!
 //! ```
 //! use onecopy_core::chunking::{ChunkerSpec, SliceChunks};

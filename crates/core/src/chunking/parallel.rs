@@ -44,6 +44,11 @@ use crate::fingerprint::{Fingerprint, FingerprintAlgorithm};
 /// chunks; a buffer shorter than two pieces is cut serially.
 pub const PIECE_BYTES_MIN: usize = 8 << 20;
 
+/// Pieces per thread when the buffer is long enough: rayon's work stealing then balances the
+/// threads when one core is shared with other work, where one piece per thread would leave the
+/// whole result waiting for the slowest thread.
+pub const PIECES_PER_THREAD: usize = 4;
+
 /// For the two-level chunker, the smallest piece in maximum segments: its runs meet only at a
 /// segment end common to both, which takes a segment or two of serial seam.
 pub const PIECE_SEGMENTS_MIN: usize = 4;
@@ -97,10 +102,11 @@ pub fn chunk_and_fingerprint(
     chunks
 }
 
-/// Like [`chunk_and_fingerprint`], with the same result, on up to `threads` threads of the
-/// current rayon pool (give [`rayon::current_num_threads`] to use them all). Buffers shorter
-/// than two pieces of [`PIECE_BYTES_MIN`] (for the two-level chunker, also of
-/// [`PIECE_SEGMENTS_MIN`] maximum segments) are cut serially; see the module documentation.
+/// Like [`chunk_and_fingerprint`], with the same result, in up to `threads` times
+/// [`PIECES_PER_THREAD`] pieces cut on the current rayon pool (give
+/// [`rayon::current_num_threads`] to use it all). Pieces are at least [`PIECE_BYTES_MIN`] long
+/// (for the two-level chunker, also [`PIECE_SEGMENTS_MIN`] maximum segments), so a buffer
+/// shorter than two is cut serially on the calling thread; see the module documentation.
 pub fn chunk_and_fingerprint_parallel(
     spec: &ChunkerSpec,
     data: &[u8],
@@ -123,8 +129,8 @@ fn piece_alignment_bytes(spec: &ChunkerSpec) -> usize {
     }
 }
 
-/// The first byte of every piece (the first is 0): up to `threads` pieces of equal length
-/// rounded down to the alignment, none shorter than the minimum piece.
+/// The first byte of every piece (the first is 0): up to `threads * PIECES_PER_THREAD` pieces
+/// of equal length rounded down to the alignment, none shorter than the minimum piece.
 fn piece_starts(spec: &ChunkerSpec, len: usize, threads: usize) -> Vec<usize> {
     let alignment = piece_alignment_bytes(spec);
     let piece_bytes_min = match *spec {
@@ -134,7 +140,15 @@ fn piece_starts(spec: &ChunkerSpec, len: usize, threads: usize) -> Vec<usize> {
         _ => PIECE_BYTES_MIN,
     };
     assert!(piece_bytes_min >= alignment);
-    let count = threads.min(len / piece_bytes_min).max(1);
+    // One thread gains nothing from pieces: cut serially without seams.
+    let count = if threads < 2 {
+        1
+    } else {
+        threads
+            .saturating_mul(PIECES_PER_THREAD)
+            .min(len / piece_bytes_min)
+            .max(1)
+    };
     let piece_bytes = len / count / alignment * alignment;
     let starts: Vec<usize> = (0..count).map(|index| index * piece_bytes).collect();
     assert!(starts.windows(2).all(|pair| pair[1] - pair[0] >= alignment));
@@ -493,52 +507,52 @@ mod tests {
     }
 
     /// Goal: the public function splits large buffers, gives the serial result, and its pieces
-    /// meet the serial run within a few chunks on random and zero data. Method: 40 MiB buffers
-    /// in 2 to 4 pieces, counting the chunks cut in seams.
+    /// meet the serial run within a few chunks on random and zero data. Method: buffers of
+    /// 8 minimum pieces on 2 threads, counting the chunks cut in seams.
     #[test]
     fn large_buffers_meet_soon() {
-        let len = 5 * PIECE_BYTES_MIN;
+        let len = 2 * PIECES_PER_THREAD * PIECE_BYTES_MIN;
         let random = random_bytes(11, len);
         let zeros = vec![0u8; len];
         for (text, seam_chunks_limit) in [
             ("fastcdc:8192", 8),
             ("rabin:8192", 8),
             ("fixed:4096", 0),
-            ("segment-gear:1MiB/4KiB", 4 * 2048),
+            ("segment-gear:1MiB/4KiB", 1024),
         ] {
             let spec: ChunkerSpec = text.parse().unwrap();
             for data in [&random, &zeros] {
                 let expected = chunk_and_fingerprint(&spec, data, FingerprintAlgorithm::Blake3);
-                for threads in [2, 3, 4] {
-                    let starts = piece_starts(&spec, data.len(), threads);
-                    assert_eq!(starts.len(), threads, "{text}");
-                    let spliced = chunk_and_fingerprint_in_pieces(
-                        &spec,
-                        data,
-                        FingerprintAlgorithm::Blake3,
-                        &starts,
-                    );
-                    assert_eq!(spliced.chunks, expected, "{text}, {threads} threads");
-                    assert!(
-                        spliced.seam_chunks <= seam_chunks_limit * (threads - 1),
-                        "{text}: {} chunks in {} seams",
-                        spliced.seam_chunks,
-                        threads - 1
-                    );
-                    let public = chunk_and_fingerprint_parallel(
-                        &spec,
-                        data,
-                        FingerprintAlgorithm::Blake3,
-                        threads,
-                    );
-                    assert_eq!(public, expected, "{text}, {threads} threads");
-                }
+                let threads = 2;
+                let starts = piece_starts(&spec, data.len(), threads);
+                assert_eq!(starts.len(), threads * PIECES_PER_THREAD, "{text}");
+                let spliced = chunk_and_fingerprint_in_pieces(
+                    &spec,
+                    data,
+                    FingerprintAlgorithm::Blake3,
+                    &starts,
+                );
+                assert_eq!(spliced.chunks, expected, "{text}");
+                let seams = starts.len() - 1;
+                assert!(
+                    spliced.seam_chunks <= seam_chunks_limit * seams,
+                    "{text}: {} chunks in {seams} seams",
+                    spliced.seam_chunks,
+                );
+                let public = chunk_and_fingerprint_parallel(
+                    &spec,
+                    data,
+                    FingerprintAlgorithm::Blake3,
+                    threads,
+                );
+                assert_eq!(public, expected, "{text}");
             }
         }
     }
 
-    /// Goal: buffers too short for two pieces, or one thread, are cut as one piece.
-    /// Method: piece starts for lengths around the minimum.
+    /// Goal: one thread or a buffer too short for two pieces gives one piece, longer buffers
+    /// up to `PIECES_PER_THREAD` pieces per thread. Method: piece starts for lengths around the
+    /// minimum.
     #[test]
     fn short_buffers_stay_serial() {
         let spec: ChunkerSpec = "fastcdc:8192".parse().unwrap();
