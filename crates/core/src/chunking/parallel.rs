@@ -13,10 +13,10 @@
 //!
 //! [`chunk_and_fingerprint_parallel`] therefore works in three steps:
 //!
-//! 1. **Split.** The buffer is split into **pieces**, one per thread, each at least
-//!    [`PIECE_BYTES_MIN`] long, starting at multiples of the alignment (the fixed chunk size,
-//!    the maximum chunk or the maximum segment), so that fixed-size chunking and runs of
-//!    maximum-size chunks (zero bytes) meet at once.
+//! 1. **Split.** The buffer is split into **pieces**, up to [`PIECES_PER_THREAD`] per thread,
+//!    each at least [`PIECE_BYTES_MIN`] long, starting at multiples of the alignment (the fixed
+//!    chunk size, the maximum chunk or the maximum segment), so that fixed-size chunking and
+//!    runs of maximum-size chunks (zero bytes) meet at once.
 //! 2. **Cut in parallel.** On the rayon pool, a fresh chunker cuts each piece from its first
 //!    byte until a chunk reaches past the piece's end, and fingerprints the chunks in batches of
 //!    [`FINGERPRINT_BATCH_BYTES`] (SIMD lanes across chunks, see
