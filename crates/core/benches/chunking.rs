@@ -7,8 +7,10 @@
 //! - `chunking`: cutting only, one core.
 //! - `chunking_blake3`: cutting and fingerprinting every chunk with BLAKE3 on one core, one
 //!   chunk at a time or in batches (`hash_batch`, SIMD lanes across chunks).
-//! - `chunking_blake3_two_cores`: the same on two cores, in wall-clock time (the cutting thread
-//!   hands batches of cuts to a rayon pool that fingerprints them).
+//! - `chunking_blake3_two_cores`: the same on two cores, in wall-clock time: `parallel` cuts
+//!   and fingerprints pieces of the buffer on every thread and splices them
+//!   (`chunk_and_fingerprint_parallel`); `one_cutting_thread` cuts on one thread and hands
+//!   batches of cuts to the rayon pool, which fingerprints them.
 
 mod thread_time;
 
@@ -16,7 +18,7 @@ use criterion::measurement::Measurement;
 use criterion::{
     criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
 };
-use onecopy_core::chunking::{ChunkerSpec, SliceChunks};
+use onecopy_core::chunking::{chunk_and_fingerprint_parallel, ChunkerSpec, SliceChunks};
 use onecopy_core::fingerprint::{Fingerprint, FingerprintAlgorithm};
 use std::hint::black_box;
 use thread_time::ThreadTime;
@@ -154,11 +156,29 @@ fn chunking_blake3_two_cores(criterion: &mut Criterion) {
     group.throughput(Throughput::Bytes(DATA_BYTES as u64));
     group.sample_size(10);
     memcpy(&mut group, &data);
+    let threads = rayon::current_num_threads();
     for text in ["fastcdc:8192", "fixed:4096"] {
         let spec: ChunkerSpec = text.parse().expect("valid spec");
-        group.bench_with_input(BenchmarkId::from_parameter(text), &spec, |bencher, spec| {
-            bencher.iter(|| chunk_and_hash_two_cores(spec, black_box(&data)))
-        });
+        group.bench_with_input(
+            BenchmarkId::new("parallel", text),
+            &spec,
+            |bencher, spec| {
+                bencher.iter(|| {
+                    chunk_and_fingerprint_parallel(
+                        spec,
+                        black_box(&data),
+                        FingerprintAlgorithm::Blake3,
+                        threads,
+                    )
+                    .len()
+                })
+            },
+        );
+        group.bench_with_input(
+            BenchmarkId::new("one_cutting_thread", text),
+            &spec,
+            |bencher, spec| bencher.iter(|| chunk_and_hash_two_cores(spec, black_box(&data))),
+        );
     }
     group.finish();
 }

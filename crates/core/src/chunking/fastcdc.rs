@@ -184,6 +184,10 @@ impl Chunker for FastCdcChunker {
     fn max_chunk_bytes(&self) -> usize {
         self.sizes.bytes_max
     }
+
+    fn cut_state(&self) -> u64 {
+        0
+    }
 }
 
 #[cfg(test)]

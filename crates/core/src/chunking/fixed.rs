@@ -41,6 +41,10 @@ impl Chunker for FixedChunker {
     fn max_chunk_bytes(&self) -> usize {
         self.chunk_bytes
     }
+
+    fn cut_state(&self) -> u64 {
+        0
+    }
 }
 
 #[cfg(test)]

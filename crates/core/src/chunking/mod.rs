@@ -25,6 +25,9 @@
 //! Every chunker implements the object-safe [`Chunker`] trait; a [`ChunkerSpec`] names one and
 //! builds it. [`ChunkReader`] chunks any [`std::io::Read`] through a bounded buffer, and
 //! [`SliceChunks`] chunks a slice in memory; both give the same chunks for the same bytes.
+//! [`chunk_and_fingerprint_parallel`] cuts and fingerprints a buffer in memory on several cores
+//! with exactly the serial result ([`parallel`] explains how pieces cut independently are
+//! spliced).
 //!
 //! ```
 //! use onecopy_core::chunking::{ChunkerSpec, SliceChunks};
@@ -37,6 +40,7 @@
 
 pub mod fastcdc;
 pub mod fixed;
+pub mod parallel;
 pub mod rabin;
 mod reader;
 pub mod segment;
@@ -45,6 +49,7 @@ mod spec;
 #[cfg(test)]
 mod tests;
 
+pub use parallel::{chunk_and_fingerprint, chunk_and_fingerprint_parallel, FingerprintedChunk};
 pub use reader::{ChunkReader, SliceChunks, READ_BUFFER_BYTES_DEFAULT};
 pub use segment::RollingHash;
 pub use spec::{ChunkerSpec, SizeRange};
@@ -96,6 +101,13 @@ pub trait Chunker: Send {
 
     /// The longest chunk this chunker produces.
     fn max_chunk_bytes(&self) -> usize;
+
+    /// Everything besides the bytes that the next cut depends on: two chunkers built from the
+    /// same spec, at the same stream position and with equal states, cut the rest of the stream
+    /// identically. This is what lets [`parallel`] splice independently cut pieces of a stream.
+    /// Chunkers without state return 0; the two-level chunker returns the bytes of the current
+    /// segment already cut.
+    fn cut_state(&self) -> u64;
 }
 
 /// Checks the [`Chunker::next_cut`] contract on entry; every chunker calls it.

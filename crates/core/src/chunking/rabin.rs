@@ -178,6 +178,10 @@ impl Chunker for RabinChunker {
     fn max_chunk_bytes(&self) -> usize {
         self.sizes.bytes_max
     }
+
+    fn cut_state(&self) -> u64 {
+        0
+    }
 }
 
 #[cfg(test)]

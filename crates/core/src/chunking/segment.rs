@@ -183,6 +183,10 @@ impl Chunker for SegmentChunker {
     fn max_chunk_bytes(&self) -> usize {
         self.chunk.bytes_max
     }
+
+    fn cut_state(&self) -> u64 {
+        self.segment_bytes as u64
+    }
 }
 
 /// Gear counterpart of [`rabin::scan`]: the first length `L` in `min..=end` whose hash over
