@@ -19,7 +19,8 @@
 //!    subsequent on-demand access" fit together;
 //! 4. a flagged entry (prefetched, never used) that is evicted leaves no ghost.
 
-use super::table::{List, Slab, SlotTable};
+use super::table::{List, ResidentLists, Slab, SlotTable};
+use super::table::Resident;
 use super::{EntryCache, Residents};
 use crate::fingerprint::Fingerprint;
 
@@ -36,6 +37,22 @@ const IN_B2: u32 = 2;
 struct Ghost {
     prefix: u64,
     list: u32,
+}
+
+/// The resident lists T1 and T2, found from a resident's state.
+struct ResidentListPair<'a> {
+    t1: &'a mut List,
+    t2: &'a mut List,
+}
+
+impl ResidentLists for ResidentListPair<'_> {
+    fn list_of(&mut self, state: u32) -> &mut List {
+        if state & IN_T2 != 0 {
+            self.t2
+        } else {
+            self.t1
+        }
+    }
 }
 
 /// Lengths of the four ARC lists and the target `p`, for statistics and tests.
@@ -103,7 +120,7 @@ impl ArcCache {
     #[cfg(test)]
     pub(crate) fn place(&self, fingerprint: &Fingerprint) -> &'static str {
         if let Some(index) = self.residents.find(fingerprint) {
-            let state = self.residents.slab.item(index).state;
+            let state = self.residents.table.state(index);
             return match (state & LIST_BITS, state & PREFETCHED != 0) {
                 (IN_T1, false) => "T1",
                 (IN_T1, true) => "T1 prefetched",
@@ -139,18 +156,27 @@ impl ArcCache {
     /// A demand hit on resident node `index`.
     #[inline]
     fn hit(&mut self, index: u32) {
-        let state = self.residents.slab.item(index).state;
+        let state = self.residents.table.state(index);
         if state & IN_T2 != 0 {
-            self.t2.move_to_front(&mut self.residents.slab, index);
+            self.t2.move_to_front(&mut self.residents.table, index);
         } else if state & PREFETCHED != 0 {
             // Rule 3: the first use of a prefetched entry is its first reference.
-            self.residents.slab.item_mut(index).state = IN_T1;
-            self.t1.move_to_front(&mut self.residents.slab, index);
+            self.residents.table.set_state(index, IN_T1);
+            self.t1.move_to_front(&mut self.residents.table, index);
         } else {
-            self.t1.unlink(&mut self.residents.slab, index);
-            self.residents.slab.item_mut(index).state = IN_T2;
-            self.t2.push_front(&mut self.residents.slab, index);
+            self.t1.unlink(&mut self.residents.table, index);
+            self.residents.table.set_state(index, IN_T2);
+            self.t2.push_front(&mut self.residents.table, index);
         }
+    }
+
+    /// Deletes resident `index`, already unlinked from T1 or T2.
+    fn delete_resident(&mut self, index: u32) -> Resident {
+        let mut lists = ResidentListPair {
+            t1: &mut self.t1,
+            t2: &mut self.t2,
+        };
+        self.residents.delete(index, &mut lists)
     }
 
     fn remove_ghost(&mut self, index: u32) -> u32 {
@@ -182,14 +208,14 @@ impl ArcCache {
         let from_t1 = (t1_len >= 1 && t1_over_target) || self.t2.is_empty();
         let (victim, ghost_list) = if from_t1 {
             let victim = self.t1.back().expect("T1 holds the victim");
-            self.t1.unlink(&mut self.residents.slab, victim);
+            self.t1.unlink(&mut self.residents.table, victim);
             (victim, IN_B1)
         } else {
             let victim = self.t2.back().expect("T2 holds the victim");
-            self.t2.unlink(&mut self.residents.slab, victim);
+            self.t2.unlink(&mut self.residents.table, victim);
             (victim, IN_B2)
         };
-        let entry = self.residents.delete(victim);
+        let entry = self.delete_resident(victim);
         if entry.state & PREFETCHED != 0 {
             // Rule 4: a prefetch that was never used leaves no history.
             return;
@@ -218,8 +244,8 @@ impl ArcCache {
             } else {
                 // T1 alone fills the cache: its back entry leaves without a ghost, as in ARC.
                 let victim = self.t1.back().expect("T1 is full");
-                self.t1.unlink(&mut self.residents.slab, victim);
-                self.residents.delete(victim);
+                self.t1.unlink(&mut self.residents.table, victim);
+                self.delete_resident(victim);
             }
         } else {
             let total = self.resident_len() + self.b1.len() + self.b2.len();
@@ -236,7 +262,7 @@ impl ArcCache {
         // exist, which is why `replace` above runs only when the cache is full.
         assert!(self.resident_len() < c);
         let index = self.residents.add(fingerprint, value, state);
-        self.t1.push_front(&mut self.residents.slab, index);
+        self.t1.push_front(&mut self.residents.table, index);
         self.check_invariants();
     }
 
@@ -264,7 +290,7 @@ impl ArcCache {
             self.replace(list == IN_B2);
         }
         let index = self.residents.add(fingerprint, value, IN_T2);
-        self.t2.push_front(&mut self.residents.slab, index);
+        self.t2.push_front(&mut self.residents.table, index);
         self.check_invariants();
     }
 }
@@ -274,18 +300,18 @@ impl EntryCache for ArcCache {
     fn get(&mut self, fingerprint: &Fingerprint) -> Option<u64> {
         let index = self.residents.find(fingerprint)?;
         self.hit(index);
-        Some(self.residents.slab.item(index).value)
+        Some(self.residents.table.value(index))
     }
 
     #[inline]
     fn peek(&self, fingerprint: &Fingerprint) -> Option<u64> {
         let index = self.residents.find(fingerprint)?;
-        Some(self.residents.slab.item(index).value)
+        Some(self.residents.table.value(index))
     }
 
     fn insert(&mut self, fingerprint: &Fingerprint, value: u64) {
         if let Some(index) = self.residents.find(fingerprint) {
-            self.residents.slab.item_mut(index).value = value;
+            self.residents.table.set_value(index, value);
             self.hit(index);
             return;
         }
@@ -300,7 +326,7 @@ impl EntryCache for ArcCache {
 
     fn prefetch(&mut self, fingerprint: &Fingerprint, value: u64) {
         if let Some(index) = self.residents.find(fingerprint) {
-            self.residents.slab.item_mut(index).value = value;
+            self.residents.table.set_value(index, value);
             return;
         }
         // Rule 2: a remembered entry comes back through T1 without adapting the target.
@@ -317,11 +343,11 @@ impl EntryCache for ArcCache {
             }
             return None;
         };
-        match self.residents.slab.item(index).state & LIST_BITS {
-            IN_T1 => self.t1.unlink(&mut self.residents.slab, index),
-            _ => self.t2.unlink(&mut self.residents.slab, index),
+        match self.residents.table.state(index) & LIST_BITS {
+            IN_T1 => self.t1.unlink(&mut self.residents.table, index),
+            _ => self.t2.unlink(&mut self.residents.table, index),
         }
-        Some(self.residents.delete(index).value)
+        Some(self.delete_resident(index).value)
     }
 
     fn len(&self) -> usize {

@@ -34,25 +34,25 @@ impl LruCache {
     #[cfg(test)]
     pub(crate) fn order(&self) -> Vec<Fingerprint> {
         self.list
-            .indices(&self.residents.slab)
+            .indices(&self.residents.table)
             .into_iter()
-            .map(|index| self.residents.slab.item(index).fingerprint)
+            .map(|index| *self.residents.table.fingerprint(index))
             .collect()
     }
 
     fn store(&mut self, fingerprint: &Fingerprint, value: u64) {
         if let Some(index) = self.residents.find(fingerprint) {
-            self.residents.slab.item_mut(index).value = value;
-            self.list.move_to_front(&mut self.residents.slab, index);
+            self.residents.table.set_value(index, value);
+            self.list.move_to_front(&mut self.residents.table, index);
             return;
         }
         if self.residents.len() == self.entries_limit {
             let victim = self.list.back().expect("a full cache has a back entry");
-            self.list.unlink(&mut self.residents.slab, victim);
-            self.residents.delete(victim);
+            self.list.unlink(&mut self.residents.table, victim);
+            self.residents.delete(victim, &mut self.list);
         }
         let index = self.residents.add(fingerprint, value, 0);
-        self.list.push_front(&mut self.residents.slab, index);
+        self.list.push_front(&mut self.residents.table, index);
         assert!(self.residents.len() <= self.entries_limit);
     }
 }
@@ -61,14 +61,14 @@ impl EntryCache for LruCache {
     #[inline]
     fn get(&mut self, fingerprint: &Fingerprint) -> Option<u64> {
         let index = self.residents.find(fingerprint)?;
-        self.list.move_to_front(&mut self.residents.slab, index);
-        Some(self.residents.slab.item(index).value)
+        self.list.move_to_front(&mut self.residents.table, index);
+        Some(self.residents.table.value(index))
     }
 
     #[inline]
     fn peek(&self, fingerprint: &Fingerprint) -> Option<u64> {
         let index = self.residents.find(fingerprint)?;
-        Some(self.residents.slab.item(index).value)
+        Some(self.residents.table.value(index))
     }
 
     fn insert(&mut self, fingerprint: &Fingerprint, value: u64) {
@@ -77,15 +77,15 @@ impl EntryCache for LruCache {
 
     fn prefetch(&mut self, fingerprint: &Fingerprint, value: u64) {
         match self.residents.find(fingerprint) {
-            Some(index) => self.residents.slab.item_mut(index).value = value,
+            Some(index) => self.residents.table.set_value(index, value),
             None => self.store(fingerprint, value),
         }
     }
 
     fn remove(&mut self, fingerprint: &Fingerprint) -> Option<u64> {
         let index = self.residents.find(fingerprint)?;
-        self.list.unlink(&mut self.residents.slab, index);
-        Some(self.residents.delete(index).value)
+        self.list.unlink(&mut self.residents.table, index);
+        Some(self.residents.delete(index, &mut self.list).value)
     }
 
     fn len(&self) -> usize {
