@@ -19,8 +19,7 @@
 //!    subsequent on-demand access" fit together;
 //! 4. a flagged entry (prefetched, never used) that is evicted leaves no ghost.
 
-use super::table::{List, ResidentLists, Slab, SlotTable};
-use super::table::Resident;
+use super::table::{List, Slab, SlotTable};
 use super::{EntryCache, Residents};
 use crate::fingerprint::Fingerprint;
 
@@ -37,22 +36,6 @@ const IN_B2: u32 = 2;
 struct Ghost {
     prefix: u64,
     list: u32,
-}
-
-/// The resident lists T1 and T2, found from a resident's state.
-struct ResidentListPair<'a> {
-    t1: &'a mut List,
-    t2: &'a mut List,
-}
-
-impl ResidentLists for ResidentListPair<'_> {
-    fn list_of(&mut self, state: u32) -> &mut List {
-        if state & IN_T2 != 0 {
-            self.t2
-        } else {
-            self.t1
-        }
-    }
 }
 
 /// Lengths of the four ARC lists and the target `p`, for statistics and tests.
@@ -120,7 +103,7 @@ impl ArcCache {
     #[cfg(test)]
     pub(crate) fn place(&self, fingerprint: &Fingerprint) -> &'static str {
         if let Some(index) = self.residents.find(fingerprint) {
-            let state = self.residents.table.state(index);
+            let state = self.residents.slab.item(index).state;
             return match (state & LIST_BITS, state & PREFETCHED != 0) {
                 (IN_T1, false) => "T1",
                 (IN_T1, true) => "T1 prefetched",
@@ -156,27 +139,18 @@ impl ArcCache {
     /// A demand hit on resident node `index`.
     #[inline]
     fn hit(&mut self, index: u32) {
-        let state = self.residents.table.state(index);
+        let state = self.residents.slab.item(index).state;
         if state & IN_T2 != 0 {
-            self.t2.move_to_front(&mut self.residents.table, index);
+            self.t2.move_to_front(&mut self.residents.slab, index);
         } else if state & PREFETCHED != 0 {
             // Rule 3: the first use of a prefetched entry is its first reference.
-            self.residents.table.set_state(index, IN_T1);
-            self.t1.move_to_front(&mut self.residents.table, index);
+            self.residents.slab.item_mut(index).state = IN_T1;
+            self.t1.move_to_front(&mut self.residents.slab, index);
         } else {
-            self.t1.unlink(&mut self.residents.table, index);
-            self.residents.table.set_state(index, IN_T2);
-            self.t2.push_front(&mut self.residents.table, index);
+            self.t1.unlink(&mut self.residents.slab, index);
+            self.residents.slab.item_mut(index).state = IN_T2;
+            self.t2.push_front(&mut self.residents.slab, index);
         }
-    }
-
-    /// Deletes resident `index`, already unlinked from T1 or T2.
-    fn delete_resident(&mut self, index: u32) -> Resident {
-        let mut lists = ResidentListPair {
-            t1: &mut self.t1,
-            t2: &mut self.t2,
-        };
-        self.residents.delete(index, &mut lists)
     }
 
     fn remove_ghost(&mut self, index: u32) -> u32 {
@@ -208,14 +182,14 @@ impl ArcCache {
         let from_t1 = (t1_len >= 1 && t1_over_target) || self.t2.is_empty();
         let (victim, ghost_list) = if from_t1 {
             let victim = self.t1.back().expect("T1 holds the victim");
-            self.t1.unlink(&mut self.residents.table, victim);
+            self.t1.unlink(&mut self.residents.slab, victim);
             (victim, IN_B1)
         } else {
             let victim = self.t2.back().expect("T2 holds the victim");
-            self.t2.unlink(&mut self.residents.table, victim);
+            self.t2.unlink(&mut self.residents.slab, victim);
             (victim, IN_B2)
         };
-        let entry = self.delete_resident(victim);
+        let entry = self.residents.delete(victim);
         if entry.state & PREFETCHED != 0 {
             // Rule 4: a prefetch that was never used leaves no history.
             return;
@@ -244,8 +218,8 @@ impl ArcCache {
             } else {
                 // T1 alone fills the cache: its back entry leaves without a ghost, as in ARC.
                 let victim = self.t1.back().expect("T1 is full");
-                self.t1.unlink(&mut self.residents.table, victim);
-                self.delete_resident(victim);
+                self.t1.unlink(&mut self.residents.slab, victim);
+                self.residents.delete(victim);
             }
         } else {
             let total = self.resident_len() + self.b1.len() + self.b2.len();
@@ -262,7 +236,7 @@ impl ArcCache {
         // exist, which is why `replace` above runs only when the cache is full.
         assert!(self.resident_len() < c);
         let index = self.residents.add(fingerprint, value, state);
-        self.t1.push_front(&mut self.residents.table, index);
+        self.t1.push_front(&mut self.residents.slab, index);
         self.check_invariants();
     }
 
@@ -290,7 +264,7 @@ impl ArcCache {
             self.replace(list == IN_B2);
         }
         let index = self.residents.add(fingerprint, value, IN_T2);
-        self.t2.push_front(&mut self.residents.table, index);
+        self.t2.push_front(&mut self.residents.slab, index);
         self.check_invariants();
     }
 }
@@ -300,18 +274,18 @@ impl EntryCache for ArcCache {
     fn get(&mut self, fingerprint: &Fingerprint) -> Option<u64> {
         let index = self.residents.find(fingerprint)?;
         self.hit(index);
-        Some(self.residents.table.value(index))
+        Some(self.residents.slab.item(index).value)
     }
 
     #[inline]
     fn peek(&self, fingerprint: &Fingerprint) -> Option<u64> {
         let index = self.residents.find(fingerprint)?;
-        Some(self.residents.table.value(index))
+        Some(self.residents.slab.item(index).value)
     }
 
     fn insert(&mut self, fingerprint: &Fingerprint, value: u64) {
         if let Some(index) = self.residents.find(fingerprint) {
-            self.residents.table.set_value(index, value);
+            self.residents.slab.item_mut(index).value = value;
             self.hit(index);
             return;
         }
@@ -326,7 +300,7 @@ impl EntryCache for ArcCache {
 
     fn prefetch(&mut self, fingerprint: &Fingerprint, value: u64) {
         if let Some(index) = self.residents.find(fingerprint) {
-            self.residents.table.set_value(index, value);
+            self.residents.slab.item_mut(index).value = value;
             return;
         }
         // Rule 2: a remembered entry comes back through T1 without adapting the target.
@@ -343,11 +317,11 @@ impl EntryCache for ArcCache {
             }
             return None;
         };
-        match self.residents.table.state(index) & LIST_BITS {
-            IN_T1 => self.t1.unlink(&mut self.residents.table, index),
-            _ => self.t2.unlink(&mut self.residents.table, index),
+        match self.residents.slab.item(index).state & LIST_BITS {
+            IN_T1 => self.t1.unlink(&mut self.residents.slab, index),
+            _ => self.t2.unlink(&mut self.residents.slab, index),
         }
-        Some(self.delete_resident(index).value)
+        Some(self.residents.delete(index).value)
     }
 
     fn len(&self) -> usize {

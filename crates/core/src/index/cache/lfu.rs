@@ -13,7 +13,7 @@
 //! that was popular long ago stays; paper 5 notes that a mix of LFU and LRU would fix this, and
 //! ARC is that mix here.
 
-use super::table::{Links, List, ResidentLists, Slab};
+use super::table::{List, Slab};
 use super::{EntryCache, Residents};
 use crate::fingerprint::Fingerprint;
 
@@ -24,13 +24,6 @@ const PREFETCH_FREQUENCY: u32 = 0;
 struct Group {
     frequency: u32,
     members: List,
-}
-
-/// A resident's state is its group, whose member list holds it.
-impl ResidentLists for Slab<Group> {
-    fn list_of(&mut self, state: u32) -> &mut List {
-        &mut self.item_mut(state).members
-    }
 }
 
 /// Least frequently used replacement; see the module documentation.
@@ -64,15 +57,15 @@ impl LfuCache {
     /// The use counter of a cached entry (for statistics and tests).
     pub fn frequency(&self, fingerprint: &Fingerprint) -> Option<u32> {
         let index = self.residents.find(fingerprint)?;
-        let group = self.residents.table.state(index);
+        let group = self.residents.slab.item(index).state;
         Some(self.groups.item(group).frequency)
     }
 
     /// Unlinks resident `index` from its group, releasing the group when it empties.
     fn leave_group(&mut self, index: u32) {
-        let group = self.residents.table.state(index);
+        let group = self.residents.slab.item(index).state;
         let members = &mut self.groups.item_mut(group).members;
-        members.unlink(&mut self.residents.table, index);
+        members.unlink(&mut self.residents.slab, index);
         if members.is_empty() {
             self.order.unlink(&mut self.groups, group);
             self.groups.release(group);
@@ -81,9 +74,9 @@ impl LfuCache {
 
     /// Links resident `index` at the front of group `group`.
     fn join_group(&mut self, index: u32, group: u32) {
-        self.residents.table.set_state(index, group);
+        self.residents.slab.item_mut(index).state = group;
         let mut members = self.groups.item(group).members;
-        members.push_front(&mut self.residents.table, index);
+        members.push_front(&mut self.residents.slab, index);
         self.groups.item_mut(group).members = members;
     }
 
@@ -97,12 +90,12 @@ impl LfuCache {
     /// A demand access to resident `index`: its counter goes up by one.
     #[inline]
     fn touch(&mut self, index: u32) {
-        let group = self.residents.table.state(index);
+        let group = self.residents.slab.item(index).state;
         let Group { frequency, members } = *self.groups.item(group);
         let Some(next_frequency) = frequency.checked_add(1) else {
             // Saturated: only recency changes.
             let mut members = members;
-            members.move_to_front(&mut self.residents.table, index);
+            members.move_to_front(&mut self.residents.slab, index);
             self.groups.item_mut(group).members = members;
             return;
         };
@@ -140,7 +133,7 @@ impl LfuCache {
             .back()
             .expect("groups are never empty");
         self.leave_group(victim);
-        self.residents.delete(victim, &mut self.groups);
+        self.residents.delete(victim);
     }
 
     fn add(&mut self, fingerprint: &Fingerprint, value: u64, frequency: u32) {
@@ -180,19 +173,19 @@ impl EntryCache for LfuCache {
     fn get(&mut self, fingerprint: &Fingerprint) -> Option<u64> {
         let index = self.residents.find(fingerprint)?;
         self.touch(index);
-        Some(self.residents.table.value(index))
+        Some(self.residents.slab.item(index).value)
     }
 
     #[inline]
     fn peek(&self, fingerprint: &Fingerprint) -> Option<u64> {
         let index = self.residents.find(fingerprint)?;
-        Some(self.residents.table.value(index))
+        Some(self.residents.slab.item(index).value)
     }
 
     fn insert(&mut self, fingerprint: &Fingerprint, value: u64) {
         match self.residents.find(fingerprint) {
             Some(index) => {
-                self.residents.table.set_value(index, value);
+                self.residents.slab.item_mut(index).value = value;
                 self.touch(index);
             }
             None => self.add(fingerprint, value, DEMAND_FREQUENCY),
@@ -201,7 +194,7 @@ impl EntryCache for LfuCache {
 
     fn prefetch(&mut self, fingerprint: &Fingerprint, value: u64) {
         match self.residents.find(fingerprint) {
-            Some(index) => self.residents.table.set_value(index, value),
+            Some(index) => self.residents.slab.item_mut(index).value = value,
             None => self.add(fingerprint, value, PREFETCH_FREQUENCY),
         }
     }
@@ -209,7 +202,7 @@ impl EntryCache for LfuCache {
     fn remove(&mut self, fingerprint: &Fingerprint) -> Option<u64> {
         let index = self.residents.find(fingerprint)?;
         self.leave_group(index);
-        Some(self.residents.delete(index, &mut self.groups).value)
+        Some(self.residents.delete(index).value)
     }
 
     fn len(&self) -> usize {

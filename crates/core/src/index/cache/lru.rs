@@ -34,25 +34,25 @@ impl LruCache {
     #[cfg(test)]
     pub(crate) fn order(&self) -> Vec<Fingerprint> {
         self.list
-            .indices(&self.residents.table)
+            .indices(&self.residents.slab)
             .into_iter()
-            .map(|index| *self.residents.table.fingerprint(index))
+            .map(|index| self.residents.slab.item(index).fingerprint)
             .collect()
     }
 
     fn store(&mut self, fingerprint: &Fingerprint, value: u64) {
         if let Some(index) = self.residents.find(fingerprint) {
-            self.residents.table.set_value(index, value);
-            self.list.move_to_front(&mut self.residents.table, index);
+            self.residents.slab.item_mut(index).value = value;
+            self.list.move_to_front(&mut self.residents.slab, index);
             return;
         }
         if self.residents.len() == self.entries_limit {
             let victim = self.list.back().expect("a full cache has a back entry");
-            self.list.unlink(&mut self.residents.table, victim);
-            self.residents.delete(victim, &mut self.list);
+            self.list.unlink(&mut self.residents.slab, victim);
+            self.residents.delete(victim);
         }
         let index = self.residents.add(fingerprint, value, 0);
-        self.list.push_front(&mut self.residents.table, index);
+        self.list.push_front(&mut self.residents.slab, index);
         assert!(self.residents.len() <= self.entries_limit);
     }
 }
@@ -61,14 +61,14 @@ impl EntryCache for LruCache {
     #[inline]
     fn get(&mut self, fingerprint: &Fingerprint) -> Option<u64> {
         let index = self.residents.find(fingerprint)?;
-        self.list.move_to_front(&mut self.residents.table, index);
-        Some(self.residents.table.value(index))
+        self.list.move_to_front(&mut self.residents.slab, index);
+        Some(self.residents.slab.item(index).value)
     }
 
     #[inline]
     fn peek(&self, fingerprint: &Fingerprint) -> Option<u64> {
         let index = self.residents.find(fingerprint)?;
-        Some(self.residents.table.value(index))
+        Some(self.residents.slab.item(index).value)
     }
 
     fn insert(&mut self, fingerprint: &Fingerprint, value: u64) {
@@ -77,15 +77,15 @@ impl EntryCache for LruCache {
 
     fn prefetch(&mut self, fingerprint: &Fingerprint, value: u64) {
         match self.residents.find(fingerprint) {
-            Some(index) => self.residents.table.set_value(index, value),
+            Some(index) => self.residents.slab.item_mut(index).value = value,
             None => self.store(fingerprint, value),
         }
     }
 
     fn remove(&mut self, fingerprint: &Fingerprint) -> Option<u64> {
         let index = self.residents.find(fingerprint)?;
-        self.list.unlink(&mut self.residents.table, index);
-        Some(self.residents.delete(index, &mut self.list).value)
+        self.list.unlink(&mut self.residents.slab, index);
+        Some(self.residents.delete(index).value)
     }
 
     fn len(&self) -> usize {

@@ -44,7 +44,7 @@ pub use lru::LruCache;
 
 use crate::fingerprint::Fingerprint;
 use crate::{Error, Result};
-use table::{Resident, ResidentLists, ResidentTable};
+use table::{Slab, SlotTable};
 
 /// A bounded map from fingerprints to values with a replacement policy.
 ///
@@ -223,7 +223,7 @@ impl Cache {
     pub fn set_value(&mut self, fingerprint: &Fingerprint, value: u64) -> bool {
         dispatch!(self, cache => match cache.residents.find(fingerprint) {
             Some(index) => {
-                cache.residents.table.set_value(index, value);
+                cache.residents.slab.item_mut(index).value = value;
                 true
             }
             None => false,
@@ -273,11 +273,20 @@ impl EntryCache for Cache {
     }
 }
 
-/// The resident entries of a cache, in a table whose slots are the nodes of the policy's
-/// lists (see [`ResidentTable`]), and the entry most recently deleted.
+/// A cached entry. `state` belongs to the policy (list membership, flags, frequency group).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Resident {
+    pub(crate) fingerprint: Fingerprint,
+    pub(crate) value: u64,
+    pub(crate) state: u32,
+}
+
+/// The resident entries of a cache: a slab of linked nodes and a table finding them by
+/// fingerprint. Policies thread their lists through the slab.
 #[derive(Debug)]
 pub(crate) struct Residents {
-    pub(crate) table: ResidentTable,
+    pub(crate) slab: Slab<Resident>,
+    table: SlotTable,
     /// The entry most recently deleted, so [`Cache::insert_evicting`] can report evictions.
     last_deleted: Option<Resident>,
 }
@@ -285,42 +294,53 @@ pub(crate) struct Residents {
 impl Residents {
     pub(crate) fn new(entries: usize) -> Self {
         Residents {
-            table: ResidentTable::for_entries(entries),
+            slab: Slab::with_capacity(entries),
+            table: SlotTable::for_entries(entries),
             last_deleted: None,
         }
     }
 
     pub(crate) const fn memory_bytes_for(entries: usize) -> usize {
-        ResidentTable::bytes_for(entries)
+        Slab::<Resident>::bytes_for(entries) + SlotTable::bytes_for(entries)
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.table.memory_bytes()
+        self.slab.memory_bytes() + self.table.memory_bytes()
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.table.len()
+        self.slab.len()
     }
 
     #[inline]
     pub(crate) fn find(&self, fingerprint: &Fingerprint) -> Option<u32> {
-        self.table.find(fingerprint)
+        self.table.find(fingerprint.prefix_u64(), |index| {
+            self.slab.item(index).fingerprint == *fingerprint
+        })
     }
 
     /// Adds an absent entry (unlinked) and returns its node.
     pub(crate) fn add(&mut self, fingerprint: &Fingerprint, value: u64, state: u32) -> u32 {
-        self.table.add(fingerprint, value, state)
+        let index = self.slab.allocate(Resident {
+            fingerprint: *fingerprint,
+            value,
+            state,
+        });
+        self.table.insert(fingerprint.prefix_u64(), index);
+        index
     }
 
-    /// Deletes node `index`, already unlinked from its list; returns the entry. Other nodes
-    /// may move (`lists` finds their lists), so node indices held by the caller are stale.
-    pub(crate) fn delete(&mut self, index: u32, lists: &mut impl ResidentLists) -> Resident {
-        let entry = self.table.delete(index, lists);
+    /// Deletes node `index`, already unlinked from its list; returns the entry.
+    pub(crate) fn delete(&mut self, index: u32) -> Resident {
+        let entry = *self.slab.item(index);
+        self.table.remove(entry.fingerprint.prefix_u64(), index);
+        self.slab.release(index);
         self.last_deleted = Some(entry);
         entry
     }
 
     pub(crate) fn clear(&mut self) {
+        self.slab.clear();
         self.table.clear();
     }
 }

@@ -1,35 +1,16 @@
 //! Building blocks shared by the cache policies: a fixed-capacity *slab* of linked nodes,
-//! doubly linked *lists* threaded through node storage, an open-addressing *slot table* that
-//! finds a slab node from a 64-bit hash, and the *resident table*, an open-addressing table
-//! whose slots are themselves the list nodes of the cached entries.
+//! doubly linked *lists* threaded through a slab, and an open-addressing *slot table* that
+//! finds a node from a 64-bit hash.
 //!
 //! Everything is allocated once, at the entry limit, so a cache's memory is known exactly
 //! when it is built and never grows afterwards (the memory budget is a hard limit). Nodes are
 //! named by `u32` indices instead of pointers: half the size, and no unsafe code.
-//!
-//! **Why the resident table holds the entries.** A cached lookup over a working set larger
-//! than the processor's caches is bound by memory latency. With a table of indices into a
-//! slab, a hit costs two dependent misses (the slot, then the node). With the entry in the
-//! slot, it costs one: the home slot and, for a short probe run, the lines right after it.
-//! The price is that deletion by backward shift moves entries between slots, so the list
-//! links pointing at a moved entry are rewritten by one routine,
-//! [`ResidentTable::relocate`].
-
-use crate::fingerprint::Fingerprint;
 
 /// The "no node" index.
 pub(crate) const NIL: u32 = u32::MAX;
 
-/// Largest number of nodes in one slab or resident table (indices must stay below [`NIL`]).
+/// Largest number of nodes in one slab (indices must stay below [`NIL`]).
 pub(crate) const SLAB_NODES_MAX: usize = (NIL - 1) as usize;
-
-/// Node storage that lists can be threaded through: each node has a previous and a next link.
-pub(crate) trait Links {
-    fn previous_of(&self, index: u32) -> u32;
-    fn next_of(&self, index: u32) -> u32;
-    fn set_previous(&mut self, index: u32, previous: u32);
-    fn set_next(&mut self, index: u32, next: u32);
-}
 
 /// A node of a [`Slab`]: an item and the links of the one list it belongs to.
 #[derive(Clone, Copy, Debug)]
@@ -117,6 +98,12 @@ impl<T: Copy> Slab<T> {
         self.used = 0;
     }
 
+    /// The node after `index` in its list ([`NIL`] at the back).
+    #[inline]
+    pub(crate) fn next_of(&self, index: u32) -> u32 {
+        self.nodes[index as usize].next
+    }
+
     #[inline]
     pub(crate) fn item(&self, index: u32) -> &T {
         &self.nodes[index as usize].item
@@ -128,27 +115,8 @@ impl<T: Copy> Slab<T> {
     }
 }
 
-impl<T> Links for Slab<T> {
-    #[inline]
-    fn previous_of(&self, index: u32) -> u32 {
-        self.nodes[index as usize].previous
-    }
-    #[inline]
-    fn next_of(&self, index: u32) -> u32 {
-        self.nodes[index as usize].next
-    }
-    #[inline]
-    fn set_previous(&mut self, index: u32, previous: u32) {
-        self.nodes[index as usize].previous = previous;
-    }
-    #[inline]
-    fn set_next(&mut self, index: u32, next: u32) {
-        self.nodes[index as usize].next = next;
-    }
-}
-
-/// A doubly linked list of nodes of one node storage ([`Slab`] or [`ResidentTable`]). The
-/// *front* is the most recently inserted or touched node, the *back* the least recent one.
+/// A doubly linked list of nodes of one [`Slab`]. The *front* is the most recently inserted or
+/// touched node, the *back* the least recent one.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct List {
     front: u32,
@@ -185,345 +153,78 @@ impl List {
 
     /// Links the unlinked node `index` at the front.
     #[inline]
-    pub(crate) fn push_front(&mut self, nodes: &mut impl Links, index: u32) {
+    pub(crate) fn push_front<T: Copy>(&mut self, slab: &mut Slab<T>, index: u32) {
         let old_front = self.front;
-        nodes.set_previous(index, NIL);
-        nodes.set_next(index, old_front);
+        {
+            let node = &mut slab.nodes[index as usize];
+            node.previous = NIL;
+            node.next = old_front;
+        }
         if old_front == NIL {
             self.back = index;
         } else {
-            nodes.set_previous(old_front, index);
+            slab.nodes[old_front as usize].previous = index;
         }
         self.front = index;
         self.len += 1;
     }
 
     /// Links the unlinked node `index` right after node `after` of this list.
-    pub(crate) fn insert_after(&mut self, nodes: &mut impl Links, after: u32, index: u32) {
-        let following = nodes.next_of(after);
-        nodes.set_previous(index, after);
-        nodes.set_next(index, following);
-        nodes.set_next(after, index);
+    pub(crate) fn insert_after<T: Copy>(&mut self, slab: &mut Slab<T>, after: u32, index: u32) {
+        let following = slab.nodes[after as usize].next;
+        {
+            let node = &mut slab.nodes[index as usize];
+            node.previous = after;
+            node.next = following;
+        }
+        slab.nodes[after as usize].next = index;
         if following == NIL {
             self.back = index;
         } else {
-            nodes.set_previous(following, index);
+            slab.nodes[following as usize].previous = index;
         }
         self.len += 1;
     }
 
     /// Unlinks node `index`, which must belong to this list.
     #[inline]
-    pub(crate) fn unlink(&mut self, nodes: &mut impl Links, index: u32) {
+    pub(crate) fn unlink<T: Copy>(&mut self, slab: &mut Slab<T>, index: u32) {
         assert!(self.len > 0, "unlink from an empty list");
-        let previous = nodes.previous_of(index);
-        let next = nodes.next_of(index);
+        let Node { previous, next, .. } = slab.nodes[index as usize];
         if previous == NIL {
             debug_assert_eq!(self.front, index);
             self.front = next;
         } else {
-            nodes.set_next(previous, next);
+            slab.nodes[previous as usize].next = next;
         }
         if next == NIL {
             debug_assert_eq!(self.back, index);
             self.back = previous;
         } else {
-            nodes.set_previous(next, previous);
+            slab.nodes[next as usize].previous = previous;
         }
         self.len -= 1;
     }
 
     /// Moves node `index` of this list to the front.
     #[inline]
-    pub(crate) fn move_to_front(&mut self, nodes: &mut impl Links, index: u32) {
+    pub(crate) fn move_to_front<T: Copy>(&mut self, slab: &mut Slab<T>, index: u32) {
         if self.front != index {
-            self.unlink(nodes, index);
-            self.push_front(nodes, index);
+            self.unlink(slab, index);
+            self.push_front(slab, index);
         }
     }
 
     /// Nodes from front to back (for tests and checks; allocates).
     #[cfg(test)]
-    pub(crate) fn indices(&self, nodes: &impl Links) -> Vec<u32> {
+    pub(crate) fn indices<T: Copy>(&self, slab: &Slab<T>) -> Vec<u32> {
         let mut out = Vec::with_capacity(self.len());
         let mut cursor = self.front;
         while cursor != NIL {
             out.push(cursor);
-            cursor = nodes.next_of(cursor);
+            cursor = slab.nodes[cursor as usize].next;
         }
         out
-    }
-}
-
-/// A cached entry. `state` belongs to the policy (list membership, flags, frequency group).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Resident {
-    pub(crate) fingerprint: Fingerprint,
-    pub(crate) value: u64,
-    pub(crate) state: u32,
-}
-
-/// The lists a policy threads through a [`ResidentTable`], found from an entry's `state`, so
-/// that [`ResidentTable::relocate`] can repoint a list's front or back at a moved entry.
-pub(crate) trait ResidentLists {
-    /// The list holding every entry whose state is `state`.
-    fn list_of(&mut self, state: u32) -> &mut List;
-}
-
-/// A policy with a single list of residents (LRU).
-impl ResidentLists for List {
-    fn list_of(&mut self, _state: u32) -> &mut List {
-        self
-    }
-}
-
-/// Largest load of a [`ResidentTable`] (entries per slot): [`LOAD_NUMERATOR`] /
-/// [`LOAD_DENOMINATOR`]. At 7/8 a successful lookup probes 4.5 slots on average when the
-/// cache is full (Knuth's `(1 + 1/(1 - load)) / 2`) and far fewer below its limit.
-pub(crate) const LOAD_NUMERATOR: usize = 7;
-/// See [`LOAD_NUMERATOR`].
-pub(crate) const LOAD_DENOMINATOR: usize = 8;
-
-/// A slot of a [`ResidentTable`]: an entry, the links of its list, and whether it is used.
-/// Flat rather than nesting a [`Resident`], so that it takes 56 bytes instead of 64.
-#[derive(Clone, Copy, Debug)]
-struct Slot {
-    fingerprint: Fingerprint,
-    value: u64,
-    state: u32,
-    previous: u32,
-    next: u32,
-    occupied: bool,
-}
-
-const EMPTY_SLOT: Slot = Slot {
-    fingerprint: Fingerprint([0; crate::fingerprint::FINGERPRINT_BYTES]),
-    value: 0,
-    state: 0,
-    previous: NIL,
-    next: NIL,
-    occupied: false,
-};
-
-const _: () = assert!(std::mem::size_of::<Slot>() == 56);
-
-/// The resident entries of a cache: an open-addressing table (linear probing, backward-shift
-/// deletion) whose slots hold the entries themselves and serve as the nodes of the policy's
-/// lists (a node's index is its slot). The home slot of a fingerprint is its first eight bytes
-/// scaled to the table size (fingerprints are uniform), so the table need not be a power of
-/// two and its load stays close to [`LOAD_NUMERATOR`] / [`LOAD_DENOMINATOR`] when full.
-///
-/// Adding an entry never moves another. Deleting one may move later members of its probe run
-/// back by a slot or more; [`relocate`](Self::relocate) then repoints the moved entries'
-/// list neighbours (or their list's front and back). Slot indices held across a deletion are
-/// therefore stale: callers look entries up again.
-#[derive(Debug)]
-pub(crate) struct ResidentTable {
-    slots: Vec<Slot>,
-    used: usize,
-}
-
-impl ResidentTable {
-    /// Slots for `entries` entries: a load of at most [`LOAD_NUMERATOR`] /
-    /// [`LOAD_DENOMINATOR`], and at least one slot always empty (probes stop there).
-    pub(crate) const fn slots_for(entries: usize) -> usize {
-        let wanted = (entries * LOAD_DENOMINATOR).div_ceil(LOAD_NUMERATOR);
-        if wanted > entries {
-            wanted
-        } else {
-            entries + 1
-        }
-    }
-
-    /// Bytes of memory a table for `entries` entries holds.
-    pub(crate) const fn bytes_for(entries: usize) -> usize {
-        Self::slots_for(entries) * std::mem::size_of::<Slot>()
-    }
-
-    /// A table for at most `entries` entries; all memory is reserved now.
-    pub(crate) fn for_entries(entries: usize) -> Self {
-        let slots = Self::slots_for(entries);
-        assert!(slots <= SLAB_NODES_MAX, "{entries} entries are too many");
-        ResidentTable {
-            slots: vec![EMPTY_SLOT; slots],
-            used: 0,
-        }
-    }
-
-    pub(crate) fn memory_bytes(&self) -> usize {
-        self.slots.capacity() * std::mem::size_of::<Slot>()
-    }
-
-    /// Entries stored.
-    pub(crate) fn len(&self) -> usize {
-        self.used
-    }
-
-    /// Forgets every entry, keeping the memory.
-    pub(crate) fn clear(&mut self) {
-        self.slots.fill(EMPTY_SLOT);
-        self.used = 0;
-    }
-
-    /// The home slot of `fingerprint`: its first eight bytes scaled to the slot count.
-    #[inline]
-    fn home(&self, fingerprint: &Fingerprint) -> usize {
-        ((fingerprint.prefix_u64() as u128 * self.slots.len() as u128) >> 64) as usize
-    }
-
-    /// The slot after `position`, wrapping at the end of the table.
-    #[inline]
-    fn after(&self, position: usize) -> usize {
-        if position + 1 == self.slots.len() {
-            0
-        } else {
-            position + 1
-        }
-    }
-
-    /// The slot holding `fingerprint`, if stored.
-    #[inline]
-    pub(crate) fn find(&self, fingerprint: &Fingerprint) -> Option<u32> {
-        let mut position = self.home(fingerprint);
-        loop {
-            let slot = &self.slots[position];
-            if !slot.occupied {
-                return None;
-            }
-            if slot.fingerprint == *fingerprint {
-                return Some(position as u32);
-            }
-            position = self.after(position);
-        }
-    }
-
-    /// Adds an absent entry (unlinked) and returns its slot. The caller has checked that the
-    /// fingerprint is absent and keeps the entries within the table's sizing.
-    pub(crate) fn add(&mut self, fingerprint: &Fingerprint, value: u64, state: u32) -> u32 {
-        assert!(
-            self.used + 1 < self.slots.len(),
-            "resident table of {} slots is full",
-            self.slots.len()
-        );
-        let mut position = self.home(fingerprint);
-        while self.slots[position].occupied {
-            debug_assert!(self.slots[position].fingerprint != *fingerprint);
-            position = self.after(position);
-        }
-        self.slots[position] = Slot {
-            fingerprint: *fingerprint,
-            value,
-            state,
-            previous: NIL,
-            next: NIL,
-            occupied: true,
-        };
-        self.used += 1;
-        position as u32
-    }
-
-    /// Deletes the entry in slot `index`, already unlinked from its list, and returns it.
-    /// Later members of its probe run move back to keep every lookup's probe unbroken;
-    /// `lists` gives the list of each moved entry (see [`relocate`](Self::relocate)).
-    pub(crate) fn delete(&mut self, index: u32, lists: &mut impl ResidentLists) -> Resident {
-        let deleted = self.slots[index as usize];
-        assert!(deleted.occupied, "deleting an empty slot");
-        let entry = Resident {
-            fingerprint: deleted.fingerprint,
-            value: deleted.value,
-            state: deleted.state,
-        };
-        self.slots[index as usize].occupied = false;
-        let count = self.slots.len();
-        // Backward shift: a later member of the run moves into the hole when the hole lies
-        // between its home slot and its current slot (cyclically), so no probe stops early.
-        let mut hole = index as usize;
-        let mut cursor = hole;
-        loop {
-            cursor = self.after(cursor);
-            if !self.slots[cursor].occupied {
-                break;
-            }
-            let home = self.home(&self.slots[cursor].fingerprint);
-            let distance_from_home = (cursor + count - home) % count;
-            let distance_from_hole = (cursor + count - hole) % count;
-            if distance_from_home >= distance_from_hole {
-                self.relocate(cursor, hole, lists);
-                hole = cursor;
-            }
-        }
-        self.slots[hole] = EMPTY_SLOT;
-        self.used -= 1;
-        entry
-    }
-
-    /// Moves the entry of slot `from` into the empty slot `to` and repoints whatever links to
-    /// it: its list neighbours, or its list's front and back when it has none on that side.
-    /// The only place entries move, so the only place links are fixed up.
-    fn relocate(&mut self, from: usize, to: usize, lists: &mut impl ResidentLists) {
-        let moved = self.slots[from];
-        assert!(moved.occupied && !self.slots[to].occupied);
-        self.slots[to] = moved;
-        self.slots[from].occupied = false;
-        let (from_index, to_index) = (from as u32, to as u32);
-        if moved.previous == NIL {
-            let list = lists.list_of(moved.state);
-            assert_eq!(list.front, from_index, "a node without previous is its front");
-            list.front = to_index;
-        } else {
-            self.slots[moved.previous as usize].next = to_index;
-        }
-        if moved.next == NIL {
-            let list = lists.list_of(moved.state);
-            assert_eq!(list.back, from_index, "a node without next is its back");
-            list.back = to_index;
-        } else {
-            self.slots[moved.next as usize].previous = to_index;
-        }
-    }
-
-    #[cfg(test)]
-    pub(crate) fn fingerprint(&self, index: u32) -> &Fingerprint {
-        &self.slots[index as usize].fingerprint
-    }
-
-    #[inline]
-    pub(crate) fn value(&self, index: u32) -> u64 {
-        self.slots[index as usize].value
-    }
-
-    #[inline]
-    pub(crate) fn set_value(&mut self, index: u32, value: u64) {
-        self.slots[index as usize].value = value;
-    }
-
-    #[inline]
-    pub(crate) fn state(&self, index: u32) -> u32 {
-        self.slots[index as usize].state
-    }
-
-    #[inline]
-    pub(crate) fn set_state(&mut self, index: u32, state: u32) {
-        self.slots[index as usize].state = state;
-    }
-}
-
-impl Links for ResidentTable {
-    #[inline]
-    fn previous_of(&self, index: u32) -> u32 {
-        self.slots[index as usize].previous
-    }
-    #[inline]
-    fn next_of(&self, index: u32) -> u32 {
-        self.slots[index as usize].next
-    }
-    #[inline]
-    fn set_previous(&mut self, index: u32, previous: u32) {
-        self.slots[index as usize].previous = previous;
-    }
-    #[inline]
-    fn set_next(&mut self, index: u32, next: u32) {
-        self.slots[index as usize].next = next;
     }
 }
 
