@@ -123,30 +123,26 @@ impl<T: Copy> Slab<T> {
 /// Bytes of the smallest page the operating system maps; `madvise` takes page-aligned ranges.
 const SMALL_PAGE_BYTES: usize = 4096;
 
-/// Asks the kernel to back `bytes` bytes of an allocation starting at address `start` with
-/// transparent huge pages (Linux with glibc; elsewhere nothing). A cached lookup reads one random line of
-/// a table of tens of megabytes: with 4 KiB pages nearly every lookup also misses the TLB, and
-/// in a virtual machine a TLB miss walks two page tables. `MADV_HUGEPAGE` marks the range so
-/// that pages faulted in later are huge; `MADV_COLLAPSE` (Linux 6.1 and later) turns the pages
-/// already present into huge ones now, since the allocator may hand out heap memory that
-/// earlier allocations faulted in as small pages. The advice is best effort: failure (huge
-/// pages disabled, an older kernel) changes nothing but speed, so it is ignored.
+/// Asks the kernel to back `bytes` bytes of a fresh allocation starting at address `start`
+/// with transparent huge pages (Linux, `MADV_HUGEPAGE`; elsewhere nothing). A cached lookup
+/// touches one random line of a table of tens of megabytes: with 4 KiB pages nearly every
+/// lookup also misses the TLB, and in a virtual machine a TLB miss walks two page tables.
+/// Measured with `cargo bench -p onecopy-core --bench index -- index_lookup`; see the
+/// [`cache`](super) documentation. Call it before the memory is first written, so the pages
+/// are faulted in as huge pages. The advice is best effort: failure (huge pages disabled)
+/// changes nothing but speed, so it is ignored.
 fn advise_huge_pages(start: usize, bytes: usize) {
     let first = start.next_multiple_of(SMALL_PAGE_BYTES);
     let end = (start + bytes) / SMALL_PAGE_BYTES * SMALL_PAGE_BYTES;
     if end <= first {
         return;
     }
-    // The libc crate defines MADV_COLLAPSE for glibc targets only.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    for advice in [libc::MADV_HUGEPAGE, libc::MADV_COLLAPSE] {
-        // SAFETY: these two advices only change how the kernel backs the range (collapsing
-        // copies the contents into huge pages), never the contents or whether the range is
-        // mapped; the range lies inside an allocation this module owns, page-aligned as
-        // `madvise` requires.
-        unsafe {
-            libc::madvise(first as *mut libc::c_void, end - first, advice);
-        }
+    #[cfg(target_os = "linux")]
+    // SAFETY: `madvise` with `MADV_HUGEPAGE` only changes how the kernel backs the range, never
+    // its contents or whether it is mapped; the range lies inside an allocation this module
+    // owns, page-aligned as `madvise` requires.
+    unsafe {
+        libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
     }
 }
 
@@ -298,8 +294,9 @@ impl SlotTable {
             slots as u64 <= 1 << 32,
             "a slot table addresses at most 2^32 slots"
         );
-        let table = vec![0u64; slots];
+        let mut table = Vec::with_capacity(slots);
         advise_huge_pages(table.as_ptr() as usize, slots * std::mem::size_of::<u64>());
+        table.resize(slots, 0u64);
         SlotTable {
             slots: table,
             mask: slots as u64 - 1,
