@@ -35,13 +35,8 @@ impl<T: Copy> Slab<T> {
             capacity <= SLAB_NODES_MAX,
             "slab capacity {capacity} too large"
         );
-        let nodes = Vec::<Node<T>>::with_capacity(capacity);
-        advise_huge_pages(
-            nodes.as_ptr() as usize,
-            capacity * std::mem::size_of::<Node<T>>(),
-        );
         Slab {
-            nodes,
+            nodes: Vec::with_capacity(capacity),
             free_head: NIL,
             used: 0,
         }
@@ -117,32 +112,6 @@ impl<T: Copy> Slab<T> {
     #[inline]
     pub(crate) fn item_mut(&mut self, index: u32) -> &mut T {
         &mut self.nodes[index as usize].item
-    }
-}
-
-/// Bytes of the smallest page the operating system maps; `madvise` takes page-aligned ranges.
-const SMALL_PAGE_BYTES: usize = 4096;
-
-/// Asks the kernel to back `bytes` bytes of a fresh allocation starting at address `start`
-/// with transparent huge pages (Linux, `MADV_HUGEPAGE`; elsewhere nothing). A cached lookup
-/// touches one random line of a table of tens of megabytes: with 4 KiB pages nearly every
-/// lookup also misses the TLB, and in a virtual machine a TLB miss walks two page tables.
-/// Measured with `cargo bench -p onecopy-core --bench index -- index_lookup`; see the
-/// [`cache`](super) documentation. Call it before the memory is first written, so the pages
-/// are faulted in as huge pages. The advice is best effort: failure (huge pages disabled)
-/// changes nothing but speed, so it is ignored.
-fn advise_huge_pages(start: usize, bytes: usize) {
-    let first = start.next_multiple_of(SMALL_PAGE_BYTES);
-    let end = (start + bytes) / SMALL_PAGE_BYTES * SMALL_PAGE_BYTES;
-    if end <= first {
-        return;
-    }
-    #[cfg(target_os = "linux")]
-    // SAFETY: `madvise` with `MADV_HUGEPAGE` only changes how the kernel backs the range, never
-    // its contents or whether it is mapped; the range lies inside an allocation this module
-    // owns, page-aligned as `madvise` requires.
-    unsafe {
-        libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
     }
 }
 
@@ -294,11 +263,8 @@ impl SlotTable {
             slots as u64 <= 1 << 32,
             "a slot table addresses at most 2^32 slots"
         );
-        let mut table = Vec::with_capacity(slots);
-        advise_huge_pages(table.as_ptr() as usize, slots * std::mem::size_of::<u64>());
-        table.resize(slots, 0u64);
         SlotTable {
-            slots: table,
+            slots: vec![0; slots],
             mask: slots as u64 - 1,
         }
     }
