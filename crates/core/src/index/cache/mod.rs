@@ -29,9 +29,8 @@
 //! entry's slab node. Slab nodes are handed out in insertion order (and an LRU eviction frees
 //! the node the next insertion takes), so lookups that follow an earlier insertion stream, as
 //! a repeated backup does, read nodes almost sequentially and the list neighbours they relink
-//! are the nodes read next. The slab and the tables are backed by transparent huge pages
-//! where the kernel allows: with 4 KiB pages nearly every random slot read also missed the
-//! TLB, which in a virtual machine costs a two-level page walk.
+//! are the nodes read next. In random order a hit reads two unrelated lines (slot, node)
+//! and relinks two more (the list neighbours).
 //!
 //! Ghost entries of ARC keep only the first 8 bytes of the fingerprint: a ghost hit only steers
 //! the policy, so a (2^-64) false match costs nothing but a slightly different decision.
