@@ -25,6 +25,13 @@
 //! | ARC | 56 + 24 + 2 tables | a resident entry plus room for one ghost (8-byte fingerprint prefix, list, links) | 106.7 B (629,145) |
 //! | LFU | 56 + 24 + table | a resident entry plus a frequency group in the worst case | 91.4 B (734,003) |
 //!
+//! **Lookup cost.** A hit reads one slot of the slot table (8 bytes, random) and then the
+//! entry's slab node. Slab nodes are handed out in insertion order (and an LRU eviction frees
+//! the node the next insertion takes), so lookups that follow an earlier insertion stream, as
+//! a repeated backup does, read nodes almost sequentially and the list neighbours they relink
+//! are the nodes read next. In random order a hit reads two unrelated lines (slot, node)
+//! and relinks two more (the list neighbours).
+//!
 //! Ghost entries of ARC keep only the first 8 bytes of the fingerprint: a ghost hit only steers
 //! the policy, so a (2^-64) false match costs nothing but a slightly different decision.
 
