@@ -253,10 +253,19 @@ impl Engine {
         let (record, filesystem) = match self.write_target(volume) {
             Ok(target) => target,
             Err(error) => {
+                // Each write gets its own copy of the error (errors are not `Clone`): asking
+                // again gives one of the same kind. Should the volume have become usable
+                // meanwhile, the write still fails: it was not executed.
+                let message = error.to_string();
                 results.push(Err(error));
-                // Each write gets its own copy of the error (errors are not `Clone`).
                 for _ in 1..writes.len() {
-                    results.push(self.write_target(volume).map(|_| ()));
+                    results.push(match self.write_target(volume) {
+                        Err(error) => Err(error),
+                        Ok(_) => Err(Error::io(
+                            "block engine",
+                            std::io::Error::other(message.clone()),
+                        )),
+                    });
                 }
                 return;
             }
