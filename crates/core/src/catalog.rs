@@ -101,12 +101,7 @@ impl Catalog {
     /// only a writable open performs, so such a catalog is opened for writing instead.
     /// [`write`](Self::write) on a read-only catalog is an error.
     pub fn open_read_only(storage: &Arc<dyn Storage>, name: &str) -> Result<Catalog> {
-        if !storage.exists(name)? {
-            return Err(Error::NotFound(format!(
-                "catalog {name} in {}",
-                storage.describe()
-            )));
-        }
+        // A missing file is `Error::NotFound` (the storage contract).
         let file = storage.open(name, false)?;
         let opened = redb::Builder::new()
             .set_cache_size(CACHE_BYTES)

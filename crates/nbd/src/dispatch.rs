@@ -142,9 +142,8 @@ impl Dispatch {
                         })
                         .count();
                     // Half of the whole run (this job included), rounded up.
-                    let take = (run + 2) / 2 - 1;
-                    let take = take.min(WRITE_BATCH_JOBS_MAX - 1);
-                    jobs.extend(state.queue.drain(..take));
+                    let share = (run + 1).div_ceil(2).min(WRITE_BATCH_JOBS_MAX);
+                    jobs.extend(state.queue.drain(..share - 1));
                 }
                 return true;
             }

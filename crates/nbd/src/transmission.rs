@@ -203,7 +203,6 @@ fn work<T: Transport>(shared: &Shared<'_, T>) {
             let error = ExportError::failed(format!("the export panicked: {message}"));
             for job in &jobs {
                 report_failure(shared, &job.command, &error);
-                scratch.clear();
                 send_error(
                     shared,
                     &mut scratch,
@@ -224,7 +223,7 @@ fn work<T: Transport>(shared: &Shared<'_, T>) {
 /// ones with one send.
 fn execute_writes<T: Transport>(
     shared: &Shared<'_, T>,
-    jobs: &mut [Job],
+    jobs: &[Job],
     results: &mut Vec<Result<(), ExportError>>,
     scratch: &mut Vec<u8>,
 ) {

@@ -331,7 +331,6 @@ impl Engine {
     }
 
     /// The volume's record and file-system map, if the engine and the volume are usable.
-    #[allow(clippy::type_complexity)]
     fn write_target(
         &self,
         volume: VolumeId,

@@ -239,10 +239,25 @@ pub struct ServeProcess {
 
 impl ServeProcess {
     fn start(repository: &TestRepository, extra_arguments: &[&str]) -> ServeProcess {
+        let mut server = ServeProcess::spawn(repository, extra_arguments, "serve.log");
+        server.wait_until_ready();
+        server
+    }
+
+    /// Starts a server without waiting for it to listen (to kill it during recovery).
+    pub fn start_unready(repository: &TestRepository) -> ServeProcess {
+        ServeProcess::spawn(repository, &[], "serve-unready.log")
+    }
+
+    fn spawn(
+        repository: &TestRepository,
+        extra_arguments: &[&str],
+        log_name: &str,
+    ) -> ServeProcess {
         let socket = repository.socket();
         // A socket left by a killed server is replaced by the new one.
         let _ = std::fs::remove_file(&socket);
-        let log = repository.directory().join("serve.log");
+        let log = repository.directory().join(log_name);
         let log_file = File::create(&log).expect("server log");
         let child = repository
             .command()
@@ -250,31 +265,6 @@ impl ServeProcess {
             .arg("--socket")
             .arg(&socket)
             .args(extra_arguments)
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone().expect("log handle"))
-            .stderr(log_file)
-            .spawn()
-            .expect("starting onecopy serve");
-        let mut server = ServeProcess {
-            child: Some(child),
-            socket,
-            log,
-        };
-        server.wait_until_ready();
-        server
-    }
-
-    /// Starts a server without waiting for it to listen (to kill it during recovery).
-    pub fn start_unready(repository: &TestRepository) -> ServeProcess {
-        let socket = repository.socket();
-        let _ = std::fs::remove_file(&socket);
-        let log = repository.directory().join("serve-unready.log");
-        let log_file = File::create(&log).expect("server log");
-        let child = repository
-            .command()
-            .arg("serve")
-            .arg("--socket")
-            .arg(&socket)
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("log handle"))
             .stderr(log_file)
