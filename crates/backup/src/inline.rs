@@ -21,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::io::Read;
+use std::ops::Range;
 use std::time::Instant;
 
 use crossbeam_channel::bounded;
@@ -261,17 +262,30 @@ impl PathState {
         // parallel pass.
         let start = Instant::now();
         let read = store.catalog.read()?;
-        let mut decisions = Vec::with_capacity(batch.segments.len());
+        // Every segment's fingerprint first, so the index can warm the batch's lookups.
         let mut first = 0usize;
+        let ranges: Vec<Range<usize>> = batch
+            .segments
+            .iter()
+            .map(|segment| {
+                first += segment.len();
+                first - segment.len()..first
+            })
+            .collect();
         let mut fingerprint_bytes = Vec::new();
-        for segment in &batch.segments {
-            let range = first..first + segment.len();
-            first = range.end;
-            fingerprint_bytes.clear();
-            for (fingerprint, _) in &hashed[range.clone()] {
-                fingerprint_bytes.extend_from_slice(&fingerprint.0);
-            }
-            let fingerprint = algorithm.hash(&fingerprint_bytes);
+        let fingerprints: Vec<Fingerprint> = ranges
+            .iter()
+            .map(|range| {
+                fingerprint_bytes.clear();
+                for (fingerprint, _) in &hashed[range.clone()] {
+                    fingerprint_bytes.extend_from_slice(&fingerprint.0);
+                }
+                algorithm.hash(&fingerprint_bytes)
+            })
+            .collect();
+        store.index.warm(&fingerprints);
+        let mut decisions = Vec::with_capacity(ranges.len());
+        for (range, fingerprint) in ranges.into_iter().zip(fingerprints) {
             self.outcome.report.index_lookups += 1;
             let existing = match self.pending.get(&fingerprint) {
                 Some(&id) => Some(id),

@@ -23,6 +23,9 @@ use onecopy_core::storage::{LocalStorage, SimulatedStorage, Storage};
 
 /// Entries in the indexes of the lookup benchmarks.
 const ENTRIES: u64 = 200_000;
+/// Fingerprints warmed together in the batched lookup benchmark: the most blocks the block
+/// device's write batch fingerprints at once (16 writes of 4 KiB).
+const WARM_BATCH: usize = 16;
 /// Entries of the open-time benchmark.
 const OPEN_ENTRIES: u64 = 1_000_000;
 
@@ -114,6 +117,29 @@ fn lookups(c: &mut Criterion) {
             b.iter(|| {
                 cursor = (cursor + 1) % keys.len();
                 black_box(index.lookup(&mut pages, &keys[cursor]).expect("lookup"))
+            })
+        });
+        // The same stream looked up as the write paths do it: batches of WARM_BATCH
+        // fingerprints, warmed together, then looked up one by one. Timed per lookup.
+        let mut batch_start = 0usize;
+        group.bench_function(BenchmarkId::new("cached_warmed_batch", policy), |b| {
+            b.iter_custom(|lookups| {
+                let started = Instant::now();
+                let mut done = 0u64;
+                while done < lookups {
+                    let wanted = (lookups - done).min(WARM_BATCH as u64) as usize;
+                    if batch_start + wanted > keys.len() {
+                        batch_start = 0;
+                    }
+                    let batch = &keys[batch_start..batch_start + wanted];
+                    index.warm(batch);
+                    for key in batch {
+                        black_box(index.lookup(&mut pages, key).expect("lookup"));
+                    }
+                    batch_start += wanted;
+                    done += wanted as u64;
+                }
+                started.elapsed()
             })
         });
         // Independent random picks: neither the table slots nor the list neighbours of

@@ -287,6 +287,8 @@ impl Engine {
         let mut flush_wanted = false;
         {
             let mut state = self.state.lock();
+            // The batch's index lookups then overlap their memory latencies.
+            state.chunks.index().warm(&fingerprints);
             for (write, plan) in writes.iter().zip(plans) {
                 let result = match plan {
                     Err(error) => Err(error),

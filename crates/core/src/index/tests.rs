@@ -24,6 +24,36 @@ fn small_options() -> IndexOptions {
     }
 }
 
+/// Goal: warming a batch changes neither answers nor counters nor the cache, for both filter
+/// kinds and every cache policy. Method: warm present and absent keys, then compare.
+#[test]
+fn warming_changes_nothing() {
+    let kinds = FilterKind::ALL.into_iter();
+    for (filter_kind, cache_policy) in
+        kinds.flat_map(|kind| CachePolicy::ALL.map(|policy| (kind, policy)))
+    {
+        let storage: Arc<dyn Storage> = Arc::new(SimulatedStorage::new());
+        let (mut pages, _) = open_pages(&storage);
+        let options = IndexOptions {
+            filter_kind,
+            cache_policy,
+            ..small_options()
+        };
+        let mut index = FingerprintIndex::open(&mut pages, "fp", options).unwrap();
+        index.insert(&mut pages, &fingerprint(2), 20).unwrap();
+        index.insert(&mut pages, &fingerprint(1), 10).unwrap();
+        index.reset_counters();
+        let before = index.counters();
+        let batch: Vec<Fingerprint> = (0..64).map(fingerprint).collect();
+        index.warm(&batch);
+        assert_eq!(index.counters(), before, "{filter_kind} {cache_policy}");
+        assert_eq!(index.get_cached(&fingerprint(1)), Some(10));
+        assert_eq!(index.get_cached(&fingerprint(3)), None);
+        assert_eq!(index.lookup(&mut pages, &fingerprint(2)).unwrap(), Some(20));
+        assert_eq!(index.lookup(&mut pages, &fingerprint(5)).unwrap(), None);
+    }
+}
+
 /// Goal: each step of the lookup path is taken and counted as documented. Method: one
 /// stored entry looked up cold, warm, and absent keys.
 #[test]

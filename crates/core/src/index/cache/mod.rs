@@ -237,6 +237,13 @@ impl Cache {
         })
     }
 
+    /// Starts loading the memory a lookup of `fingerprint` reads first (its slot-table line)
+    /// into the processor's caches; changes nothing ([`warm`](crate::index::warm)).
+    #[inline]
+    pub fn warm(&self, fingerprint: &Fingerprint) {
+        dispatch!(self, cache => cache.residents.table.warm(fingerprint.prefix_u64()))
+    }
+
     /// The policy of this cache.
     pub fn policy(&self) -> CachePolicy {
         match self {

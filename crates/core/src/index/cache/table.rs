@@ -282,6 +282,13 @@ impl SlotTable {
         hash >> 32
     }
 
+    /// Starts loading the home slot of `hash` into the processor's caches
+    /// ([`warm`](crate::index::warm)).
+    #[inline]
+    pub(crate) fn warm(&self, hash: u64) {
+        crate::index::warm::warm(&self.slots[(Self::tag(hash) & self.mask) as usize]);
+    }
+
     /// The node index whose tag matches `hash` and for which `is_key(index)` holds.
     #[inline]
     pub(crate) fn find(&self, hash: u64, mut is_key: impl FnMut(u32) -> bool) -> Option<u32> {

@@ -182,6 +182,12 @@ impl MembershipFilter for BlockedBloomFilter {
         true
     }
 
+    #[inline]
+    fn warm(&self, fingerprint: &Fingerprint) {
+        let (base, _) = self.locate(fingerprint);
+        crate::index::warm::warm(&self.words.as_slice()[base]);
+    }
+
     fn supports_remove(&self) -> bool {
         false
     }

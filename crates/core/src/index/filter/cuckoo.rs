@@ -262,6 +262,15 @@ impl MembershipFilter for CuckooFilter {
                 && (self.stash_bucket == bucket || self.stash_bucket == alternate))
     }
 
+    #[inline]
+    fn warm(&self, fingerprint: &Fingerprint) {
+        let (bucket, tag) = self.locate(fingerprint);
+        for bucket in [bucket, self.alternate(bucket, tag)] {
+            let (word, _) = self.bucket_position(bucket);
+            crate::index::warm::warm(&self.words.as_slice()[word]);
+        }
+    }
+
     fn supports_remove(&self) -> bool {
         true
     }

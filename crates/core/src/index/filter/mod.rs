@@ -56,6 +56,10 @@ pub trait MembershipFilter {
     /// False only if `fingerprint` was never inserted (or was removed).
     fn may_contain(&self, fingerprint: &Fingerprint) -> bool;
 
+    /// Starts loading the memory [`may_contain`](Self::may_contain) reads for `fingerprint`
+    /// into the processor's caches; changes nothing ([`warm`](crate::index::warm)).
+    fn warm(&self, fingerprint: &Fingerprint);
+
     /// True when [`remove`](Self::remove) is supported.
     fn supports_remove(&self) -> bool;
 
@@ -312,6 +316,10 @@ impl MembershipFilter for Filter {
     #[inline]
     fn may_contain(&self, fingerprint: &Fingerprint) -> bool {
         dispatch!(self, filter => filter.may_contain(fingerprint))
+    }
+    #[inline]
+    fn warm(&self, fingerprint: &Fingerprint) {
+        dispatch!(self, filter => filter.warm(fingerprint))
     }
     fn supports_remove(&self) -> bool {
         dispatch!(self, filter => filter.supports_remove())
