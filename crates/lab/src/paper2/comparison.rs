@@ -11,8 +11,10 @@
 //! 4. at the deletion checkpoints, the tool's home is copied and the copy deletes its oldest
 //!    backup (timed, cold cache), then is removed; five times, the fastest counts.
 //!
-//! At the end each tool restores its oldest backup (timed, compared) and the repository sizes
-//! are read. Every command runs under `/usr/bin/time` ([`crate::peers`]), which also gives
+//! After the series, onecopy's newest backup is restored alternately from a copy of its
+//! repository kept after the first release and from the final repository
+//! ([`FlatnessCheck`]); then each tool restores its oldest backup (timed, compared) and the
+//! repository sizes are read. Every command runs under `/usr/bin/time` ([`crate::peers`]), which also gives
 //! its CPU time and peak memory.
 
 use std::fs;
@@ -76,8 +78,37 @@ pub struct ComparisonResults {
 pub struct FlatnessCheck {
     pub first_version: u32,
     pub last_version: u32,
+    /// Restores from the copy kept after the first release; `first[i]` and `last[i]` are a
+    /// pair, run back to back.
     pub first: Vec<ToolRun>,
     pub last: Vec<ToolRun>,
+}
+
+impl FlatnessCheck {
+    /// Median over the pairs of (last restore / first restore), wall time.
+    pub fn median_pair_ratio(&self) -> f64 {
+        let mut ratios: Vec<f64> = self
+            .first
+            .iter()
+            .zip(&self.last)
+            .map(|(first, last)| last.seconds / first.seconds)
+            .collect();
+        assert!(!ratios.is_empty(), "a flatness check has pairs");
+        ratios.sort_by(f64::total_cmp);
+        let middle = ratios.len() / 2;
+        if ratios.len() % 2 == 1 {
+            ratios[middle]
+        } else {
+            (ratios[middle - 1] + ratios[middle]) / 2.0
+        }
+    }
+
+    /// Median wall time of one side.
+    fn median_seconds(runs: &[ToolRun]) -> f64 {
+        let mut seconds: Vec<f64> = runs.iter().map(|run| run.seconds).collect();
+        seconds.sort_by(f64::total_cmp);
+        seconds[seconds.len() / 2]
+    }
 }
 
 /// Runs the comparison over `releases` in `work` (removed at the end).
@@ -180,7 +211,7 @@ pub fn run_comparison(
             last: Vec::new(),
         };
         let target = work.join("restore");
-        for _ in 0..TIMED_REPEATS {
+        for _ in 0..FLATNESS_PAIRS {
             for (repository, release, runs) in [
                 (&first, &releases[0], &mut check.first),
                 (last, &releases[releases.len() - 1], &mut check.last),
@@ -194,11 +225,10 @@ pub fn run_comparison(
         }
         remove_if_present(&target)?;
         log(&format!(
-            "peers: onecopy restore of the newest after release 1 / {}: {:.3} s / {:.3} s \
-             (fastest of {TIMED_REPEATS}, alternating)",
+            "peers: onecopy restore of the newest, after release {} against after release 1: \
+             {:.2}x (median of {FLATNESS_PAIRS} alternating pairs)",
             releases.len(),
-            fastest_run(check.first.clone()).seconds,
-            fastest_run(check.last.clone()).seconds
+            check.median_pair_ratio()
         ));
         first.destroy()?;
         results.flatness = Some(check);
@@ -228,6 +258,13 @@ pub fn run_comparison(
 /// with it. Medians of three still landed in either cluster and gave false verdicts on the
 /// flatness goals; the fastest of five estimates the work a command needs.
 const TIMED_REPEATS: usize = 5;
+
+/// Alternating pairs of restores in [`FlatnessCheck`]. A pair's two restores run back to back,
+/// so the ratio within a pair cancels the machine's drift; the median of the ratios discards
+/// the pairs one noisy run spoiled. (In the first alternating run, 5 pairs: the fastest of
+/// each side gave 1.10x, their medians 0.92x: the single fastest run is too noisy a
+/// statistic for a 10% criterion.)
+const FLATNESS_PAIRS: usize = 11;
 
 /// The run with the shortest wall time.
 fn fastest_run(runs: Vec<ToolRun>) -> ToolRun {
@@ -380,31 +417,39 @@ pub fn goal_table(
             met: our_rss <= their_rss,
         });
     }
-    let (goal, first, last) = match &comparison.flatness {
-        Some(check) => (
-            format!(
-                "restore of the newest flat: after release {} <= 1.1 x after release {} \
-                 (fastest of {}, timed alternately)",
-                check.last_version,
-                check.first_version,
-                check.first.len().min(check.last.len())
-            ),
-            fastest_run(check.first.clone()).seconds,
-            fastest_run(check.last.clone()).seconds,
-        ),
+    rows.push(match &comparison.flatness {
+        Some(check) => {
+            let ratio = check.median_pair_ratio();
+            GoalRow {
+                goal: format!(
+                    "restore of the newest flat: after release {} <= 1.1 x after release {} \
+                     (median ratio of {} alternating pairs)",
+                    check.last_version,
+                    check.first_version,
+                    check.first.len().min(check.last.len())
+                ),
+                ours: format!(
+                    "medians: first {:.3} s, last {:.3} s",
+                    FlatnessCheck::median_seconds(&check.first),
+                    FlatnessCheck::median_seconds(&check.last)
+                ),
+                peer: String::new(),
+                ratio: format!("{ratio:.2}x"),
+                met: ratio <= 1.1,
+            }
+        }
         // Results of runs before the alternating check: per-release timings.
-        None => (
-            "restore of the newest flat: last <= 1.1 x first (medians of 3 versions)".to_string(),
-            median_restore(&ours, true),
-            our_restore_last,
-        ),
-    };
-    rows.push(GoalRow {
-        goal,
-        ours: format!("first {first:.3} s, last {last:.3} s"),
-        peer: String::new(),
-        ratio: format!("{:.2}x", last / first),
-        met: last <= 1.1 * first,
+        None => {
+            let (first, last) = (median_restore(&ours, true), our_restore_last);
+            GoalRow {
+                goal: "restore of the newest flat: last <= 1.1 x first (medians of 3 versions)"
+                    .into(),
+                ours: format!("first {first:.3} s, last {last:.3} s"),
+                peer: String::new(),
+                ratio: format!("{:.2}x", last / first),
+                met: last <= 1.1 * first,
+            }
+        }
     });
     let deletions = |tool: Tool| -> Vec<&PeerDeletion> {
         comparison
@@ -565,9 +610,9 @@ mod tests {
         assert!(!failing[0].met, "5.5 points from conventional is too far");
     }
 
-    /// Goal: when the alternating check was measured, flatness is judged on it (fastest run
-    /// of each side), not on the per-release timings. Method: per-release restores that grow
-    /// 1.5x, with an alternating check within 10% and one beyond.
+    /// Goal: when the alternating check was measured, flatness is judged on it (median of the
+    /// pair ratios), not on the per-release timings. Method: per-release restores that grow
+    /// 1.5x, with an alternating check beyond 10% and one within.
     #[test]
     fn flatness_uses_the_alternating_check() {
         let mut comparison = ComparisonResults::default();
@@ -584,6 +629,8 @@ mod tests {
                 .met
         };
         assert!(!flat(&goal_table(&comparison, None)), "per release: 1.5x");
+        // Pair ratios 0.84, 1.45, 1.13: median 1.13 (the fastest runs alone, 0.21 against
+        // 0.20, would say 1.05).
         comparison.flatness = Some(FlatnessCheck {
             first_version: 1,
             last_version: 6,
@@ -591,13 +638,15 @@ mod tests {
             last: vec![run(0.21, 50), run(0.29, 50), run(0.35, 50)],
         });
         assert!(
-            flat(&goal_table(&comparison, None)),
-            "fastest 0.21 against 0.20"
-        );
-        comparison.flatness.as_mut().unwrap().last[0].seconds = 0.23;
-        assert!(
             !flat(&goal_table(&comparison, None)),
-            "fastest 0.23 against 0.20"
+            "median pair ratio 1.13"
+        );
+        comparison.flatness.as_mut().unwrap().last[2].seconds = 0.32;
+        let check = comparison.flatness.as_ref().unwrap();
+        assert!((check.median_pair_ratio() - 0.32 / 0.31).abs() < 1e-12);
+        assert!(
+            flat(&goal_table(&comparison, None)),
+            "median pair ratio 1.03"
         );
     }
 }
