@@ -355,7 +355,7 @@ impl TreeReader {
     /// read them in the background.
     fn read_ahead(&mut self) {
         while let Some(&(front, _)) = self.ahead.front() {
-            if front > self.file_index {
+            if front >= self.file_index {
                 break;
             }
             self.ahead.pop_front();
@@ -514,6 +514,40 @@ mod tests {
             assert!(stream == expected, "piece {piece}");
             assert!(reader.ahead.len() <= READ_AHEAD_FILES);
         }
+    }
+
+    /// Goal: a file opened ahead is read through that open file at its turn, not opened again.
+    /// Method: after the first read, replace the third file by another of the same size
+    /// (rename over it); the stream must still hold the replaced file's bytes.
+    #[test]
+    fn read_ahead_reads_the_files_it_opened() {
+        let directory = tempfile::tempdir().unwrap();
+        make_tree(directory.path());
+        let (tree, _) = walk(directory.path()).unwrap();
+        let expected = expected_stream(directory.path(), &tree, b"");
+        let third = tree
+            .entries
+            .iter()
+            .filter(|entry| matches!(entry.kind, EntryKind::File { size, .. } if size > 0))
+            .nth(2)
+            .map(|entry| entry_path(directory.path(), &entry.path))
+            .unwrap();
+        let mut reader = TreeReader::new(directory.path(), &tree, Vec::new());
+        let mut stream = vec![0u8; 1];
+        assert_eq!(reader.read(&mut stream).unwrap(), 1);
+        let replacement = directory.path().join("replacement");
+        fs::write(
+            &replacement,
+            vec![0xA5; fs::metadata(&third).unwrap().len() as usize],
+        )
+        .unwrap();
+        fs::rename(&replacement, &third).unwrap();
+        reader.read_to_end(&mut stream).unwrap();
+        assert!(
+            stream == expected,
+            "the stream holds the file as opened ahead"
+        );
+        assert_eq!(reader.changed_files().load(Ordering::Relaxed), 0);
     }
 
     /// Goal: a file removed after the walk, beyond the read-ahead window, fails the read at

@@ -366,8 +366,9 @@ impl ContainerStore {
     /// Every container id present, ascending.
     ///
     /// The 256 shard directories are listed by [`LIST_THREADS`] threads at once: on a cold
-    /// cache each listing waits for the disk, and one after the other those waits made the
-    /// listing most of a small backup's start-up (and grew with the number of shards in use).
+    /// cache each listing may wait for the disk, and one after the other those waits add up
+    /// with the number of shards in use. (On this project's test machine, whose virtual disk
+    /// the host caches, the difference in a small backup was within noise; see docs/LAB.md.)
     pub fn list(&self) -> Result<Vec<ContainerId>> {
         let shards: Vec<u64> = (0..=0xffu64).collect();
         let per_thread = shards.len().div_ceil(LIST_THREADS);
