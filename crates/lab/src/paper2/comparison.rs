@@ -14,8 +14,8 @@
 //! After the series, onecopy's newest backup is restored alternately from a copy of its
 //! repository kept after the first release and from the final repository
 //! ([`FlatnessCheck`]); then each tool restores its oldest backup (timed, compared) and the
-//! repository sizes are read. Every command runs under `/usr/bin/time` ([`crate::peers`]), which also gives
-//! its CPU time and peak memory.
+//! repository sizes are read. Every command runs under `/usr/bin/time` ([`crate::peers`]),
+//! which also gives its CPU time and peak memory.
 
 use std::fs;
 use std::path::{Path, PathBuf};
