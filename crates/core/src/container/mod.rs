@@ -40,8 +40,6 @@ pub const CONTAINER_BYTES_MIN: u64 = 64 << 10;
 pub const CHUNK_BYTES_MAX: u32 = 16 << 20;
 /// Open file handles kept for reading.
 const OPEN_HANDLES_LIMIT: usize = 512;
-/// Threads listing shard directories at once in [`ContainerStore::list`] (16 shards each).
-const LIST_THREADS: usize = 16;
 
 /// Where a chunk's bytes are and how to check them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -364,36 +362,9 @@ impl ContainerStore {
     }
 
     /// Every container id present, ascending.
-    ///
-    /// The 256 shard directories are listed by [`LIST_THREADS`] threads at once: on a cold
-    /// cache each listing may wait for the disk, and one after the other those waits add up
-    /// with the number of shards in use. (On this project's test machine, whose virtual disk
-    /// the host caches, the difference in a small backup was within noise; see docs/LAB.md.)
     pub fn list(&self) -> Result<Vec<ContainerId>> {
-        let shards: Vec<u64> = (0..=0xffu64).collect();
-        let per_thread = shards.len().div_ceil(LIST_THREADS);
-        let listed: Vec<Result<Vec<ContainerId>>> = std::thread::scope(|scope| {
-            let workers: Vec<_> = shards
-                .chunks(per_thread)
-                .map(|part| scope.spawn(move || self.list_shards(part)))
-                .collect();
-            workers
-                .into_iter()
-                .map(|worker| worker.join().expect("a listing thread does not panic"))
-                .collect()
-        });
         let mut ids = Vec::new();
-        for part in listed {
-            ids.extend(part?);
-        }
-        ids.sort_unstable();
-        Ok(ids)
-    }
-
-    /// The container ids in the shard directories `shards`.
-    fn list_shards(&self, shards: &[u64]) -> Result<Vec<ContainerId>> {
-        let mut ids = Vec::new();
-        for &shard in shards {
+        for shard in 0..=0xffu64 {
             for name in self.storage.list(&self.shard(shard))? {
                 let base = name.rsplit('/').next().unwrap_or_default();
                 if let Ok(id) = u64::from_str_radix(base, 16) {
@@ -403,6 +374,7 @@ impl ContainerStore {
                 }
             }
         }
+        ids.sort_unstable();
         Ok(ids)
     }
 

@@ -5,8 +5,8 @@
 //! line of the filter and one random line of the cache's slot table, each a miss in a table
 //! of megabytes. Issued one after the other, the misses cost their latencies in sequence.
 //! Warmed first, several lines load at once: the filter's and the slot table's line of one
-//! lookup, and the lines of every lookup of a batch ([`FingerprintIndex::warm`]), so a batch
-//! pays roughly one memory latency instead of one per lookup.
+//! lookup, and the lines of every lookup of a batch ([`FingerprintIndex::warm`]), so the
+//! misses of a batch overlap instead of queueing.
 //!
 //! Not to be confused with a *prefetch* of the cache policies ([`EntryCache::prefetch`]),
 //! which loads index entries named by a hint into the cache.
