@@ -153,6 +153,9 @@ impl BackupStore {
         } else {
             None
         };
+        if let Some(predecessor) = &predecessor {
+            predecessor.advise(&self.containers);
+        }
         let outcome = inline::run(self, reader.as_mut(), options.progress, predecessor)?;
         if let Some(range) = tree {
             if outcome.report.logical_bytes != range.offset + range.bytes {

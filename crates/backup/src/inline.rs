@@ -251,10 +251,18 @@ impl PathState {
         }
         assert_eq!(offset, batch.data.len(), "segments cover the batch");
         let start = Instant::now();
+        // In batches: BLAKE3 hashes a batch of chunks across SIMD lanes, several times faster
+        // than one chunk at a time.
         let hashed: Vec<(Fingerprint, bool)> = slices
-            .par_iter()
-            .with_min_len(CHUNKS_PER_TASK)
-            .map(|chunk| (algorithm.hash(chunk), is_zero(chunk)))
+            .par_chunks(CHUNKS_PER_TASK)
+            .flat_map_iter(|chunks| {
+                let mut fingerprints = vec![Fingerprint([0; 32]); chunks.len()];
+                algorithm.hash_batch(chunks, &mut fingerprints);
+                fingerprints
+                    .into_iter()
+                    .zip(chunks)
+                    .map(|(fingerprint, chunk)| (fingerprint, is_zero(chunk)))
+            })
             .collect();
         self.outcome.report.fingerprint_seconds += start.elapsed().as_secs_f64();
 

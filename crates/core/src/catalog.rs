@@ -25,6 +25,11 @@ use crate::{Error, Result};
 pub const SCHEMA_VERSION: u64 = 1;
 /// Memory redb may use for its page cache.
 const CACHE_BYTES: usize = 16 << 20;
+/// A catalog up to this size is read ahead whole when it is opened (`posix_fadvise`
+/// WILLNEED), in one sequential read the disk serves at full speed: a cold `backup create`
+/// otherwise waited 10-12 ms for 21 scattered reads of a 1.8 MB catalog before its inline
+/// phase, and 1.5-2 ms with the read-ahead. Larger catalogs are read page by page.
+const READ_AHEAD_BYTES_MAX: u64 = 64 << 20;
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("catalog.meta");
 
@@ -45,6 +50,16 @@ impl NamedTable {
 impl IdTable {
     fn definition(self) -> TableDefinition<'static, u64, &'static [u8]> {
         TableDefinition::new(self.0)
+    }
+}
+
+/// Asks the media to read a small catalog ahead (see [`READ_AHEAD_BYTES_MAX`]); best
+/// effort, a failure changes only speed.
+fn read_ahead(file: &dyn StorageFile) {
+    if let Ok(length) = file.len() {
+        if length <= READ_AHEAD_BYTES_MAX {
+            let _ = file.advise_will_need(0, length);
+        }
     }
 }
 
@@ -80,6 +95,7 @@ impl Catalog {
         if !existed {
             storage.sync_directory(crate::storage::parent_directory(name))?;
         }
+        read_ahead(file.as_ref());
         let database = redb::Builder::new()
             .set_cache_size(CACHE_BYTES)
             .create_with_backend(CatalogBackend { file })
@@ -103,6 +119,7 @@ impl Catalog {
     pub fn open_read_only(storage: &Arc<dyn Storage>, name: &str) -> Result<Catalog> {
         // A missing file is `Error::NotFound` (the storage contract).
         let file = storage.open(name, false)?;
+        read_ahead(file.as_ref());
         let opened = redb::Builder::new()
             .set_cache_size(CACHE_BYTES)
             .open_read_only_with_backend(CatalogBackend { file });

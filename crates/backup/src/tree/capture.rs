@@ -305,9 +305,9 @@ pub struct TreeReader {
     /// Bytes of the current extent already read.
     extent_position: u64,
     current: Option<File>,
-    /// Files after the current one, opened and announced to the kernel, with their index in
+    /// Files from the current one on, opened and announced to the kernel, with their index in
     /// `files` (a file that failed to open ahead is opened again when its turn comes, so the
-    /// error is reported there).
+    /// error is reported there). The first ones are opened by [`TreeReader::new`].
     ahead: VecDeque<(usize, File)>,
     /// Index of the next file to open ahead.
     ahead_next: usize,
@@ -329,7 +329,7 @@ impl TreeReader {
                 _ => None,
             })
             .collect();
-        TreeReader {
+        let mut reader = TreeReader {
             root: root.to_path_buf(),
             files,
             file_index: 0,
@@ -337,12 +337,16 @@ impl TreeReader {
             extent_position: 0,
             current: None,
             ahead: VecDeque::new(),
-            ahead_next: 1,
+            ahead_next: 0,
             current_short: false,
             tail: tree_bytes,
             tail_position: 0,
             changed_files: Arc::new(AtomicU64::new(0)),
-        }
+        };
+        // The disk starts on the first files while the caller prepares the rest of the
+        // backup (the predecessor's chunk map, the pipeline).
+        reader.read_ahead();
+        reader
     }
 
     /// Files whose size changed between the walk and the read (padded or cut to the size
@@ -360,7 +364,7 @@ impl TreeReader {
             }
             self.ahead.pop_front();
         }
-        self.ahead_next = self.ahead_next.max(self.file_index + 1);
+        self.ahead_next = self.ahead_next.max(self.file_index);
         let mut bytes: u64 = self
             .ahead
             .iter()
