@@ -33,6 +33,15 @@ impl Encoder {
     pub fn fingerprint(&mut self, value: &Fingerprint) {
         self.bytes.extend_from_slice(&value.0);
     }
+    /// An unsigned LEB128 integer: 7 bits per byte, low bits first, the high bit set on every
+    /// byte but the last (1 byte below 128, at most 10).
+    pub fn varint(&mut self, mut value: u64) {
+        while value >= 0x80 {
+            self.bytes.push(value as u8 | 0x80);
+            value >>= 7;
+        }
+        self.bytes.push(value as u8);
+    }
     /// A length-prefixed byte string.
     pub fn blob(&mut self, value: &[u8]) {
         self.u32(u32::try_from(value.len()).expect("blobs are under 4 GiB"));
@@ -98,6 +107,28 @@ impl<'a> Decoder<'a> {
             self.take(FINGERPRINT_BYTES)?.try_into().expect("32"),
         ))
     }
+    /// An integer written by [`Encoder::varint`]; rejects forms that do not fit a
+    /// `u64` (more than 10 bytes, or bits past the 64th).
+    pub fn varint(&mut self) -> Result<u64> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = self.u8()?;
+            let bits = u64::from(byte & 0x7f);
+            if shift == 63 && bits > 1 {
+                return self.invalid("integer overflows 64 bits");
+            }
+            value |= bits << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        self.invalid("integer longer than 10 bytes")
+    }
+    /// A [`varint`](Self::varint) that must fit 32 bits.
+    pub fn varint_u32(&mut self) -> Result<u32> {
+        let value = self.varint()?;
+        u32::try_from(value).or_else(|_| self.invalid(format!("{value} does not fit 32 bits")))
+    }
     pub fn blob(&mut self) -> Result<&'a [u8]> {
         let length = self.u32()? as usize;
         self.take(length)
@@ -135,5 +166,53 @@ mod tests {
         decoder.finish().unwrap();
         bytes[3] ^= 1;
         assert!(Decoder::new_checked(&bytes, "test").is_err());
+    }
+
+    /// Goal: integers of every width round-trip through the variable-length form in the
+    /// fewest bytes, and malformed forms are errors, not wrong values.
+    #[test]
+    fn varints() {
+        let values = [
+            0,
+            1,
+            127,
+            128,
+            16_383,
+            16_384,
+            u32::MAX as u64,
+            1 << 56,
+            u64::MAX,
+        ];
+        let lengths = [1, 1, 1, 2, 2, 3, 5, 9, 10];
+        for (&value, &length) in values.iter().zip(&lengths) {
+            let mut encoder = Encoder::default();
+            encoder.varint(value);
+            assert_eq!(encoder.bytes.len(), length, "{value}");
+            let bytes = encoder.finish();
+            let mut decoder = Decoder::new_checked(&bytes, "test").unwrap();
+            assert_eq!(decoder.varint().unwrap(), value);
+            decoder.finish().unwrap();
+        }
+        let malformed: [&[u8]; 3] = [
+            &[0x80],                                                       // truncated
+            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02], // past 64 bits
+            &[
+                0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00,
+            ], // 11 bytes
+        ];
+        for bytes in malformed {
+            let mut encoder = Encoder::default();
+            encoder.bytes.extend_from_slice(bytes);
+            let record = encoder.finish();
+            let mut decoder = Decoder::new_checked(&record, "test").unwrap();
+            assert!(decoder.varint().is_err(), "{bytes:?}");
+        }
+        let mut encoder = Encoder::default();
+        encoder.varint(1 << 32);
+        let record = encoder.finish();
+        assert!(Decoder::new_checked(&record, "test")
+            .unwrap()
+            .varint_u32()
+            .is_err());
     }
 }

@@ -94,7 +94,8 @@ impl BackupStore {
                 let chunk = record.chunks.get(index as usize).ok_or_else(|| {
                     BackupError::corrupt(format!("segment {segment}"), format!("no chunk {index}"))
                 })?;
-                if !matches!(chunk.storage, ChunkStorage::Zero) {
+                // Only stored chunks keep a fingerprint; a backup's chunks are all stored or zero.
+                if matches!(chunk.storage, ChunkStorage::Stored(_)) {
                     following.entry(chunk.fingerprint).or_insert(ordinal as u64);
                 }
             }
