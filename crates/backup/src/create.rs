@@ -223,7 +223,7 @@ impl BackupStore {
         };
         write.put_id(BACKUPS, backup_id, &encode_backup(&record))?;
         write.put_json(SERIES, series, &series_record)?;
-        self.commit(write, state)?;
+        self.commit(write, state, &[])?;
         let commit_seconds = commit_started.elapsed().as_secs_f64();
 
         let reverse = if options.defer_reverse || self.state.options.mode == DedupMode::Conventional

@@ -382,7 +382,7 @@ impl BackupStore {
         drop(read);
         let mut write = self.catalog.write()?;
         changes.apply(&mut write)?;
-        self.commit(write, state)?;
+        self.commit(write, state, &dropped)?;
         self.remove_containers(&dropped)?;
         report.seconds = started.elapsed().as_secs_f64();
         Ok(report)

@@ -371,7 +371,7 @@ pub(crate) fn execute_settlement(
     let commit_started = Instant::now();
     let mut write = store.catalog.write()?;
     changes.apply(&mut write)?;
-    store.commit(write, state)?;
+    store.commit(write, state, &settlement.dropped_containers)?;
     let commit_seconds = commit_started.elapsed().as_secs_f64();
     let cleanup_seconds = finish_settlement(store, settlement)?;
     *changes = Changes::default();
