@@ -296,10 +296,9 @@ impl BackupStore {
     }
 
     /// Commits `write` with `state` as the new store state (serial incremented); the
-    /// in-memory state changes only once the commit succeeded.
-    /// Commits `write` with `state`; `dropped` are the containers the commit drops from the
-    /// catalog, which the caller removes next (recorded so that recovery finishes that if the
-    /// process dies first).
+    /// in-memory state changes only once the commit succeeded. `dropped` are the containers
+    /// the commit drops from the catalog, which the caller removes next: recorded in the
+    /// state, so that recovery finishes the removal if the process dies first.
     pub(crate) fn commit(
         &mut self,
         mut write: CatalogWrite,
