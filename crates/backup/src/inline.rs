@@ -256,7 +256,7 @@ impl PathState {
         let hashed: Vec<(Fingerprint, bool)> = slices
             .par_chunks(CHUNKS_PER_TASK)
             .flat_map_iter(|chunks| {
-                let mut fingerprints = vec![Fingerprint([0; 32]); chunks.len()];
+                let mut fingerprints = vec![Fingerprint::ZERO; chunks.len()];
                 algorithm.hash_batch(chunks, &mut fingerprints);
                 fingerprints
                     .into_iter()

@@ -212,8 +212,8 @@ impl SegmentRecord {
             let kind = decoder.u8()?;
             let raw_bytes = decoder.varint_u32()?;
             let (storage, fingerprint, direct_references) = match (kind, container) {
-                (0, _) => (ChunkStorage::Zero, Fingerprint([0; 32]), 0),
-                (2, _) => (ChunkStorage::Removed, Fingerprint([0; 32]), 0),
+                (0, _) => (ChunkStorage::Zero, Fingerprint::ZERO, 0),
+                (2, _) => (ChunkStorage::Removed, Fingerprint::ZERO, 0),
                 (1, Some(container)) => {
                     let fingerprint = decoder.fingerprint()?;
                     let direct_references = decoder.varint_u32()?;
@@ -283,7 +283,7 @@ impl SegmentRecord {
             // As in the current format: only stored chunks keep their fingerprint.
             let fingerprint = match storage {
                 ChunkStorage::Stored(_) => fingerprint,
-                ChunkStorage::Zero | ChunkStorage::Removed => Fingerprint([0; 32]),
+                ChunkStorage::Zero | ChunkStorage::Removed => Fingerprint::ZERO,
             };
             chunks.push(SegmentChunk {
                 fingerprint,
@@ -447,13 +447,13 @@ mod tests {
                     direct_references: 2,
                 },
                 SegmentChunk {
-                    fingerprint: Fingerprint([0; 32]),
+                    fingerprint: Fingerprint::ZERO,
                     raw_bytes: 8192,
                     storage: ChunkStorage::Zero,
                     direct_references: 0,
                 },
                 SegmentChunk {
-                    fingerprint: Fingerprint([0; 32]),
+                    fingerprint: Fingerprint::ZERO,
                     raw_bytes: 100,
                     storage: ChunkStorage::Removed,
                     direct_references: 0,

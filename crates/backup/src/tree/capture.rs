@@ -355,8 +355,8 @@ impl TreeReader {
         Arc::clone(&self.changed_files)
     }
 
-    /// Opens files after the current one, up to the read-ahead limits, and asks the kernel to
-    /// read them in the background.
+    /// Opens files from the current one on, up to the read-ahead limits, and asks the kernel
+    /// to read them in the background.
     fn read_ahead(&mut self) {
         while let Some(&(front, _)) = self.ahead.front() {
             if front >= self.file_index {
