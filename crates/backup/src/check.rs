@@ -87,6 +87,7 @@ impl BackupStore {
     pub fn check(&mut self, options: CheckOptions) -> Result<CheckReport> {
         let started = Instant::now();
         let mut report = CheckReport::default();
+        self.catalog.read_ahead();
         if !self.catalog.verify()? {
             report.error("the catalog failed its integrity check".to_string());
         }

@@ -93,6 +93,7 @@ impl BackupStore {
             series_options.validate()?;
         }
         let recovery = self.recover()?;
+        self.catalog.read_ahead();
         let read = self.catalog.read()?;
         let mut series_record: SeriesRecord = read
             .get_json(SERIES, series)?

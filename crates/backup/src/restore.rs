@@ -106,6 +106,7 @@ impl BackupStore {
         target: RestoreTarget,
     ) -> Result<RestoreReport> {
         let started = Instant::now();
+        self.catalog.read_ahead();
         let read = self.catalog.read()?;
         let (series_record, backup) = find_backup(&read, series, version)?;
         let (sources, resolve_report) = resolve(&read, &series_record, &backup)?;
