@@ -16,6 +16,6 @@ pub mod hints;
 pub mod records;
 pub mod volume;
 
-pub use config::{BlockConfig, HintSettings, RuntimeOptions};
+pub use config::{BlockConfig, HintSettings, RuntimeOptions, FILTER_FALSE_POSITIVE_RATE};
 pub use engine::{BatchWrite, Engine, EngineStats, Extent, VolumeStats};
 pub use volume::{ByteRange, VolumeId, VolumeRecord};

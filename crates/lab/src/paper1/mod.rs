@@ -42,6 +42,9 @@ use crate::mount::{FileSystemOptions, Testbed, TestbedOptions};
 use crate::results::{number_cell, write_json, CsvTable, HostSnapshot};
 use workloads::{append_with_fsync, copy_tree, create_empty_files, write_unique_file, BlockSource};
 
+/// The Bloom filter's false-positive rate in paper 1 (§4.2.2).
+pub const PAPER_FILTER_FALSE_POSITIVE_RATE: f64 = 0.01;
+
 /// Paper 1's on-disk index latencies (§5.3): 10 µs (fast flash) to 10 ms (slow disk).
 pub const PAPER_LATENCIES_NS: [u64; 5] = [10_000, 100_000, 500_000, 1_000_000, 10_000_000];
 
@@ -466,6 +469,8 @@ fn run_once(
     let scale = &options.scale;
     let host_before = HostSnapshot::take();
     let mut runtime = RuntimeOptions::default();
+    // The paper's filter (§4.2.2), not the block device's default.
+    runtime.index.false_positive_rate = PAPER_FILTER_FALSE_POSITIVE_RATE;
     runtime.index.cache_policy = policy;
     runtime.index.cache_bytes = scale.index_cache_bytes;
     runtime.index.latency_ns = latency_ns;

@@ -261,6 +261,12 @@ impl DiskIndex {
     fn read_bucket<'a>(&mut self, pages: &'a mut PageStore, page: u64) -> Result<&'a Page> {
         self.bucket_page_reads += 1;
         let content = pages.read(self.buckets_area, page)?;
+        self.check_bucket(page, content)?;
+        Ok(content)
+    }
+
+    /// Checks a bucket page's header.
+    fn check_bucket(&self, page: u64, content: &Page) -> Result<()> {
         if content[1] != BUCKET_MARKER || Bucket(content).count() > BUCKET_ENTRIES {
             return Err(Error::corrupt(
                 format!(
@@ -270,7 +276,7 @@ impl DiskIndex {
                 "bad marker or entry count",
             ));
         }
-        Ok(content)
+        Ok(())
     }
 
     /// The value stored for `fingerprint`, reading exactly one page.
@@ -423,14 +429,20 @@ impl DiskIndex {
         pages: &mut PageStore,
         mut visit: impl FnMut(&Fingerprint, u64),
     ) -> Result<()> {
+        // Every page once: through the clean cache, a scan would evict what lookups reuse.
         for page_number in 0..self.bucket_pages {
-            let bucket = Bucket(self.read_bucket(pages, page_number)?);
-            for slot in 0..bucket.count() {
-                let entry = bucket.entry(slot);
-                let fingerprint =
-                    Fingerprint(entry[..FINGERPRINT_BYTES].try_into().expect("32 bytes"));
-                visit(&fingerprint, entry_value(entry));
-            }
+            self.bucket_page_reads += 1;
+            pages.read_once(self.buckets_area, page_number, |content| {
+                self.check_bucket(page_number, content)?;
+                let bucket = Bucket(content);
+                for slot in 0..bucket.count() {
+                    let entry = bucket.entry(slot);
+                    let fingerprint =
+                        Fingerprint(entry[..FINGERPRINT_BYTES].try_into().expect("32 bytes"));
+                    visit(&fingerprint, entry_value(entry));
+                }
+                Ok(())
+            })??;
         }
         Ok(())
     }

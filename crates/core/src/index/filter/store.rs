@@ -93,13 +93,14 @@ pub(crate) fn load(
     let mut words = Vec::with_capacity(word_count as usize);
     let mut page = 1;
     while (words.len() as u64) < word_count {
-        let content = pages.read(area, page)?;
         let take = (word_count as usize - words.len()).min(WORDS_PER_PAGE);
-        words.extend(
-            content[..take * 8]
-                .chunks_exact(8)
-                .map(|bytes| u64::from_le_bytes(bytes.try_into().expect("8 bytes"))),
-        );
+        pages.read_once(area, page, |content| {
+            words.extend(
+                content[..take * 8]
+                    .chunks_exact(8)
+                    .map(|bytes| u64::from_le_bytes(bytes.try_into().expect("8 bytes"))),
+            )
+        })?;
         page += 1;
     }
     Ok(Filter::restore(shape, words))
