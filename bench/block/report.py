@@ -105,17 +105,52 @@ def main(path):
               f"(projected_bytes_per_tib with the fixed cache budgets: {memory['projected_bytes_per_tib'] / 1e9:.3f} GB)")
         for step in steps:
             print(f"- after {step['written_bytes'] / 1e9:.2f} GB written: peak RSS (VmHWM) while writing "
-                  f"{step['vm_hwm_bytes'] / 1e6:.1f} MB; RSS of a freshly reopened server {step['reopened_rss_bytes'] / 1e6:.1f} MB")
+                  f"{step['vm_hwm_bytes'] / 1e6:.1f} MB; RSS of a freshly reopened server {step['reopened_rss_bytes'] / 1e6:.1f} MB"
+                  + (f" ({step['reopened_anon_bytes'] / 1e6:.1f} MB anonymous)" if "reopened_anon_bytes" in step else ""))
         if len(steps) >= 2:
             first, last = steps[0], steps[-1]
-            grown = last["written_bytes"] - first["written_bytes"]
-            for key, label in [("reopened_rss_bytes", "RSS of a reopened server"),
-                               ("vm_hwm_bytes", "peak RSS while writing")]:
-                slope = (last[key] - first[key]) / grown
+            keys = [("reopened_rss_bytes", "RSS of a reopened server"),
+                    ("reopened_anon_bytes", "anonymous RSS of a reopened server (heap and "
+                     "mappings, not the binary's pages)"),
+                    ("vm_hwm_bytes", "peak RSS while writing")]
+            for key, label in keys:
+                if not all(key in step for step in steps):
+                    continue
+                slope = least_squares_slope([(step["written_bytes"], step[key]) for step in steps])
                 print(f"- growth of the {label} from {first['written_bytes'] / 1e9:.2f} GB to "
-                      f"{last['written_bytes'] / 1e9:.2f} GB stored: {slope * TIB / 1e9:.3f} GB per TiB")
+                      f"{last['written_bytes'] / 1e9:.2f} GB stored ({len(steps)} steps, least-squares "
+                      f"slope): {slope * TIB / 1e9:.3f} GB per TiB ({slope * 1e12 / 1e9:.3f} GB per TB)")
+            # The engine's own parts at each step (runs before stop 11 did not record them).
+            if all("stats_path" in step for step in (first, last)):
+                before, after = (json.load(open(step["stats_path"]))["engine"]
+                                 for step in (first, last))
+                chunks = after["store"]["live_chunks"] - before["store"]["live_chunks"]
+                parts = [("index_filter_bytes", "filter"),
+                         ("index_directory_bytes", "index directory"),
+                         ("page_table_bytes", "page tables and free slots")]
+                if chunks > 0 and all(key in before["memory"] for key, _ in parts):
+                    growth = {label: (after["memory"][key] - before["memory"][key]) / chunks
+                              for key, label in parts}
+                    total = sum(growth.values())
+                    print(f"- growth of the engine's estimate over the same steps: {total:.2f} bytes per "
+                          f"chunk = {total * CHUNKS_PER_TIB / 1e9:.3f} GB per TiB "
+                          f"({total * CHUNKS_PER_TIB / TIB * 1e12 / 1e9:.3f} GB per TB; "
+                          + ", ".join(f"{label} {value:.2f}" for label, value in growth.items()) + ")")
+                    for step, engine in ((first, before), (last, after)):
+                        areas = ", ".join(f"{area['name']} {area['table_pages']}"
+                                          for area in engine["memory"].get("page_areas", []))
+                        print(f"- pages by area after {step['written_bytes'] / 1e9:.2f} GB: {areas}")
         print(f"- peak RSS over all stored data at the last step: "
               f"{last['vm_hwm_bytes'] / last['written_bytes'] * TIB / 1e9:.1f} GB per TiB (fixed budgets dominate at this size)")
+
+def least_squares_slope(points):
+    """The slope of the least-squares line through (x, y) points (two points: their slope)."""
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
+
 
 if __name__ == "__main__":
     main(sys.argv[1])

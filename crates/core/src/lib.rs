@@ -24,6 +24,7 @@ pub mod fingerprint;
 pub mod gc;
 pub mod index;
 pub mod journal;
+pub mod memory;
 pub mod pages;
 pub mod repository;
 pub mod storage;

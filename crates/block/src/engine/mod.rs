@@ -257,6 +257,7 @@ impl Engine {
                 engine.derive_filesystem_map(&mut state, id);
             }
         }
+        onecopy_core::memory::return_freed_heap();
         Ok(engine)
     }
 

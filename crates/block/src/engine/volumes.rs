@@ -59,6 +59,11 @@ pub struct MemoryStats {
     /// Projected RAM for 1 TiB of stored 4 KiB chunks: the proportional part times 2^28
     /// chunks, plus the fixed budgets as configured.
     pub projected_bytes_per_tib: f64,
+    /// Page tables and the free-slot list of the metadata pages (part of
+    /// `metadata_pages_bytes`, and of the proportional part).
+    pub page_table_bytes: u64,
+    /// Pages of each metadata area: what the page tables hold.
+    pub page_areas: Vec<onecopy_core::pages::AreaUsage>,
 }
 
 /// Engine-wide statistics.
@@ -338,9 +343,10 @@ impl Engine {
             + memory.index_cache_bytes
             + memory.index_directory_bytes
             + memory.content_cache_bytes;
-        let (live_pages, _, _) = state.pages.slot_usage();
+        memory.page_table_bytes = state.pages.table_bytes();
+        memory.page_areas = state.pages.area_usage();
         let proportional =
-            memory.index_filter_bytes + memory.index_directory_bytes + live_pages * 8;
+            memory.index_filter_bytes + memory.index_directory_bytes + memory.page_table_bytes;
         if store.live_chunks > 0 {
             memory.proportional_bytes_per_chunk = proportional as f64 / store.live_chunks as f64;
         }

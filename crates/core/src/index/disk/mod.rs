@@ -144,6 +144,8 @@ impl DiskIndex {
         assert!(limits.global_depth_max <= GLOBAL_DEPTH_MAX);
         let buckets_area = pages.area(&format!("{name_prefix}.buckets"));
         let directory_area = pages.area(&format!("{name_prefix}.directory"));
+        // Held decoded (`directory`); its pages are read once at open and written at splits.
+        pages.set_uncached(directory_area);
         let mut index = DiskIndex {
             name_prefix: name_prefix.to_string(),
             buckets_area,
@@ -191,12 +193,14 @@ impl DiskIndex {
         let slots = 1usize << self.global_depth;
         let mut directory = Vec::with_capacity(slots);
         let mut page = 1;
+        // Read once: the directory is held decoded, so cached pages would be a second copy.
         while directory.len() < slots {
-            let content = pages.read(self.directory_area, page)?;
             let take = (slots - directory.len()).min(DIRECTORY_SLOTS_PER_PAGE);
-            for bytes in content[..take * 4].chunks_exact(4) {
-                directory.push(u32::from_le_bytes(bytes.try_into().expect("4 bytes")));
-            }
+            pages.read_once(self.directory_area, page, |content| {
+                for bytes in content[..take * 4].chunks_exact(4) {
+                    directory.push(u32::from_le_bytes(bytes.try_into().expect("4 bytes")));
+                }
+            })?;
             page += 1;
         }
         if let Some(bad) = directory

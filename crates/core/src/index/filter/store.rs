@@ -30,7 +30,8 @@ pub(crate) fn save(
     for page in dirty {
         let start = page * WORDS_PER_PAGE;
         let end = (start + WORDS_PER_PAGE).min(words.len());
-        let target = pages.write(area, page as u64 + 1)?;
+        // Whole pages (zeros past the last word): the old content need not be read.
+        let target = pages.overwrite(area, page as u64 + 1)?;
         for (slot, word) in words[start..end].iter().enumerate() {
             target[slot * 8..slot * 8 + 8].copy_from_slice(&word.to_le_bytes());
         }
