@@ -227,6 +227,8 @@ done
 # an idle server needs to serve the data: filter, index directory, page tables). The growth
 # between the steps, divided by the growth of stored data, leaves out the fixed parts.
 if phase ram; then
+# The median of whitespace-separated numbers on standard input.
+median() { tr ' ' '\n' | grep . | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 dir=$RAM_DIR
 start_server onecopy-ram "$dir"
 offset=0
@@ -263,7 +265,6 @@ print(parse(sys.argv[1]) + parse(sys.argv[2]))" "$offset" "$size")
     # happened to be touched (about 5.4 MB, varying by a few hundred KB with the code run).
     anon_values="$anon_values $(awk '/RssAnon/ {print $2 * 1024}' "/proc/$server_pid/status")"
   done
-  median() { tr ' ' '\n' | grep . | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
   reopened=$(echo "$rss_values" | median)
   reopened_anon=$(echo "$anon_values" | median)
   record "{\"kind\": \"ram-step\", \"written_bytes\": $offset, \"vm_hwm_bytes\": $hwm, \"reopened_rss_bytes\": $reopened, \"reopened_anon_bytes\": $reopened_anon, \"reopened_anon_all\": [$(echo $anon_values | tr ' ' ',')], \"stats_path\": \"$stats\"}"

@@ -90,6 +90,11 @@ struct Area {
 }
 
 impl Area {
+    /// Pages that refer to a slot (ever written and not cleared).
+    fn live_pages(&self) -> u64 {
+        self.table.iter().filter(|&&slot| slot != NO_SLOT).count() as u64
+    }
+
     fn new(name: String, table: Vec<u32>) -> Area {
         Area {
             name,
@@ -102,8 +107,9 @@ impl Area {
     }
 }
 
-/// Free slots of the `pages` file, one bit each (a list of `u32` cost 4 bytes per free slot,
-/// and a shadow-paged file keeps about one free slot for every three live ones).
+/// Free slots of the `pages` file, one bit each. A list of `u32` cost 4 bytes per free slot,
+/// and a shadow-paged file keeps many: by the RAM benchmark's page-table figures, about one
+/// for every two or three live pages.
 #[derive(Debug, Default)]
 struct FreeSlots {
     words: Vec<u64>,
@@ -125,6 +131,19 @@ impl FreeSlots {
         self.words[word] |= 1 << bit;
         self.count += 1;
         self.lowest_word = self.lowest_word.min(word);
+    }
+
+    /// Takes `slot` out of the free slots; false if it was not free.
+    fn remove(&mut self, slot: u32) -> bool {
+        let (word, bit) = (slot as usize / 64, slot % 64);
+        match self.words.get_mut(word) {
+            Some(bits) if *bits & (1 << bit) != 0 => {
+                *bits &= !(1 << bit);
+                self.count -= 1;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Takes the lowest free slot, so the file stays dense.
@@ -368,12 +387,7 @@ impl PageStore {
 
     /// Counts of pages, for statistics and checks: (live pages, slots in the file, free slots).
     pub fn slot_usage(&self) -> (u64, u64, u64) {
-        let live = self
-            .areas
-            .iter()
-            .flat_map(|area| area.table.iter())
-            .filter(|&&slot| slot != NO_SLOT)
-            .count() as u64;
+        let live = self.areas.iter().map(Area::live_pages).sum();
         (live, self.slot_count as u64, self.free_slots.count)
     }
 
@@ -384,7 +398,7 @@ impl PageStore {
             .map(|area| AreaUsage {
                 name: area.name.clone(),
                 table_pages: area.table.len() as u64,
-                live_pages: area.table.iter().filter(|&&slot| slot != NO_SLOT).count() as u64,
+                live_pages: area.live_pages(),
             })
             .collect()
     }
@@ -473,25 +487,35 @@ impl PageStore {
             held.name
         );
         let mut entry = [0u8; MANIFEST_ENTRY_BYTES as usize];
-        let manifest = &self.manifests[self.current_manifest];
-        manifest.read_at(
+        self.manifests[self.current_manifest].read_at(
             held.manifest_entries_at + page * MANIFEST_ENTRY_BYTES,
             &mut entry,
         )?;
+        self.durable_entry_checksum(area, page, slot, &entry)
+    }
+
+    /// The checksum in `entry`, page `page`'s entry in the durable manifest, after checking
+    /// that it lists `slot`, the slot in memory. The manifest was verified whole and is never
+    /// rewritten while durable, so a different slot means the file changed under us.
+    fn durable_entry_checksum(
+        &self,
+        area: AreaId,
+        page: u64,
+        slot: u32,
+        entry: &[u8],
+    ) -> Result<u32> {
         let listed = u32::from_le_bytes(entry[..4].try_into().expect("4 bytes"));
         if listed != slot {
-            // The manifest was verified whole and is never rewritten while durable: it
-            // changed under us.
             return Err(Error::corrupt(
-                format!("manifest {}", manifest.name()),
+                format!("manifest {}", self.manifests[self.current_manifest].name()),
                 format!(
                     "page {page} of area {} is listed in slot {listed}, not {slot}; the file \
                      changed after it was verified",
-                    held.name
+                    self.areas[area].name
                 ),
             ));
         }
-        Ok(u32::from_le_bytes(entry[4..].try_into().expect("4 bytes")))
+        Ok(u32::from_le_bytes(entry[4..8].try_into().expect("4 bytes")))
     }
 
     fn allocate_slot(&mut self) -> Result<u32> {
@@ -600,17 +624,7 @@ impl PageStore {
                     );
                     let entry = &durable[(page * MANIFEST_ENTRY_BYTES) as usize..]
                         [..MANIFEST_ENTRY_BYTES as usize];
-                    let listed = u32::from_le_bytes(entry[..4].try_into().expect("4 bytes"));
-                    if listed != slot {
-                        return Err(Error::corrupt(
-                            format!("manifest {}", self.manifests[self.current_manifest].name()),
-                            format!(
-                                "page {page} of area {} is listed in slot {listed}, not {slot}",
-                                area.name
-                            ),
-                        ));
-                    }
-                    u32::from_le_bytes(entry[4..].try_into().expect("4 bytes"))
+                    self.durable_entry_checksum(area_id, page, slot, entry)?
                 };
                 body.extend_from_slice(&slot.to_le_bytes());
                 body.extend_from_slice(&checksum.to_le_bytes());
@@ -663,15 +677,12 @@ impl PageStore {
                         format!("slot {slot} is beyond the slot count"),
                     ));
                 }
-                let (word, bit) = (slot as usize / 64, slot % 64);
-                if free.words[word] & (1 << bit) == 0 {
+                if !free.remove(slot) {
                     return Err(Error::corrupt(
                         format!("manifest of {}", self.describe()),
                         format!("slot {slot} is used twice"),
                     ));
                 }
-                free.words[word] &= !(1 << bit);
-                free.count -= 1;
             }
         }
         self.free_slots = free;

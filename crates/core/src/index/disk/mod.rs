@@ -158,7 +158,7 @@ impl DiskIndex {
             limits,
             bucket_page_reads: 0,
         };
-        let header = *pages.read(directory_area, 0)?;
+        let header = pages.read_once(directory_area, 0, |page| *page)?;
         if header[..8] != DIRECTORY_MAGIC[..] {
             if header.iter().any(|&byte| byte != 0) || pages.page_count(buckets_area) != 0 {
                 return Err(index.corrupt("directory header", "bad magic"));
