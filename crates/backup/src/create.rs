@@ -146,18 +146,21 @@ impl BackupStore {
         };
         let walk_seconds = walk_started.elapsed().as_secs_f64();
         // Reusing stored forms only saves work when chunks are compressed; conventional mode
-        // finds every such chunk inline already.
-        let predecessor = if self.state.options.compression_level.is_some()
-            && self.state.options.mode == DedupMode::Revdedup
-        {
-            PredecessorChunks::load(&self.catalog.read()?, &series_record)?
-        } else {
-            None
+        // finds every such chunk inline already. The map is loaded by the inline phase once
+        // its chunker has started reading the source, so that the disk is never idle.
+        let reuse = self.state.options.compression_level.is_some()
+            && self.state.options.mode == DedupMode::Revdedup;
+        let load_predecessor = |store: &BackupStore| -> Result<Option<PredecessorChunks>> {
+            if !reuse {
+                return Ok(None);
+            }
+            let predecessor = PredecessorChunks::load(&store.catalog.read()?, &series_record)?;
+            if let Some(predecessor) = &predecessor {
+                predecessor.advise(&store.containers);
+            }
+            Ok(predecessor)
         };
-        if let Some(predecessor) = &predecessor {
-            predecessor.advise(&self.containers);
-        }
-        let outcome = inline::run(self, reader.as_mut(), options.progress, predecessor)?;
+        let outcome = inline::run(self, reader.as_mut(), options.progress, load_predecessor)?;
         if let Some(range) = tree {
             if outcome.report.logical_bytes != range.offset + range.bytes {
                 return Err(BackupError::InvalidArgument(format!(

@@ -81,6 +81,8 @@ pub struct InlineReport {
     pub index_seconds: f64,
     pub compress_seconds: f64,
     pub write_seconds: f64,
+    /// Sealing (and so syncing) the last container, after the stream ended.
+    pub seal_seconds: f64,
     /// Chunks of new segments whose stored form was reused from the predecessor.
     pub reused_chunks: u64,
     /// Their raw bytes (not compressed again).
@@ -89,6 +91,8 @@ pub struct InlineReport {
     pub reuse_read_bytes: u64,
     /// Chunks in the predecessor map.
     pub predecessor_chunks: u64,
+    /// Time spent loading the predecessor map (overlaps the chunker).
+    pub predecessor_seconds: f64,
 }
 
 /// What the inline phase produced, not yet committed.
@@ -117,12 +121,14 @@ enum StoredForm {
     Compressed(Vec<u8>),
 }
 
-/// Runs the inline phase over `source`.
+/// Runs the inline phase over `source`. `load_predecessor` builds the map of chunks whose
+/// stored form can be reused; it runs once the chunker thread is reading the source, so that
+/// its catalog reads overlap the source's.
 pub(crate) fn run(
     store: &mut BackupStore,
     source: &mut (dyn Read + Send),
     progress: Option<Progress>,
-    predecessor: Option<PredecessorChunks>,
+    load_predecessor: impl FnOnce(&BackupStore) -> Result<Option<PredecessorChunks>>,
 ) -> Result<InlineOutcome> {
     store.assert_recovered();
     let started = Instant::now();
@@ -139,12 +145,8 @@ pub(crate) fn run(
         },
         pending: HashMap::new(),
         open: None,
-        predecessor,
+        predecessor: None,
     };
-    writer.outcome.report.predecessor_chunks = writer
-        .predecessor
-        .as_ref()
-        .map_or(0, |predecessor| predecessor.len() as u64);
     let (sender, receiver) = bounded::<Result<Batch>>(QUEUE_BATCHES);
     // Consumed batches go back to the chunker to be filled again: fresh multi-megabyte
     // buffers would each cost a page fault per page.
@@ -200,19 +202,28 @@ pub(crate) fn run(
             }
             busy
         });
-        let mut consumed = Ok(());
-        for batch in receiver.iter() {
-            let step = batch.and_then(|batch| writer.add_batch(store, &batch).map(|()| batch));
-            match step {
-                // A full recycling queue only means the chunker has buffers enough.
-                Ok(batch) => drop(recycle_sender.try_send(batch)),
-                Err(error) => {
-                    consumed = Err(error);
-                    break;
+        let loaded = Instant::now();
+        let mut consumed = load_predecessor(store).map(|predecessor| {
+            writer.outcome.report.predecessor_chunks =
+                predecessor.as_ref().map_or(0, |map| map.len() as u64);
+            writer.predecessor = predecessor;
+        });
+        writer.outcome.report.predecessor_seconds = loaded.elapsed().as_secs_f64();
+        // After a failed load nothing is consumed: the chunker stops when the receiver goes.
+        if consumed.is_ok() {
+            for batch in receiver.iter() {
+                let step = batch.and_then(|batch| writer.add_batch(store, &batch).map(|()| batch));
+                match step {
+                    // A full recycling queue only means the chunker has buffers enough.
+                    Ok(batch) => drop(recycle_sender.try_send(batch)),
+                    Err(error) => {
+                        consumed = Err(error);
+                        break;
+                    }
                 }
-            }
-            if let Some(progress) = progress {
-                progress(writer.outcome.report.logical_bytes);
+                if let Some(progress) = progress {
+                    progress(writer.outcome.report.logical_bytes);
+                }
             }
         }
         // Dropping the receiver stops the chunker at its next send.
@@ -222,7 +233,9 @@ pub(crate) fn run(
         consumed
     });
     result?;
+    let sealed = Instant::now();
     writer.seal_open(store)?;
+    writer.outcome.report.seal_seconds = sealed.elapsed().as_secs_f64();
     let mut outcome = writer.outcome;
     outcome.report.seconds = started.elapsed().as_secs_f64();
     Ok(outcome)
@@ -399,6 +412,10 @@ impl PathState {
             )?;
             store.index.insert(&mut store.pages, &fingerprint, id)?;
             self.outcome.new_segments.push((id, record));
+        }
+        // The disk writes the batch while the next one is prepared, not all at the seal.
+        if let Some((writer, _)) = self.open.as_mut() {
+            writer.start_writeback();
         }
         self.outcome.report.write_seconds += start.elapsed().as_secs_f64();
         Ok(())

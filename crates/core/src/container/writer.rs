@@ -34,6 +34,8 @@ pub struct ContainerWriter {
     buffer: Vec<u8>,
     written: u64,
     synced: u64,
+    /// End of the bytes handed to [`ContainerWriter::start_writeback`].
+    writeback_from: u64,
     entries: Vec<(u32, ChunkHeader)>,
     compressor: Option<zstd::bulk::Compressor<'static>>,
     scratch: Vec<u8>,
@@ -72,6 +74,7 @@ impl ContainerWriter {
             buffer,
             written: 0,
             synced: 0,
+            writeback_from: 0,
             entries: Vec::new(),
             compressor,
             scratch: Vec::new(),
@@ -221,6 +224,18 @@ impl ContainerWriter {
             self.synced = self.written;
         }
         Ok(())
+    }
+
+    /// Asks the storage to start writing what was written out since the last call, without
+    /// waiting: the sync at the seal then waits only for the rest. Best effort (a failure
+    /// changes only speed); for writers that seal soon after, such as a backup's.
+    pub fn start_writeback(&mut self) {
+        if self.writeback_from < self.written {
+            let _ = self
+                .file
+                .start_writeback(self.writeback_from, self.written - self.writeback_from);
+            self.writeback_from = self.written;
+        }
     }
 
     /// True when chunks were appended since the last sync.

@@ -83,6 +83,13 @@ pub trait StorageFile: Send + Sync + Debug {
         Ok(())
     }
 
+    /// Asks the media to start writing `length` bytes from `offset` without waiting for them
+    /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), so that a later `sync_data` waits for
+    /// less. A hint only: it makes nothing durable.
+    fn start_writeback(&self, _offset: u64, _length: u64) -> Result<()> {
+        Ok(())
+    }
+
     /// The file's name within its storage.
     fn name(&self) -> &str;
 }
