@@ -35,7 +35,7 @@ use crate::segment::{
     CONTAINERS, SEGMENTS, SEGMENT_HEADS,
 };
 use crate::series::{load_backup, SeriesRecord, BACKUPS, SERIES};
-use crate::store::{indexable_segments, BackupStore};
+use crate::store::{by_index_key, indexable_segments, BackupStore};
 
 /// Errors listed before the check stops collecting them.
 const ERRORS_LISTED_MAX: usize = 200;
@@ -242,16 +242,15 @@ impl BackupStore {
                 ));
             }
         }
-        let expected = indexable_segments(&read)?;
+        let expected = by_index_key(&indexable_segments(&read)?);
         let mut index_entries = 0u64;
         let mut index_mismatch = 0u64;
-        self.index
-            .for_each_entry(&mut self.pages, |fingerprint, id| {
-                index_entries += 1;
-                if expected.get(fingerprint) != Some(&id) {
-                    index_mismatch += 1;
-                }
-            })?;
+        self.index.for_each_entry(&mut self.pages, |key, id| {
+            index_entries += 1;
+            if expected.get(key) != Some(&id) {
+                index_mismatch += 1;
+            }
+        })?;
         if index_mismatch > 0 || index_entries != expected.len() as u64 {
             report.warnings.push(format!(
                 "the segment index holds {index_entries} entries ({index_mismatch} stale) for {} shared \

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use onecopy_core::catalog::{Catalog, CatalogRead, CatalogView, CatalogWrite, NamedTable};
 use onecopy_core::container::{ContainerId, ContainerStore};
 use onecopy_core::fingerprint::Fingerprint;
-use onecopy_core::index::FingerprintIndex;
+use onecopy_core::index::{FingerprintIndex, IndexKey};
 use onecopy_core::pages::{PageStore, PageStoreOptions};
 use onecopy_core::storage::{parent_directory, Storage};
 use serde::{Deserialize, Serialize};
@@ -243,15 +243,15 @@ impl BackupStore {
                 added += 1;
             }
         }
+        let expected = by_index_key(expected);
         let mut stale = Vec::new();
-        self.index
-            .for_each_entry(&mut self.pages, |fingerprint, id| {
-                if expected.get(fingerprint) != Some(&id) {
-                    stale.push(*fingerprint);
-                }
-            })?;
-        for fingerprint in &stale {
-            self.index.remove(&mut self.pages, fingerprint)?;
+        self.index.for_each_entry(&mut self.pages, |key, id| {
+            if expected.get(key) != Some(&id) {
+                stale.push(*key);
+            }
+        })?;
+        for key in &stale {
+            self.index.remove_key(&mut self.pages, key)?;
         }
         Ok((added, stale.len() as u64))
     }
@@ -364,6 +364,16 @@ pub(crate) fn indexable_segments(
         }
     }
     Ok(expected)
+}
+
+/// `expected` keyed as the index stores it: by the first 16 bytes of each fingerprint.
+pub(crate) fn by_index_key(
+    expected: &HashMap<Fingerprint, SegmentId>,
+) -> HashMap<IndexKey, SegmentId> {
+    expected
+        .iter()
+        .map(|(fingerprint, &id)| (IndexKey::of(fingerprint), id))
+        .collect()
 }
 
 pub(crate) fn load_head(view: &impl CatalogView, id: SegmentId) -> Result<Option<SegmentHead>> {

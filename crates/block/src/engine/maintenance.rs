@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use onecopy_core::chunk_store::{unix_seconds, ChunkChange, ChunkId, REFERENCES_MAX, ZERO_CHUNK};
 use onecopy_core::gc::{self, CompactionOptions, CompactionPlan, CompactionReport};
+use onecopy_core::index::IndexKey;
 use onecopy_core::{Error, Result};
 
 use super::{map_entry, Engine, EngineState};
@@ -258,7 +259,10 @@ impl Engine {
             let mut merged = false;
             if let Some(existing) = existing {
                 let target = state.chunks.record(&mut state.pages, existing)?;
-                let mut same = target.in_use && target.references < REFERENCES_MAX;
+                // The index compares keys (16 bytes); the record holds the whole fingerprint.
+                let mut same = target.in_use
+                    && target.fingerprint == fingerprint
+                    && target.references < REFERENCES_MAX;
                 if same && algorithm.is_weak() {
                     stored.resize(target.location.raw_bytes as usize, 0);
                     state
@@ -398,24 +402,26 @@ impl Engine {
         {
             let EngineState { pages, chunks, .. } = &mut *state;
             let mut entries = Vec::new();
-            chunks.index().for_each_entry(pages, |fingerprint, value| {
-                entries.push((*fingerprint, value))
-            })?;
+            chunks
+                .index()
+                .for_each_entry(pages, |key, value| entries.push((*key, value)))?;
             report.index_entries = entries.len() as u64;
-            for (fingerprint, value) in entries {
+            for (key, value) in entries {
+                // The index stores keys (the first 16 bytes of fingerprints); the record holds
+                // the whole fingerprint.
                 let valid = value > 0 && value < end && {
                     let record = chunks.record(pages, value)?;
-                    record.in_use && record.indexed && record.fingerprint == fingerprint
+                    record.in_use && record.indexed && IndexKey::of(&record.fingerprint) == key
                 };
                 if !valid {
-                    stale.push(fingerprint);
+                    stale.push(key);
                 }
             }
         }
         report.index_stale = stale.len() as u64;
         if repair && !report.is_clean() {
-            for fingerprint in &stale {
-                state.chunks.index().remove(&mut state.pages, fingerprint)?;
+            for key in &stale {
+                state.chunks.index().remove_key(&mut state.pages, key)?;
             }
             let EngineState { pages, chunks, .. } = &mut *state;
             let mut chunk_changes = Vec::new();

@@ -85,6 +85,9 @@ pub struct ChunkStoreCounters {
     pub chunks_deduplicated: u64,
     /// Weak-fingerprint matches whose bytes differed (stored as new, unindexed chunks).
     pub weak_collisions: u64,
+    /// Index hits whose chunk holds another fingerprint with the same first 16 bytes (the
+    /// index key): stored as new, unindexed chunks. Expected to stay 0.
+    pub index_key_collisions: u64,
     /// Duplicates stored again because the chunk had [`REFERENCES_MAX`] references.
     pub reference_limit_copies: u64,
     pub chunks_freed: u64,
@@ -227,7 +230,7 @@ impl ChunkStore {
         let mut indexable = fingerprint.copied();
         if let Some(fingerprint) = fingerprint {
             if let Some(id) = self.index.lookup(pages, fingerprint)? {
-                match self.try_reference(pages, id, data)? {
+                match self.try_reference(pages, id, fingerprint, data)? {
                     Some(()) => {
                         self.push_applied(pages, ChunkChange::Referenced { id }, changes)?;
                         self.counters.chunks_deduplicated += 1;
@@ -258,14 +261,21 @@ impl ChunkStore {
         })
     }
 
-    /// Decides whether index hit `id` may take one more reference for `data`.
+    /// Decides whether index hit `id` may take one more reference for `data`, whose
+    /// fingerprint is `fingerprint`. The index compares only the first 16 bytes of
+    /// fingerprints ([`crate::index::IndexKey`]): the chunk's record must hold the whole one.
     fn try_reference(
         &mut self,
         pages: &mut PageStore,
         id: ChunkId,
+        fingerprint: &Fingerprint,
         data: &[u8],
     ) -> Result<Option<()>> {
         let record = self.record_in_use(pages, id)?;
+        if record.fingerprint != *fingerprint {
+            self.counters.index_key_collisions += 1;
+            return Ok(None);
+        }
         if record.references >= REFERENCES_MAX {
             self.counters.reference_limit_copies += 1;
             return Ok(None);

@@ -46,6 +46,11 @@ fn block(seed: u8) -> Vec<u8> {
 impl Fixture {
     fn store_block(&mut self, data: &[u8]) -> StoreOutcome {
         let fingerprint = self.store.options().fingerprint.hash(data);
+        self.store_with_fingerprint(data, &fingerprint)
+    }
+
+    fn store_with_fingerprint(&mut self, data: &[u8], fingerprint: &Fingerprint) -> StoreOutcome {
+        let fingerprint = *fingerprint;
         let mut changes = Vec::new();
         self.store
             .store(
@@ -109,18 +114,35 @@ fn weak_fingerprint_matches_are_verified() {
     let mut f = fixture(FingerprintAlgorithm::Xxh3);
     let a = f.store_block(&block(1));
     assert!(f.store_block(&block(1)).deduplicated);
-    // Pretend block(2) collides with block(1): point its fingerprint at block(1)'s chunk.
-    let colliding = FingerprintAlgorithm::Xxh3.hash(&block(2));
-    f.store
-        .index()
-        .insert(&mut f.pages, &colliding, a.id)
-        .unwrap();
-    let b = f.store_block(&block(2));
+    // Pretend block(2) collides with block(1): store it under block(1)'s fingerprint.
+    let colliding = FingerprintAlgorithm::Xxh3.hash(&block(1));
+    let b = f.store_with_fingerprint(&block(2), &colliding);
     assert!(!b.deduplicated);
     assert_ne!(a.id, b.id);
     assert_eq!(f.read(b.id), block(2));
     assert_eq!(f.read(a.id), block(1));
     assert_eq!(f.store.counters().weak_collisions, 1);
+    assert_eq!(f.store.counters().index_key_collisions, 0);
+}
+
+/// Goal: the index compares only the first 16 bytes of fingerprints, so a hit is confirmed
+/// against the whole fingerprint in the chunk's record; a fingerprint that shares the key but
+/// not the rest is stored as a new chunk, never deduplicated against the other one. Method:
+/// store a block under a fingerprint forged to share another chunk's key.
+#[test]
+fn index_key_collisions_are_not_deduplicated() {
+    let mut f = fixture(FingerprintAlgorithm::Blake3);
+    let a = f.store_block(&block(1));
+    let mut forged = FingerprintAlgorithm::Blake3.hash(&block(1));
+    forged.0[31] ^= 1;
+    let b = f.store_with_fingerprint(&block(2), &forged);
+    assert!(!b.deduplicated);
+    assert_ne!(a.id, b.id);
+    assert_eq!(f.read(a.id), block(1));
+    assert_eq!(f.read(b.id), block(2));
+    assert_eq!(f.store.counters().index_key_collisions, 1);
+    // The first chunk keeps its entry: its own content still deduplicates against it.
+    assert_eq!(f.store_block(&block(1)).id, a.id);
 }
 
 /// Goal: compaction moves live chunks out of mostly-dead containers, keeps every chunk

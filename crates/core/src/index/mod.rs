@@ -56,6 +56,7 @@ use crate::fingerprint::Fingerprint;
 use crate::pages::{AreaId, PageStore};
 use crate::{Error, Result};
 use cache::{Cache, CachePolicy, EntryCache};
+pub use disk::IndexKey;
 use disk::{DiskIndex, DiskIndexLimits, GLOBAL_DEPTH_MAX};
 use filter::{Filter, FilterKind, MembershipFilter};
 
@@ -387,36 +388,43 @@ impl FingerprintIndex {
         Ok(())
     }
 
-    /// Calls `visit` for every stored entry (for rebuilds and `onecopy check`).
+    /// Calls `visit` for every stored entry's key and value (for rebuilds and `onecopy
+    /// check`): the index stores keys, the first 16 bytes of fingerprints ([`IndexKey`]).
     pub fn for_each_entry(
         &mut self,
         pages: &mut PageStore,
-        visit: impl FnMut(&Fingerprint, u64),
+        visit: impl FnMut(&IndexKey, u64),
     ) -> Result<()> {
         self.disk.for_each_entry(pages, visit)
     }
 
-    /// Checks the on-disk structure, that the filter holds every entry and that cached values
-    /// match the stored ones. Returns the number of entries.
+    /// Removes the entry of `key` (for repairs, which find stale entries by their key). The
+    /// cache, which holds whole fingerprints, is emptied: its entries for this key cannot be
+    /// named.
+    pub fn remove_key(&mut self, pages: &mut PageStore, key: &IndexKey) -> Result<Option<u64>> {
+        let removed = self.disk.remove_key(pages, key)?;
+        if removed.is_some() {
+            self.counters.removes += 1;
+            if self.filter.supports_remove() {
+                let forgotten = self.filter.remove(&key.probe());
+                assert!(forgotten, "a stored key is in the filter");
+            }
+        }
+        self.cache.clear();
+        Ok(removed)
+    }
+
+    /// Checks the on-disk structure and that the filter holds every entry. Returns the number
+    /// of entries. (Cached values are not compared: the cache holds whole fingerprints, the
+    /// disk only their keys. Every hit is confirmed by its user against the whole
+    /// fingerprint.)
     pub fn verify(&mut self, pages: &mut PageStore) -> Result<u64> {
         let entries = self.disk.verify(pages)?;
         let mut problem = None;
-        let (filter, cache) = (&self.filter, &self.cache);
-        self.disk.for_each_entry(pages, |fingerprint, value| {
-            if problem.is_some() {
-                return;
-            }
-            if !filter.may_contain(fingerprint) {
-                problem = Some(format!(
-                    "fingerprint {fingerprint} is missing from the filter"
-                ));
-            } else if cache
-                .peek(fingerprint)
-                .is_some_and(|cached| cached != value)
-            {
-                problem = Some(format!(
-                    "fingerprint {fingerprint} has a stale cached value"
-                ));
+        let filter = &self.filter;
+        self.disk.for_each_entry(pages, |key, _| {
+            if problem.is_none() && !filter.may_contain(&key.probe()) {
+                problem = Some(format!("key {key} is missing from the filter"));
             }
         })?;
         match problem {
@@ -521,8 +529,9 @@ fn build_filter(
     loop {
         let mut filter = Filter::new(options.filter_kind, capacity, options.false_positive_rate)?;
         let mut placed_all = true;
-        disk.for_each_entry(pages, |fingerprint, _| {
-            placed_all &= filter.insert(fingerprint);
+        // The filters read only a key's bytes, so its probe stands for the fingerprint.
+        disk.for_each_entry(pages, |key, _| {
+            placed_all &= filter.insert(&key.probe());
         })?;
         // A cuckoo filter at two-thirds load almost never fails to place a tag; if it does,
         // a bigger one is tried rather than losing a fingerprint.

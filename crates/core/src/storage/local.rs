@@ -335,11 +335,15 @@ mod tests {
         let root = tempfile::tempdir().expect("temporary directory");
         let storage = LocalStorage::open(root.path()).expect("open");
         let file = storage.open("data", true).expect("create");
-        let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 7 + i / 4096) as u8).collect();
+        let data: Vec<u8> = (0..(1u32 << 20))
+            .map(|i| (i * 7 + i / 4096) as u8)
+            .collect();
         file.write_at(0, &data).expect("write");
-        file.start_writeback(0, data.len() as u64).expect("whole range");
+        file.start_writeback(0, data.len() as u64)
+            .expect("whole range");
         file.start_writeback(4096, 0).expect("empty range");
-        file.start_writeback(2 << 20, 1 << 20).expect("past the end");
+        file.start_writeback(2 << 20, 1 << 20)
+            .expect("past the end");
         file.sync_data().expect("sync");
         let mut back = vec![0u8; data.len()];
         file.read_at(0, &mut back).expect("read");

@@ -2,8 +2,14 @@
 //! page read (extendible hashing, Fagin et al., 1979).
 //!
 //! Terms:
-//! - *bucket*: one page of the `<prefix>.buckets` area holding up to [`BUCKET_ENTRIES`]
-//!   entries (32-byte fingerprint, 8-byte value);
+//! - *key*: the first [`KEY_BYTES`] (16) bytes of a fingerprint ([`IndexKey`]). The index
+//!   maps keys, not whole fingerprints, to values; its users confirm a found value against
+//!   the whole fingerprint they keep elsewhere (the block engine's chunk record, the backup
+//!   store's segment head), so two fingerprints sharing a key (about one chance in 2^65 among
+//!   2^32 fingerprints) cost a missed deduplication, never wrong data;
+//! - *bucket*: one page of the `<prefix>.buckets` area holding up to
+//!   [`Layout::entries`] entries: 170 (16-byte key, 8-byte value) in format 2, 102 in format 1,
+//!   which stored whole 32-byte fingerprints;
 //! - *hash*: the first 8 bytes of a fingerprint ([`Fingerprint::prefix_u64`]); fingerprints
 //!   are uniform, so no further hashing is needed;
 //! - *global depth* `G`: the directory has `2^G` slots, and slot `i` serves the hashes whose
@@ -23,30 +29,110 @@
 //! `<prefix>.directory`), which the owner of the [`PageStore`] checkpoints atomically; the
 //! directory is also kept in memory (4 bytes per slot) and loaded at open.
 //!
-//! Layouts (little endian). Directory area: page 0 is a header — magic `OCINDEX1` | global
-//! depth u32 | 0u32 | entries u64 | bucket pages u64 | change count u64; pages 1.. hold the
-//! directory, one u32 bucket page number per slot, 1024 per page. Bucket page: local depth u8 |
-//! marker 0xB7 u8 | entry count u16 | 0u32 | the top `L` hash bits shared by its entries, left
-//! aligned, u64 | entries (fingerprint 32 bytes, value u64).
+//! Layouts (little endian). Directory area: page 0 is a header — magic `OCINDEX2` (format 2)
+//! or `OCINDEX1` (format 1) | global depth u32 | 0u32 | entries u64 | bucket pages u64 |
+//! change count u64; pages 1.. hold the directory, one u32 bucket page number per slot, 1024
+//! per page. Bucket page: local depth u8 | marker 0xB7 u8 | entry count u16 | 0u32 | the top
+//! `L` hash bits shared by its entries, left aligned, u64 | entries (format 2: key 16 bytes,
+//! value u64; format 1: fingerprint 32 bytes, value u64).
+//!
+//! **Formats.** New indexes are written in format 2. An index in format 1 (onecopy before
+//! stop 12) opens and keeps working in format 1: its entries hold whole fingerprints, of which
+//! lookups compare the key. Format 2 puts 170 entries in a page instead of 102, so the index
+//! needs 40% fewer bucket pages, and its directory, held in memory, is that much smaller.
 
 use crate::fingerprint::{Fingerprint, FINGERPRINT_BYTES};
 use crate::pages::{AreaId, Page, PageStore, PAGE_BYTES};
 use crate::{Error, Result};
 
-/// Bytes of one stored entry: a fingerprint and a value.
-pub const ENTRY_BYTES: usize = FINGERPRINT_BYTES + 8;
+/// Bytes of a fingerprint that key an index entry.
+pub const KEY_BYTES: usize = 16;
 const BUCKET_HEADER_BYTES: usize = 16;
-/// Entries in one bucket page.
-pub const BUCKET_ENTRIES: usize = (PAGE_BYTES - BUCKET_HEADER_BYTES) / ENTRY_BYTES;
 const BUCKET_MARKER: u8 = 0xB7;
 /// Largest global depth the format allows: bucket page numbers are u32, and a directory of
 /// 2^32 slots takes 16 GiB of memory.
 pub const GLOBAL_DEPTH_MAX: u32 = 32;
-const DIRECTORY_MAGIC: &[u8; 8] = b"OCINDEX1";
 const DIRECTORY_SLOTS_PER_PAGE: usize = PAGE_BYTES / 4;
 
-const _: () = assert!(BUCKET_HEADER_BYTES + BUCKET_ENTRIES * ENTRY_BYTES <= PAGE_BYTES);
-const _: () = assert!(BUCKET_ENTRIES <= u16::MAX as usize);
+/// The part of a fingerprint the index stores and compares: its first [`KEY_BYTES`] bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IndexKey(pub [u8; KEY_BYTES]);
+
+impl IndexKey {
+    /// The hash that places the key: its first 8 bytes, as [`Fingerprint::prefix_u64`].
+    #[inline]
+    fn hash(&self) -> u64 {
+        u64::from_le_bytes(self.0[..8].try_into().expect("8 bytes"))
+    }
+
+    /// The key of `fingerprint`.
+    #[inline]
+    pub fn of(fingerprint: &Fingerprint) -> Self {
+        IndexKey(fingerprint.0[..KEY_BYTES].try_into().expect("16 bytes"))
+    }
+
+    /// A fingerprint with this key and zeros after it. The membership filters read only the
+    /// first 16 bytes of a fingerprint ([`crate::index::filter`]), so for them it stands for
+    /// every fingerprint with this key; a filter can be rebuilt from the on-disk keys.
+    pub fn probe(&self) -> Fingerprint {
+        let mut bytes = [0u8; FINGERPRINT_BYTES];
+        bytes[..KEY_BYTES].copy_from_slice(&self.0);
+        Fingerprint(bytes)
+    }
+}
+
+impl std::fmt::Display for IndexKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for byte in self.0 {
+            write!(f, "{byte:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// How the bucket pages of one index lay out their entries, fixed by its directory magic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Bytes of the fingerprint an entry stores: the key's 16 (format 2) or all 32 (format 1).
+    stored_key_bytes: usize,
+}
+
+impl Layout {
+    /// Format 2, written by new indexes.
+    pub const CURRENT: Layout = Layout {
+        stored_key_bytes: KEY_BYTES,
+    };
+    /// Format 1: whole fingerprints.
+    pub const FORMAT_1: Layout = Layout {
+        stored_key_bytes: FINGERPRINT_BYTES,
+    };
+
+    const fn entry_bytes(self) -> usize {
+        self.stored_key_bytes + 8
+    }
+
+    /// Entries in one bucket page.
+    pub const fn entries(self) -> usize {
+        (PAGE_BYTES - BUCKET_HEADER_BYTES) / self.entry_bytes()
+    }
+
+    fn magic(self) -> &'static [u8; 8] {
+        if self == Layout::FORMAT_1 {
+            b"OCINDEX1"
+        } else {
+            b"OCINDEX2"
+        }
+    }
+
+    fn from_magic(magic: &[u8]) -> Option<Layout> {
+        [Layout::CURRENT, Layout::FORMAT_1]
+            .into_iter()
+            .find(|layout| layout.magic()[..] == *magic)
+    }
+}
+
+const _: () = assert!(Layout::CURRENT.entries() == 170 && Layout::FORMAT_1.entries() == 102);
+const _: () = assert!(Layout::CURRENT.entries() <= u16::MAX as usize);
 
 /// Configurable limits of a [`DiskIndex`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,10 +163,11 @@ pub struct DiskIndex {
     change_count: u64,
     limits: DiskIndexLimits,
     bucket_page_reads: u64,
+    layout: Layout,
 }
 
 /// A view of a bucket page.
-struct Bucket<'a>(&'a Page);
+struct Bucket<'a>(&'a Page, Layout);
 
 impl Bucket<'_> {
     fn local_depth(&self) -> u32 {
@@ -94,32 +181,44 @@ impl Bucket<'_> {
     }
     #[inline]
     fn entry(&self, slot: usize) -> &[u8] {
-        let start = BUCKET_HEADER_BYTES + slot * ENTRY_BYTES;
-        &self.0[start..start + ENTRY_BYTES]
+        let start = BUCKET_HEADER_BYTES + slot * self.1.entry_bytes();
+        &self.0[start..start + self.1.entry_bytes()]
     }
-    /// The slot holding `fingerprint` among the first `count` entries.
+    /// The slot holding `key` among the first `count` entries.
     #[inline]
-    fn find(&self, fingerprint: &Fingerprint, count: usize) -> Option<usize> {
-        let hash = fingerprint.prefix_u64().to_le_bytes();
+    fn find(&self, key: &IndexKey, count: usize) -> Option<usize> {
         (0..count).find(|&slot| {
             let entry = self.entry(slot);
-            // The 8-byte hash decides almost every comparison before the full fingerprint.
-            entry[..8] == hash && entry[..FINGERPRINT_BYTES] == fingerprint.0
+            // The 8-byte hash decides almost every comparison before the rest of the key.
+            entry[..8] == key.0[..8] && entry[..KEY_BYTES] == key.0
         })
+    }
+    /// The key and value in `slot`.
+    fn key_value(&self, slot: usize) -> (IndexKey, u64) {
+        let entry = self.entry(slot);
+        let key = IndexKey(entry[..KEY_BYTES].try_into().expect("16 bytes"));
+        (key, entry_value(entry))
     }
 }
 
+/// The value of an entry: its last 8 bytes, whatever the layout.
 fn entry_value(entry: &[u8]) -> u64 {
-    u64::from_le_bytes(entry[FINGERPRINT_BYTES..].try_into().expect("8 bytes"))
+    u64::from_le_bytes(entry[entry.len() - 8..].try_into().expect("8 bytes"))
 }
 
 fn entry_hash(entry: &[u8]) -> u64 {
     u64::from_le_bytes(entry[..8].try_into().expect("8 bytes"))
 }
 
-fn write_bucket_header(page: &mut Page, local_depth: u32, count: usize, shared_bits: u64) {
+fn write_bucket_header(
+    page: &mut Page,
+    layout: Layout,
+    local_depth: u32,
+    count: usize,
+    shared_bits: u64,
+) {
     assert!(local_depth <= GLOBAL_DEPTH_MAX);
-    assert!(count <= BUCKET_ENTRIES);
+    assert!(count <= layout.entries());
     page[0] = local_depth as u8;
     page[1] = BUCKET_MARKER;
     page[2..4].copy_from_slice(&(count as u16).to_le_bytes());
@@ -141,6 +240,16 @@ impl DiskIndex {
     /// `pages`, creating an empty one if the areas are empty. The new index becomes durable
     /// with the owner's next checkpoint.
     pub fn open(pages: &mut PageStore, name_prefix: &str, limits: DiskIndexLimits) -> Result<Self> {
+        Self::open_as(pages, name_prefix, limits, Layout::CURRENT)
+    }
+
+    /// [`DiskIndex::open`], creating a new index in `new_layout` (tests of older formats).
+    pub(crate) fn open_as(
+        pages: &mut PageStore,
+        name_prefix: &str,
+        limits: DiskIndexLimits,
+        new_layout: Layout,
+    ) -> Result<Self> {
         assert!(limits.global_depth_max <= GLOBAL_DEPTH_MAX);
         let buckets_area = pages.area(&format!("{name_prefix}.buckets"));
         let directory_area = pages.area(&format!("{name_prefix}.directory"));
@@ -157,14 +266,17 @@ impl DiskIndex {
             change_count: 0,
             limits,
             bucket_page_reads: 0,
+            layout: new_layout,
         };
         let header = pages.read_once(directory_area, 0, |page| *page)?;
-        if header[..8] != DIRECTORY_MAGIC[..] {
+        if let Some(layout) = Layout::from_magic(&header[..8]) {
+            index.layout = layout;
+        } else {
             if header.iter().any(|&byte| byte != 0) || pages.page_count(buckets_area) != 0 {
                 return Err(index.corrupt("directory header", "bad magic"));
             }
             let page = pages.write(buckets_area, 0)?;
-            write_bucket_header(page, 0, 0, 0);
+            write_bucket_header(page, index.layout, 0, 0, 0);
             index.write_directory_slots(pages, 0, 1)?;
             index.write_header(pages)?;
             return Ok(index);
@@ -225,7 +337,7 @@ impl DiskIndex {
 
     fn write_header(&self, pages: &mut PageStore) -> Result<()> {
         let page = pages.write(self.directory_area, 0)?;
-        page[..8].copy_from_slice(DIRECTORY_MAGIC);
+        page[..8].copy_from_slice(self.layout.magic());
         page[8..12].copy_from_slice(&self.global_depth.to_le_bytes());
         page[12..16].fill(0);
         page[16..24].copy_from_slice(&self.len.to_le_bytes());
@@ -271,7 +383,9 @@ impl DiskIndex {
 
     /// Checks a bucket page's header.
     fn check_bucket(&self, page: u64, content: &Page) -> Result<()> {
-        if content[1] != BUCKET_MARKER || Bucket(content).count() > BUCKET_ENTRIES {
+        if content[1] != BUCKET_MARKER
+            || Bucket(content, self.layout).count() > self.layout.entries()
+        {
             return Err(Error::corrupt(
                 format!(
                     "bucket page {page} of fingerprint index {}",
@@ -283,47 +397,50 @@ impl DiskIndex {
         Ok(())
     }
 
-    /// The value stored for `fingerprint`, reading exactly one page.
+    /// The value stored for `fingerprint`'s key, reading exactly one page.
     #[inline]
     pub fn lookup(
         &mut self,
         pages: &mut PageStore,
         fingerprint: &Fingerprint,
     ) -> Result<Option<u64>> {
-        let page = self.directory[self.slot_of(fingerprint.prefix_u64())] as u64;
-        let bucket = Bucket(self.read_bucket(pages, page)?);
+        let key = IndexKey::of(fingerprint);
+        let page = self.directory[self.slot_of(key.hash())] as u64;
+        let bucket = Bucket(self.read_bucket(pages, page)?, self.layout);
         Ok(bucket
-            .find(fingerprint, bucket.count())
+            .find(&key, bucket.count())
             .map(|slot| entry_value(bucket.entry(slot))))
     }
 
-    /// Stores `value` for `fingerprint`; returns the value it replaces, if any. Fails with
-    /// [`Error::Limit`] when the bucket is full and the directory is at its depth limit.
+    /// Stores `value` for `fingerprint`'s key; returns the value it replaces, if any. Fails
+    /// with [`Error::Limit`] when the bucket is full and the directory is at its depth limit.
     pub fn insert(
         &mut self,
         pages: &mut PageStore,
         fingerprint: &Fingerprint,
         value: u64,
     ) -> Result<Option<u64>> {
+        let key = IndexKey::of(fingerprint);
+        let layout = self.layout;
         loop {
-            let page_number = self.directory[self.slot_of(fingerprint.prefix_u64())] as u64;
-            let bucket = Bucket(self.read_bucket(pages, page_number)?);
+            let page_number = self.directory[self.slot_of(key.hash())] as u64;
+            let bucket = Bucket(self.read_bucket(pages, page_number)?, layout);
             let count = bucket.count();
-            if let Some(slot) = bucket.find(fingerprint, count) {
+            if let Some(slot) = bucket.find(&key, count) {
                 let previous = entry_value(bucket.entry(slot));
                 let page = pages.write(self.buckets_area, page_number)?;
-                let start = BUCKET_HEADER_BYTES + slot * ENTRY_BYTES + FINGERPRINT_BYTES;
+                let start = BUCKET_HEADER_BYTES + (slot + 1) * layout.entry_bytes() - 8;
                 page[start..start + 8].copy_from_slice(&value.to_le_bytes());
                 self.change_count += 1;
                 self.write_header(pages)?;
                 return Ok(Some(previous));
             }
-            if count < BUCKET_ENTRIES {
+            if count < layout.entries() {
                 let page = pages.write(self.buckets_area, page_number)?;
-                let start = BUCKET_HEADER_BYTES + count * ENTRY_BYTES;
-                page[start..start + FINGERPRINT_BYTES].copy_from_slice(&fingerprint.0);
-                page[start + FINGERPRINT_BYTES..start + ENTRY_BYTES]
-                    .copy_from_slice(&value.to_le_bytes());
+                let start = BUCKET_HEADER_BYTES + count * layout.entry_bytes();
+                let stored = layout.stored_key_bytes;
+                page[start..start + stored].copy_from_slice(&fingerprint.0[..stored]);
+                page[start + stored..start + stored + 8].copy_from_slice(&value.to_le_bytes());
                 page[2..4].copy_from_slice(&(count as u16 + 1).to_le_bytes());
                 self.len += 1;
                 self.change_count += 1;
@@ -338,7 +455,7 @@ impl DiskIndex {
     /// the bucket's local depth equals the global depth.
     fn split(&mut self, pages: &mut PageStore, page_number: u64) -> Result<()> {
         let old = *self.read_bucket(pages, page_number)?;
-        let bucket = Bucket(&old);
+        let bucket = Bucket(&old, self.layout);
         let local_depth = bucket.local_depth();
         let shared_bits = bucket.shared_bits();
         assert!(local_depth <= self.global_depth);
@@ -377,15 +494,16 @@ impl DiskIndex {
                 moved.push(entry);
             }
         }
+        let entry_bytes = self.layout.entry_bytes();
         for (number, entries, bits) in [
             (page_number, &stay, shared_bits),
             (new_page_number, &moved, shared_bits | split_bit),
         ] {
             let page = pages.write(self.buckets_area, number)?;
-            write_bucket_header(page, local_depth + 1, entries.len(), bits);
+            write_bucket_header(page, self.layout, local_depth + 1, entries.len(), bits);
             for (slot, entry) in entries.iter().enumerate() {
-                let start = BUCKET_HEADER_BYTES + slot * ENTRY_BYTES;
-                page[start..start + ENTRY_BYTES].copy_from_slice(entry);
+                let start = BUCKET_HEADER_BYTES + slot * entry_bytes;
+                page[start..start + entry_bytes].copy_from_slice(entry);
             }
         }
         // The bucket's slots are 2^(G-L) consecutive ones; the upper half now serve the new page.
@@ -401,25 +519,31 @@ impl DiskIndex {
         self.write_header(pages)
     }
 
-    /// Removes `fingerprint`; returns its value if it was stored.
+    /// Removes `fingerprint`'s key; returns its value if it was stored.
     pub fn remove(
         &mut self,
         pages: &mut PageStore,
         fingerprint: &Fingerprint,
     ) -> Result<Option<u64>> {
-        let page_number = self.directory[self.slot_of(fingerprint.prefix_u64())] as u64;
-        let bucket = Bucket(self.read_bucket(pages, page_number)?);
+        self.remove_key(pages, &IndexKey::of(fingerprint))
+    }
+
+    /// Removes `key`; returns its value if it was stored.
+    pub fn remove_key(&mut self, pages: &mut PageStore, key: &IndexKey) -> Result<Option<u64>> {
+        let page_number = self.directory[self.slot_of(key.hash())] as u64;
+        let bucket = Bucket(self.read_bucket(pages, page_number)?, self.layout);
         let count = bucket.count();
-        let Some(slot) = bucket.find(fingerprint, count) else {
+        let Some(slot) = bucket.find(key, count) else {
             return Ok(None);
         };
         let value = entry_value(bucket.entry(slot));
+        let entry_bytes = self.layout.entry_bytes();
         let page = pages.write(self.buckets_area, page_number)?;
         // The last entry fills the hole, keeping entries contiguous.
-        let last = BUCKET_HEADER_BYTES + (count - 1) * ENTRY_BYTES;
-        let hole = BUCKET_HEADER_BYTES + slot * ENTRY_BYTES;
-        page.copy_within(last..last + ENTRY_BYTES, hole);
-        page[last..last + ENTRY_BYTES].fill(0);
+        let last = BUCKET_HEADER_BYTES + (count - 1) * entry_bytes;
+        let hole = BUCKET_HEADER_BYTES + slot * entry_bytes;
+        page.copy_within(last..last + entry_bytes, hole);
+        page[last..last + entry_bytes].fill(0);
         page[2..4].copy_from_slice(&(count as u16 - 1).to_le_bytes());
         self.len -= 1;
         self.change_count += 1;
@@ -427,23 +551,22 @@ impl DiskIndex {
         Ok(Some(value))
     }
 
-    /// Calls `visit` for every entry, bucket page by bucket page (in no meaningful order).
+    /// Calls `visit` for every entry's key and value, bucket page by bucket page (in no
+    /// meaningful order).
     pub fn for_each_entry(
         &mut self,
         pages: &mut PageStore,
-        mut visit: impl FnMut(&Fingerprint, u64),
+        mut visit: impl FnMut(&IndexKey, u64),
     ) -> Result<()> {
         // Every page once: through the clean cache, a scan would evict what lookups reuse.
         for page_number in 0..self.bucket_pages {
             self.bucket_page_reads += 1;
             pages.read_once(self.buckets_area, page_number, |content| {
                 self.check_bucket(page_number, content)?;
-                let bucket = Bucket(content);
+                let bucket = Bucket(content, self.layout);
                 for slot in 0..bucket.count() {
-                    let entry = bucket.entry(slot);
-                    let fingerprint =
-                        Fingerprint(entry[..FINGERPRINT_BYTES].try_into().expect("32 bytes"));
-                    visit(&fingerprint, entry_value(entry));
+                    let (key, value) = bucket.key_value(slot);
+                    visit(&key, value);
                 }
                 Ok(())
             })??;
@@ -458,7 +581,7 @@ impl DiskIndex {
         let mut slots_naming = vec![0u64; self.bucket_pages as usize];
         for slot in 0..self.directory.len() {
             let page = self.directory[slot];
-            let bucket = Bucket(self.read_bucket(pages, page as u64)?);
+            let bucket = Bucket(self.read_bucket(pages, page as u64)?, self.layout);
             let depth = bucket.local_depth();
             let slot_bits = if self.global_depth == 0 {
                 0
@@ -475,7 +598,7 @@ impl DiskIndex {
         }
         let mut entries = 0;
         for page_number in 0..self.bucket_pages {
-            let bucket = Bucket(self.read_bucket(pages, page_number)?);
+            let bucket = Bucket(self.read_bucket(pages, page_number)?, self.layout);
             let depth = bucket.local_depth();
             if slots_naming[page_number as usize]
                 != 1 << (self.global_depth - depth.min(self.global_depth))
@@ -533,6 +656,11 @@ impl DiskIndex {
     /// Bucket pages read through the page store since open (lookups read exactly one each).
     pub fn bucket_page_reads(&self) -> u64 {
         self.bucket_page_reads
+    }
+
+    /// The bucket layout (format) of this index.
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 
     /// Bytes of memory held: the in-memory directory.

@@ -149,3 +149,40 @@ fn parameters_are_checked() {
     assert_eq!("Cuckoo".parse::<FilterKind>().unwrap(), FilterKind::Cuckoo);
     assert!("quotient".parse::<FilterKind>().is_err());
 }
+
+/// Goal: a filter's answers depend only on the first 16 bytes of a fingerprint, the key the
+/// on-disk index stores, so a filter rebuilt from the index's keys ([`crate::index::IndexKey`])
+/// answers as the one built from whole fingerprints. Method: fill with fingerprints, then ask
+/// for their key probes and for copies with other trailing bytes; remove through a probe.
+#[test]
+fn answers_depend_on_the_key_only() {
+    for kind in FilterKind::ALL {
+        let mut filter = filled(kind, 10_000, 0.01);
+        let probe = |n: u64| crate::index::IndexKey::of(&fingerprint(n)).probe();
+        let other_tail = |n: u64| {
+            let mut changed = fingerprint(n);
+            changed.0[16..].copy_from_slice(&fingerprint(n + (1 << 50)).0[16..]);
+            changed
+        };
+        for n in 0..10_000 {
+            assert!(filter.may_contain(&probe(n)), "{kind}: probe of {n}");
+            assert!(
+                filter.may_contain(&other_tail(n)),
+                "{kind}: other tail of {n}"
+            );
+        }
+        let absent = ABSENT_KEYS_START..ABSENT_KEYS_START + 10_000;
+        let whole = absent
+            .clone()
+            .filter(|&n| filter.may_contain(&fingerprint(n)));
+        let probed = absent.filter(|&n| filter.may_contain(&probe(n)));
+        assert!(whole.eq(probed), "{kind}: absent keys answered alike");
+        if filter.supports_remove() {
+            assert!(
+                filter.remove(&probe(7)),
+                "{kind}: removed through the probe"
+            );
+            assert!(!filter.may_contain(&fingerprint(7)) || filter.may_contain(&probe(7)));
+        }
+    }
+}
