@@ -33,6 +33,9 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     // SAFETY: the set is initialised; blocking signals has no memory effects.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &signals, std::ptr::null_mut()) };
 
+    // A server lives long and its large tables (filter, index directory, page tables) grow
+    // with the stored data: map them, so they are resident only where used (memory.rs).
+    onecopy_core::memory::map_large_allocations();
     let block = open_block(cli, "serve", &args.engine)?;
     let engine = Arc::clone(&block.engine);
     let background = engine.start_background();

@@ -155,6 +155,8 @@ pub struct ContainerStore {
     handles: Mutex<HashMap<ContainerId, Arc<dyn StorageFile>>>,
     /// Shard directories with removals not yet synced.
     removed_shards: Mutex<std::collections::BTreeSet<String>>,
+    /// The last dropped writer's buffer, for the next writer.
+    spare_buffer: writer::SpareBuffer,
 }
 
 impl ContainerStore {
@@ -172,6 +174,7 @@ impl ContainerStore {
             options,
             handles: Mutex::new(HashMap::new()),
             removed_shards: Mutex::new(Default::default()),
+            spare_buffer: Default::default(),
         })
     }
 
@@ -198,7 +201,13 @@ impl ContainerStore {
         }
         let file = self.storage.open(&name, true)?;
         self.storage.sync_directory(&self.shard(id))?;
-        ContainerWriter::new(id, file, self.options, created_unix_seconds)
+        ContainerWriter::new(
+            id,
+            file,
+            self.options,
+            created_unix_seconds,
+            self.spare_buffer.clone(),
+        )
     }
 
     /// An open handle to container `id` (cached). Reads through it stay valid even if the

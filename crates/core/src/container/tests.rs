@@ -178,3 +178,41 @@ fn removals_are_durable_after_sync() {
     assert!(!after.exists(&containers.name(5)).unwrap());
     assert!(!after.exists(&containers.name(5 + 256)).unwrap());
 }
+
+/// Goal: a writer's buffer goes to the next writer, and the next container holds only its
+/// own header and chunks, whether the previous writer was sealed or dropped with unwritten
+/// bytes.
+#[test]
+fn writers_pass_their_buffer_on() {
+    let storage = SimulatedStorage::new();
+    let containers = store(&storage, None);
+    let append = |writer: &mut ContainerWriter, seed: u64| {
+        let data = chunk(seed, 4096);
+        let fingerprint = FingerprintAlgorithm::Blake3.hash(&data);
+        (writer.append(&fingerprint, &data, 0).unwrap(), data)
+    };
+    let mut first = containers.create(1, 0).unwrap();
+    append(&mut first, 1);
+    first.seal(1).unwrap();
+    assert!(
+        containers.spare_buffer.lock().is_some(),
+        "a sealed writer's buffer is kept"
+    );
+    // Taken by the next writer, then returned by a drop with bytes never written out.
+    let mut dropped = containers.create(2, 0).unwrap();
+    assert!(containers.spare_buffer.lock().is_none());
+    append(&mut dropped, 2);
+    drop(dropped);
+    let mut third = containers.create(3, 0).unwrap();
+    let written: Vec<_> = (10..13).map(|seed| append(&mut third, seed)).collect();
+    third.seal(3).unwrap();
+    let contents = containers.read_contents(3).unwrap();
+    assert_eq!(contents.chunks.len(), written.len());
+    for (stored, (location, data)) in contents.chunks.iter().zip(&written) {
+        assert_eq!(&stored.location, location);
+        let mut out = vec![0u8; data.len()];
+        containers.read_chunk(location, &mut out).unwrap();
+        assert_eq!(&out, data);
+    }
+    assert!(containers.scan(3).unwrap().sealed);
+}

@@ -10,6 +10,7 @@ use super::{decompress_into, ChunkLocation, ContainerId, ContainerOptions, CHUNK
 use crate::fingerprint::Fingerprint;
 use crate::storage::StorageFile;
 use crate::{Error, Result};
+use parking_lot::Mutex;
 
 /// Appended bytes kept in memory before they are written to the file.
 const WRITE_BUFFER_BYTES: usize = 1 << 20;
@@ -24,6 +25,12 @@ pub struct SealedContainer {
     pub timestamp: u64,
 }
 
+/// A write buffer kept between containers: a writer takes it when it is made and puts it
+/// back when it is dropped. A fresh megabyte per container costs a mapping and 256 page
+/// faults (allocations this large are mapped, see `memory::map_large_allocations`), at
+/// every 4 MiB of data with the block device's containers.
+pub(crate) type SpareBuffer = Arc<Mutex<Option<Vec<u8>>>>;
+
 /// Appends chunks to one open container. Appended chunks are readable at once (from the write
 /// buffer or the file) and durable after [`sync`](ContainerWriter::sync).
 pub struct ContainerWriter {
@@ -32,6 +39,8 @@ pub struct ContainerWriter {
     options: ContainerOptions,
     /// Bytes appended but not yet written to the file; they start at file offset `written`.
     buffer: Vec<u8>,
+    /// Where `buffer` goes when the writer is dropped.
+    spare: SpareBuffer,
     written: u64,
     synced: u64,
     /// End of the bytes handed to [`ContainerWriter::start_writeback`].
@@ -51,12 +60,24 @@ impl std::fmt::Debug for ContainerWriter {
     }
 }
 
+impl Drop for ContainerWriter {
+    fn drop(&mut self) {
+        let mut buffer = std::mem::take(&mut self.buffer);
+        // A buffer grown far past its size (a sealed container's trailer) is not kept.
+        if buffer.capacity() <= 2 * (WRITE_BUFFER_BYTES + CHUNK_HEADER_BYTES) {
+            buffer.clear();
+            *self.spare.lock() = Some(buffer);
+        }
+    }
+}
+
 impl ContainerWriter {
     pub(crate) fn new(
         id: ContainerId,
         file: Arc<dyn StorageFile>,
         options: ContainerOptions,
         created_unix_seconds: u64,
+        spare: SpareBuffer,
     ) -> Result<Self> {
         let compressor = match options.compression_level {
             Some(level) => Some(
@@ -65,13 +86,18 @@ impl ContainerWriter {
             ),
             None => None,
         };
-        let mut buffer = Vec::with_capacity(WRITE_BUFFER_BYTES + CHUNK_HEADER_BYTES);
+        let mut buffer = spare
+            .lock()
+            .take()
+            .unwrap_or_else(|| Vec::with_capacity(WRITE_BUFFER_BYTES + CHUNK_HEADER_BYTES));
+        assert!(buffer.is_empty(), "a spare buffer is handed back empty");
         buffer.extend_from_slice(&format::encode_header(id, created_unix_seconds));
         Ok(ContainerWriter {
             id,
             file,
             options,
             buffer,
+            spare,
             written: 0,
             synced: 0,
             writeback_from: 0,
