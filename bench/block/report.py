@@ -92,6 +92,9 @@ def main(path):
                   f"{row['stored_bytes'] / 1e6:.3f} MB stored, {row['distinct_chunks']} distinct chunks")
 
     steps = [r for r in rows if r["kind"] == "ram-step"]
+    # Runs since stop 13 measure the empty volume first: the fixed part of a reopened server.
+    empty = next((step for step in steps if step["written_bytes"] == 0), None)
+    steps = [step for step in steps if step["written_bytes"] > 0]
     stats_rows = [r for r in rows if r["kind"] == "ram-stats"]
     if steps and stats_rows:
         stats = json.load(open(stats_rows[-1]["path"]))
@@ -120,6 +123,13 @@ def main(path):
                 print(f"- growth of the {label} from {first['written_bytes'] / 1e9:.2f} GB to "
                       f"{last['written_bytes'] / 1e9:.2f} GB stored ({len(steps)} steps, least-squares "
                       f"slope): {slope * TIB / 1e9:.3f} GB per TiB ({slope * 1e12 / 1e9:.3f} GB per TB)")
+            if empty is not None:
+                for key, label in keys[:2]:
+                    grown = last[key] - empty[key]
+                    print(f"- {label} at {last['written_bytes'] / 1e9:.2f} GB stored, less the same "
+                          f"with an empty volume ({empty[key] / 1e6:.2f} MB): {grown / 1e6:.2f} MB = "
+                          f"{grown / last['written_bytes'] * TIB / 1e9:.3f} GB per TiB "
+                          f"({grown / last['written_bytes'] * 1e12 / 1e9:.3f} GB per TB)")
             # The engine's own parts at each step (runs before stop 11 did not record them).
             if all("stats_path" in step for step in (first, last)):
                 before, after = (json.load(open(step["stats_path"]))["engine"]
