@@ -80,6 +80,10 @@ def main(path):
     for row in (r for r in rows if r["kind"] == "limit"):
         iops = f", {row['iops'] / 1e3:.1f}k IOPS" if "iops" in row else ""
         print(f"- {row['what']}: {row['bytes_per_second'] / 1e9:.3f} GB/s{iops}")
+    for row in (r for r in rows if r["kind"] == "warm-shm"):
+        print(f"- tmpfs warmed before the servers (guest memory touched once): "
+              f"{row['bytes'] / 1e9:.2f} GB in {row['seconds']:.1f} s, "
+              f"{row['bytes'] / row['seconds'] / 1e9:.2f} GB/s")
     memory_seq = figure("nbdkit-memory", "seq-write-1M")
     if memory_seq:
         print(f"- fio nbd engine against nbdkit memory, 1 MiB writes: {memory_seq[0] / 1e9:.2f} GB/s")

@@ -8,12 +8,13 @@
 //! about 0.18 bytes per chunk, after `malloc_trim`).
 //!
 //! glibc also moves its threshold for serving allocations from fresh mappings instead of the
-//! heap: freeing a mapped block of n bytes raises it to n (up to 32 MiB). After the open freed
-//! a decoded filter's buffer, later large tables came from the heap, where a zeroed
+//! heap: freeing a mapped block of n bytes raises it to n (up to 32 MiB). Once the open had
+//! freed large decode buffers, later large tables could come from the heap, where a zeroed
 //! allocation is written (recycled memory must be cleared) and so resident at once, while a
 //! fresh mapping is zero pages that become resident only when used. Which happened depended
-//! on the order of earlier allocations, so the same repository reopened at 17.18 GB held
-//! 5.7 MB or 6.7 MB of anonymous memory depending on how it had been written (stop 13).
+//! on the order of earlier allocations: the same 17.18 GB of data reopened with 5.7 MB or
+//! 6.7 MB of anonymous memory, for the same heap bytes in use, depending on how it had been
+//! written (stop 13).
 //! [`map_large_allocations`] fixes the threshold.
 
 /// Allocations of at least this many bytes get their own mapping (see
@@ -25,7 +26,7 @@ pub const MAPPED_ALLOCATION_BYTES: usize = 256 << 10;
 /// Free memory at the top of a heap that glibc keeps instead of returning it at once. Fixing
 /// the mapping threshold also fixes this one, at 128 KiB unless set; the server's worker
 /// threads then returned a few pages per request (about one `madvise` per 1 MiB write).
-/// Glibc's own rule would have set it to twice the mapping threshold.
+/// glibc's own rule would have set it to twice the mapping threshold.
 pub const HEAP_TOP_KEPT_BYTES: usize = 4 * MAPPED_ALLOCATION_BYTES;
 
 /// Serves allocations of [`MAPPED_ALLOCATION_BYTES`] or more from their own mappings, always,
