@@ -20,6 +20,7 @@ use std::collections::{HashSet, VecDeque};
 
 use onecopy_core::container::is_zero;
 use onecopy_core::fingerprint::Fingerprint;
+use onecopy_core::index::FingerprintBuildHasher;
 
 use crate::engine::EngineCounters;
 use crate::volume::VolumeRecord;
@@ -119,7 +120,9 @@ const COPY_FRACTION_MIN: f64 = 0.25;
 /// detected, reads prefetch the fingerprints of the blocks they return.
 #[derive(Debug, Default)]
 pub struct CopyDetector {
-    recent: HashSet<Fingerprint>,
+    /// Every read and every deduplicated write probes this set: hashed by the fingerprint's
+    /// own first bytes, not SipHash (2% of a unique overwrite's server time, stop 13).
+    recent: HashSet<Fingerprint, FingerprintBuildHasher>,
     order: VecDeque<Fingerprint>,
     window_writes: u64,
     window_copies: u64,
