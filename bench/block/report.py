@@ -80,6 +80,9 @@ def main(path):
     for row in (r for r in rows if r["kind"] == "limit"):
         iops = f", {row['iops'] / 1e3:.1f}k IOPS" if "iops" in row else ""
         print(f"- {row['what']}: {row['bytes_per_second'] / 1e9:.3f} GB/s{iops}")
+    for row in (r for r in rows if r["kind"] == "page-reporting"):
+        print(f"- free page reporting to the host stopped for the run (page_reporting_order "
+              f"{row['order_before']} -> {row['order']})")
     for row in (r for r in rows if r["kind"] == "warm-shm"):
         print(f"- tmpfs warmed before the servers (guest memory touched once): "
               f"{row['bytes'] / 1e9:.2f} GB in {row['seconds']:.1f} s, "
