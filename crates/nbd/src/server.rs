@@ -59,6 +59,12 @@ pub struct ServerConfig {
     /// How long [`Server::shutdown`] waits for connections to finish before forcing them
     /// closed.
     pub shutdown_grace: Duration,
+    /// Run connection threads (the reader and its workers) under `SCHED_BATCH`. A reader
+    /// wakes a worker for every request; under the normal policy each wake-up preempts the
+    /// thread that is running, so with more runnable threads than cores (a client, a reader,
+    /// workers) requests are served in slices cut by switches. Batch threads still get their
+    /// fair share of CPU but do not preempt on wake-up; see docs/DESIGN.md for the measurement.
+    pub batch_scheduling: bool,
     /// Where events (export failures, connection errors) are reported.
     pub events: EventSink,
 }
@@ -73,6 +79,7 @@ impl Default for ServerConfig {
             handshake_timeout: Duration::from_secs(30),
             handshake: HandshakeLimits::default(),
             shutdown_grace: Duration::from_secs(10),
+            batch_scheduling: true,
             events: stderr_event_sink(),
         }
     }
@@ -508,6 +515,10 @@ fn register<T: Transport>(shared: &Arc<Shared>, stream: T, peer: String) {
                 id,
             };
             let shared = &registration.shared;
+            if shared.config.batch_scheduling {
+                // Workers are started by this thread and inherit its policy.
+                use_batch_scheduling();
+            }
             let result = serve_connection(stream, shared.catalog.as_ref(), &shared.config);
             if let Err(error) = result {
                 shared.failed.fetch_add(1, Ordering::Relaxed);
@@ -526,6 +537,15 @@ fn register<T: Transport>(shared: &Arc<Shared>, stream: T, peer: String) {
             report(NbdError::io("starting a connection thread", error));
         }
     }
+}
+
+/// Puts the calling thread under `SCHED_BATCH` (on Linux the policy is per thread). Best
+/// effort: any thread may lower its own policy to batch, and where a sandbox forbids it the
+/// connection is served under the normal policy, only with more preemption.
+fn use_batch_scheduling() {
+    let parameters = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 names the calling thread; the parameters outlive the call.
+    let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &parameters) };
 }
 
 /// A connection's entry in the registry, removed when this is dropped.

@@ -19,11 +19,13 @@ use onecopy_nbd::{
 
 /// Wraps a memory export and fails on purpose: reads at offset 0 fail with an I/O error,
 /// writes with a full store, fast zeroing is refused, block status returns no extents, and
-/// cache panics. Reads elsewhere sleep `read_delay` first.
+/// cache panics. Reads elsewhere sleep `read_delay` first. Every read records the scheduling
+/// policy of the thread serving it.
 struct FaultyExport {
     inner: MemoryExport,
     read_delay: Duration,
     reads_started: AtomicUsize,
+    read_policies: std::sync::Mutex<Vec<i32>>,
 }
 
 impl FaultyExport {
@@ -32,6 +34,7 @@ impl FaultyExport {
             inner: MemoryExport::new(1 << 20),
             read_delay,
             reads_started: AtomicUsize::new(0),
+            read_policies: std::sync::Mutex::new(Vec::new()),
         }
     }
 }
@@ -51,6 +54,9 @@ impl Export for FaultyExport {
     }
     fn read(&self, offset: u64, buffer: &mut [u8]) -> Result<(), ExportError> {
         self.reads_started.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: pid 0 names the calling thread.
+        let policy = unsafe { libc::sched_getscheduler(0) };
+        self.read_policies.lock().unwrap().push(policy);
         if offset == 0 {
             return Err(ExportError::io(
                 "reading container 7",
@@ -183,6 +189,42 @@ fn shutdown_finishes_in_flight_requests() {
     client.stream.read_to_end(&mut rest).unwrap();
     assert!(rest.is_empty(), "connection closed after the last reply");
     assert!(!server.socket.exists(), "socket file removed");
+}
+
+// Goal: requests are served by threads under SCHED_BATCH unless the config turns it off
+// (then they keep the policy of the thread that started the server).
+#[test]
+fn connection_threads_use_batch_scheduling() {
+    for batch_scheduling in [true, false] {
+        let config = ServerConfig {
+            batch_scheduling,
+            ..ServerConfig::default()
+        };
+        let (server, export) = faulty_server(Duration::ZERO, config);
+        let mut client = Client::open(&server, "faulty", false, false);
+        for offset in 1..=8 {
+            assert_eq!(client.read(offset * 4096, 4096).unwrap(), vec![0; 4096]);
+        }
+        client.disconnect();
+        let policies = export.read_policies.lock().unwrap().clone();
+        assert_eq!(policies.len(), 8);
+        // SAFETY: pid 0 names the calling thread.
+        let starter = unsafe { libc::sched_getscheduler(0) };
+        let expected = if batch_scheduling {
+            libc::SCHED_BATCH
+        } else {
+            starter
+        };
+        assert_ne!(
+            starter,
+            libc::SCHED_BATCH,
+            "the test thread runs under the normal policy"
+        );
+        assert!(
+            policies.iter().all(|&policy| policy == expected),
+            "batch_scheduling {batch_scheduling}: policies {policies:?}"
+        );
+    }
 }
 
 // Goal: a client beyond connections_max is disconnected at once while others are served.

@@ -22,6 +22,10 @@ pub struct ServeArgs {
     /// Worker threads per connection [default: the NBD server's default].
     #[arg(long)]
     pub workers: Option<usize>,
+    /// Serve connections under the normal scheduling policy instead of SCHED_BATCH (batch
+    /// threads do not preempt each other on every request's wake-up; see docs/DESIGN.md).
+    #[arg(long)]
+    pub no_batch_scheduling: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -44,6 +48,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     if let Some(workers) = args.workers {
         config.workers_per_connection = workers;
     }
+    config.batch_scheduling = !args.no_batch_scheduling;
     let mut addresses = Vec::new();
     if let Some(path) = &args.socket {
         addresses.push(ListenAddress::Unix(path.clone()));
