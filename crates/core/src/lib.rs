@@ -23,6 +23,7 @@ pub mod error;
 pub mod fingerprint;
 pub mod gc;
 pub mod index;
+pub mod integer_hash;
 pub mod journal;
 pub mod memory;
 pub mod pages;

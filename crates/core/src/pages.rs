@@ -36,6 +36,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::integer_hash::IntegerBuildHasher;
 use crate::storage::{join, Storage, StorageFile};
 use crate::{Error, Result};
 
@@ -83,7 +84,7 @@ struct Area {
     /// Where this area's entries start in the durable manifest file, and how many it has.
     manifest_entries_at: u64,
     manifest_pages: u64,
-    dirty: HashMap<u64, Box<Page>>,
+    dirty: HashMap<u64, Box<Page>, IntegerBuildHasher>,
     /// The owner holds this area decoded in memory: its pages are not kept in the clean
     /// cache, not even after a checkpoint wrote them ([`PageStore::set_uncached`]).
     uncached: bool,
@@ -101,7 +102,7 @@ impl Area {
             table,
             manifest_entries_at: 0,
             manifest_pages: 0,
-            dirty: HashMap::new(),
+            dirty: HashMap::default(),
             uncached: false,
         }
     }
@@ -803,7 +804,7 @@ impl<'a> ByteReader<'a> {
 #[derive(Debug)]
 struct PageCache {
     capacity: usize,
-    positions: HashMap<(AreaId, u64), usize>,
+    positions: HashMap<(AreaId, u64), usize, IntegerBuildHasher>,
     entries: Vec<CacheEntry>,
     hand: usize,
 }
@@ -819,7 +820,7 @@ impl PageCache {
     fn new(capacity: usize) -> Self {
         PageCache {
             capacity,
-            positions: HashMap::new(),
+            positions: HashMap::default(),
             entries: Vec::new(),
             hand: 0,
         }

@@ -35,6 +35,7 @@ use onecopy_core::chunk_store::{
     ChunkChange, ChunkId, ChunkStore, ChunkStoreOptions, ChunkStoreState,
 };
 use onecopy_core::container::{ContainerId, ContainerStore};
+use onecopy_core::integer_hash::IntegerBuildHasher;
 use onecopy_core::journal::{Journal, ReplayControl};
 use onecopy_core::pages::{PageStore, PageStoreOptions, RecordArea};
 use onecopy_core::storage::{read_all, write_atomically, Storage};
@@ -109,7 +110,7 @@ pub(crate) struct EngineState {
     pub(crate) pages: PageStore,
     pub(crate) journal: Journal,
     pub(crate) chunks: ChunkStore,
-    pub(crate) volumes: HashMap<VolumeId, VolumeState>,
+    pub(crate) volumes: HashMap<VolumeId, VolumeState, IntegerBuildHasher>,
     pub(crate) names: BTreeMap<String, VolumeId>,
     pub(crate) counters: EngineCounters,
     pub(crate) copies: CopyDetector,
@@ -181,7 +182,7 @@ impl Engine {
             },
         )?;
         let catalog = Catalog::open(&storage, CATALOG_FILE)?;
-        let mut volumes = HashMap::new();
+        let mut volumes = HashMap::default();
         let mut names = BTreeMap::new();
         for (_, record) in catalog.read()?.list_json::<VolumeRecord>(VOLUMES)? {
             let map = RecordArea::new(pages.area(&record.map_area_name()), 8);
@@ -387,7 +388,7 @@ pub(crate) fn flush_locked(state: &mut EngineState) -> Result<()> {
 pub(crate) fn apply_change(
     pages: &mut PageStore,
     chunks: &mut ChunkStore,
-    volumes: &HashMap<VolumeId, VolumeState>,
+    volumes: &HashMap<VolumeId, VolumeState, IntegerBuildHasher>,
     change: &BlockChange,
 ) -> Result<()> {
     match change {
