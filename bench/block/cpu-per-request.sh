@@ -50,6 +50,14 @@ case $job in
   *) echo "unknown job $job" >&2; exit 2 ;;
 esac
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+# fio's processes (the parent and its job), for the client's share of the two cores.
+client_ticks() {
+  local sum=0 pid
+  for pid in $(pgrep -x fio); do
+    sum=$((sum + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)))
+  done
+  echo "$sum"
+}
 switches() { awk '/ctxt/ {sum += $2} END {print sum}' /proc/"$pid"/task/*/status; }
 threads() {
   for task in /proc/"$pid"/task/*; do
@@ -58,9 +66,9 @@ threads() {
 }
 (
   sleep 2
-  ticks0=$(cpu_ticks); switches0=$(switches); threads >"$work/threads0"
+  ticks0=$(cpu_ticks); client0=$(client_ticks); switches0=$(switches); threads >"$work/threads0"
   sleep 7
-  echo "$ticks0 $(cpu_ticks) $switches0 $(switches)" >"$work/sample"
+  echo "$ticks0 $(cpu_ticks) $switches0 $(switches) $client0 $(client_ticks)" >"$work/sample"
   threads >"$work/threads1"
 ) &
 sampler=$!
@@ -73,12 +81,15 @@ import json, sys
 work, job, ticks_per_second = sys.argv[1], sys.argv[2], int(sys.argv[3])
 result = json.load(open(work + "/fio.json"))["jobs"][0]
 side = result["read"] if job.startswith("read") else result["write"]
-ticks0, ticks1, switches0, switches1 = map(int, open(work + "/sample").read().split())
+ticks0, ticks1, switches0, switches1, client0, client1 = map(
+    int, open(work + "/sample").read().split())
+client_cores = (client1 - client0) / ticks_per_second / 7
 cores = (ticks1 - ticks0) / ticks_per_second / 7
 iops = side["iops"]
 print(f"{job}: {iops:.0f} IOPS, {side['bw_bytes'] / 1e9:.2f} GB/s, server CPU {cores:.2f} cores"
       f" = {cores / iops * 1e6:.1f} us/request, {(switches1 - switches0) / 7 / iops:.2f}"
-      f" context switches/request, mean latency {side['clat_ns']['mean'] / 1e3:.1f} us")
+      f" context switches/request, mean latency {side['clat_ns']['mean'] / 1e3:.1f} us;"
+      f" client (fio) CPU {client_cores:.2f} cores")
 EOF
 echo "thread: voluntary nonvoluntary switches at 2 s | at 9 s"
 paste "$work/threads0" "$work/threads1" | grep -v " 0 0 " || true

@@ -294,7 +294,14 @@ impl FingerprintIndex {
         value: u64,
     ) -> Result<Option<u64>> {
         self.counters.inserts += 1;
-        let previous = self.disk.insert(pages, fingerprint, value)?;
+        // The filter holds every key on disk (it is rebuilt from the buckets whenever it may
+        // not), so a key it excludes is new: no need to search its bucket.
+        let previous = if self.filter.may_contain(fingerprint) {
+            self.disk.insert(pages, fingerprint, value)?
+        } else {
+            self.disk.insert_absent(pages, fingerprint, value)?;
+            None
+        };
         if previous.is_none() {
             let placed = self.filter.insert(fingerprint);
             if !placed || self.filter.needs_growth() {

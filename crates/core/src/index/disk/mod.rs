@@ -420,13 +420,37 @@ impl DiskIndex {
         fingerprint: &Fingerprint,
         value: u64,
     ) -> Result<Option<u64>> {
+        self.insert_searching(pages, fingerprint, value, true)
+    }
+
+    /// Inserts the key of `fingerprint`, which the caller knows is absent (its membership
+    /// filter excludes it), without searching the bucket for it first. The search reads the
+    /// whole 4 KiB bucket page, 64 cache lines; appending reads two.
+    pub fn insert_absent(
+        &mut self,
+        pages: &mut PageStore,
+        fingerprint: &Fingerprint,
+        value: u64,
+    ) -> Result<()> {
+        let previous = self.insert_searching(pages, fingerprint, value, false)?;
+        assert!(previous.is_none(), "an append replaced nothing");
+        Ok(())
+    }
+
+    fn insert_searching(
+        &mut self,
+        pages: &mut PageStore,
+        fingerprint: &Fingerprint,
+        value: u64,
+        search: bool,
+    ) -> Result<Option<u64>> {
         let key = IndexKey::of(fingerprint);
         let layout = self.layout;
         loop {
             let page_number = self.directory[self.slot_of(key.hash())] as u64;
             let bucket = Bucket(self.read_bucket(pages, page_number)?, layout);
             let count = bucket.count();
-            if let Some(slot) = bucket.find(&key, count) {
+            if let Some(slot) = search.then(|| bucket.find(&key, count)).flatten() {
                 let previous = entry_value(bucket.entry(slot));
                 let page = pages.write(self.buckets_area, page_number)?;
                 let start = BUCKET_HEADER_BYTES + (slot + 1) * layout.entry_bytes() - 8;

@@ -57,6 +57,33 @@ fn behaves_as_a_map_across_splits() {
     assert!(index.bucket_pages() >= expected_pages && index.bucket_pages() <= expected_pages * 2);
 }
 
+/// Goal: appending keys known to be absent builds the same map as searching inserts, across
+/// splits, in both layouts. Method: 20,000 entries appended, then every lookup, a verify, and
+/// a searching insert that replaces one of them.
+#[test]
+fn appending_absent_keys_equals_searching_inserts() {
+    for layout in [Layout::CURRENT, Layout::FORMAT_1] {
+        let (_storage, mut pages, mut index) = new_index_as(layout);
+        for n in 0..20_000 {
+            index.insert_absent(&mut pages, &fingerprint(n), n).unwrap();
+        }
+        assert_eq!(index.len(), 20_000);
+        for n in 0..20_000 {
+            assert_eq!(index.lookup(&mut pages, &fingerprint(n)).unwrap(), Some(n));
+        }
+        assert_eq!(
+            index.lookup(&mut pages, &fingerprint(20_000)).unwrap(),
+            None
+        );
+        assert_eq!(index.verify(&mut pages).unwrap(), 20_000);
+        assert_eq!(
+            index.insert(&mut pages, &fingerprint(9), 99).unwrap(),
+            Some(9)
+        );
+        assert_eq!(index.len(), 20_000);
+    }
+}
+
 /// Goal: every lookup, hit or miss, reads exactly one page. Method: the index's counter of
 /// bucket page reads, checked around each of 10,000 lookups on a 50,000-entry index.
 #[test]
