@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use onecopy_block::{BatchWrite, Engine, HintSettings, RuntimeOptions};
+use onecopy_block::{BatchWrite, BlockConfig, Engine, HintSettings, RuntimeOptions};
+use onecopy_core::container::{ContainerOptions, CONTAINER_BYTES_MIN};
 use onecopy_core::storage::{CrashMode, SimulatedStorage, Storage};
 
 const BLOCK: usize = 4096;
@@ -335,7 +336,9 @@ enum Step {
     Flush,
 }
 
-fn workload(seed: u64, steps: usize, volume_blocks: u64) -> Vec<Step> {
+/// `distinct` patterns are written: few make duplicates plenty, many make new chunks fill
+/// containers.
+fn workload(seed: u64, steps: usize, volume_blocks: u64, distinct: u64) -> Vec<Step> {
     let mut state = seed | 1;
     let mut next = || {
         state ^= state << 13;
@@ -352,15 +355,14 @@ fn workload(seed: u64, steps: usize, volume_blocks: u64) -> Vec<Step> {
             },
             2 => Step::Write {
                 offset: next() % (volume_blocks * BLOCK as u64 - 5000),
-                seed: next() % 5,
+                seed: next() % distinct.min(5),
                 length: 1 + (next() % 5000) as usize,
             },
             _ => {
                 let blocks = 1 + next() % 4;
                 Step::Write {
                     offset: (next() % (volume_blocks - blocks)) * BLOCK as u64,
-                    // Few distinct seeds: plenty of duplicates.
-                    seed: next() % 6,
+                    seed: next() % distinct,
                     length: (blocks as usize) * BLOCK,
                 }
             }
@@ -426,11 +428,54 @@ fn run_until_crash(
 /// agreement. Method: reference model snapshots after every step.
 #[test]
 fn crash_recovery_matches_model() {
+    // Few distinct patterns: plenty of duplicates.
+    let crash_points = crash_recovery_case(None, 6, 1..=10);
+    assert!(
+        crash_points >= 100,
+        "the workload must reach many sync points"
+    );
+}
+
+/// Goal: the same, where containers fill and are sealed between flushes, so that container
+/// bytes written behind the lock, seals and new container names whose syncs wait for the
+/// next FLUSH are all cut by crashes (torn seals, missing names). Method: the smallest
+/// containers (64 KiB, 16 blocks) and mostly new data.
+#[test]
+fn crash_recovery_matches_model_across_sealed_containers() {
+    let config = BlockConfig {
+        containers: ContainerOptions {
+            container_bytes: CONTAINER_BYTES_MIN,
+            compression_level: None,
+        },
+        ..BlockConfig::default()
+    };
+    let crash_points = crash_recovery_case(Some(config), 400, 1..=6);
+    assert!(
+        crash_points >= 100,
+        "the workload must reach many sync points"
+    );
+}
+
+/// Runs the crash test of `seeds` on engines created with `config`; returns the number of
+/// crash points tested.
+fn crash_recovery_case(
+    config: Option<BlockConfig>,
+    distinct: u64,
+    seeds: std::ops::RangeInclusive<u64>,
+) -> usize {
+    let open = |storage: &SimulatedStorage| {
+        Engine::open(
+            Arc::new(storage.clone()) as Arc<dyn Storage>,
+            config.clone(),
+            runtime(),
+        )
+    };
     let volume_blocks = 24u64;
     let volume_bytes = volume_blocks * BLOCK as u64;
     let mut crash_points = 0;
-    for seed in 1..=10u64 {
-        let steps = workload(seed, 80, volume_blocks);
+    let mut sealed = 0;
+    for seed in seeds {
+        let steps = workload(seed, 80, volume_blocks, distinct);
         let mut snapshots = vec![vec![0u8; volume_bytes as usize]];
         for step in &steps {
             let mut next = snapshots.last().unwrap().clone();
@@ -445,6 +490,8 @@ fn crash_recovery_matches_model() {
                 .unwrap();
             let before = storage.sync_count();
             run_until_crash(&engine, volume.id, &steps, volume_bytes);
+            // Every container but the last one opened was sealed.
+            sealed += engine.stats().store.next_container_id.saturating_sub(2);
             (before, storage.sync_count())
         };
         for crash_at in total_syncs.0 + 1..=total_syncs.1 {
@@ -476,11 +523,11 @@ fn crash_recovery_matches_model() {
             crash_points += 1;
         }
     }
-    eprintln!("crash points tested: {crash_points}");
-    assert!(
-        crash_points >= 100,
-        "the workload must reach many sync points"
-    );
+    eprintln!("crash points tested: {crash_points}, containers sealed in the full runs: {sealed}");
+    if config.is_some() {
+        assert!(sealed >= 20, "the workload must seal containers ({sealed})");
+    }
+    crash_points
 }
 
 /// Goal: flash mode (paper 5) deduplicates with weak xxh3 fingerprints confirmed by byte

@@ -313,6 +313,15 @@ impl PageStore {
         Ok(self.cache.get(key).expect("just inserted"))
     }
 
+    /// Page `page` of `area` if it is in memory (dirty or cached), without loading it or
+    /// counting it as used: for warming ([`crate::index::FingerprintIndex::warm_buckets`]).
+    pub fn resident(&self, area: AreaId, page: u64) -> Option<&Page> {
+        match self.areas[area].dirty.get(&page) {
+            Some(dirty) => Some(dirty),
+            None => self.cache.peek((area, page)),
+        }
+    }
+
     /// Reads page `page` of `area` for a scan that reads each page once (loading a saved
     /// filter, visiting every index entry): a page not already in memory is read, verified
     /// and dropped, not kept in the clean cache. Through [`read`](Self::read), loading a
@@ -832,6 +841,12 @@ impl PageCache {
 
     fn contains(&self, key: (AreaId, u64)) -> bool {
         self.positions.contains_key(&key)
+    }
+
+    /// The page, without counting it as used.
+    fn peek(&self, key: (AreaId, u64)) -> Option<&Page> {
+        let position = *self.positions.get(&key)?;
+        Some(&self.entries[position].page)
     }
 
     fn get(&mut self, key: (AreaId, u64)) -> Option<&Page> {

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use onecopy_core::chunk_store::{read_located, unix_seconds, ChunkId, ChunkRead, ZERO_CHUNK};
+use onecopy_core::chunk_store::{
+    read_located, unix_seconds, ChunkId, ChunkRead, NewChunk, ZERO_CHUNK,
+};
 use onecopy_core::container::ChunkLocation;
 use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::storage::StorageFile;
@@ -44,6 +46,37 @@ fn deduplicated_blocks(plan: &[BlockPlan]) -> usize {
     plan.iter()
         .filter(|plan| matches!(plan, BlockPlan::Whole(WriteDecision::Deduplicate)))
         .count()
+}
+
+/// Fingerprints of a batch's deduplicated whole blocks, in order, and their CRC-32C (empty
+/// when chunks are compressed: the checksum is then of the compressed bytes).
+struct Digests {
+    fingerprints: Vec<Fingerprint>,
+    checksums: Vec<u32>,
+}
+
+impl Digests {
+    /// The `count` digests from `start`, one write's share.
+    fn range(&self, start: usize, count: usize) -> DigestSlice<'_> {
+        DigestSlice {
+            fingerprints: &self.fingerprints[start..start + count],
+            checksums: self.checksums.get(start..start + count).unwrap_or_default(),
+        }
+    }
+}
+
+/// One write's share of [`Digests`].
+#[derive(Clone, Copy, Default)]
+struct DigestSlice<'a> {
+    fingerprints: &'a [Fingerprint],
+    checksums: &'a [u32],
+}
+
+impl DigestSlice<'_> {
+    /// The fingerprint and checksum of the `index`-th deduplicated block.
+    fn get(&self, index: usize) -> (Fingerprint, Option<u32>) {
+        (self.fingerprints[index], self.checksums.get(index).copied())
+    }
 }
 
 /// How one block of a write is handled.
@@ -282,21 +315,22 @@ impl Engine {
                 ))
             })
             .collect();
-        let fingerprints = self.fingerprint_plans(&plans, &record, writes);
+        let digests = self.digest_plans(&plans, &record, writes);
         let mut next_fingerprint = 0;
         let mut flush_wanted = false;
         {
             let mut state = self.state.lock();
             // The batch's index lookups then overlap their memory latencies.
-            state.chunks.index().warm(&fingerprints);
+            state.chunks.index().warm(&digests.fingerprints);
+            let EngineState { chunks, pages, .. } = &mut *state;
+            chunks.index().warm_buckets(pages, &digests.fingerprints);
             for (write, plan) in writes.iter().zip(plans) {
                 let result = match plan {
                     Err(error) => Err(error),
                     Ok(_) if write.data.is_empty() => Ok(()),
                     Ok(plan) => {
                         let count = deduplicated_blocks(&plan);
-                        let fingerprints =
-                            &fingerprints[next_fingerprint..next_fingerprint + count];
+                        let digests = digests.range(next_fingerprint, count);
                         next_fingerprint += count;
                         self.check_usable(&state).and_then(|()| {
                             state.counters.writes += 1;
@@ -306,7 +340,7 @@ impl Engine {
                                 write.offset,
                                 write.data,
                                 &plan,
-                                fingerprints,
+                                digests,
                             );
                             self.fail_on_error(&mut state, result)
                         })
@@ -316,7 +350,17 @@ impl Engine {
                 results.push(result);
             }
         }
-        assert_eq!(next_fingerprint, fingerprints.len());
+        assert_eq!(next_fingerprint, digests.fingerprints.len());
+        if let Err(error) = self.write_queued() {
+            let message = error.to_string();
+            for result in results.iter_mut().filter(|result| result.is_ok()) {
+                *result = Err(Error::io(
+                    "writing container data",
+                    std::io::Error::other(message.clone()),
+                ));
+            }
+            return;
+        }
         if flush_wanted {
             if let Err(error) = self.flush() {
                 let message = error.to_string();
@@ -348,13 +392,14 @@ impl Engine {
     }
 
     /// Fingerprints the whole blocks of every planned write that will be deduplicated, as
-    /// one batch, in order.
-    fn fingerprint_plans(
+    /// one batch, in order, and computes their checksums for the containers (when chunks are
+    /// stored uncompressed): both outside the lock.
+    fn digest_plans(
         &self,
         plans: &[Result<Vec<BlockPlan>>],
         record: &VolumeRecord,
         writes: &[BatchWrite<'_>],
-    ) -> Vec<Fingerprint> {
+    ) -> Digests {
         let block_bytes = record.block_bytes as usize;
         let mut inputs = Vec::new();
         for (write, plan) in writes.iter().zip(plans) {
@@ -371,7 +416,15 @@ impl Engine {
         self.config
             .fingerprint
             .hash_batch(&inputs, &mut fingerprints);
-        fingerprints
+        let checksums = if self.config.containers.compression_level.is_none() {
+            inputs.iter().map(|input| crc32c::crc32c(input)).collect()
+        } else {
+            Vec::new()
+        };
+        Digests {
+            fingerprints,
+            checksums,
+        }
     }
 
     fn write_locked(
@@ -381,12 +434,12 @@ impl Engine {
         offset: u64,
         data: &[u8],
         plans: &[BlockPlan],
-        fingerprints: &[Fingerprint],
+        digests: DigestSlice<'_>,
     ) -> Result<()> {
         let block_bytes = record.block_bytes as u64;
         let first_block = offset / block_bytes;
         let first = ((block_bytes - offset % block_bytes) % block_bytes) as usize;
-        let mut next_fingerprint = fingerprints.iter();
+        let mut next_digest = 0;
         // A block merged from stored bytes and a partial write; most writes are whole blocks.
         let mut merged = Vec::new();
         let filesystem = state.volumes[&record.id].filesystem.clone();
@@ -397,11 +450,14 @@ impl Engine {
                 BlockPlan::Whole(decision) => {
                     let start = block_start_in_request(index, first, offset, block_bytes as usize);
                     let content = &data[start..start + block_bytes as usize];
-                    let fingerprint = match decision {
-                        WriteDecision::Deduplicate => next_fingerprint.next().copied(),
+                    let digest = match decision {
+                        WriteDecision::Deduplicate => {
+                            next_digest += 1;
+                            Some(digests.get(next_digest - 1))
+                        }
                         _ => None,
                     };
-                    self.store_block(state, record, block, content, *decision, fingerprint, now)?
+                    self.store_block(state, record, block, content, *decision, digest, now)?
                 }
                 BlockPlan::Partial => {
                     state.counters.read_modify_writes += 1;
@@ -414,20 +470,15 @@ impl Engine {
                         .copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
                     let decision =
                         decide_write(record, filesystem.as_deref(), block_start, &merged);
-                    let fingerprint = match decision {
-                        WriteDecision::Deduplicate => Some(self.config.fingerprint.hash(&merged)),
+                    let digest = match decision {
+                        WriteDecision::Deduplicate => {
+                            Some((self.config.fingerprint.hash(&merged), None))
+                        }
                         _ => None,
                     };
                     let content = std::mem::take(&mut merged);
-                    let chunk = self.store_block(
-                        state,
-                        record,
-                        block,
-                        &content,
-                        decision,
-                        fingerprint,
-                        now,
-                    );
+                    let chunk =
+                        self.store_block(state, record, block, &content, decision, digest, now);
                     merged = content;
                     chunk?
                 }
@@ -452,17 +503,18 @@ impl Engine {
         block: u64,
         content: &[u8],
         decision: WriteDecision,
-        fingerprint: Option<Fingerprint>,
+        digest: Option<(Fingerprint, Option<u32>)>,
         now: u64,
     ) -> Result<ChunkId> {
         state.counters.blocks_written += 1;
+        let checksum = digest.and_then(|(_, checksum)| checksum);
         let (fingerprint, owner) = match decision {
             WriteDecision::Zero => {
                 state.counters.zero_blocks_written += 1;
                 return Ok(ZERO_CHUNK);
             }
             WriteDecision::Deduplicate => {
-                let fingerprint = fingerprint.expect("deduplicated blocks are fingerprinted");
+                let (fingerprint, _) = digest.expect("deduplicated blocks are fingerprinted");
                 state.copies.observe_write(&fingerprint);
                 (Some(fingerprint), 0)
             }
@@ -477,8 +529,11 @@ impl Engine {
         };
         let outcome = state.chunks.store(
             &mut state.pages,
-            content,
-            fingerprint.as_ref(),
+            NewChunk {
+                data: content,
+                fingerprint: fingerprint.as_ref(),
+                checksum,
+            },
             owner,
             now,
             &mut state.chunk_changes,
@@ -571,6 +626,8 @@ impl Engine {
             let result = self.unmap_locked(&mut state, &record, offset, length, zero_partial);
             self.fail_on_error(&mut state, result)?;
         }
+        // Partial blocks zeroed were appended as new chunks.
+        self.write_queued()?;
         if fua {
             self.flush()?;
         }
@@ -638,7 +695,7 @@ impl Engine {
     ) -> Result<()> {
         let plans = plan_blocks(record, None, offset, zeros);
         debug_assert!(plans.iter().all(|plan| matches!(plan, BlockPlan::Partial)));
-        self.write_locked(state, record, offset, zeros, &plans, &[])
+        self.write_locked(state, record, offset, zeros, &plans, DigestSlice::default())
     }
 
     /// Discards whole blocks of `[offset, offset + length)` (NBD TRIM).

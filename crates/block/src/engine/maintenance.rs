@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use onecopy_core::chunk_store::{unix_seconds, ChunkChange, ChunkId, REFERENCES_MAX, ZERO_CHUNK};
+use onecopy_core::chunk_store::{
+    unix_seconds, ChunkChange, ChunkId, ContainerState, REFERENCES_MAX, ZERO_CHUNK,
+};
+use onecopy_core::container::ContainerId;
 use onecopy_core::gc::{self, CompactionOptions, CompactionPlan, CompactionReport};
 use onecopy_core::index::IndexKey;
 use onecopy_core::{Error, Result};
@@ -44,6 +47,12 @@ pub struct CheckReport {
     pub chunks_checked: u64,
     /// Chunks whose bytes failed their checksum or fingerprint.
     pub damaged_chunks: Vec<ChunkId>,
+    /// Sealed containers read back.
+    pub containers_checked: u64,
+    /// Sealed containers whose trailer (the list of their chunks) is unreadable or whose
+    /// size differs from the seal's record. Their chunks are checked one by one above; what
+    /// is lost is the trailer's use: rebuilding the index from containers.
+    pub damaged_containers: Vec<ContainerId>,
     /// Stored reference counts that differed from the maps.
     pub reference_corrections: usize,
     /// Map entries that point at chunks not in use (data lost; not repairable).
@@ -61,6 +70,7 @@ impl CheckReport {
     /// True when nothing is wrong.
     pub fn is_clean(&self) -> bool {
         self.damaged_chunks.is_empty()
+            && self.damaged_containers.is_empty()
             && self.reference_corrections == 0
             && self.dangling_references.is_empty()
             && self.index_missing == 0
@@ -396,6 +406,23 @@ impl Engine {
                             .insert(&mut state.pages, &record.fingerprint, id)?;
                     }
                 }
+            }
+        }
+        // Containers: every sealed one must end in its trailer, at the size its seal recorded.
+        for id in 1..state.chunks.state().next_container_id {
+            let container = state.chunks.container_record(&mut state.pages, id)?;
+            if container.state != ContainerState::Sealed {
+                continue;
+            }
+            report.containers_checked += 1;
+            let containers = state.chunks.containers();
+            let intact = match containers.read_contents(id) {
+                Ok(_) => containers.container_bytes(id)? == container.bytes,
+                Err(error) if error.is_corrupt() || matches!(error, Error::NotFound(_)) => false,
+                Err(error) => return Err(error),
+            };
+            if !intact {
+                report.damaged_containers.push(id);
             }
         }
         let mut stale = Vec::new();

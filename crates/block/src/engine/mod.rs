@@ -14,8 +14,8 @@
 //! Request path (one mutex guards the metadata; hashing and data reads run outside it):
 //! write -> hints decide dedup / no-dedup / deferred -> fingerprints (outside the lock) ->
 //! under the lock: index lookup, container append or reference, map update, old chunk
-//! released, one journal record for the whole request -> acknowledged. FLUSH (and FUA) syncs
-//! the open container, then the journal. A checkpoint syncs containers, starts a new journal
+//! released, one journal record for the whole request -> full container buffers written
+//! (outside the lock) -> acknowledged. FLUSH (and FUA) syncs the containers, then the journal. A checkpoint syncs containers, starts a new journal
 //! generation and writes all dirty pages atomically.
 
 mod io;
@@ -34,7 +34,7 @@ use onecopy_core::catalog::{Catalog, CatalogView, NamedTable};
 use onecopy_core::chunk_store::{
     ChunkChange, ChunkId, ChunkStore, ChunkStoreOptions, ChunkStoreState,
 };
-use onecopy_core::container::{ContainerId, ContainerStore};
+use onecopy_core::container::{ContainerId, ContainerStore, WriteBehind};
 use onecopy_core::integer_hash::IntegerBuildHasher;
 use onecopy_core::journal::{Journal, ReplayControl};
 use onecopy_core::pages::{PageStore, PageStoreOptions, RecordArea};
@@ -131,6 +131,9 @@ pub struct Engine {
     pub(crate) catalog: Catalog,
     pub(crate) state: Mutex<EngineState>,
     pub(crate) content_cache: ContentCache,
+    /// Container bytes appended under the lock, written after it is released
+    /// ([`WriteBehind`]): by the request that appended them, or by the next FLUSH.
+    write_behind: Arc<WriteBehind>,
     opened: Instant,
     /// Milliseconds after `opened` of the last request, for idle detection.
     last_request_ms: AtomicU64,
@@ -167,7 +170,7 @@ impl Engine {
             serde_json::from_slice(&saved)
                 .map_err(|error| Error::corrupt("block checkpoint state", error.to_string()))?
         };
-        let containers = Arc::new(ContainerStore::new(
+        let containers = Arc::new(ContainerStore::with_write_behind(
             storage.clone(),
             "containers",
             config.containers,
@@ -223,7 +226,13 @@ impl Engine {
         remove_orphan_containers(&containers, chunks.state().next_container_id)?;
 
         let copies = CopyDetector::default();
+        let write_behind = Arc::clone(
+            containers
+                .write_behind()
+                .expect("the block device's containers are written behind"),
+        );
         let engine = Arc::new(Engine {
+            write_behind,
             content_cache: ContentCache::new(
                 runtime.content_cache_bytes,
                 &runtime.content_cache_policy,
@@ -350,6 +359,18 @@ impl Engine {
         state.changes.clear();
         let result = state.journal.append(&payload);
         state.payload = payload;
+        result
+    }
+
+    /// Writes the container buffers queued by appends (see [`WriteBehind`]); call after
+    /// releasing the lock. A failed write fails the engine, like a failed write under the
+    /// lock: the data of acknowledged requests is in memory only.
+    pub(crate) fn write_queued(&self) -> Result<()> {
+        let result = self.write_behind.run();
+        if result.is_err() {
+            let mut state = self.state.lock();
+            return self.fail_on_error(&mut state, result);
+        }
         result
     }
 

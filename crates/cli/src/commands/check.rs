@@ -36,9 +36,10 @@ pub fn run(cli: &Cli, args: &CheckArgs) -> anyhow::Result<()> {
                 println!("block device: no problems found");
             } else {
                 println!(
-                    "block device: {} damaged chunks, {} reference counts wrong, {} dangling \
-                     references, {} index entries missing, {} stale{}",
+                    "block device: {} damaged chunks, {} damaged containers, {} reference \
+                     counts wrong, {} dangling references, {} index entries missing, {} stale{}",
                     report.damaged_chunks.len(),
+                    report.damaged_containers.len(),
                     report.reference_corrections,
                     report.dangling_references.len(),
                     report.index_missing,

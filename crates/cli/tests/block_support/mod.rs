@@ -209,7 +209,11 @@ impl TestRepository {
         let report: Value =
             serde_json::from_str(&text).unwrap_or_else(|error| panic!("{error}: {text}"));
         let block = &report["block"];
-        for list in ["damaged_chunks", "dangling_references"] {
+        for list in [
+            "damaged_chunks",
+            "damaged_containers",
+            "dangling_references",
+        ] {
             assert_eq!(block[list].as_array().map(Vec::len), Some(0), "{report}");
         }
         for count in ["reference_corrections", "index_missing", "index_stale"] {

@@ -70,6 +70,16 @@ pub struct ChunkStoreOptions {
     pub index: IndexOptions,
 }
 
+/// The bytes of a chunk to store, and what the caller computed of them (outside its lock).
+#[derive(Clone, Copy, Debug)]
+pub struct NewChunk<'a> {
+    pub data: &'a [u8],
+    /// Deduplicate by this fingerprint of `data`; None stores the chunk without indexing it.
+    pub fingerprint: Option<&'a Fingerprint>,
+    /// CRC-32C of `data`, if the caller has it; computed on the way in otherwise.
+    pub checksum: Option<u32>,
+}
+
 /// What [`ChunkStore::store`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StoreOutcome {
@@ -217,12 +227,16 @@ impl ChunkStore {
     pub fn store(
         &mut self,
         pages: &mut PageStore,
-        data: &[u8],
-        fingerprint: Option<&Fingerprint>,
+        chunk: NewChunk<'_>,
         owner: u64,
         written_at: u64,
         changes: &mut Vec<ChunkChange>,
     ) -> Result<StoreOutcome> {
+        let NewChunk {
+            data,
+            fingerprint,
+            checksum,
+        } = chunk;
         debug_assert!(
             !crate::container::is_zero(data),
             "zero chunks are never stored"
@@ -247,8 +261,11 @@ impl ChunkStore {
         }
         let id = self.append_new(
             pages,
-            data,
-            indexable,
+            NewChunk {
+                data,
+                fingerprint: indexable.as_ref(),
+                checksum,
+            },
             fingerprint.is_none(),
             owner,
             written_at,
@@ -295,17 +312,21 @@ impl ChunkStore {
         Ok(Some(()))
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn append_new(
         &mut self,
         pages: &mut PageStore,
-        data: &[u8],
-        fingerprint: Option<Fingerprint>,
+        chunk: NewChunk<'_>,
         unfingerprinted: bool,
         owner: u64,
         written_at: u64,
         changes: &mut Vec<ChunkChange>,
     ) -> Result<ChunkId> {
+        let NewChunk {
+            data,
+            fingerprint,
+            checksum,
+        } = chunk;
+        let fingerprint = fingerprint.copied();
         self.ensure_room(pages, data.len(), changes)?;
         let flags = if unfingerprinted {
             CHUNK_UNFINGERPRINTED
@@ -316,7 +337,12 @@ impl ChunkStore {
             .writer
             .as_mut()
             .expect("ensure_room opened a container");
-        let location = writer.append(&fingerprint.unwrap_or(Fingerprint::ZERO), data, flags)?;
+        let location = writer.append_checked(
+            &fingerprint.unwrap_or(Fingerprint::ZERO),
+            data,
+            flags,
+            checksum,
+        )?;
         let id = self.next_free_id();
         self.push_applied(
             pages,
@@ -598,6 +624,9 @@ impl ChunkStore {
                 return Ok(ChunkRead::Copied);
             }
         }
+        if self.containers.read_queued(&location, out)? {
+            return Ok(ChunkRead::Copied);
+        }
         Ok(ChunkRead::File {
             file: self.containers.file(location.container)?,
             location,
@@ -614,6 +643,7 @@ impl ChunkStore {
 
     /// Makes every stored chunk durable (the data half of a FLUSH).
     pub fn sync_data(&mut self) -> Result<()> {
+        self.containers.sync_deferred()?;
         match self.writer.as_mut() {
             Some(writer) => writer.sync(),
             None => Ok(()),
@@ -625,6 +655,10 @@ impl ChunkStore {
         self.writer
             .as_ref()
             .is_some_and(ContainerWriter::has_unsynced)
+            || self
+                .containers
+                .write_behind()
+                .is_some_and(|write_behind| write_behind.has_unsynced())
     }
 
     /// Finishes recovery after journal replay: the container that was open at the crash may
@@ -640,13 +674,32 @@ impl ChunkStore {
         Ok(())
     }
 
-    /// Checks, during replay, that the data a `Stored` change refers to reached the media.
+    /// Checks, during replay, that the container bytes a change refers to reached the media:
+    /// the chunk of a `Stored` or `Relocated` change, the trailer of a `ContainerSealed` one.
+    /// The journal can reach the media before them (containers are synced only by a FLUSH or
+    /// a checkpoint), and a change without them is part of the torn tail.
     pub fn stored_data_is_durable(&self, change: &ChunkChange) -> Result<bool> {
-        let ChunkChange::Stored { location, .. } = change else {
-            return Ok(true);
+        let result = match change {
+            ChunkChange::Stored { location, .. } | ChunkChange::Relocated { location, .. } => {
+                let mut stored = Vec::new();
+                self.containers.read_stored(location, &mut stored)
+            }
+            ChunkChange::ContainerSealed { id, bytes } => {
+                self.containers.read_contents(*id).and_then(|_| {
+                    let length = self.containers.container_bytes(*id)?;
+                    if length == *bytes {
+                        Ok(())
+                    } else {
+                        Err(Error::corrupt(
+                            format!("container {id}"),
+                            format!("{length} bytes where the seal recorded {bytes}"),
+                        ))
+                    }
+                })
+            }
+            _ => return Ok(true),
         };
-        let mut stored = Vec::new();
-        match self.containers.read_stored(location, &mut stored) {
+        match result {
             Ok(()) => Ok(true),
             Err(error) if error.is_corrupt() => Ok(false),
             Err(Error::NotFound(_)) => Ok(false),

@@ -6,7 +6,7 @@ use super::*;
 use crate::container::{ContainerOptions, ContainerStore};
 use crate::gc::{execute_compaction, plan_compaction, CompactionOptions};
 use crate::pages::PageStoreOptions;
-use crate::storage::{SimulatedStorage, Storage};
+use crate::storage::{CrashMode, SimulatedStorage, Storage};
 
 struct Fixture {
     pages: PageStore,
@@ -55,8 +55,11 @@ impl Fixture {
         self.store
             .store(
                 &mut self.pages,
-                data,
-                Some(&fingerprint),
+                NewChunk {
+                    data,
+                    fingerprint: Some(&fingerprint),
+                    checksum: None,
+                },
                 0,
                 0,
                 &mut changes,
@@ -240,4 +243,74 @@ fn changes_round_trip() {
     }
     assert!(reader.bytes.is_empty());
     assert!(ChunkChange::decode(&mut crate::pages::ByteReader { bytes: &[77] }).is_err());
+}
+
+/// Goal: replay treats a seal whose trailer did not reach the media as not durable, and a
+/// synced one as durable (with write-behind, a seal is synced only by the next
+/// `sync_data`). Method: store until a container is sealed, then crash cleanly with only
+/// the container's name made durable, and again after `sync_data`.
+#[test]
+fn seals_are_durable_only_after_the_deferred_sync() {
+    let storage = SimulatedStorage::new();
+    let shared: Arc<dyn Storage> = Arc::new(storage.clone());
+    let (mut pages, _) =
+        PageStore::open(shared.clone(), "meta", PageStoreOptions::default()).unwrap();
+    let options = ContainerOptions {
+        container_bytes: 64 << 10,
+        compression_level: None,
+    };
+    let containers =
+        Arc::new(ContainerStore::with_write_behind(shared, "containers", options).unwrap());
+    let chunk_options = ChunkStoreOptions {
+        fingerprint: FingerprintAlgorithm::Blake3,
+        index: Default::default(),
+    };
+    let mut store = ChunkStore::open(
+        &mut pages,
+        Arc::clone(&containers),
+        ChunkStoreState::default(),
+        chunk_options.clone(),
+    )
+    .unwrap();
+    let mut changes = Vec::new();
+    let mut seed = 0u8;
+    let sealed = loop {
+        let data = block(seed);
+        let fingerprint = FingerprintAlgorithm::Blake3.hash(&data);
+        let chunk = NewChunk {
+            data: &data,
+            fingerprint: Some(&fingerprint),
+            checksum: None,
+        };
+        store.store(&mut pages, chunk, 0, 0, &mut changes).unwrap();
+        seed += 1;
+        if let Some(sealed) = changes
+            .iter()
+            .find(|change| matches!(change, ChunkChange::ContainerSealed { .. }))
+        {
+            break *sealed;
+        }
+    };
+    containers.write_behind().unwrap().run().unwrap();
+    let reopened = |storage: SimulatedStorage| {
+        let storage: Arc<dyn Storage> = Arc::new(storage);
+        let (mut pages, _) =
+            PageStore::open(storage.clone(), "meta", PageStoreOptions::default()).unwrap();
+        let containers = Arc::new(ContainerStore::new(storage, "containers", options).unwrap());
+        ChunkStore::open(
+            &mut pages,
+            containers,
+            ChunkStoreState::default(),
+            chunk_options.clone(),
+        )
+        .unwrap()
+    };
+    // The name is durable, the trailer is not.
+    storage.sync_directory("containers/01").unwrap();
+    let torn = reopened(storage.crash(CrashMode::Clean));
+    assert!(!torn.stored_data_is_durable(&sealed).unwrap());
+
+    store.sync_data().unwrap();
+    let synced = reopened(storage.crash(CrashMode::Clean));
+    assert!(synced.stored_data_is_durable(&sealed).unwrap());
 }

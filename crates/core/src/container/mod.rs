@@ -13,6 +13,7 @@
 //! so no directory grows beyond a few thousand entries. See [`format`] for the byte layout.
 
 pub mod format;
+mod write_behind;
 mod writer;
 
 use std::collections::HashMap;
@@ -22,6 +23,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 pub use format::{ChunkHeader, CHUNK_COMPRESSED, CHUNK_HEADER_BYTES, CHUNK_UNFINGERPRINTED};
+pub use write_behind::{WriteBehind, QUEUED_BYTES_MAX};
 pub use writer::{ContainerWriter, SealedContainer};
 
 use crate::fingerprint::Fingerprint;
@@ -157,6 +159,9 @@ pub struct ContainerStore {
     removed_shards: Mutex<std::collections::BTreeSet<String>>,
     /// The last dropped writer's buffer, for the next writer.
     spare_buffer: writer::SpareBuffer,
+    /// Set by [`ContainerStore::with_write_behind`]: writers queue full buffers, and
+    /// creating and sealing a container defer their syncs to [`ContainerStore::sync_deferred`].
+    write_behind: Option<Arc<WriteBehind>>,
 }
 
 impl ContainerStore {
@@ -175,7 +180,48 @@ impl ContainerStore {
             handles: Mutex::new(HashMap::new()),
             removed_shards: Mutex::new(Default::default()),
             spare_buffer: Default::default(),
+            write_behind: None,
         })
+    }
+
+    /// Like [`ContainerStore::new`], with write-behind ([`WriteBehind`]): the owner runs
+    /// [`ContainerStore::write_behind`] after each batch of appends, outside its lock, and a
+    /// container's bytes, its name and its seal are durable only after
+    /// [`ContainerStore::sync_deferred`] (which [`ContainerWriter::sync`] does not do).
+    pub fn with_write_behind(
+        storage: Arc<dyn Storage>,
+        directory: &str,
+        options: ContainerOptions,
+    ) -> Result<Self> {
+        let mut store = ContainerStore::new(storage, directory, options)?;
+        store.write_behind = Some(Arc::default());
+        Ok(store)
+    }
+
+    /// The write-behind queue, if this store has one.
+    pub fn write_behind(&self) -> Option<&Arc<WriteBehind>> {
+        self.write_behind.as_ref()
+    }
+
+    /// Makes durable what write-behind deferred: queued bytes, new container names, sealed
+    /// containers. Without write-behind there is nothing to do.
+    pub fn sync_deferred(&self) -> Result<()> {
+        match &self.write_behind {
+            Some(write_behind) => write_behind.sync(self.storage.as_ref()),
+            None => Ok(()),
+        }
+    }
+
+    /// Copies the chunk at `location` into `out` (exactly its raw size) if its bytes are
+    /// still queued for writing; false otherwise.
+    pub fn read_queued(&self, location: &ChunkLocation, out: &mut [u8]) -> Result<bool> {
+        let Some(write_behind) = &self.write_behind else {
+            return Ok(false);
+        };
+        write_behind
+            .read_queued(location, |stored| copy_stored(location, stored, out))
+            .transpose()
+            .map(|copied| copied.is_some())
     }
 
     /// The options new containers are written with.
@@ -193,20 +239,25 @@ impl ContainerStore {
     }
 
     /// Creates container `id` and returns its writer. The container's name is durable when
-    /// this returns, so syncing the writer is enough to make appended chunks durable.
+    /// this returns, so syncing the writer is enough to make appended chunks durable; with
+    /// write-behind, only after [`ContainerStore::sync_deferred`].
     pub fn create(&self, id: ContainerId, created_unix_seconds: u64) -> Result<ContainerWriter> {
         let name = self.name(id);
         if self.storage.exists(&name)? {
             return Err(Error::AlreadyExists(format!("container {name}")));
         }
         let file = self.storage.open(&name, true)?;
-        self.storage.sync_directory(&self.shard(id))?;
+        match &self.write_behind {
+            Some(write_behind) => write_behind.created_in(self.shard(id)),
+            None => self.storage.sync_directory(&self.shard(id))?,
+        }
         ContainerWriter::new(
             id,
             file,
             self.options,
             created_unix_seconds,
             self.spare_buffer.clone(),
+            self.write_behind.clone(),
         )
     }
 
@@ -228,14 +279,22 @@ impl ContainerStore {
     /// Reads the stored bytes of a chunk into `out` (resized) and checks their CRC.
     pub fn read_stored(&self, location: &ChunkLocation, out: &mut Vec<u8>) -> Result<()> {
         out.resize(location.stored_bytes as usize, 0);
-        self.file(location.container)?
-            .read_at(location.offset as u64, out)?;
+        let queued = self.write_behind.as_ref().and_then(|write_behind| {
+            write_behind.read_queued(location, |stored| out.copy_from_slice(stored))
+        });
+        if queued.is_none() {
+            self.file(location.container)?
+                .read_at(location.offset as u64, out)?;
+        }
         check_stored(location, out)
     }
 
     /// Reads a chunk's raw bytes into `out`, which must be exactly `raw_bytes` long: reads,
     /// checks the CRC and decompresses when needed.
     pub fn read_chunk(&self, location: &ChunkLocation, out: &mut [u8]) -> Result<()> {
+        if self.read_queued(location, out)? {
+            return Ok(());
+        }
         read_chunk_from(self.file(location.container)?.as_ref(), location, out)
     }
 
@@ -430,6 +489,17 @@ fn check_stored(location: &ChunkLocation, stored: &[u8]) -> Result<()> {
                 location.checksum
             ),
         ))
+    }
+}
+
+/// Copies a chunk's stored bytes from memory into `out` (exactly raw size), decompressing
+/// when needed.
+pub(crate) fn copy_stored(location: &ChunkLocation, stored: &[u8], out: &mut [u8]) -> Result<()> {
+    if location.flags & CHUNK_COMPRESSED == 0 {
+        out.copy_from_slice(stored);
+        Ok(())
+    } else {
+        decompress_into(location, stored, out)
     }
 }
 

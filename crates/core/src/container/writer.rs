@@ -6,7 +6,8 @@ use super::format::{
     self, ChunkHeader, Footer, CHUNK_COMPRESSED, CHUNK_HEADER_BYTES, HEADER_BYTES,
     TRAILER_ENTRY_BYTES,
 };
-use super::{decompress_into, ChunkLocation, ContainerId, ContainerOptions, CHUNK_BYTES_MAX};
+use super::write_behind::WriteBehind;
+use super::{copy_stored, ChunkLocation, ContainerId, ContainerOptions, CHUNK_BYTES_MAX};
 use crate::fingerprint::Fingerprint;
 use crate::storage::StorageFile;
 use crate::{Error, Result};
@@ -41,6 +42,9 @@ pub struct ContainerWriter {
     buffer: Vec<u8>,
     /// Where `buffer` goes when the writer is dropped.
     spare: SpareBuffer,
+    /// Where full buffers are queued instead of written, and seals recorded instead of
+    /// synced (see [`WriteBehind`]).
+    write_behind: Option<Arc<WriteBehind>>,
     written: u64,
     synced: u64,
     /// End of the bytes handed to [`ContainerWriter::start_writeback`].
@@ -71,6 +75,11 @@ impl Drop for ContainerWriter {
     }
 }
 
+/// An empty write buffer with room for a full buffer's last chunk header.
+fn new_buffer() -> Vec<u8> {
+    Vec::with_capacity(WRITE_BUFFER_BYTES + CHUNK_HEADER_BYTES)
+}
+
 impl ContainerWriter {
     pub(crate) fn new(
         id: ContainerId,
@@ -78,6 +87,7 @@ impl ContainerWriter {
         options: ContainerOptions,
         created_unix_seconds: u64,
         spare: SpareBuffer,
+        write_behind: Option<Arc<WriteBehind>>,
     ) -> Result<Self> {
         let compressor = match options.compression_level {
             Some(level) => Some(
@@ -89,7 +99,8 @@ impl ContainerWriter {
         let mut buffer = spare
             .lock()
             .take()
-            .unwrap_or_else(|| Vec::with_capacity(WRITE_BUFFER_BYTES + CHUNK_HEADER_BYTES));
+            .or_else(|| write_behind.as_ref()?.take_spare())
+            .unwrap_or_else(new_buffer);
         assert!(buffer.is_empty(), "a spare buffer is handed back empty");
         buffer.extend_from_slice(&format::encode_header(id, created_unix_seconds));
         Ok(ContainerWriter {
@@ -98,6 +109,7 @@ impl ContainerWriter {
             options,
             buffer,
             spare,
+            write_behind,
             written: 0,
             synced: 0,
             writeback_from: 0,
@@ -138,6 +150,19 @@ impl ContainerWriter {
         data: &[u8],
         flags: u32,
     ) -> Result<ChunkLocation> {
+        self.append_checked(fingerprint, data, flags, None)
+    }
+
+    /// Like [`append`](Self::append), with the CRC-32C of `data` when the caller has it: a
+    /// block device computes it with the fingerprint, outside its lock. It is used when the
+    /// chunk is stored as it is (uncompressed), and checked in debug builds.
+    pub fn append_checked(
+        &mut self,
+        fingerprint: &Fingerprint,
+        data: &[u8],
+        flags: u32,
+        checksum: Option<u32>,
+    ) -> Result<ChunkLocation> {
         assert!(!data.is_empty(), "empty chunks are never stored");
         assert_eq!(flags & CHUNK_COMPRESSED, 0, "compression is decided here");
         if data.len() > CHUNK_BYTES_MAX as usize {
@@ -167,7 +192,13 @@ impl ContainerWriter {
             stored_bytes: stored_bytes.len() as u32,
             raw_bytes: data.len() as u32,
             flags,
-            checksum: crc32c::crc32c(stored_bytes),
+            checksum: match checksum {
+                Some(checksum) if !compressed => {
+                    debug_assert_eq!(checksum, crc32c::crc32c(data), "the caller's checksum");
+                    checksum
+                }
+                _ => crc32c::crc32c(stored_bytes),
+            },
         };
         let location = self.append_record(header, stored_bytes)?;
         if compressed {
@@ -224,16 +255,34 @@ impl ContainerWriter {
         }
         let start = (location.offset as u64 - self.written) as usize;
         let stored = &self.buffer[start..start + location.stored_bytes as usize];
-        if location.flags & CHUNK_COMPRESSED == 0 {
-            out.copy_from_slice(stored);
-        } else {
-            decompress_into(location, stored, out)?;
-        }
+        copy_stored(location, stored, out)?;
         Ok(true)
     }
 
-    /// Writes buffered bytes to the file (not durable yet).
+    /// Hands buffered bytes over to the file (not durable yet): queues them with
+    /// write-behind, unless the queue is full, and writes them otherwise.
     pub fn write_out(&mut self) -> Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        if let Some(write_behind) = &self.write_behind {
+            let next = write_behind.take_spare().unwrap_or_else(new_buffer);
+            let full = std::mem::replace(&mut self.buffer, next);
+            let length = full.len() as u64;
+            match write_behind.submit(self.id, &self.file, self.written, full) {
+                None => {
+                    self.written += length;
+                    return Ok(());
+                }
+                // The queue is full: write it now, as without write-behind.
+                Some(full) => self.buffer = full,
+            }
+        }
+        self.write_buffer()
+    }
+
+    /// Writes the buffer to the file now.
+    fn write_buffer(&mut self) -> Result<()> {
         if !self.buffer.is_empty() {
             self.file.write_at(self.written, &self.buffer)?;
             self.written += self.buffer.len() as u64;
@@ -244,7 +293,10 @@ impl ContainerWriter {
 
     /// Makes every appended chunk durable.
     pub fn sync(&mut self) -> Result<()> {
-        self.write_out()?;
+        self.write_buffer()?;
+        if let Some(write_behind) = &self.write_behind {
+            write_behind.wait(Some(self.id))?;
+        }
         if self.synced != self.written {
             self.file.sync_data()?;
             self.synced = self.written;
@@ -270,6 +322,7 @@ impl ContainerWriter {
     }
 
     /// Appends the trailer and footer, and syncs: the container is immutable from now on.
+    /// With write-behind the trailer is queued and the sync deferred (see [`WriteBehind`]).
     pub fn seal(mut self, timestamp: u64) -> Result<SealedContainer> {
         let trailer_offset = self.bytes();
         let mut trailer = Vec::with_capacity(
@@ -290,7 +343,13 @@ impl ContainerWriter {
         };
         self.buffer.extend_from_slice(&trailer);
         self.buffer.extend_from_slice(&footer.encode());
-        self.sync()?;
+        match self.write_behind.clone() {
+            Some(write_behind) => {
+                self.write_out()?;
+                write_behind.sealed_unsynced(self.id, Arc::clone(&self.file));
+            }
+            None => self.sync()?,
+        }
         debug_assert!(self.written >= HEADER_BYTES as u64);
         Ok(SealedContainer {
             id: self.id,

@@ -270,6 +270,18 @@ impl FingerprintIndex {
         }
     }
 
+    /// Warms, for every fingerprint, the bucket page an insert of it would change (its
+    /// header, then the line it would append to), if the page is in memory. For a batch of
+    /// new chunks, about to be inserted: an insert's time was nearly all the wait for the
+    /// first touch of a random bucket page (stop 16 profile of 1 MiB writes). Changes nothing.
+    pub fn warm_buckets(&self, pages: &PageStore, fingerprints: &[Fingerprint]) {
+        for append in [false, true] {
+            for fingerprint in fingerprints {
+                self.disk.warm(pages, fingerprint, append);
+            }
+        }
+    }
+
     fn lookup_on_disk(
         &mut self,
         pages: &mut PageStore,

@@ -374,6 +374,26 @@ impl DiskIndex {
 
     /// Reads the bucket page serving `fingerprint` and checks its header.
     #[inline]
+    /// Warms the bucket page `fingerprint`'s key belongs to, if it is in memory: its header
+    /// line, or with `append`, the line an insert would append to (read from the header,
+    /// which should have been warmed by an earlier pass). Changes nothing.
+    pub fn warm(&self, pages: &PageStore, fingerprint: &Fingerprint, append: bool) {
+        let key = IndexKey::of(fingerprint);
+        let page_number = self.directory[self.slot_of(key.hash())] as u64;
+        if let Some(page) = pages.resident(self.buckets_area, page_number) {
+            if append {
+                let count = Bucket(page, self.layout)
+                    .count()
+                    .min(self.layout.entries() - 1);
+                crate::index::warm::warm(
+                    &page[BUCKET_HEADER_BYTES + count * self.layout.entry_bytes()],
+                );
+            } else {
+                crate::index::warm::warm(&page[0]);
+            }
+        }
+    }
+
     fn read_bucket<'a>(&mut self, pages: &'a mut PageStore, page: u64) -> Result<&'a Page> {
         self.bucket_page_reads += 1;
         let content = pages.read(self.buckets_area, page)?;
