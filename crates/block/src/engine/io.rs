@@ -7,6 +7,7 @@ use onecopy_core::chunk_store::{
 };
 use onecopy_core::container::ChunkLocation;
 use onecopy_core::fingerprint::Fingerprint;
+use onecopy_core::index::warm::warm;
 use onecopy_core::storage::StorageFile;
 use onecopy_core::{Error, Result};
 
@@ -322,8 +323,10 @@ impl Engine {
             let mut state = self.state.lock();
             // The batch's index lookups then overlap their memory latencies.
             state.chunks.index().warm(&digests.fingerprints);
+            let released = overwritten_chunks(&state, &record, writes, &plans);
             let EngineState { chunks, pages, .. } = &mut *state;
             chunks.index().warm_buckets(pages, &digests.fingerprints);
+            chunks.warm_release(pages, &released);
             for (write, plan) in writes.iter().zip(plans) {
                 let result = match plan {
                     Err(error) => Err(error),
@@ -798,6 +801,38 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// The chunks that the whole blocks of a batch's writes will replace, as far as their map
+/// pages are in memory: for warming what releasing them reads. Changes nothing.
+fn overwritten_chunks(
+    state: &EngineState,
+    record: &VolumeRecord,
+    writes: &[BatchWrite<'_>],
+    plans: &[Result<Vec<BlockPlan>>],
+) -> Vec<ChunkId> {
+    let map = state.volumes[&record.id].map;
+    let block_bytes = record.block_bytes as u64;
+    let blocks = writes
+        .iter()
+        .zip(plans)
+        .filter(|(_, plan)| plan.is_ok())
+        .flat_map(|(write, _)| {
+            let first = write.offset.div_ceil(block_bytes);
+            let end = (write.offset + write.data.len() as u64) / block_bytes;
+            first..end.max(first)
+        });
+    // The map entries first, all of them, then the ids they hold.
+    for block in blocks.clone() {
+        if let Some(entry) = map.resident(&state.pages, block) {
+            warm(&entry[0]);
+        }
+    }
+    blocks
+        .filter_map(|block| map.resident(&state.pages, block))
+        .map(|entry| u64::from_le_bytes(entry.try_into().expect("8-byte map entries")))
+        .filter(|&chunk| chunk != ZERO_CHUNK)
+        .collect()
 }
 
 /// Offset in the request buffer of the `index`-th block a request touches, where the first

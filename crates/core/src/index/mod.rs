@@ -45,7 +45,7 @@
 pub mod cache;
 pub mod disk;
 pub mod filter;
-pub(crate) mod warm;
+pub mod warm;
 
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
@@ -280,6 +280,13 @@ impl FingerprintIndex {
                 self.disk.warm(pages, fingerprint, append);
             }
         }
+    }
+
+    /// Warms what [`remove`](Self::remove) of `fingerprint` reads first: its cache slot and
+    /// the header of its bucket page (if in memory). Changes nothing.
+    pub fn warm_removal(&self, pages: &PageStore, fingerprint: &Fingerprint) {
+        self.cache.warm(fingerprint);
+        self.disk.warm(pages, fingerprint, false);
     }
 
     fn lookup_on_disk(

@@ -17,7 +17,7 @@
 /// Starts loading the cache line holding `item` into every level of the processor's caches.
 /// On targets without a prefetch instruction this does nothing.
 #[inline(always)]
-pub(crate) fn warm<T>(item: &T) {
+pub fn warm<T>(item: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: SSE is part of the x86-64 baseline, so the instruction exists; a prefetch never
     // faults and reads nothing the program sees, and the address comes from a live reference.
