@@ -217,6 +217,26 @@ fn writers_pass_their_buffer_on() {
     assert!(containers.scan(3).unwrap().sealed);
 }
 
+/// Appends `count` chunks of 4 KiB (seeds from `first`) with their checksums given, as the
+/// block device does; returns where each went and its bytes.
+fn append_chunks(
+    writer: &mut ContainerWriter,
+    first: u64,
+    count: u64,
+) -> Vec<(ChunkLocation, Vec<u8>)> {
+    (first..first + count)
+        .map(|seed| {
+            let data = chunk(seed, 4096);
+            let fingerprint = FingerprintAlgorithm::Blake3.hash(&data);
+            let checksum = Some(crc32c::crc32c(&data));
+            let location = writer
+                .append_checked(&fingerprint, &data, 0, checksum)
+                .unwrap();
+            (location, data)
+        })
+        .collect()
+}
+
 /// A store with write-behind and containers of `container_bytes`.
 fn write_behind_store(storage: &SimulatedStorage, container_bytes: u64) -> ContainerStore {
     ContainerStore::with_write_behind(
@@ -241,16 +261,7 @@ fn write_behind_queues_buffers_and_defers_durability() {
     let containers = write_behind_store(&storage, 4 << 20);
     let write_behind = Arc::clone(containers.write_behind().unwrap());
     let mut writer = containers.create(5, 0).unwrap();
-    let mut written = Vec::new();
-    for index in 0..300u64 {
-        let data = chunk(index, 4096);
-        let fingerprint = FingerprintAlgorithm::Blake3.hash(&data);
-        let checksum = Some(crc32c::crc32c(&data));
-        let location = writer
-            .append_checked(&fingerprint, &data, 0, checksum)
-            .unwrap();
-        written.push((location, data));
-    }
+    let written = append_chunks(&mut writer, 0, 300);
     let file = storage.open(&containers.name(5), false).unwrap();
     assert_eq!(
         file.len().unwrap(),
@@ -310,12 +321,7 @@ fn failed_write_behind_fails_the_sync_and_keeps_the_bytes() {
     let containers = write_behind_store(&storage, 4 << 20);
     let write_behind = Arc::clone(containers.write_behind().unwrap());
     let mut writer = containers.create(2, 0).unwrap();
-    let mut written = Vec::new();
-    for index in 0..300u64 {
-        let data = chunk(index + 1000, 4096);
-        let fingerprint = FingerprintAlgorithm::Blake3.hash(&data);
-        written.push((writer.append(&fingerprint, &data, 0).unwrap(), data));
-    }
+    let written = append_chunks(&mut writer, 1000, 300);
     storage.crash_after_syncs(1);
     storage.sync_directory("containers").unwrap();
     assert!(storage.is_crashed());

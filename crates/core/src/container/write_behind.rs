@@ -111,6 +111,10 @@ impl WriteBehind {
     /// Writes every queued buffer no other thread is writing; call without holding the lock
     /// the buffers were appended under. Returns the first error of this call's writes.
     pub fn run(&self) -> Result<()> {
+        // Most small writes fill no buffer: no lock to take then.
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
         let mut result = Ok(());
         while let Some(error) = self.write_one(|_| true) {
             if let Err(error) = error {
