@@ -317,7 +317,7 @@ impl Engine {
             })
             .collect();
         let digests = self.digest_plans(&plans, &record, writes);
-        let mut next_fingerprint = 0;
+        let mut next_digest = 0;
         let mut flush_wanted = false;
         {
             let mut state = self.state.lock();
@@ -333,8 +333,8 @@ impl Engine {
                     Ok(_) if write.data.is_empty() => Ok(()),
                     Ok(plan) => {
                         let count = deduplicated_blocks(&plan);
-                        let digests = digests.range(next_fingerprint, count);
-                        next_fingerprint += count;
+                        let digests = digests.range(next_digest, count);
+                        next_digest += count;
                         self.check_usable(&state).and_then(|()| {
                             state.counters.writes += 1;
                             let result = self.write_locked(
@@ -353,7 +353,7 @@ impl Engine {
                 results.push(result);
             }
         }
-        assert_eq!(next_fingerprint, digests.fingerprints.len());
+        assert_eq!(next_digest, digests.fingerprints.len());
         if let Err(error) = self.write_queued() {
             let message = error.to_string();
             for result in results.iter_mut().filter(|result| result.is_ok()) {

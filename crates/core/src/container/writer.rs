@@ -291,7 +291,9 @@ impl ContainerWriter {
         Ok(())
     }
 
-    /// Makes every appended chunk durable.
+    /// Makes every appended chunk durable: writes the buffer, waits for this container's
+    /// queued writes, syncs the file. With write-behind the container's name is durable
+    /// only after [`ContainerStore::sync_deferred`](super::ContainerStore::sync_deferred).
     pub fn sync(&mut self) -> Result<()> {
         self.write_buffer()?;
         if let Some(write_behind) = &self.write_behind {
