@@ -415,9 +415,8 @@ impl Engine {
                 continue;
             }
             report.containers_checked += 1;
-            let containers = state.chunks.containers();
-            let intact = match containers.read_contents(id) {
-                Ok(_) => containers.container_bytes(id)? == container.bytes,
+            let intact = match state.chunks.containers().verify_sealed(id, container.bytes) {
+                Ok(()) => true,
                 Err(error) if error.is_corrupt() || matches!(error, Error::NotFound(_)) => false,
                 Err(error) => return Err(error),
             };

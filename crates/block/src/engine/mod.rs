@@ -15,8 +15,9 @@
 //! write -> hints decide dedup / no-dedup / deferred -> fingerprints (outside the lock) ->
 //! under the lock: index lookup, container append or reference, map update, old chunk
 //! released, one journal record for the whole request -> full container buffers written
-//! (outside the lock) -> acknowledged. FLUSH (and FUA) syncs the containers, then the journal. A checkpoint syncs containers, starts a new journal
-//! generation and writes all dirty pages atomically.
+//! (outside the lock) -> acknowledged. FLUSH (and FUA) syncs the containers, then the
+//! journal. A checkpoint syncs containers, starts a new journal generation and writes all
+//! dirty pages atomically.
 
 mod io;
 mod maintenance;

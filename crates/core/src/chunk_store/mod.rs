@@ -705,17 +705,7 @@ impl ChunkStore {
                 self.containers.read_stored(location, &mut stored)
             }
             ChunkChange::ContainerSealed { id, bytes } => {
-                self.containers.read_contents(*id).and_then(|_| {
-                    let length = self.containers.container_bytes(*id)?;
-                    if length == *bytes {
-                        Ok(())
-                    } else {
-                        Err(Error::corrupt(
-                            format!("container {id}"),
-                            format!("{length} bytes where the seal recorded {bytes}"),
-                        ))
-                    }
-                })
+                self.containers.verify_sealed(*id, *bytes)
             }
             _ => return Ok(true),
         };

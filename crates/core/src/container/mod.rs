@@ -331,6 +331,20 @@ impl ContainerStore {
         decode_trailer(id, &footer, &trailer).ok_or_else(|| Error::corrupt(what(), "bad trailer"))
     }
 
+    /// Checks that sealed container `id` ends in a readable trailer at `bytes`, the size its
+    /// seal recorded: a corruption error otherwise (NotFound when the file is missing).
+    pub fn verify_sealed(&self, id: ContainerId, bytes: u64) -> Result<()> {
+        self.read_contents(id)?;
+        let length = self.container_bytes(id)?;
+        if length != bytes {
+            return Err(Error::corrupt(
+                format!("container {}", self.name(id)),
+                format!("{length} bytes where its seal recorded {bytes}"),
+            ));
+        }
+        Ok(())
+    }
+
     /// Reads container `id` from the front, record by record, stopping at the first record
     /// that fails its checks. Used to recover the open container after a crash and by
     /// `onecopy check`; it reads the whole container.

@@ -4,8 +4,9 @@
 //! The block device appends every new chunk under its one metadata lock. Writing a full
 //! write buffer to the container file (a 1 MiB `pwrite`, most of it the kernel allocating
 //! and copying pages), syncing a container when it is sealed and syncing the shard directory
-//! of a new one made up a third of the lock's time in 1 MiB sequential writes (stop 16
-//! profile), time in which the other worker could not run. With a `WriteBehind`:
+//! of a new one ran under that lock: the `pwrite` alone took over a third of the server's
+//! time in 1 MiB sequential writes (stop 16 profile), time in which the other worker could
+//! not run its locked work. With a `WriteBehind`:
 //!
 //! - a full write buffer is *queued* instead of written; whoever appended it runs the queue
 //!   ([`WriteBehind::run`]) after releasing its lock, so two workers write two buffers at
