@@ -16,6 +16,7 @@
 //! `docs/DESIGN.md` at the top of the repository gives the on-disk formats and write ordering.
 
 pub mod catalog;
+pub mod check;
 pub mod chunk_store;
 pub mod chunking;
 pub mod container;
