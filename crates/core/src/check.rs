@@ -154,8 +154,8 @@ impl FaceReport {
 
     /// The exit status this report calls for.
     pub fn status(&self) -> ExitStatus {
-        let needs_repair = self.findings_not_listed > 0
-            || self.findings.iter().any(Finding::needs_repair);
+        let needs_repair =
+            self.findings_not_listed > 0 || self.findings.iter().any(Finding::needs_repair);
         if needs_repair {
             ExitStatus::Problems
         } else if self.findings.iter().any(Finding::loses_data) {
@@ -208,11 +208,19 @@ mod tests {
     #[test]
     fn status_follows_findings() {
         let mut report = FaceReport::new("block");
-        report.push(Finding::new(FindingKind::Leftover, "container 9", "no record"));
+        report.push(Finding::new(
+            FindingKind::Leftover,
+            "container 9",
+            "no record",
+        ));
         assert!(report.is_clean());
         assert_eq!(report.status(), ExitStatus::Clean);
 
-        report.push(Finding::new(FindingKind::Derived, "index", "3 entries missing"));
+        report.push(Finding::new(
+            FindingKind::Derived,
+            "index",
+            "3 entries missing",
+        ));
         assert_eq!(report.status(), ExitStatus::Problems);
         report.findings[1] = report.findings[1].clone().repaired("re-inserted 3 entries");
         assert_eq!(report.status(), ExitStatus::Clean);
@@ -241,7 +249,11 @@ mod tests {
     fn findings_past_the_limit_are_counted() {
         let mut report = FaceReport::new("backup");
         for index in 0..FINDINGS_LISTED_MAX + 5 {
-            report.push(Finding::new(FindingKind::Leftover, format!("c{index}"), "x"));
+            report.push(Finding::new(
+                FindingKind::Leftover,
+                format!("c{index}"),
+                "x",
+            ));
         }
         assert_eq!(report.findings.len(), FINDINGS_LISTED_MAX);
         assert_eq!(report.findings_not_listed, 5);

@@ -782,14 +782,18 @@ impl Engine {
                         .content_cache
                         .contains(CacheKey::of(&chunk_record.location))
                 {
-                    // Room for a partial block; allocated by the first one (most reads are whole blocks).
-                    let mut scratch = Vec::new();
-                    if let ChunkRead::File { file, location } =
-                        state
-                            .chunks
-                            .plan_read(&mut state.pages, chunk, &mut scratch)?
+                    // A chunk still in memory (the open container's buffer or the write
+                    // queue) is copied here and cached now; one in a file is read outside
+                    // the lock.
+                    let mut buffer = vec![0u8; block_bytes as usize];
+                    match state
+                        .chunks
+                        .plan_read(&mut state.pages, chunk, &mut buffer)?
                     {
-                        pending.push((file, location));
+                        ChunkRead::File { file, location } => pending.push((file, location)),
+                        ChunkRead::Copied => self
+                            .content_cache
+                            .insert(CacheKey::of(&chunk_record.location), &buffer),
                     }
                 }
             }
