@@ -17,5 +17,5 @@ pub mod records;
 pub mod volume;
 
 pub use config::{BlockConfig, HintSettings, RuntimeOptions, FILTER_FALSE_POSITIVE_RATE};
-pub use engine::{BatchWrite, Engine, EngineStats, Extent, VolumeStats};
+pub use engine::{BatchWrite, Engine, EngineStats, Extent, OpenMode, VolumeStats};
 pub use volume::{ByteRange, VolumeId, VolumeRecord};

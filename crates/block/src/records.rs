@@ -5,15 +5,23 @@
 //! can never be separated by a crash. Encoding: change count u32, then per change a tag byte
 //! (0 chunk change, 1 map update) and its fields little-endian; a map update is volume u32,
 //! block u64, chunk id u64.
+//!
+//! Each record's journal tag ([`tag`]) names the blocks its map updates fall in: volume u32 |
+//! first block u64 | block count u32, or all zeros for a record without map updates. The
+//! journal keeps the tag twice, so a damaged record still says which blocks it wrote, and a
+//! repair marks exactly those lost.
+
+use std::ops::Range;
 
 use onecopy_core::chunk_store::{ChunkChange, ChunkId};
+use onecopy_core::journal::{RecordTag, TAG_BYTES};
 use onecopy_core::pages::ByteReader;
 use onecopy_core::{Error, Result};
 
-use crate::volume::VolumeId;
+use crate::volume::{VolumeId, VolumeRecord};
 
 /// One change made by a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BlockChange {
     Chunk(ChunkChange),
     /// Block `block` of `volume` now refers to `chunk` (0: zeros).
@@ -22,6 +30,10 @@ pub enum BlockChange {
         block: u64,
         chunk: ChunkId,
     },
+    /// A volume was created or its record changed (name, size, hints, deletion under way).
+    VolumeSet(Box<VolumeRecord>),
+    /// A volume's deletion finished: its record is gone.
+    VolumeRemoved(VolumeId),
 }
 
 /// Encodes the changes of one request as a journal record payload.
@@ -44,8 +56,54 @@ pub fn encode(changes: &[BlockChange], out: &mut Vec<u8>) {
                 out.extend_from_slice(&block.to_le_bytes());
                 out.extend_from_slice(&chunk.to_le_bytes());
             }
+            BlockChange::VolumeSet(record) => {
+                let json = serde_json::to_vec(record).expect("volume records serialise");
+                out.push(2);
+                out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+                out.extend_from_slice(&json);
+            }
+            BlockChange::VolumeRemoved(volume) => {
+                out.push(3);
+                out.extend_from_slice(&volume.to_le_bytes());
+            }
         }
     }
+}
+
+/// The journal tag of a record holding `changes`: the span of blocks its map updates touch,
+/// in the volume of the first one. A request changes one volume; a background step that
+/// remaps blocks of several volumes (deferred deduplication) replaces chunks by identical
+/// ones, so losing it loses no data, and its tag is the zero tag.
+pub fn tag(changes: &[BlockChange]) -> RecordTag {
+    let mut span: Option<(VolumeId, u64, u64)> = None;
+    let mut one_volume = true;
+    for change in changes {
+        if let BlockChange::Map { volume, block, .. } = *change {
+            span = Some(match span {
+                None => (volume, block, block),
+                Some((first_volume, low, high)) => {
+                    one_volume &= first_volume == volume;
+                    (first_volume, low.min(block), high.max(block))
+                }
+            });
+        }
+    }
+    let mut tag = [0u8; TAG_BYTES];
+    if let (Some((volume, low, high)), true) = (span, one_volume) {
+        let count = (high - low + 1).min(u32::MAX as u64) as u32;
+        tag[..4].copy_from_slice(&volume.to_le_bytes());
+        tag[4..12].copy_from_slice(&low.to_le_bytes());
+        tag[12..16].copy_from_slice(&count.to_le_bytes());
+    }
+    tag
+}
+
+/// The volume and blocks a record's tag names; `None` for the zero tag.
+pub fn tag_blocks(tag: &RecordTag) -> Option<(VolumeId, Range<u64>)> {
+    let volume = u32::from_le_bytes(tag[..4].try_into().expect("4 bytes"));
+    let first = u64::from_le_bytes(tag[4..12].try_into().expect("8 bytes"));
+    let count = u32::from_le_bytes(tag[12..16].try_into().expect("4 bytes"));
+    (volume != 0 && count > 0).then(|| (volume, first..first.saturating_add(count as u64)))
 }
 
 /// Decodes a journal record payload.
@@ -53,8 +111,8 @@ pub fn decode(payload: &[u8]) -> Result<Vec<BlockChange>> {
     let malformed = || Error::corrupt("block journal record", "malformed");
     let mut reader = ByteReader { bytes: payload };
     let count = reader.u32().ok_or_else(malformed)? as usize;
-    // Each change takes at least 9 bytes, which bounds the allocation for corrupt counts.
-    if count > payload.len() / 9 {
+    // Each change takes at least 5 bytes, which bounds the allocation for corrupt counts.
+    if count > payload.len() / 5 {
         return Err(malformed());
     }
     let mut changes = Vec::with_capacity(count);
@@ -66,6 +124,15 @@ pub fn decode(payload: &[u8]) -> Result<Vec<BlockChange>> {
                 block: reader.u64().ok_or_else(malformed)?,
                 chunk: reader.u64().ok_or_else(malformed)?,
             }),
+            2 => {
+                let length = reader.u32().ok_or_else(malformed)? as usize;
+                let json = reader.take(length).ok_or_else(malformed)?;
+                let record = serde_json::from_slice(json).map_err(|_| malformed())?;
+                changes.push(BlockChange::VolumeSet(Box::new(record)));
+            }
+            3 => changes.push(BlockChange::VolumeRemoved(
+                reader.u32().ok_or_else(malformed)?,
+            )),
             _ => return Err(malformed()),
         }
     }
@@ -98,5 +165,25 @@ mod tests {
         payload.push(0);
         assert!(decode(&payload).is_err());
         assert!(decode(&[255, 255, 255, 255]).is_err());
+    }
+
+    /// Goal: a tag names the span of blocks a record's map updates touch in its volume, and
+    /// records without map updates or spanning volumes have the zero tag.
+    #[test]
+    fn tags_name_the_blocks_written() {
+        let map = |volume, block| BlockChange::Map {
+            volume,
+            block,
+            chunk: 9,
+        };
+        let changes = [
+            BlockChange::Chunk(ChunkChange::Referenced { id: 4 }),
+            map(3, 100),
+            map(3, 97),
+            map(3, 101),
+        ];
+        assert_eq!(tag_blocks(&tag(&changes)), Some((3, 97..102)));
+        assert_eq!(tag_blocks(&tag(&changes[..1])), None);
+        assert_eq!(tag_blocks(&tag(&[map(1, 5), map(2, 5)])), None);
     }
 }

@@ -9,6 +9,12 @@ use crate::config::HintSettings;
 /// Names a volume inside the engine; never reused after deletion.
 pub type VolumeId = u32;
 
+/// Bits of a volume id in the owner tag of a chunk stored without a fingerprint (see the
+/// block engine's write path): volume ids stay below 2^21.
+pub const VOLUME_ID_BITS: u32 = 21;
+/// Largest volume id.
+pub const VOLUME_ID_MAX: VolumeId = (1 << VOLUME_ID_BITS) - 1;
+
 /// Largest volume: 1 PiB.
 pub const VOLUME_BYTES_MAX: u64 = 1 << 50;
 /// Longest volume name (it is also the NBD export name).

@@ -70,6 +70,8 @@ fn writes_after_losing_a_new_container_record() {
     let mut read = vec![0u8; later.len()];
     engine.read(volume.id, offset, &mut read).expect("read");
     assert!(read == later, "the write after recovery reads back wrong");
-    let report = engine.check(false).expect("check");
+    let report = engine
+        .check(onecopy_core::check::CheckOptions::default())
+        .expect("check");
     assert!(report.is_clean(), "{report:?}");
 }

@@ -150,7 +150,10 @@ fn round_trip_and_dedup_across_volumes() {
     let mut out = vec![0u8; image.len()];
     engine.read(b.id, 8 * BLOCK as u64, &mut out).unwrap();
     assert_eq!(out, image);
-    assert!(engine.check(false).unwrap().is_clean());
+    assert!(engine
+        .check(onecopy_core::check::CheckOptions::default())
+        .unwrap()
+        .is_clean());
 }
 
 /// Goal: unaligned writes merge with existing bytes (read-modify-write), and reads at odd
@@ -293,7 +296,9 @@ fn hints_deferred_dedup_and_delete() {
     engine.delete_volume("deferred").unwrap();
     assert_eq!(engine.stats().store.live_chunks, 8);
     assert!(engine.volume("plain").is_err());
-    let check = engine.check(false).unwrap();
+    let check = engine
+        .check(onecopy_core::check::CheckOptions::default())
+        .unwrap();
     assert!(check.is_clean(), "{check:?}");
 }
 
@@ -318,7 +323,10 @@ fn compaction_reclaims_overwritten_space() {
     let mut out = vec![0u8; last.len()];
     engine.read(volume.id, 0, &mut out).unwrap();
     assert_eq!(out, last);
-    assert!(engine.check(false).unwrap().is_clean());
+    assert!(engine
+        .check(onecopy_core::check::CheckOptions::default())
+        .unwrap()
+        .is_clean());
 }
 
 /// One step of the crash test's random workload.
@@ -515,7 +523,9 @@ fn crash_recovery_case(
                 "seed {seed} crash at sync {crash_at}: recovered volume matches no state from \
                  step {last_flush} to {completed}"
             );
-            let report = engine.check(false).unwrap();
+            let report = engine
+                .check(onecopy_core::check::CheckOptions::default())
+                .unwrap();
             assert!(
                 report.is_clean(),
                 "seed {seed} crash {crash_at}: {report:?}"
@@ -577,7 +587,10 @@ fn flash_mode_deduplicates_and_restarts_without_rescan() {
     let mut out = vec![0u8; data.len()];
     engine.read(volume.id, 16 * BLOCK as u64, &mut out).unwrap();
     assert_eq!(out, data);
-    assert!(engine.check(false).unwrap().is_clean());
+    assert!(engine
+        .check(onecopy_core::check::CheckOptions::default())
+        .unwrap()
+        .is_clean());
 }
 
 /// Goal: the idle-time background pass deduplicates deferred blocks once they are old enough,

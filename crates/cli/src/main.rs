@@ -59,7 +59,10 @@ fn main() -> ExitCode {
         Command::Init(args) => commands::init::run(&cli, args),
         Command::Analyze(args) => commands::analyze::run(&cli, args),
         Command::Volume(args) => commands::volume::run(&cli, args),
-        Command::Check(args) => commands::check::run(&cli, args),
+        Command::Check(args) => match commands::check::run(&cli, args) {
+            Ok(code) => return ExitCode::from(code),
+            Err(error) => Err(error),
+        },
         Command::Serve(args) => commands::serve::run(&cli, args),
         Command::Backup(args) => commands::backup::run(&cli, args),
         Command::Lab(args) => commands::lab::run(&cli, args),

@@ -1,52 +1,174 @@
 //! The journal: a redo log of metadata changes between checkpoints.
 //!
 //! Owners of a [`PageStore`](crate::pages::PageStore) change pages in memory and append a
-//! record describing each change here. `sync` makes the records durable (this is what an NBD
-//! FLUSH waits for); a checkpoint makes the pages durable and starts a new journal
-//! *generation*, after which the old journal file is removed. After a crash the owner reopens
-//! the page store (the last checkpoint) and replays the records of the generation that
-//! checkpoint names.
+//! record describing each change here. [`Journal::sync`] makes the records durable (this is
+//! what an NBD FLUSH waits for); a checkpoint makes the pages durable and starts a new journal
+//! *generation* in a new file. After a crash the owner reopens the page store (the last
+//! checkpoint), [`scan`](Journal::scan)s the generation that checkpoint names and replays its
+//! intact records.
 //!
-//! Format of `journal-<generation as 16 hex digits>`: a sequence of records, each
-//! `length: u32 LE | crc: u32 LE | payload[length]`, where `crc` is CRC-32C over the generation
-//! (u64 LE), the length and the payload. Replay stops at the first record that is truncated or
-//! fails its checksum: that is the torn tail of the last unsynced write, and everything after
-//! it was never acknowledged as durable. Including the generation in the checksum keeps
-//! records of an older file from ever being replayed under a newer generation.
+//! # Format
+//!
+//! `journal-<generation as 16 hex digits>` is created at a fixed *capacity* (a sparse file:
+//! unwritten bytes read as zeros), so its length never changes while records are appended and
+//! a shorter file is a truncation, never a torn tail.
+//!
+//! ```text
+//! file header (64 B)  "OCJRNL02" | generation u64 | capacity u64 | crc32c u32 | zeros
+//! record*             header | payload | footer
+//!   header (32 B)     payload length u32 | header crc u32 | synced end u64 | tag [16]
+//!   footer (28 B)     tag [16] | payload length u32 | footer crc u32 | record crc u32
+//! zeros               (never written)
+//! ```
+//!
+//! The *tag* is the owner's summary of the record (the block device: volume and block range),
+//! kept twice so that one damaged copy leaves the other. The header crc covers the generation
+//! and the header's other fields, the footer crc the generation and the footer's tag and
+//! length, and the record crc the generation, the header, the payload and the footer before
+//! it. Including the generation keeps records of another file from ever being replayed under
+//! this one. *Synced end* is the file offset up to which the journal was durable when the
+//! record was appended.
+//!
+//! # Torn tails and damage
+//!
+//! A scan reads intact records from the front. It stops at zeros (the clean end) or at a
+//! record that fails its checks, which is one of two things:
+//!
+//! - a **torn tail**: the last unsynced write reached the media only in part (any 512-byte
+//!   sector of it may be missing). Nothing in it was acknowledged as durable, and the scan
+//!   drops it and everything after it.
+//! - **damage**: bytes that were durable changed. Proof: a later intact record whose synced
+//!   end lies past the bad record (the journal was synced after the bad record was written),
+//!   or a file shorter than its capacity. Without proof, a bad region in which a whole sector
+//!   (at least 8 bytes of it within the region) reads as zeros is a torn tail, since a sector
+//!   that never reached the media reads as zeros in a file that is only appended to; a bad
+//!   region without such a sector is damage (a flipped byte in the last synced records).
+//!
+//! Damage is never dropped silently: the scan reports where it is and which tag the damaged
+//! record carried (from its header or its footer, whichever is intact), and lists the intact
+//! records after it so that a repair can salvage them.
 
 use std::sync::Arc;
 
 use crate::storage::{join, Storage, StorageFile};
 use crate::{Error, Result};
 
-/// Bytes before each payload: length and checksum.
-const RECORD_HEADER_BYTES: usize = 8;
-/// Largest record payload; larger lengths in a file are treated as a torn tail.
-pub const RECORD_BYTES_MAX: usize = 64 << 20;
+/// Bytes of a record's tag.
+pub const TAG_BYTES: usize = 16;
+/// The owner's summary of a record, stored in its header and its footer.
+pub type RecordTag = [u8; TAG_BYTES];
+/// Largest record payload.
+pub const RECORD_BYTES_MAX: usize = 16 << 20;
+
+const FILE_MAGIC: &[u8; 8] = b"OCJRNL02";
+/// Bytes of the file header; the first record starts here.
+pub const FILE_HEADER_BYTES: u64 = 64;
+const RECORD_HEADER_BYTES: usize = 32;
+const RECORD_FOOTER_BYTES: usize = 28;
+/// Bytes a record takes besides its payload.
+pub const RECORD_OVERHEAD_BYTES: usize = RECORD_HEADER_BYTES + RECORD_FOOTER_BYTES;
+const RECORD_TOTAL_MAX: u64 = (RECORD_BYTES_MAX + RECORD_OVERHEAD_BYTES) as u64;
+/// Smallest capacity of a new file; records that need more make it grow.
+const CAPACITY_MIN_BYTES: u64 = 1 << 20;
 /// Buffered bytes that trigger a write to the file even without a sync.
 const BUFFER_BYTES_LIMIT: usize = 1 << 20;
-/// Bytes read at a time during replay.
-const REPLAY_READ_BYTES: usize = 1 << 20;
+/// The unit a disk writes atomically; a torn write misses whole sectors.
+const SECTOR_BYTES: u64 = 512;
+/// Zero bytes of a sector within a bad region that mark it as never written.
+const TORN_SECTOR_BYTES_MIN: u64 = 8;
+/// A run of zeros this long, aligned, ends the written part of a file.
+const ZERO_RUN_BYTES: u64 = 64 << 10;
+/// Bytes read at a time while scanning.
+const SCAN_READ_BYTES: u64 = 4 << 20;
 
-/// What the replay callback wants next.
+const _: () = assert!(RECORD_BYTES_MAX <= u32::MAX as usize);
+const _: () = assert!(FILE_HEADER_BYTES as usize >= 8 + 8 + 8 + 4);
+const _: () = assert!(BUFFER_BYTES_LIMIT as u64 <= SCAN_READ_BYTES);
+
+/// One intact record found by [`Journal::scan`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReplayControl {
-    /// Apply the next record too.
-    Continue,
-    /// This record must not be applied (for example, data it refers to never reached the
-    /// media): treat it and everything after it as the torn tail.
-    Stop,
+pub struct ScannedRecord {
+    /// Offset of the record's header in the file.
+    pub offset: u64,
+    pub tag: RecordTag,
+    pub payload_bytes: u32,
+    /// The journal's durable end when the record was appended.
+    pub synced_end: u64,
 }
 
-/// What a replay found.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ReplaySummary {
-    /// Valid records replayed.
-    pub records: u64,
-    /// Bytes of valid records.
-    pub bytes: u64,
-    /// Bytes after the last valid record (a torn tail), discarded.
-    pub discarded_bytes: u64,
+impl ScannedRecord {
+    /// Offset just past the record.
+    pub fn end(&self) -> u64 {
+        self.offset + (RECORD_OVERHEAD_BYTES + self.payload_bytes as usize) as u64
+    }
+}
+
+/// Bytes of a journal that failed their checks and were durable; see the module
+/// documentation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JournalDamage {
+    /// Where the damaged bytes start.
+    pub offset: u64,
+    /// Where they end: the next intact record, the end of the written part, or the capacity
+    /// (a truncated file).
+    pub end: u64,
+    /// The damaged record's tag, when its header or footer is intact.
+    pub tag: Option<RecordTag>,
+    /// What is wrong, for messages.
+    pub detail: String,
+}
+
+/// How the intact records of a scanned journal end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JournalEnd {
+    /// Zeros follow the last record.
+    Clean,
+    /// A torn tail of `bytes` bytes at `offset`, never acknowledged, dropped.
+    Torn { offset: u64, bytes: u64 },
+}
+
+/// What [`Journal::scan`] found in one generation.
+#[derive(Debug)]
+pub struct JournalScan {
+    /// The file's name in its storage.
+    pub name: String,
+    pub generation: u64,
+    /// The file's length.
+    pub length: u64,
+    /// The file header is damaged (the records are still scanned).
+    pub header_damaged: bool,
+    /// Intact records in file order: those before the first damage, then those after it.
+    pub records: Vec<ScannedRecord>,
+    /// How many of `records` come before the first damage: the ones a replay applies.
+    pub prefix: usize,
+    /// Damaged regions, in file order.
+    pub damage: Vec<JournalDamage>,
+    /// How the records end, when not at damage.
+    pub end: JournalEnd,
+    file: Arc<dyn StorageFile>,
+}
+
+impl JournalScan {
+    /// True when every durable record is intact.
+    pub fn is_intact(&self) -> bool {
+        self.damage.is_empty() && !self.header_damaged
+    }
+
+    /// Calls `visit` with each record of `records` (a sub-slice of [`Self::records`]) and its
+    /// payload, in order, until it fails.
+    pub fn for_each_payload(
+        &self,
+        records: &[ScannedRecord],
+        mut visit: impl FnMut(&ScannedRecord, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let mut window = Window::new(self.file.as_ref(), self.length);
+        for record in records {
+            let bytes = window.get(record.offset, record.end() - record.offset)?;
+            let payload = &bytes[RECORD_HEADER_BYTES..bytes.len() - RECORD_FOOTER_BYTES];
+            visit(record, payload)?;
+        }
+        Ok(())
+    }
 }
 
 /// An open journal generation, positioned for appending.
@@ -56,12 +178,13 @@ pub struct Journal {
     directory: String,
     generation: u64,
     file: Arc<dyn StorageFile>,
+    capacity: u64,
     /// Records appended but not yet written to the file.
     buffer: Vec<u8>,
-    /// Bytes of valid records in the file.
-    file_bytes: u64,
-    /// Bytes known durable (synced).
-    synced_bytes: u64,
+    /// Offset just past the records written to the file.
+    file_end: u64,
+    /// Offset up to which the file is durable.
+    synced_end: u64,
 }
 
 impl Journal {
@@ -70,46 +193,68 @@ impl Journal {
         join(directory, &format!("journal-{generation:016x}"))
     }
 
-    /// Opens generation `generation` (creating it if missing), calls `replay` with each valid
-    /// record in order until it answers [`ReplayControl::Stop`], discards the rest as a torn
-    /// tail, and removes journal files of every other generation in `directory`.
-    pub fn open(
+    /// The generations whose files exist in `directory`, ascending.
+    pub fn generations(storage: &dyn Storage, directory: &str) -> Result<Vec<u64>> {
+        let mut generations: Vec<u64> = storage
+            .list(directory)?
+            .iter()
+            .filter_map(|name| {
+                let base = name.rsplit('/').next()?;
+                let digits = base.strip_prefix("journal-")?;
+                (digits.len() == 16)
+                    .then(|| u64::from_str_radix(digits, 16).ok())
+                    .flatten()
+            })
+            .collect();
+        generations.sort_unstable();
+        Ok(generations)
+    }
+
+    /// Creates generation `generation` as a new, durably named, empty file of `capacity`
+    /// bytes (more are added if records need them). Fails if the file exists: a generation
+    /// is written once.
+    pub fn create(
         storage: Arc<dyn Storage>,
         directory: &str,
         generation: u64,
-        mut replay: impl FnMut(&[u8]) -> Result<ReplayControl>,
-    ) -> Result<(Journal, ReplaySummary)> {
+        capacity: u64,
+    ) -> Result<Journal> {
+        let capacity = capacity.max(FILE_HEADER_BYTES + CAPACITY_MIN_BYTES);
         let name = Self::file_name(directory, generation);
-        let existed = storage.exists(&name)?;
+        if storage.exists(&name)? {
+            return Err(Error::AlreadyExists(format!("journal {name}")));
+        }
         let file = storage.open(&name, true)?;
-        if !existed {
-            storage.sync_directory(directory)?;
+        file.set_len(capacity)?;
+        file.write_at(0, &encode_file_header(generation, capacity))?;
+        file.sync_data()?;
+        storage.sync_directory(directory)?;
+        Ok(Journal {
+            storage,
+            directory: directory.to_string(),
+            generation,
+            file,
+            capacity,
+            buffer: Vec::new(),
+            file_end: FILE_HEADER_BYTES,
+            synced_end: FILE_HEADER_BYTES,
+        })
+    }
+
+    /// Reads generation `generation` without changing it; see the module documentation. A
+    /// missing file is [`Error::NotFound`].
+    pub fn scan(storage: &dyn Storage, directory: &str, generation: u64) -> Result<JournalScan> {
+        let name = Self::file_name(directory, generation);
+        if !storage.exists(&name)? {
+            return Err(Error::NotFound(format!("journal {name}")));
         }
-        let summary = replay_file(file.as_ref(), generation, &mut replay)?;
-        if summary.discarded_bytes > 0 {
-            file.set_len(summary.bytes)?;
-        }
-        for stale in storage.list(directory)? {
-            let is_journal = stale
-                .rsplit('/')
-                .next()
-                .is_some_and(|base| base.starts_with("journal-"));
-            if is_journal && stale != name {
-                storage.remove(&stale)?;
-            }
-        }
-        Ok((
-            Journal {
-                storage,
-                directory: directory.to_string(),
-                generation,
-                file,
-                buffer: Vec::new(),
-                file_bytes: summary.bytes,
-                synced_bytes: summary.bytes,
-            },
-            summary,
-        ))
+        let file = storage.open(&name, false)?;
+        scan_file(file, name, generation)
+    }
+
+    /// Removes the file of generation `generation` (after the checkpoints that replaced it).
+    pub fn remove(storage: &dyn Storage, directory: &str, generation: u64) -> Result<()> {
+        storage.remove(&Self::file_name(directory, generation))
     }
 
     /// The current generation.
@@ -118,20 +263,20 @@ impl Journal {
     }
 
     /// Appends a record (buffered in memory; durable after [`sync`](Journal::sync)).
-    pub fn append(&mut self, payload: &[u8]) -> Result<()> {
+    pub fn append(&mut self, tag: &RecordTag, payload: &[u8]) -> Result<()> {
         if payload.len() > RECORD_BYTES_MAX {
             return Err(Error::Limit(format!(
                 "journal record of {} bytes exceeds the {RECORD_BYTES_MAX}-byte limit",
                 payload.len()
             )));
         }
-        let length = (payload.len() as u32).to_le_bytes();
-        let mut crc = crc32c::crc32c(&self.generation.to_le_bytes());
-        crc = crc32c::crc32c_append(crc, &length);
-        crc = crc32c::crc32c_append(crc, payload);
-        self.buffer.extend_from_slice(&length);
-        self.buffer.extend_from_slice(&crc.to_le_bytes());
-        self.buffer.extend_from_slice(payload);
+        encode_record(
+            self.generation,
+            self.synced_end,
+            tag,
+            payload,
+            &mut self.buffer,
+        );
         if self.buffer.len() >= BUFFER_BYTES_LIMIT {
             self.write_buffered()?;
         }
@@ -143,8 +288,12 @@ impl Journal {
         if self.buffer.is_empty() {
             return Ok(());
         }
-        self.file.write_at(self.file_bytes, &self.buffer)?;
-        self.file_bytes += self.buffer.len() as u64;
+        let end = self.file_end + self.buffer.len() as u64;
+        if end > self.capacity {
+            self.grow(end)?;
+        }
+        self.file.write_at(self.file_end, &self.buffer)?;
+        self.file_end = end;
         self.buffer.clear();
         Ok(())
     }
@@ -152,199 +301,421 @@ impl Journal {
     /// Makes every appended record durable.
     pub fn sync(&mut self) -> Result<()> {
         self.write_buffered()?;
-        if self.synced_bytes != self.file_bytes {
+        if self.synced_end != self.file_end {
             self.file.sync_data()?;
-            self.synced_bytes = self.file_bytes;
+            self.synced_end = self.file_end;
         }
         Ok(())
     }
 
     /// True when records were appended since the last sync.
     pub fn has_unsynced(&self) -> bool {
-        !self.buffer.is_empty() || self.synced_bytes != self.file_bytes
+        !self.buffer.is_empty() || self.synced_end != self.file_end
     }
 
     /// Bytes of records in this generation, buffered ones included.
     pub fn bytes(&self) -> u64 {
-        self.file_bytes + self.buffer.len() as u64
+        self.file_end - FILE_HEADER_BYTES + self.buffer.len() as u64
     }
 
-    /// Starts generation `generation + 1` in a new, durably named, empty file and returns the
-    /// old generation. Records appended before are dropped from memory: call this only right
-    /// before a checkpoint that covers them, and remove the old file with
-    /// [`remove_generation`](Journal::remove_generation) after the checkpoint is durable.
-    pub fn rotate(&mut self) -> Result<u64> {
-        let old = self.generation;
-        let next = old + 1;
-        let name = Self::file_name(&self.directory, next);
-        self.storage.remove(&name)?;
-        let file = self.storage.open(&name, true)?;
-        self.storage.sync_directory(&self.directory)?;
-        self.file = file;
-        self.generation = next;
-        self.buffer.clear();
-        self.file_bytes = 0;
-        self.synced_bytes = 0;
-        Ok(old)
+    /// Starts generation `generation` in a new file (see [`create`](Self::create)) and returns
+    /// the old generation. Records appended before are dropped from memory: call this only
+    /// right before a checkpoint that covers them. The old file stays until its owner removes
+    /// it.
+    pub fn rotate(&mut self, generation: u64) -> Result<u64> {
+        assert!(generation > self.generation, "generations only grow");
+        let next = Journal::create(
+            self.storage.clone(),
+            &self.directory,
+            generation,
+            self.capacity,
+        )?;
+        let old = std::mem::replace(self, next);
+        Ok(old.generation)
     }
 
-    /// Removes the file of an old generation (after the checkpoint that replaced it).
-    pub fn remove_generation(&self, generation: u64) -> Result<()> {
-        assert_ne!(
-            generation, self.generation,
-            "the live journal is never removed"
-        );
-        self.storage
-            .remove(&Self::file_name(&self.directory, generation))
+    /// Adds room for records up to `end`: the new length is made durable before anything is
+    /// written past the old one, so a file shorter than the capacity its header states is
+    /// always a truncation.
+    fn grow(&mut self, end: u64) -> Result<()> {
+        let capacity = end.max(self.capacity.saturating_mul(2));
+        self.file.set_len(capacity)?;
+        self.file.sync_data()?;
+        self.file
+            .write_at(0, &encode_file_header(self.generation, capacity))?;
+        self.capacity = capacity;
+        Ok(())
     }
 }
 
-fn replay_file(
-    file: &dyn StorageFile,
-    generation: u64,
-    replay: &mut dyn FnMut(&[u8]) -> Result<ReplayControl>,
-) -> Result<ReplaySummary> {
-    let file_length = file.len()?;
-    let mut summary = ReplaySummary::default();
-    let mut offset = 0u64;
-    let mut window: Vec<u8> = Vec::new();
-    let mut window_start = 0u64;
-    // Reads [start, start + length) through a sliding window so large journals stream.
-    let fetch = |start: u64, length: usize, window: &mut Vec<u8>, window_start: &mut u64| {
-        let have_end = *window_start + window.len() as u64;
-        if start >= *window_start && start + length as u64 <= have_end {
-            return Ok::<bool, Error>(true);
-        }
-        if start + length as u64 > file_length {
-            return Ok(false);
-        }
-        let read_length = (length.max(REPLAY_READ_BYTES) as u64).min(file_length - start);
-        window.resize(read_length as usize, 0);
-        file.read_at(start, window)?;
-        *window_start = start;
-        Ok(true)
-    };
-    loop {
-        if !fetch(offset, RECORD_HEADER_BYTES, &mut window, &mut window_start)? {
-            break;
-        }
-        let at = (offset - window_start) as usize;
-        let length_bytes: [u8; 4] = window[at..at + 4].try_into().expect("4 bytes");
-        let length = u32::from_le_bytes(length_bytes) as usize;
-        let crc = u32::from_le_bytes(window[at + 4..at + 8].try_into().expect("4 bytes"));
-        if length > RECORD_BYTES_MAX {
-            break;
-        }
-        let total = RECORD_HEADER_BYTES + length;
-        if !fetch(offset, total, &mut window, &mut window_start)? {
-            break;
-        }
-        let at = (offset - window_start) as usize;
-        let payload = &window[at + RECORD_HEADER_BYTES..at + total];
-        let mut expected = crc32c::crc32c(&generation.to_le_bytes());
-        expected = crc32c::crc32c_append(expected, &length_bytes);
-        expected = crc32c::crc32c_append(expected, payload);
-        if expected != crc {
-            break;
-        }
-        if replay(payload)? == ReplayControl::Stop {
-            break;
-        }
-        summary.records += 1;
-        offset += total as u64;
+fn encode_file_header(generation: u64, capacity: u64) -> [u8; FILE_HEADER_BYTES as usize] {
+    let mut header = [0u8; FILE_HEADER_BYTES as usize];
+    header[..8].copy_from_slice(FILE_MAGIC);
+    header[8..16].copy_from_slice(&generation.to_le_bytes());
+    header[16..24].copy_from_slice(&capacity.to_le_bytes());
+    let crc = crc32c::crc32c(&header[..24]);
+    header[24..28].copy_from_slice(&crc.to_le_bytes());
+    header
+}
+
+/// The capacity a file header states, if the header is intact and names `generation`.
+fn decode_file_header(bytes: &[u8], generation: u64) -> Option<u64> {
+    if bytes.len() < FILE_HEADER_BYTES as usize || &bytes[..8] != FILE_MAGIC {
+        return None;
     }
-    summary.bytes = offset;
-    summary.discarded_bytes = file_length - offset;
-    Ok(summary)
+    let crc = u32::from_le_bytes(bytes[24..28].try_into().ok()?);
+    if crc32c::crc32c(&bytes[..24]) != crc {
+        return None;
+    }
+    let stated = u64::from_le_bytes(bytes[8..16].try_into().ok()?);
+    (stated == generation).then(|| u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")))
+}
+
+fn header_crc(generation: u64, header: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(&generation.to_le_bytes());
+    let crc = crc32c::crc32c_append(crc, &header[..4]);
+    crc32c::crc32c_append(crc, &header[8..RECORD_HEADER_BYTES])
+}
+
+fn footer_crc(generation: u64, footer: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(&generation.to_le_bytes());
+    crc32c::crc32c_append(crc, &footer[..TAG_BYTES + 4])
+}
+
+fn encode_record(
+    generation: u64,
+    synced_end: u64,
+    tag: &RecordTag,
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) {
+    let start = out.len();
+    let length = (payload.len() as u32).to_le_bytes();
+    out.extend_from_slice(&length);
+    out.extend_from_slice(&[0u8; 4]);
+    out.extend_from_slice(&synced_end.to_le_bytes());
+    out.extend_from_slice(tag);
+    let crc = header_crc(generation, &out[start..]);
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(payload);
+    let footer_start = out.len();
+    out.extend_from_slice(tag);
+    out.extend_from_slice(&length);
+    let crc = footer_crc(generation, &out[footer_start..]);
+    out.extend_from_slice(&crc.to_le_bytes());
+    let record_crc = crc32c::crc32c_append(
+        crc32c::crc32c(&generation.to_le_bytes()),
+        &out[start..out.len()],
+    );
+    out.extend_from_slice(&record_crc.to_le_bytes());
+    debug_assert_eq!(out.len() - start, payload.len() + RECORD_OVERHEAD_BYTES);
+}
+
+/// A record header that passes its own check: (payload length, synced end, tag).
+fn decode_header(generation: u64, at: u64, bytes: &[u8]) -> Option<(u32, u64, RecordTag)> {
+    if bytes.len() < RECORD_HEADER_BYTES {
+        return None;
+    }
+    let length = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"));
+    let synced_end = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+    // Cheap plausibility first: resynchronising tries this at every offset.
+    if length as usize > RECORD_BYTES_MAX || synced_end > at || synced_end < FILE_HEADER_BYTES {
+        return None;
+    }
+    let crc = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
+    if header_crc(generation, &bytes[..RECORD_HEADER_BYTES]) != crc {
+        return None;
+    }
+    Some((
+        length,
+        synced_end,
+        bytes[16..32].try_into().expect("16 bytes"),
+    ))
+}
+
+/// The tag of a footer that passes its own check, with its stated payload length.
+fn decode_footer(generation: u64, footer: &[u8]) -> Option<(RecordTag, u32)> {
+    let crc = u32::from_le_bytes(footer[20..24].try_into().ok()?);
+    if footer_crc(generation, footer) != crc {
+        return None;
+    }
+    Some((
+        footer[..TAG_BYTES].try_into().expect("16 bytes"),
+        u32::from_le_bytes(footer[16..20].try_into().expect("4 bytes")),
+    ))
+}
+
+/// The whole record at the front of `bytes` (read at `at`), if intact.
+fn decode_record(generation: u64, at: u64, bytes: &[u8]) -> Option<ScannedRecord> {
+    let (length, synced_end, tag) = decode_header(generation, at, bytes)?;
+    let total = RECORD_OVERHEAD_BYTES + length as usize;
+    if bytes.len() < total {
+        return None;
+    }
+    let footer = &bytes[RECORD_HEADER_BYTES + length as usize..total];
+    let (footer_tag, footer_length) = decode_footer(generation, footer)?;
+    let record_crc = u32::from_le_bytes(footer[24..28].try_into().expect("4 bytes"));
+    let expected = crc32c::crc32c_append(
+        crc32c::crc32c(&generation.to_le_bytes()),
+        &bytes[..total - 4],
+    );
+    (footer_tag == tag && footer_length == length && expected == record_crc).then_some(
+        ScannedRecord {
+            offset: at,
+            tag,
+            payload_bytes: length,
+            synced_end,
+        },
+    )
+}
+
+/// Reads of a file through a buffer that slides forward.
+struct Window<'a> {
+    file: &'a dyn StorageFile,
+    length: u64,
+    start: u64,
+    bytes: Vec<u8>,
+}
+
+impl<'a> Window<'a> {
+    fn new(file: &'a dyn StorageFile, length: u64) -> Self {
+        Window {
+            file,
+            length,
+            start: 0,
+            bytes: Vec::new(),
+        }
+    }
+
+    /// Up to `count` bytes at `offset`; fewer at the end of the file.
+    fn get(&mut self, offset: u64, count: u64) -> Result<&[u8]> {
+        let end = (offset + count).min(self.length);
+        if offset >= end {
+            return Ok(&[]);
+        }
+        let held_end = self.start + self.bytes.len() as u64;
+        if offset < self.start || end > held_end {
+            let read_end = (offset + count.max(SCAN_READ_BYTES)).min(self.length);
+            self.bytes.resize((read_end - offset) as usize, 0);
+            self.file.read_at(offset, &mut self.bytes)?;
+            self.start = offset;
+        }
+        let from = (offset - self.start) as usize;
+        Ok(&self.bytes[from..from + (end - offset) as usize])
+    }
+}
+
+/// A region the record chain could not pass: where it starts, where the next intact record
+/// starts (if any was found), and the tag of the bad record if its header or footer is
+/// intact.
+struct BadRegion {
+    offset: u64,
+    end: u64,
+    tag: Option<RecordTag>,
+    /// The bad record's header promised more bytes than the file has.
+    past_end: bool,
+}
+
+fn scan_file(file: Arc<dyn StorageFile>, name: String, generation: u64) -> Result<JournalScan> {
+    let length = file.len()?;
+    let mut window = Window::new(file.as_ref(), length);
+    let header = window.get(0, FILE_HEADER_BYTES)?.to_vec();
+    let capacity = decode_file_header(&header, generation);
+    let mut records = Vec::new();
+    let mut bad = Vec::new();
+    let mut offset = FILE_HEADER_BYTES;
+    // Walk the record chain; at a bad record, resynchronise on the next intact one.
+    while offset < length {
+        let bytes = window.get(offset, RECORD_HEADER_BYTES as u64)?;
+        if bytes.iter().all(|&byte| byte == 0) {
+            break;
+        }
+        let claimed = decode_header(generation, offset, bytes)
+            .map(|(length, _, _)| (RECORD_OVERHEAD_BYTES + length as usize) as u64);
+        if let Some(record) = read_record(&mut window, generation, offset)? {
+            offset = record.end();
+            records.push(record);
+            continue;
+        }
+        let region = bad_region(&mut window, generation, offset, claimed)?;
+        offset = region.end;
+        let resynchronised = read_record(&mut window, generation, region.end)?.is_some();
+        bad.push((records.len(), region));
+        if !resynchronised {
+            break;
+        }
+    }
+    let written_end = offset;
+    let truncated = capacity.is_some_and(|capacity| length < capacity);
+
+    // Classify the bad regions, the first one without proof first.
+    let mut damage = Vec::new();
+    let mut prefix = records.len();
+    let mut end = JournalEnd::Clean;
+    for (index, (records_before, region)) in bad.iter().enumerate() {
+        let proven = records[*records_before..]
+            .iter()
+            .any(|record| record.synced_end > region.offset)
+            || (truncated && region.end >= length);
+        let damaged = proven || !(region.past_end || has_zero_sector(&mut window, region)?);
+        if index == 0 {
+            prefix = *records_before;
+        }
+        if damaged {
+            damage.push(JournalDamage {
+                offset: region.offset,
+                end: region.end,
+                tag: region.tag,
+                detail: if truncated && region.end >= length {
+                    format!("the file is truncated to {length} bytes of {} and the record at {} is cut", capacity.unwrap_or(0), region.offset)
+                } else {
+                    format!(
+                        "a record at offset {} fails its checksum and the journal was synced after it",
+                        region.offset
+                    )
+                },
+            });
+        } else {
+            // A torn tail: it and everything after it were never acknowledged.
+            end = JournalEnd::Torn {
+                offset: region.offset,
+                bytes: written_end.max(region.end) - region.offset,
+            };
+            records.truncate(*records_before);
+            break;
+        }
+    }
+    if truncated && !damage.iter().any(|damage| damage.end >= length) {
+        damage.push(JournalDamage {
+            offset: written_end.min(length),
+            end: capacity.unwrap_or(length),
+            tag: None,
+            detail: format!(
+                "the file is truncated to {length} bytes of {}; records after offset {} may be \
+                 lost",
+                capacity.unwrap_or(0),
+                written_end.min(length)
+            ),
+        });
+    }
+    if !damage.is_empty() && prefix > records.len() {
+        prefix = records.len();
+    }
+    Ok(JournalScan {
+        name,
+        generation,
+        length,
+        header_damaged: capacity.is_none(),
+        records,
+        prefix,
+        damage,
+        end,
+        file,
+    })
+}
+
+/// The intact record at `at`, if there is one: its header is checked before the rest is read.
+fn read_record(window: &mut Window<'_>, generation: u64, at: u64) -> Result<Option<ScannedRecord>> {
+    if at >= window.length {
+        return Ok(None);
+    }
+    let Some((length, _, _)) =
+        decode_header(generation, at, window.get(at, RECORD_HEADER_BYTES as u64)?)
+    else {
+        return Ok(None);
+    };
+    let total = (RECORD_OVERHEAD_BYTES + length as usize) as u64;
+    Ok(decode_record(generation, at, window.get(at, total)?))
+}
+
+/// Finds where a bad record at `offset` ends: the next intact record within reach, or the end
+/// of the written part; and its tag from whichever of its header and footer is intact.
+fn bad_region(
+    window: &mut Window<'_>,
+    generation: u64,
+    offset: u64,
+    claimed: Option<u64>,
+) -> Result<BadRegion> {
+    let length = window.length;
+    let header_tag =
+        decode_header(generation, offset, window.get(offset, 32)?).map(|(_, _, tag)| tag);
+    let past_end = claimed.is_some_and(|bytes| offset + bytes > length);
+    // The next intact record: where the claimed length says, else the first offset that
+    // holds one.
+    let mut next = None;
+    if let Some(bytes) = claimed.filter(|_| !past_end) {
+        if read_record(window, generation, offset + bytes)?.is_some() {
+            next = Some(offset + bytes);
+        }
+    }
+    if next.is_none() {
+        let limit = (offset + RECORD_TOTAL_MAX).min(length);
+        let mut candidate = offset + 1;
+        while candidate + RECORD_OVERHEAD_BYTES as u64 <= limit {
+            if read_record(window, generation, candidate)?.is_some() {
+                next = Some(candidate);
+                break;
+            }
+            candidate += 1;
+        }
+    }
+    let end = match next {
+        Some(next) => next,
+        None => written_end(window, offset)?,
+    };
+    // The footer sits right before the next record when the damage is inside one record.
+    let footer_tag = (end >= offset + RECORD_OVERHEAD_BYTES as u64)
+        .then(|| -> Result<Option<RecordTag>> {
+            let footer =
+                window.get(end - RECORD_FOOTER_BYTES as u64, RECORD_FOOTER_BYTES as u64)?;
+            Ok(decode_footer(generation, footer).map(|(tag, _)| tag))
+        })
+        .transpose()?
+        .flatten();
+    Ok(BadRegion {
+        offset,
+        end,
+        tag: header_tag.or(footer_tag),
+        past_end,
+    })
+}
+
+/// The end of the written part from `offset`: just past the last non-zero byte before an
+/// aligned run of [`ZERO_RUN_BYTES`] zeros (or the end of the file).
+fn written_end(window: &mut Window<'_>, offset: u64) -> Result<u64> {
+    let length = window.length;
+    let mut last_nonzero = offset;
+    let mut position = offset;
+    while position < length {
+        let run_end = ((position / ZERO_RUN_BYTES) + 1) * ZERO_RUN_BYTES;
+        let bytes = window.get(position, run_end - position)?;
+        match bytes.iter().rposition(|&byte| byte != 0) {
+            Some(at) => last_nonzero = position + at as u64 + 1,
+            None if position > offset => break,
+            None => {}
+        }
+        position = run_end.min(length);
+    }
+    Ok(last_nonzero)
+}
+
+/// True when some 512-byte sector overlapping the region reads as zeros within it (at least
+/// [`TORN_SECTOR_BYTES_MIN`] bytes of it): a sector of an unsynced write that never reached
+/// the media.
+fn has_zero_sector(window: &mut Window<'_>, region: &BadRegion) -> Result<bool> {
+    let mut sector = region.offset - region.offset % SECTOR_BYTES;
+    while sector < region.end {
+        let from = sector.max(region.offset);
+        let to = (sector + SECTOR_BYTES).min(region.end);
+        if to - from >= TORN_SECTOR_BYTES_MIN
+            && window.get(from, to - from)?.iter().all(|&byte| byte == 0)
+        {
+            return Ok(true);
+        }
+        sector += SECTOR_BYTES;
+    }
+    Ok(false)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::storage::{CrashMode, SimulatedStorage};
-
-    fn records(storage: &Arc<dyn Storage>, generation: u64) -> (Vec<Vec<u8>>, ReplaySummary) {
-        let mut seen = Vec::new();
-        let (_, summary) = Journal::open(storage.clone(), "j", generation, |payload| {
-            seen.push(payload.to_vec());
-            Ok(ReplayControl::Continue)
-        })
-        .unwrap();
-        (seen, summary)
-    }
-
-    /// Goal: synced records replay in order, across reopen and rotation.
-    #[test]
-    fn records_replay_in_order() {
-        let storage: Arc<dyn Storage> = Arc::new(SimulatedStorage::new());
-        let (mut journal, _) =
-            Journal::open(storage.clone(), "j", 7, |_| Ok(ReplayControl::Continue)).unwrap();
-        for index in 0..100u32 {
-            journal
-                .append(&index.to_le_bytes().repeat(index as usize))
-                .unwrap();
-        }
-        journal.sync().unwrap();
-        let (seen, summary) = records(&storage, 7);
-        assert_eq!(seen.len(), 100);
-        assert_eq!(summary.discarded_bytes, 0);
-        assert_eq!(seen[3], 3u32.to_le_bytes().repeat(3));
-
-        let (mut journal, _) =
-            Journal::open(storage.clone(), "j", 7, |_| Ok(ReplayControl::Continue)).unwrap();
-        let old = journal.rotate().unwrap();
-        journal.append(b"next").unwrap();
-        journal.sync().unwrap();
-        journal.remove_generation(old).unwrap();
-        let (seen, _) = records(&storage, 8);
-        assert_eq!(seen, vec![b"next".to_vec()]);
-        assert_eq!(storage.list("j").unwrap(), vec![Journal::file_name("j", 8)]);
-    }
-
-    /// Goal: after torn crashes the replay is always a prefix of the appended records that
-    /// includes every record synced before the crash.
-    #[test]
-    fn torn_tail_is_a_prefix_and_keeps_synced_records() {
-        for seed in 0..50 {
-            let storage = SimulatedStorage::new();
-            let shared: Arc<dyn Storage> = Arc::new(storage.clone());
-            let (mut journal, _) =
-                Journal::open(shared, "j", 1, |_| Ok(ReplayControl::Continue)).unwrap();
-            let mut appended = Vec::new();
-            for index in 0..40u64 {
-                let payload = vec![index as u8; 300 + (index as usize * 37) % 900];
-                journal.append(&payload).unwrap();
-                appended.push(payload);
-                if index == 19 {
-                    journal.sync().unwrap();
-                }
-            }
-            journal.write_buffered().unwrap();
-            let after: Arc<dyn Storage> = Arc::new(storage.crash(CrashMode::Torn { seed }));
-            let (seen, summary) = records(&after, 1);
-            assert!(seen.len() >= 20, "synced records survive");
-            assert_eq!(seen[..], appended[..seen.len()], "replay is a prefix");
-            // Replay truncated the torn tail; reopening again finds the same records, clean.
-            let (again, summary_again) = records(&after, 1);
-            assert_eq!(again.len(), seen.len());
-            assert_eq!(summary_again.discarded_bytes, 0);
-            assert_eq!(summary_again.bytes, summary.bytes);
-        }
-    }
-
-    /// Goal: records of one generation never replay under another.
-    #[test]
-    fn generation_is_part_of_the_checksum() {
-        let storage: Arc<dyn Storage> = Arc::new(SimulatedStorage::new());
-        let (mut journal, _) =
-            Journal::open(storage.clone(), "j", 1, |_| Ok(ReplayControl::Continue)).unwrap();
-        journal.append(b"old").unwrap();
-        journal.sync().unwrap();
-        storage
-            .rename(&Journal::file_name("j", 1), &Journal::file_name("j", 2))
-            .unwrap();
-        let (seen, summary) = records(&storage, 2);
-        assert!(seen.is_empty());
-        assert!(summary.discarded_bytes > 0);
-    }
-}
+mod tests;

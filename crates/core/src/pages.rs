@@ -187,6 +187,21 @@ pub struct PageStore {
     /// Set when a checkpoint failed half way: the in-memory tables no longer match any durable
     /// manifest, so the store must be reopened.
     poisoned: bool,
+    /// What each manifest file held at open.
+    manifest_states: [ManifestState; 2],
+    /// Opened without the right to write: checkpoints are refused.
+    read_only: bool,
+}
+
+/// What a manifest file held when the store was opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ManifestState {
+    /// Never written.
+    Empty,
+    /// Intact, from the checkpoint with this sequence number.
+    Valid { sequence: u64 },
+    /// Fails its checks: torn by a crash during a checkpoint, or damaged.
+    Invalid { detail: String },
 }
 
 impl PageStore {
@@ -197,16 +212,39 @@ impl PageStore {
         directory: &str,
         options: PageStoreOptions,
     ) -> Result<(PageStore, Vec<u8>)> {
+        Self::open_as(storage, directory, options, false)
+    }
+
+    /// Opens an existing page store without writing anything: checkpoints are refused, and a
+    /// missing store is [`Error::NotFound`]. For checks, and for reading a repository whose
+    /// disk is full.
+    pub fn open_read_only(
+        storage: Arc<dyn Storage>,
+        directory: &str,
+        options: PageStoreOptions,
+    ) -> Result<(PageStore, Vec<u8>)> {
+        Self::open_as(storage, directory, options, true)
+    }
+
+    fn open_as(
+        storage: Arc<dyn Storage>,
+        directory: &str,
+        options: PageStoreOptions,
+        read_only: bool,
+    ) -> Result<(PageStore, Vec<u8>)> {
         assert!(
             options.cache_pages > 0,
             "the page cache needs room for a page"
         );
         let manifest_names = [join(directory, "manifest.0"), join(directory, "manifest.1")];
-        let pages_file = storage.open(&join(directory, "pages"), true)?;
-        let manifests = [
-            storage.open(&manifest_names[0], true)?,
-            storage.open(&manifest_names[1], true)?,
-        ];
+        let open = |name: &str| -> Result<Arc<dyn StorageFile>> {
+            if read_only && !storage.exists(name)? {
+                return Err(Error::NotFound(format!("{name} in {}", storage.describe())));
+            }
+            storage.open(name, !read_only)
+        };
+        let pages_file = open(&join(directory, "pages"))?;
+        let manifests = [open(&manifest_names[0])?, open(&manifest_names[1])?];
         // Creation writes a valid empty manifest before anything else, so two empty manifest
         // files mean creation never finished, while anything else without a valid manifest is
         // corruption.
@@ -224,6 +262,8 @@ impl PageStore {
             sequence: 0,
             cache: PageCache::new(options.cache_pages),
             poisoned: false,
+            manifest_states: [ManifestState::Empty, ManifestState::Empty],
+            read_only,
         };
         let user_state = match store.read_newest_manifest()? {
             Some(manifest) => {
@@ -233,6 +273,12 @@ impl PageStore {
                 store.areas = manifest.areas;
                 store.rebuild_free_slots()?;
                 manifest.user_state
+            }
+            None if fresh && read_only => {
+                return Err(Error::NotFound(format!(
+                    "a checkpoint of page store {}",
+                    store.describe()
+                )))
             }
             None if fresh => {
                 let (empty, _) = store.encode_manifest(0, &[], |_, _| None)?;
@@ -379,10 +425,36 @@ impl PageStore {
         Ok(())
     }
 
+    /// What each manifest file held when the store was opened.
+    pub fn manifest_states(&self) -> &[ManifestState; 2] {
+        &self.manifest_states
+    }
+
+    /// The storage name of manifest file `index` (0 or 1).
+    pub fn manifest_name(&self, index: usize) -> &str {
+        self.manifests[index].name()
+    }
+
+    /// Which manifest file holds the checkpoint the store was opened at (or last wrote).
+    pub fn current_manifest(&self) -> usize {
+        self.current_manifest
+    }
+
+    /// True when opened with [`open_read_only`](Self::open_read_only).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
     /// Makes every dirty page and `user_state` durable as one atomic step (see the module
     /// documentation). On error the store is poisoned and must be reopened.
     pub fn checkpoint(&mut self, user_state: &[u8]) -> Result<()> {
         self.check_usable()?;
+        if self.read_only {
+            return Err(Error::InvalidArgument(format!(
+                "page store {} is open read-only",
+                self.describe()
+            )));
+        }
         let result = self.checkpoint_unchecked(user_state);
         if result.is_err() {
             self.poisoned = true;
@@ -432,16 +504,37 @@ impl PageStore {
         self.table_bytes() + pages as u64
     }
 
-    /// Reads and verifies every live page; returns the number of pages checked.
-    pub fn verify(&mut self) -> Result<u64> {
+    /// Reads and verifies every durable page that is not dirty, past the clean cache, and
+    /// returns how many were checked and which failed: (area name, page, what is wrong).
+    /// Only I/O errors other than damage stop it.
+    pub fn verify(&mut self) -> Result<(u64, Vec<DamagedPage>)> {
         let mut checked = 0;
+        let mut damaged = Vec::new();
         for area in 0..self.areas.len() {
             for page in 0..self.areas[area].table.len() as u64 {
-                self.load(area, page)?;
+                if self.areas[area].table[page as usize] == NO_SLOT
+                    || self.areas[area].dirty.contains_key(&page)
+                {
+                    continue;
+                }
                 checked += 1;
+                match self.load(area, page) {
+                    Ok(_) => {}
+                    Err(error) if error.is_corrupt() => damaged.push(DamagedPage {
+                        area: self.areas[area].name.clone(),
+                        page,
+                        detail: error.to_string(),
+                    }),
+                    Err(error) => return Err(error),
+                }
             }
         }
-        Ok(checked)
+        Ok((checked, damaged))
+    }
+
+    /// The area called `name`, if it exists.
+    pub fn find_area(&self, name: &str) -> Option<AreaId> {
+        self.areas.iter().position(|area| area.name == name)
     }
 
     fn describe(&self) -> String {
@@ -654,18 +747,28 @@ impl PageStore {
         Ok((manifest, entries_at))
     }
 
-    fn read_newest_manifest(&self) -> Result<Option<Manifest>> {
+    fn read_newest_manifest(&mut self) -> Result<Option<Manifest>> {
         let mut newest: Option<Manifest> = None;
         for (index, file) in self.manifests.iter().enumerate() {
-            // A torn or empty manifest is expected after a crash; the other one is used.
-            if let Some(manifest) = read_manifest(file.as_ref(), index)? {
-                if newest
-                    .as_ref()
-                    .is_none_or(|current| manifest.sequence > current.sequence)
-                {
-                    newest = Some(manifest);
+            // A torn or empty manifest is expected after a crash; the other one is used. The
+            // owner tells a torn one from a damaged one (it knows its journals) from
+            // `manifest_states`.
+            self.manifest_states[index] = match read_manifest(file.as_ref(), index)? {
+                Ok(manifest) => {
+                    let state = ManifestState::Valid {
+                        sequence: manifest.sequence,
+                    };
+                    if newest
+                        .as_ref()
+                        .is_none_or(|current| manifest.sequence > current.sequence)
+                    {
+                        newest = Some(manifest);
+                    }
+                    state
                 }
-            }
+                Err(None) => ManifestState::Empty,
+                Err(Some(detail)) => ManifestState::Invalid { detail },
+            };
         }
         Ok(newest)
     }
@@ -700,6 +803,14 @@ impl PageStore {
     }
 }
 
+/// A page that failed its checksum ([`PageStore::verify`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DamagedPage {
+    pub area: String,
+    pub page: u64,
+    pub detail: String,
+}
+
 /// Page-table use of one area ([`PageStore::area_usage`]).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct AreaUsage {
@@ -719,30 +830,42 @@ struct Manifest {
     user_state: Vec<u8>,
 }
 
-fn read_manifest(file: &dyn StorageFile, index: usize) -> Result<Option<Manifest>> {
+/// The manifest in `file`; `Err(None)` when the file is empty, `Err(Some(why))` when it fails
+/// its checks.
+type ManifestRead = std::result::Result<Manifest, Option<String>>;
+
+fn read_manifest(file: &dyn StorageFile, index: usize) -> Result<ManifestRead> {
     let length = file.len()?;
+    if length == 0 {
+        return Ok(Err(None));
+    }
     if length < MANIFEST_HEADER_BYTES as u64 || length > MANIFEST_BYTES_MAX {
-        return Ok(None);
+        return Ok(Err(Some(format!("{length} bytes long"))));
     }
     let mut header = [0u8; MANIFEST_HEADER_BYTES];
     file.read_at(0, &mut header)?;
     if &header[..8] != MANIFEST_MAGIC {
-        return Ok(None);
+        return Ok(Err(Some("no manifest header at offset 0".to_string())));
     }
     let sequence = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
     let body_length = u64::from_le_bytes(header[16..24].try_into().expect("8 bytes"));
     let checksum = u32::from_le_bytes(header[24..28].try_into().expect("4 bytes"));
     if body_length != length - MANIFEST_HEADER_BYTES as u64 {
-        return Ok(None);
+        return Ok(Err(Some(format!(
+            "the header (offset 16) states a body of {body_length} bytes, the file holds {}",
+            length - MANIFEST_HEADER_BYTES as u64
+        ))));
     }
     let mut body = vec![0u8; body_length as usize];
     file.read_at(MANIFEST_HEADER_BYTES as u64, &mut body)?;
     if crc32c::crc32c(&body) != checksum {
-        return Ok(None);
+        return Ok(Err(Some(format!(
+            "the body (bytes {MANIFEST_HEADER_BYTES}..{length}) fails its checksum"
+        ))));
     }
     // The checksum matched, so a decoding failure means a bug or deliberate tampering.
     decode_manifest_body(index, sequence, &body)
-        .map(Some)
+        .map(Ok)
         .ok_or_else(|| Error::corrupt(format!("manifest {}", file.name()), "malformed body"))
 }
 
@@ -996,7 +1119,7 @@ mod tests {
         // Rewriting page 2 freed its first slot; it is reused rather than growing the file.
         let (live, slots, free) = reopened.slot_usage();
         assert_eq!((live, slots, free), (11, 12, 1));
-        assert_eq!(reopened.verify().unwrap(), 10 + 4);
+        assert_eq!(reopened.verify().unwrap(), (live, Vec::new()));
     }
 
     /// Goal: a flipped bit in a stored page is reported as corruption, not returned as data.
@@ -1144,8 +1267,8 @@ mod tests {
                 assert_eq!(reopened.read(area, page).unwrap()[0], expected);
             }
         }
-        let pages_held = reopened.page_count(areas[0]) + reopened.page_count(areas[1]);
-        assert_eq!(reopened.verify().unwrap(), pages_held);
+        let (live, _, _) = reopened.slot_usage();
+        assert_eq!(reopened.verify().unwrap(), (live, Vec::new()));
     }
 
     /// Goal: a manifest that changes after it was verified (its entries no longer match the

@@ -8,10 +8,11 @@ use onecopy_core::chunk_store::{
 use onecopy_core::container::ChunkLocation;
 use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::index::warm::warm;
+use onecopy_core::pages::RecordArea;
 use onecopy_core::storage::StorageFile;
 use onecopy_core::{Error, Result};
 
-use super::{map_entry, set_map_entry, Engine, EngineState};
+use super::{map_entry, set_map_entry, Engine, EngineState, LOST_CHUNK};
 use crate::cache::CacheKey;
 use crate::hints::{decide_write, WriteDecision};
 use crate::records::BlockChange;
@@ -20,6 +21,9 @@ use crate::volume::{VolumeId, VolumeRecord};
 /// Most blocks one block-status request examines; the protocol lets a reply cover less than
 /// was asked, and clients ask again for the rest.
 pub const BLOCK_STATUS_BLOCKS_MAX: u64 = 1 << 18;
+/// Blocks an unmap reads, then changes and journals as one record, at a time: bounds the
+/// record (at most about 30 bytes a block) and the memory of a whole-device discard.
+const UNMAP_WINDOW_BLOCKS: u64 = 1 << 16;
 /// Largest read or write the engine accepts (the NBD layer enforces its own, smaller limit).
 pub const REQUEST_BYTES_MAX: u64 = 1 << 30;
 
@@ -131,6 +135,60 @@ fn check_payload_range(record: &VolumeRecord, offset: u64, length: u64) -> Resul
     check_range(record, offset, length)
 }
 
+/// The chunk block `block` of `record` maps to, for reading it: a lost block or a damaged
+/// map page is an error naming the block.
+fn readable_chunk(
+    state: &mut EngineState,
+    record: &VolumeRecord,
+    map: &RecordArea,
+    block: u64,
+) -> Result<ChunkId> {
+    let chunk = mapped_chunk(state, record, map, block)?;
+    if chunk == LOST_CHUNK {
+        return Err(Error::corrupt(
+            format!("block {block} of volume {}", record.name),
+            "its data was recorded lost by a repair of damage (see `onecopy check`); it reads \
+             again once written",
+        ));
+    }
+    Ok(chunk)
+}
+
+/// The map entry of block `block` of `record` (which may be [`LOST_CHUNK`]); a damaged map
+/// page is an error naming the block.
+fn mapped_chunk(
+    state: &mut EngineState,
+    record: &VolumeRecord,
+    map: &RecordArea,
+    block: u64,
+) -> Result<ChunkId> {
+    map_entry(&mut state.pages, map, block).map_err(|error| block_error(record, block, error))
+}
+
+/// The record of chunk `chunk`, which block `block` of `record` maps to.
+fn chunk_record(
+    state: &mut EngineState,
+    record: &VolumeRecord,
+    block: u64,
+    chunk: ChunkId,
+) -> Result<onecopy_core::chunk_store::ChunkRecord> {
+    state
+        .chunks
+        .record(&mut state.pages, chunk)
+        .map_err(|error| block_error(record, block, error))
+}
+
+/// Puts the block a failure concerns into a corruption error.
+fn block_error(record: &VolumeRecord, block: u64, error: Error) -> Error {
+    match error {
+        Error::Corrupt { what, detail } => Error::corrupt(
+            format!("block {block} of volume {} ({what})", record.name),
+            detail,
+        ),
+        other => other,
+    }
+}
+
 /// A chunk to read outside the lock.
 struct PendingRead {
     file: Arc<dyn StorageFile>,
@@ -154,16 +212,18 @@ impl Engine {
     pub fn read(&self, volume: VolumeId, offset: u64, out: &mut [u8]) -> Result<()> {
         self.note_request();
         let mut pending = Vec::new();
-        let block_bytes = {
+        let record = {
             let mut state = self.state.lock();
             self.check_usable(&state)?;
             state.counters.reads += 1;
             let record = self.volume_record(&state, volume)?;
             check_payload_range(&record, offset, out.len() as u64)?;
-            let result = self.plan_reads(&mut state, &record, offset, out, &mut pending);
-            self.fail_on_error(&mut state, result)?;
-            record.block_bytes as usize
+            // A read changes nothing durable, so its failure (a damaged page, a lost block)
+            // fails this request alone.
+            self.plan_reads(&mut state, &record, offset, out, &mut pending)?;
+            record
         };
+        let block_bytes = record.block_bytes as usize;
         if pending.is_empty() {
             return Ok(());
         }
@@ -177,7 +237,10 @@ impl Engine {
                 block.resize(block_bytes, 0);
                 &mut block
             };
-            read_located(read.file.as_ref(), &read.location, target)?;
+            read_located(read.file.as_ref(), &read.location, target).map_err(|error| {
+                let block = (offset + read.request_offset as u64) / block_bytes as u64;
+                block_error(&record, block, error)
+            })?;
             self.content_cache
                 .insert(CacheKey::of(&read.location), target);
             if !whole {
@@ -211,11 +274,11 @@ impl Engine {
             let take = ((block_bytes - skip as u64).min(end - position)) as usize;
             let request_offset = (position - offset) as usize;
             let target = &mut out[request_offset..request_offset + take];
-            let chunk = map_entry(&mut state.pages, &map, block)?;
+            let chunk = readable_chunk(state, record, &map, block)?;
             if chunk == ZERO_CHUNK {
                 target.fill(0);
             } else {
-                let chunk_record = state.chunks.record(&mut state.pages, chunk)?;
+                let chunk_record = chunk_record(state, record, block, chunk)?;
                 if chunk_record.indexed {
                     state.copies.observe_read(&chunk_record.fingerprint);
                     if prefetch {
@@ -237,7 +300,11 @@ impl Engine {
                 if self.content_cache.get(CacheKey::of(&location), buffer) {
                     // Served from memory.
                 } else {
-                    match state.chunks.plan_read(&mut state.pages, chunk, buffer)? {
+                    match state
+                        .chunks
+                        .plan_read(&mut state.pages, chunk, buffer)
+                        .map_err(|error| block_error(record, block, error))?
+                    {
                         ChunkRead::Copied => {}
                         ChunkRead::File { file, location } => {
                             pending.push(PendingRead {
@@ -443,8 +510,7 @@ impl Engine {
         let first_block = offset / block_bytes;
         let first = ((block_bytes - offset % block_bytes) % block_bytes) as usize;
         let mut next_digest = 0;
-        // A block merged from stored bytes and a partial write; most writes are whole blocks.
-        let mut merged = Vec::new();
+        let mut merged = self.prepare_write(state, record, offset, data, plans)?;
         let filesystem = state.volumes[&record.id].filesystem.clone();
         let now = unix_seconds();
         for (index, plan) in plans.iter().enumerate() {
@@ -464,26 +530,21 @@ impl Engine {
                 }
                 BlockPlan::Partial => {
                     state.counters.read_modify_writes += 1;
-                    merged.resize(block_bytes as usize, 0);
-                    self.read_block_locked(state, record, block, &mut merged)?;
+                    let content = merged
+                        .iter_mut()
+                        .find(|(at, _)| *at == index)
+                        .map(|(_, content)| std::mem::take(content))
+                        .expect("partial blocks are merged before the write");
                     let block_start = block * block_bytes;
-                    let from = offset.max(block_start);
-                    let to = (offset + data.len() as u64).min(block_start + block_bytes);
-                    merged[(from - block_start) as usize..(to - block_start) as usize]
-                        .copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
                     let decision =
-                        decide_write(record, filesystem.as_deref(), block_start, &merged);
+                        decide_write(record, filesystem.as_deref(), block_start, &content);
                     let digest = match decision {
                         WriteDecision::Deduplicate => {
-                            Some((self.config.fingerprint.hash(&merged), None))
+                            Some((self.config.fingerprint.hash(&content), None))
                         }
                         _ => None,
                     };
-                    let content = std::mem::take(&mut merged);
-                    let chunk =
-                        self.store_block(state, record, block, &content, decision, digest, now);
-                    merged = content;
-                    chunk?
+                    self.store_block(state, record, block, &content, decision, digest, now)?
                 }
             };
             self.remap(state, record, block, new_chunk)?;
@@ -495,6 +556,44 @@ impl Engine {
             self.derive_filesystem_map(state, record.id);
         }
         self.checkpoint_if_due(state)
+    }
+
+    /// Reads everything a write reads before it changes anything, so that a damaged page or
+    /// a lost block fails the write alone, with nothing changed: each block's map entry and
+    /// the record of the chunk it replaces, and the stored bytes of partially written blocks,
+    /// which are returned merged with the write's bytes (by block index in the write).
+    fn prepare_write(
+        &self,
+        state: &mut EngineState,
+        record: &VolumeRecord,
+        offset: u64,
+        data: &[u8],
+        plans: &[BlockPlan],
+    ) -> Result<Vec<(usize, Vec<u8>)>> {
+        let block_bytes = record.block_bytes as u64;
+        let first_block = offset / block_bytes;
+        let map = state.volumes[&record.id].map;
+        let mut merged = Vec::new();
+        for (index, plan) in plans.iter().enumerate() {
+            let block = first_block + index as u64;
+            let old = mapped_chunk(state, record, &map, block)?;
+            if old != ZERO_CHUNK && old != LOST_CHUNK {
+                chunk_record(state, record, block, old)?;
+            }
+            if let BlockPlan::Partial = plan {
+                readable_chunk(state, record, &map, block)?;
+                let mut content = vec![0u8; block_bytes as usize];
+                self.read_block_locked(state, record, block, &mut content)
+                    .map_err(|error| block_error(record, block, error))?;
+                let block_start = block * block_bytes;
+                let from = offset.max(block_start);
+                let to = (offset + data.len() as u64).min(block_start + block_bytes);
+                content[(from - block_start) as usize..(to - block_start) as usize]
+                    .copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
+                merged.push((index, content));
+            }
+        }
+        Ok(merged)
     }
 
     /// Stores one block's content as decided and returns its chunk id; counts the decision.
@@ -574,7 +673,7 @@ impl Engine {
                 chunk: new_chunk,
             });
         }
-        if old_chunk != ZERO_CHUNK {
+        if old_chunk != ZERO_CHUNK && old_chunk != LOST_CHUNK {
             // Storing first and releasing second keeps a rewrite of the same content from
             // freeing the chunk it is about to reference.
             state
@@ -600,7 +699,7 @@ impl Engine {
     ) -> Result<()> {
         assert_eq!(out.len(), record.block_bytes as usize);
         let map = state.volumes[&record.id].map;
-        let chunk = map_entry(&mut state.pages, &map, block)?;
+        let chunk = readable_chunk(state, record, &map, block)?;
         if chunk == ZERO_CHUNK {
             out.fill(0);
             return Ok(());
@@ -675,17 +774,30 @@ impl Engine {
         let area = state.pages.area(&record.map_area_name());
         let written_end = state.pages.page_count(area) * super::MAP_ENTRIES_PER_PAGE;
         let map = state.volumes[&record.id].map;
-        for block in whole_start..whole_end.min(written_end).max(whole_start) {
-            if map_entry(&mut state.pages, &map, block)? == ZERO_CHUNK {
-                continue;
+        let end = whole_end.min(written_end).max(whole_start);
+        let mut window_start = whole_start;
+        let mut mapped = Vec::new();
+        while window_start < end {
+            // Each window is read before it changes and then journaled as one record, so a
+            // damaged page fails the request with every earlier window complete.
+            let window_end = (window_start + UNMAP_WINDOW_BLOCKS).min(end);
+            mapped.clear();
+            for block in window_start..window_end {
+                let chunk = mapped_chunk(state, record, &map, block)?;
+                if chunk == ZERO_CHUNK {
+                    continue;
+                }
+                if chunk != LOST_CHUNK {
+                    chunk_record(state, record, block, chunk)?;
+                }
+                mapped.push(block);
             }
-            self.remap(state, record, block, ZERO_CHUNK)?;
-            // Bound the record size of huge unmaps.
-            if state.changes.len() >= 65536 {
-                self.log_changes(state)?;
+            for &block in &mapped {
+                self.remap(state, record, block, ZERO_CHUNK)?;
             }
+            self.log_changes(state)?;
+            window_start = window_end;
         }
-        self.log_changes(state)?;
         self.checkpoint_if_due(state)
     }
 
@@ -734,7 +846,7 @@ impl Engine {
         while position < end {
             let block = position / block_bytes;
             let piece = (block_bytes - position % block_bytes).min(end - position);
-            let hole = map_entry(&mut state.pages, &map, block)? == ZERO_CHUNK;
+            let hole = mapped_chunk(&mut state, &record, &map, block)? == ZERO_CHUNK;
             match extents.last_mut() {
                 Some(last) if last.hole == hole => last.length += piece,
                 _ => extents.push(Extent {
@@ -765,11 +877,11 @@ impl Engine {
             let first = offset / block_bytes;
             let last = (offset + length).div_ceil(block_bytes);
             for block in first..last {
-                let chunk = map_entry(&mut state.pages, &map, block)?;
-                if chunk == ZERO_CHUNK {
+                let chunk = mapped_chunk(state, &record, &map, block)?;
+                if chunk == ZERO_CHUNK || chunk == LOST_CHUNK {
                     continue;
                 }
-                let chunk_record = state.chunks.record(&mut state.pages, chunk)?;
+                let chunk_record = chunk_record(state, &record, block, chunk)?;
                 if record.hints.prefetch && chunk_record.indexed {
                     state
                         .chunks

@@ -1,5 +1,5 @@
-//! Work beside the request path: file-system map derivation, deferred deduplication,
-//! compaction, and `onecopy check`.
+//! Work beside the request path: file-system map derivation, deferred deduplication and
+//! compaction.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -8,12 +8,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use onecopy_core::chunk_store::{
-    unix_seconds, ChunkChange, ChunkId, ContainerState, REFERENCES_MAX, ZERO_CHUNK,
-};
-use onecopy_core::container::ContainerId;
+use onecopy_core::chunk_store::{unix_seconds, ChunkChange, ChunkId, REFERENCES_MAX};
 use onecopy_core::gc::{self, CompactionOptions, CompactionPlan, CompactionReport};
-use onecopy_core::index::IndexKey;
 use onecopy_core::{Error, Result};
 
 use super::{map_entry, Engine, EngineState};
@@ -38,44 +34,6 @@ pub struct DedupReport {
     pub indexed: u64,
     /// Chunks changed too recently to deduplicate yet.
     pub too_recent: u64,
-}
-
-/// What `onecopy check` found (and repaired).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct CheckReport {
-    pub pages_checked: u64,
-    pub chunks_checked: u64,
-    /// Chunks whose bytes failed their checksum or fingerprint.
-    pub damaged_chunks: Vec<ChunkId>,
-    /// Sealed containers read back.
-    pub containers_checked: u64,
-    /// Sealed containers whose trailer (the list of their chunks) is unreadable or whose
-    /// size differs from the seal's record. Their chunks are checked one by one above; what
-    /// is lost is the trailer's use: rebuilding the index from containers.
-    pub damaged_containers: Vec<ContainerId>,
-    /// Stored reference counts that differed from the maps.
-    pub reference_corrections: usize,
-    /// Map entries that point at chunks not in use (data lost; not repairable).
-    pub dangling_references: Vec<ChunkId>,
-    /// Indexed chunks missing from the fingerprint index.
-    pub index_missing: u64,
-    /// Index entries that point at the wrong chunk.
-    pub index_stale: u64,
-    pub index_entries: u64,
-    /// True when repairs were made.
-    pub repaired: bool,
-}
-
-impl CheckReport {
-    /// True when nothing is wrong.
-    pub fn is_clean(&self) -> bool {
-        self.damaged_chunks.is_empty()
-            && self.damaged_containers.is_empty()
-            && self.reference_corrections == 0
-            && self.dangling_references.is_empty()
-            && self.index_missing == 0
-            && self.index_stale == 0
-    }
 }
 
 /// When the background thread runs the next deferred-deduplication pass.
@@ -330,138 +288,6 @@ impl Engine {
         Ok((plan, Some(report)))
     }
 
-    /// Verifies metadata pages, every stored chunk (checksums and fingerprints), reference
-    /// counts against the block maps, and the fingerprint index against the chunk table. With
-    /// `repair`, rebuilds what can be rebuilt: reference counts from the maps, the index from
-    /// the chunk table. Damaged chunk data and dangling references are reported, never
-    /// papered over.
-    pub fn check(&self, repair: bool) -> Result<CheckReport> {
-        let mut state = self.state.lock();
-        self.check_usable(&state)?;
-        let result = self.check_locked(&mut state, repair);
-        self.fail_on_error(&mut state, result)
-    }
-
-    fn check_locked(&self, state: &mut EngineState, repair: bool) -> Result<CheckReport> {
-        let mut report = CheckReport {
-            pages_checked: state.pages.verify()?,
-            ..CheckReport::default()
-        };
-        // Mark: count the references the maps hold.
-        let end = state.chunks.state().next_chunk_id;
-        let mut counted = vec![0u32; end as usize];
-        let volumes: Vec<(Arc<VolumeRecord>, onecopy_core::pages::RecordArea)> = state
-            .volumes
-            .values()
-            .map(|volume| (Arc::clone(&volume.record), volume.map))
-            .collect();
-        for (record, map) in &volumes {
-            let area = state.pages.area(&record.map_area_name());
-            let written_blocks = state.pages.page_count(area) * super::MAP_ENTRIES_PER_PAGE;
-            for block in 0..written_blocks.min(record.block_count()) {
-                let chunk = map_entry(&mut state.pages, map, block)?;
-                if chunk == ZERO_CHUNK {
-                    continue;
-                }
-                match counted.get_mut(chunk as usize) {
-                    Some(count) => *count = count.saturating_add(1),
-                    None => report.dangling_references.push(chunk),
-                }
-            }
-        }
-        let plan = gc::plan_sweep(&state.chunks, &mut state.pages, &counted)?;
-        report.dangling_references.extend(&plan.dangling);
-        report.reference_corrections = plan.corrections.len();
-
-        // Data: every chunk in use must read back and match its fingerprint.
-        let algorithm = self.config().fingerprint;
-        let mut data = Vec::new();
-        for id in 1..end {
-            let record = state.chunks.record(&mut state.pages, id)?;
-            if !record.in_use {
-                continue;
-            }
-            report.chunks_checked += 1;
-            data.resize(record.location.raw_bytes as usize, 0);
-            let readable = state.chunks.read_into(&mut state.pages, id, &mut data);
-            let intact = match readable {
-                Ok(()) => !record.indexed || algorithm.hash(&data) == record.fingerprint,
-                Err(error) if error.is_corrupt() || matches!(error, Error::NotFound(_)) => false,
-                Err(error) => return Err(error),
-            };
-            if !intact {
-                report.damaged_chunks.push(id);
-            }
-            if record.indexed {
-                let found = state
-                    .chunks
-                    .index()
-                    .lookup(&mut state.pages, &record.fingerprint)?;
-                if found != Some(id) {
-                    report.index_missing += 1;
-                    if repair {
-                        state
-                            .chunks
-                            .index()
-                            .insert(&mut state.pages, &record.fingerprint, id)?;
-                    }
-                }
-            }
-        }
-        // Containers: every sealed one must end in its trailer, at the size its seal recorded.
-        for id in 1..state.chunks.state().next_container_id {
-            let container = state.chunks.container_record(&mut state.pages, id)?;
-            if container.state != ContainerState::Sealed {
-                continue;
-            }
-            report.containers_checked += 1;
-            let intact = match state.chunks.containers().verify_sealed(id, container.bytes) {
-                Ok(()) => true,
-                Err(error) if error.is_corrupt() || matches!(error, Error::NotFound(_)) => false,
-                Err(error) => return Err(error),
-            };
-            if !intact {
-                report.damaged_containers.push(id);
-            }
-        }
-        let mut stale = Vec::new();
-        {
-            let EngineState { pages, chunks, .. } = &mut *state;
-            let mut entries = Vec::new();
-            chunks
-                .index()
-                .for_each_entry(pages, |key, value| entries.push((*key, value)))?;
-            report.index_entries = entries.len() as u64;
-            for (key, value) in entries {
-                // The index stores keys (the first 16 bytes of fingerprints); the record holds
-                // the whole fingerprint.
-                let valid = value > 0 && value < end && {
-                    let record = chunks.record(pages, value)?;
-                    record.in_use && record.indexed && IndexKey::of(&record.fingerprint) == key
-                };
-                if !valid {
-                    stale.push(key);
-                }
-            }
-        }
-        report.index_stale = stale.len() as u64;
-        if repair && !report.is_clean() {
-            for key in &stale {
-                state.chunks.index().remove_key(&mut state.pages, key)?;
-            }
-            let EngineState { pages, chunks, .. } = &mut *state;
-            let mut chunk_changes = Vec::new();
-            gc::execute_sweep(chunks, pages, &plan, &mut chunk_changes)?;
-            state
-                .changes
-                .extend(chunk_changes.into_iter().map(BlockChange::Chunk));
-            self.log_changes(state)?;
-            self.checkpoint_locked(state)?;
-            report.repaired = true;
-        }
-        Ok(report)
-    }
-
     /// Starts a thread that, whenever the engine has been idle for
     /// [`RuntimeOptions::idle_milliseconds`](crate::config::RuntimeOptions), runs deferred
     /// deduplication for volumes that use it and checkpoints a non-empty journal.
@@ -527,7 +353,12 @@ impl Engine {
                 (too_recent > 0).then(|| now + Duration::from_secs(shortest.max(1)));
         }
         let mut state = self.state.lock();
-        if state.failure.is_none() && state.journal.bytes() > 0 {
+        if state.failure.is_none()
+            && state
+                .journal
+                .as_ref()
+                .is_some_and(|journal| journal.bytes() > 0)
+        {
             let result = self.checkpoint_locked(&mut state);
             if let Err(error) = self.fail_on_error(&mut state, result) {
                 eprintln!("onecopy: background checkpoint failed: {error}");

@@ -4,10 +4,10 @@
 //!
 //! ```text
 //! config.json         BlockConfig (fingerprint, container options), fixed at creation
-//! catalog.redb        volume records
 //! meta/pages          metadata pages: block maps, chunk table, container table, index
-//! meta/manifest.0|1   page tables of the last checkpoint + CheckpointState
-//! meta/journal-*      requests since the last checkpoint
+//! meta/manifest.0|1   page tables of the last two checkpoints + CheckpointState (which
+//!                     holds the volume records)
+//! meta/journal-*      requests since the older of the two checkpoints
 //! containers/         chunk data
 //! ```
 //!
@@ -19,8 +19,10 @@
 //! journal. A checkpoint syncs containers, starts a new journal generation and writes all
 //! dirty pages atomically.
 
+mod check;
 mod io;
 mod maintenance;
+mod recovery;
 mod volumes;
 
 use std::collections::{BTreeMap, HashMap};
@@ -31,14 +33,12 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use onecopy_core::catalog::{Catalog, CatalogView, NamedTable};
-use onecopy_core::chunk_store::{
-    ChunkChange, ChunkId, ChunkStore, ChunkStoreOptions, ChunkStoreState,
-};
-use onecopy_core::container::{ContainerId, ContainerStore, WriteBehind};
+use onecopy_core::check::Finding;
+use onecopy_core::chunk_store::{ChunkChange, ChunkId, ChunkStore, ChunkStoreState};
+use onecopy_core::container::WriteBehind;
 use onecopy_core::integer_hash::IntegerBuildHasher;
-use onecopy_core::journal::{Journal, ReplayControl};
-use onecopy_core::pages::{PageStore, PageStoreOptions, RecordArea};
+use onecopy_core::journal::Journal;
+use onecopy_core::pages::{PageStore, RecordArea};
 use onecopy_core::storage::{read_all, write_atomically, Storage};
 use onecopy_core::{Error, Result};
 
@@ -50,16 +50,17 @@ use crate::records::{self, BlockChange};
 use crate::volume::{VolumeId, VolumeRecord};
 
 pub use io::{BatchWrite, Extent};
-pub use maintenance::{CheckReport, DedupReport};
+pub use maintenance::DedupReport;
+pub use recovery::OpenMode;
 pub use volumes::{EngineStats, VolumeStats};
 
 const CONFIG_FILE: &str = "config.json";
 /// Block-map entries (u64 chunk ids) per metadata page.
 pub(crate) const MAP_ENTRIES_PER_PAGE: u64 = (onecopy_core::pages::PAGE_BYTES / 8) as u64;
-const CATALOG_FILE: &str = "catalog.redb";
-const META_DIRECTORY: &str = "meta";
-pub(crate) const VOLUMES: NamedTable = NamedTable("volumes");
-pub(crate) const ENGINE_META: NamedTable = NamedTable("block.meta");
+pub(crate) const META_DIRECTORY: &str = "meta";
+/// Map entry of a block whose data a repair recorded as lost: reads of it fail, naming it,
+/// until it is written or trimmed. Chunk ids never reach it (they are dense from 1).
+pub const LOST_CHUNK: ChunkId = u64::MAX;
 
 /// What every checkpoint saves besides pages.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -67,6 +68,14 @@ struct CheckpointState {
     chunk_store: ChunkStoreState,
     /// The journal generation to replay after this checkpoint.
     journal_generation: u64,
+    /// The generation the checkpoint before this one named. Should this checkpoint's
+    /// manifest be damaged, the one before it and every journal from this generation on
+    /// rebuild the same state, so those journals are kept until the next checkpoint.
+    previous_journal_generation: u64,
+    /// Every volume, by id order.
+    volumes: Vec<VolumeRecord>,
+    /// The id the next volume gets.
+    next_volume_id: VolumeId,
 }
 
 /// Counters of the request path since open.
@@ -109,10 +118,15 @@ pub(crate) struct VolumeState {
 /// Everything guarded by the engine mutex.
 pub(crate) struct EngineState {
     pub(crate) pages: PageStore,
-    pub(crate) journal: Journal,
+    /// The journal being appended to; `None` when the engine is open read-only.
+    pub(crate) journal: Option<Journal>,
     pub(crate) chunks: ChunkStore,
-    pub(crate) volumes: HashMap<VolumeId, VolumeState, IntegerBuildHasher>,
+    pub(crate) volumes: VolumeStates,
     pub(crate) names: BTreeMap<String, VolumeId>,
+    pub(crate) next_volume_id: VolumeId,
+    /// The generation the last checkpoint named before the current one: journals from it on
+    /// are kept (see [`CheckpointState::previous_journal_generation`]).
+    previous_generation: u64,
     pub(crate) counters: EngineCounters,
     pub(crate) copies: CopyDetector,
     /// Chunk changes of the request being handled.
@@ -129,7 +143,10 @@ pub struct Engine {
     storage: Arc<dyn Storage>,
     config: BlockConfig,
     runtime: RuntimeOptions,
-    pub(crate) catalog: Catalog,
+    mode: OpenMode,
+    /// What opening found: damage and leftovers in manifests and journals, what a repair
+    /// salvaged and lost. Reported by [`Engine::check`].
+    open_findings: Vec<Finding>,
     pub(crate) state: Mutex<EngineState>,
     pub(crate) content_cache: ContentCache,
     /// Container bytes appended under the lock, written after it is released
@@ -149,127 +166,21 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
-    /// Opens the block face stored in `storage`, recovering from a crash if needed. A new
-    /// face is created with `config_for_new` (or the default); an existing one keeps its own
-    /// configuration, and asking for a different one is an error.
+    /// Opens the block face stored in `storage` for serving, recovering from a crash if
+    /// needed ([`OpenMode::ReadWrite`]). A new face is created with `config_for_new` (or the
+    /// default); an existing one keeps its own configuration, and asking for a different one
+    /// is an error. Damage to a manifest or journal is refused with an error naming it.
     pub fn open(
         storage: Arc<dyn Storage>,
         config_for_new: Option<BlockConfig>,
         runtime: RuntimeOptions,
     ) -> Result<Arc<Engine>> {
-        let config = load_or_create_config(storage.as_ref(), config_for_new)?;
-        let (mut pages, saved) = PageStore::open(
-            storage.clone(),
-            META_DIRECTORY,
-            PageStoreOptions {
-                cache_pages: runtime.metadata_cache_pages,
-            },
-        )?;
-        let saved: CheckpointState = if saved.is_empty() {
-            CheckpointState::default()
-        } else {
-            serde_json::from_slice(&saved)
-                .map_err(|error| Error::corrupt("block checkpoint state", error.to_string()))?
-        };
-        let containers = Arc::new(ContainerStore::with_write_behind(
-            storage.clone(),
-            "containers",
-            config.containers,
-        )?);
-        let mut chunks = ChunkStore::open(
-            &mut pages,
-            Arc::clone(&containers),
-            saved.chunk_store,
-            ChunkStoreOptions {
-                fingerprint: config.fingerprint,
-                index: runtime.index.clone(),
-            },
-        )?;
-        let catalog = Catalog::open(&storage, CATALOG_FILE)?;
-        let mut volumes = HashMap::default();
-        let mut names = BTreeMap::new();
-        for (_, record) in catalog.read()?.list_json::<VolumeRecord>(VOLUMES)? {
-            let map = RecordArea::new(pages.area(&record.map_area_name()), 8);
-            names.insert(record.name.clone(), record.id);
-            volumes.insert(
-                record.id,
-                VolumeState {
-                    record: Arc::new(record),
-                    map,
-                    filesystem: None,
-                },
-            );
-        }
+        Engine::open_with(storage, config_for_new, runtime, OpenMode::ReadWrite)
+    }
 
-        // Redo what happened after the last checkpoint. A request whose new chunks did not
-        // reach the media was never acknowledged by a FLUSH; it and everything after it are
-        // dropped as the torn tail.
-        let (journal, _summary) = Journal::open(
-            storage.clone(),
-            META_DIRECTORY,
-            saved.journal_generation,
-            |payload| {
-                let changes = records::decode(payload)?;
-                for change in &changes {
-                    if let BlockChange::Chunk(chunk_change) = change {
-                        if !chunks.stored_data_is_durable(chunk_change)? {
-                            return Ok(ReplayControl::Stop);
-                        }
-                    }
-                }
-                for change in &changes {
-                    apply_change(&mut pages, &mut chunks, &volumes, change)?;
-                }
-                Ok(ReplayControl::Continue)
-            },
-        )?;
-        chunks.close_recovered_container(&mut pages)?;
-        remove_orphan_containers(&containers, chunks.state().next_container_id)?;
-
-        let copies = CopyDetector::default();
-        let write_behind = Arc::clone(
-            containers
-                .write_behind()
-                .expect("the block device's containers are written behind"),
-        );
-        let engine = Arc::new(Engine {
-            write_behind,
-            content_cache: ContentCache::new(
-                runtime.content_cache_bytes,
-                &runtime.content_cache_policy,
-            )?,
-            storage,
-            config,
-            runtime,
-            catalog,
-            state: Mutex::new(EngineState {
-                pages,
-                journal,
-                chunks,
-                volumes,
-                names,
-                counters: EngineCounters::default(),
-                copies,
-                chunk_changes: Vec::new(),
-                changes: Vec::new(),
-                payload: Vec::new(),
-                failure: None,
-            }),
-            opened: Instant::now(),
-            last_request_ms: AtomicU64::new(0),
-        });
-        {
-            let mut state = engine.state.lock();
-            // Make recovery durable before serving anything.
-            engine.checkpoint_locked(&mut state)?;
-            engine.finish_deletions(&mut state)?;
-            let ids: Vec<VolumeId> = state.volumes.keys().copied().collect();
-            for id in ids {
-                engine.derive_filesystem_map(&mut state, id);
-            }
-        }
-        onecopy_core::memory::return_freed_heap();
-        Ok(engine)
+    /// How the engine was opened.
+    pub fn mode(&self) -> OpenMode {
+        self.mode
     }
 
     /// The configuration fixed at creation.
@@ -322,19 +233,40 @@ impl Engine {
     }
 
     pub(crate) fn checkpoint_locked(&self, state: &mut EngineState) -> Result<()> {
+        let journal = state.journal.as_mut().ok_or_else(read_only_error)?;
         // Data first: everything the pages will refer to must be on the media before the
-        // manifest that refers to it.
+        // manifest that refers to it. The journal is synced whole too: should this
+        // checkpoint's manifest be damaged later, the previous one and this journal rebuild
+        // its state.
         state.chunks.sync_data()?;
-        let old_generation = state.journal.rotate()?;
+        journal.sync()?;
+        let current = journal.generation();
+        journal.rotate(current + 1)?;
         let saved = CheckpointState {
             chunk_store: state.chunks.state().clone(),
-            journal_generation: state.journal.generation(),
+            journal_generation: current + 1,
+            previous_journal_generation: current,
+            volumes: state
+                .volumes
+                .values()
+                .map(|volume| (*volume.record).clone())
+                .collect(),
+            next_volume_id: state.next_volume_id,
         };
         let bytes = serde_json::to_vec(&saved).expect("checkpoint state serialises");
         state.chunks.prepare_checkpoint(&mut state.pages)?;
         state.pages.checkpoint(&bytes)?;
-        state.journal.remove_generation(old_generation)?;
-        // Retired containers are referenced by nothing durable any more.
+        // The manifest this one replaced named `previous_generation`: falling back to the
+        // other manifest now needs only the journals from `current` on.
+        let storage = self.storage.as_ref();
+        for generation in Journal::generations(storage, META_DIRECTORY)? {
+            if generation < current {
+                Journal::remove(storage, META_DIRECTORY, generation)?;
+            }
+        }
+        state.previous_generation = current;
+        // Containers retired two checkpoints ago are referenced by no journal that a fallback
+        // could replay any more.
         state.chunks.remove_retired_containers(&mut state.pages)?;
         state.counters.checkpoints += 1;
         Ok(())
@@ -342,7 +274,8 @@ impl Engine {
 
     /// Checkpoints when the journal or the dirty pages passed their limits.
     pub(crate) fn checkpoint_if_due(&self, state: &mut EngineState) -> Result<()> {
-        if state.journal.bytes() >= self.runtime.checkpoint_journal_bytes
+        let journal_bytes = state.journal.as_ref().map_or(0, Journal::bytes);
+        if journal_bytes >= self.runtime.checkpoint_journal_bytes
             || state.pages.dirty_page_count() >= self.runtime.checkpoint_dirty_pages
         {
             self.checkpoint_locked(state)?;
@@ -355,11 +288,17 @@ impl Engine {
         if state.changes.is_empty() {
             return Ok(());
         }
+        let journal = state.journal.as_mut().ok_or_else(read_only_error)?;
         let mut payload = std::mem::take(&mut state.payload);
         records::encode(&state.changes, &mut payload);
-        state.changes.clear();
-        let result = state.journal.append(&payload);
+        let tag = records::tag(&state.changes);
+        let result = journal.append(&tag, &payload);
         state.payload = payload;
+        // Changes stay listed until their record is in the journal: a failure to append it
+        // leaves them there, and the engine fails ([`Engine::fail_on_error`]).
+        if result.is_ok() {
+            state.changes.clear();
+        }
         result
     }
 
@@ -387,12 +326,14 @@ impl Engine {
         }
     }
 
-    /// After a failed mutation the in-memory tables may be ahead of the journal; refuse all
-    /// further work so nothing inconsistent becomes durable (the journal and last checkpoint
-    /// are intact, and reopening recovers).
+    /// After an operation failed with changes made in memory that its journal record does
+    /// not hold, the tables are ahead of the journal: refuse all further work so nothing
+    /// inconsistent becomes durable (the journal and last checkpoint are intact, and
+    /// reopening recovers). A failure before anything changed (a damaged page read by a
+    /// request's preparation, a lost block, a bad argument) fails that operation alone.
     pub(crate) fn fail_on_error<T>(&self, state: &mut EngineState, result: Result<T>) -> Result<T> {
         if let Err(error) = &result {
-            if !matches!(error, Error::InvalidArgument(_) | Error::NotFound(_)) {
+            if !state.changes.is_empty() || !state.chunk_changes.is_empty() {
                 state.failure = Some(error.to_string());
             }
         }
@@ -402,15 +343,28 @@ impl Engine {
 
 /// Syncs containers, then the journal.
 pub(crate) fn flush_locked(state: &mut EngineState) -> Result<()> {
+    let Some(journal) = state.journal.as_mut() else {
+        // Read-only: nothing was written.
+        return Ok(());
+    };
     state.chunks.sync_data()?;
-    state.journal.sync()
+    journal.sync()
 }
 
-/// Applies one journaled change: shared by the request path and replay.
+/// The error of a change asked of an engine opened read-only.
+pub(crate) fn read_only_error() -> Error {
+    Error::InvalidArgument(
+        "the block device is open read-only (a check, or a full disk); nothing can change"
+            .to_string(),
+    )
+}
+
+/// Applies one journaled change during replay (the request path makes the same changes
+/// directly).
 pub(crate) fn apply_change(
     pages: &mut PageStore,
     chunks: &mut ChunkStore,
-    volumes: &HashMap<VolumeId, VolumeState, IntegerBuildHasher>,
+    volumes: &mut VolumeStates,
     change: &BlockChange,
 ) -> Result<()> {
     match change {
@@ -434,7 +388,37 @@ pub(crate) fn apply_change(
             }
             set_map_entry(pages, &state.map, *block, *chunk)
         }
+        BlockChange::VolumeSet(record) => {
+            set_volume(pages, volumes, (**record).clone());
+            Ok(())
+        }
+        BlockChange::VolumeRemoved(volume) => match volumes.remove(volume) {
+            Some(removed) => {
+                let area = pages.area(&removed.record.map_area_name());
+                pages.clear_area(area)
+            }
+            None => Ok(()),
+        },
     }
+}
+
+/// The runtime state of every volume, by id.
+pub(crate) type VolumeStates = HashMap<VolumeId, VolumeState, IntegerBuildHasher>;
+
+/// Adds or replaces the state of `record`'s volume, keeping its derived file-system map.
+pub(crate) fn set_volume(pages: &mut PageStore, volumes: &mut VolumeStates, record: VolumeRecord) {
+    let map = RecordArea::new(pages.area(&record.map_area_name()), 8);
+    let filesystem = volumes
+        .get(&record.id)
+        .and_then(|volume| volume.filesystem.clone());
+    volumes.insert(
+        record.id,
+        VolumeState {
+            record: Arc::new(record),
+            map,
+            filesystem,
+        },
+    );
 }
 
 pub(crate) fn map_entry(pages: &mut PageStore, map: &RecordArea, block: u64) -> Result<ChunkId> {
@@ -465,29 +449,7 @@ pub fn stored_config(storage: &dyn Storage) -> Result<Option<BlockConfig>> {
     Ok(Some(config))
 }
 
-/// Removes the container files at or past `next_container_id`. They were created for requests
-/// whose journal records did not survive a crash (never acknowledged by a FLUSH), so nothing
-/// durable refers to them, and their ids are about to be handed out again: left in place, the
-/// next container creation would fail with "already exists" and fail every later write.
-fn remove_orphan_containers(
-    containers: &ContainerStore,
-    next_container_id: ContainerId,
-) -> Result<()> {
-    let orphans: Vec<ContainerId> = containers
-        .list()?
-        .into_iter()
-        .filter(|id| *id >= next_container_id)
-        .collect();
-    if orphans.is_empty() {
-        return Ok(());
-    }
-    for id in orphans {
-        containers.remove(id)?;
-    }
-    containers.sync_removals()
-}
-
-fn load_or_create_config(
+pub(crate) fn load_or_create_config(
     storage: &dyn Storage,
     config_for_new: Option<BlockConfig>,
 ) -> Result<BlockConfig> {

@@ -5,18 +5,16 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use onecopy_core::catalog::CatalogView;
 use onecopy_core::chunk_store::{unix_seconds, ChunkStoreCounters, ChunkStoreState, ZERO_CHUNK};
 use onecopy_core::index::IndexCounters;
-use onecopy_core::pages::RecordArea;
 use onecopy_core::{Error, Result};
 
-use super::{
-    map_entry, Engine, EngineCounters, EngineState, VolumeState, ENGINE_META, MAP_ENTRIES_PER_PAGE,
-    VOLUMES,
-};
+use super::{map_entry, set_volume, Engine, EngineCounters, EngineState, MAP_ENTRIES_PER_PAGE};
 use crate::config::HintSettings;
-use crate::volume::{check_volume_geometry, check_volume_name, ByteRange, VolumeId, VolumeRecord};
+use crate::records::BlockChange;
+use crate::volume::{
+    check_volume_geometry, check_volume_name, ByteRange, VolumeId, VolumeRecord, VOLUME_ID_MAX,
+};
 
 /// What `volume stats` reports.
 #[derive(Clone, Debug, Serialize)]
@@ -95,12 +93,12 @@ impl Engine {
         if state.names.contains_key(name) {
             return Err(Error::AlreadyExists(format!("volume {name}")));
         }
-        let mut write = self.catalog.write()?;
-        let id = write
-            .get(ENGINE_META, "next_volume_id")?
-            .map_or(1, |bytes| {
-                u32::from_le_bytes(bytes.try_into().unwrap_or([1, 0, 0, 0]))
-            });
+        let id = state.next_volume_id;
+        if id > VOLUME_ID_MAX {
+            return Err(Error::Limit(format!(
+                "volume ids are used up to {VOLUME_ID_MAX}, the most the chunk owner tags hold"
+            )));
+        }
         let record = VolumeRecord {
             id,
             name: name.to_string(),
@@ -111,19 +109,9 @@ impl Engine {
             no_dedup_ranges: Vec::new(),
             deleting: false,
         };
-        write.put_json(VOLUMES, name, &record)?;
-        write.put(ENGINE_META, "next_volume_id", &(id + 1).to_le_bytes())?;
-        write.commit()?;
-        let map = RecordArea::new(state.pages.area(&record.map_area_name()), 8);
         state.names.insert(name.to_string(), id);
-        state.volumes.insert(
-            id,
-            VolumeState {
-                record: Arc::new(record.clone()),
-                map,
-                filesystem: None,
-            },
-        );
+        state.next_volume_id = id + 1;
+        self.save_record(&mut state, record.clone())?;
         Ok(record)
     }
 
@@ -160,15 +148,13 @@ impl Engine {
     pub(crate) fn delete_locked(&self, state: &mut EngineState, id: VolumeId) -> Result<()> {
         let record = Arc::clone(&state.volumes[&id].record);
         self.release_blocks_from(state, &record, 0)?;
+        state.changes.push(BlockChange::VolumeRemoved(id));
+        self.log_changes(state)?;
         let area = state.pages.area(&record.map_area_name());
         state.pages.clear_area(area)?;
-        self.checkpoint_locked(state)?;
-        let mut write = self.catalog.write()?;
-        write.remove(VOLUMES, &record.name)?;
-        write.commit()?;
         state.names.remove(&record.name);
         state.volumes.remove(&id);
-        Ok(())
+        self.checkpoint_locked(state)
     }
 
     /// Releases the blocks of `record` from block `first` to the end of its map.
@@ -248,16 +234,20 @@ impl Engine {
         Ok(record)
     }
 
+    /// Adds or replaces a volume's record and makes it durable: journaled (so that a replay
+    /// from an older checkpoint recreates it), then checkpointed (records live in the
+    /// checkpoint state).
     fn save_record(&self, state: &mut EngineState, record: VolumeRecord) -> Result<()> {
-        let mut write = self.catalog.write()?;
-        write.put_json(VOLUMES, &record.name, &record)?;
-        write.commit()?;
-        let volume = state
-            .volumes
-            .get_mut(&record.id)
-            .expect("saved volumes exist");
-        volume.record = Arc::new(record);
-        Ok(())
+        self.check_usable(state)?;
+        state
+            .changes
+            .push(BlockChange::VolumeSet(Box::new(record.clone())));
+        let EngineState { pages, volumes, .. } = state;
+        set_volume(pages, volumes, record);
+        let result = self
+            .log_changes(state)
+            .and_then(|()| self.checkpoint_locked(state));
+        self.fail_on_error(state, result)
     }
 
     /// Statistics of one volume (scans its map: cost grows with the volume's written size).
@@ -393,15 +383,4 @@ fn volume_id(state: &EngineState, name: &str) -> Result<VolumeId> {
             "volume {name} (list volumes with `onecopy volume list`)"
         ))
     })
-}
-
-#[allow(dead_code)]
-fn catalog_volumes(engine: &Engine) -> Result<Vec<VolumeRecord>> {
-    Ok(engine
-        .catalog
-        .read()?
-        .list_json::<VolumeRecord>(VOLUMES)?
-        .into_iter()
-        .map(|(_, record)| record)
-        .collect())
 }

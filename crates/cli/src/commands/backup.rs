@@ -158,6 +158,42 @@ struct Opened {
     _lock: FaceLock,
 }
 
+/// The backup store's part of `onecopy check`, as a face report. Opening is part of the
+/// check: a store that cannot be opened is a finding.
+pub fn check_face(
+    cli: &Cli,
+    options: onecopy_core::check::CheckOptions,
+) -> anyhow::Result<onecopy_core::check::FaceReport> {
+    use onecopy_core::check::{FaceReport, Finding, FindingKind};
+    let mut report = FaceReport::new("backup");
+    let mut opened = match open(cli, "check", None, RuntimeOptions::default()) {
+        Ok(opened) => opened,
+        Err(error) => {
+            report.push(Finding::new(
+                FindingKind::Damage,
+                "backup",
+                format!("the backup store cannot be opened: {error:#}"),
+            ));
+            return Ok(report);
+        }
+    };
+    let checked = opened.store.check(CheckOptions {
+        read_data: options.read_data,
+    })?;
+    report.count("backups", checked.backups);
+    report.count("segments", checked.segments);
+    report.count("containers", checked.containers);
+    report.count("chunks", checked.chunks_verified);
+    report.count("chunk_bytes", checked.bytes_verified);
+    for error in checked.errors {
+        report.push(Finding::new(FindingKind::Damage, "backup", error));
+    }
+    for warning in checked.warnings {
+        report.push(Finding::new(FindingKind::Leftover, "backup", warning));
+    }
+    Ok(report)
+}
+
 fn open(
     cli: &Cli,
     command: &str,

@@ -1,62 +1,172 @@
-//! `onecopy check`: verify a repository and repair what can be rebuilt.
+//! `onecopy check`: one check of every face of a repository, one report, one exit status.
+//!
+//! Exit status: 0 when nothing is wrong (leftovers of interrupted commands at most), 1 when
+//! damage or derived data needs `--repair`, 3 when the repository is consistent but data is
+//! lost (listed in the report). A check without `--repair` changes nothing.
+
+use std::path::Path;
+use std::sync::Arc;
 
 use clap::Args;
 
+use onecopy_block::{Engine, OpenMode, RuntimeOptions};
+use onecopy_core::check::{CheckOptions, ExitStatus, FaceReport, Finding, FindingKind};
 use onecopy_core::repository::Repository;
+use onecopy_core::units::format_size;
 
-use crate::block_face::{open_block, EngineArgs};
 use crate::output::print_json;
 use crate::Cli;
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
-    /// Rebuild what can be rebuilt without losing data: reference counts from the block
-    /// maps, the fingerprint index from the chunk table.
+    /// Make the repository usable again: rebuild what is derived (indexes, reference counts,
+    /// tables), remove leftovers, and record exactly what is lost so the rest works.
     #[arg(long)]
     pub repair: bool,
+    /// Read and verify every stored byte (checksums and fingerprints), not only metadata.
+    #[arg(long)]
+    pub read_data: bool,
     #[arg(long)]
     pub json: bool,
 }
 
-pub fn run(cli: &Cli, args: &CheckArgs) -> anyhow::Result<()> {
+pub fn run(cli: &Cli, args: &CheckArgs) -> anyhow::Result<u8> {
     let repository = Repository::open(&cli.repository_path())?;
-    let mut problems = false;
+    let options = CheckOptions {
+        repair: args.repair,
+        read_data: args.read_data,
+    };
+    let mut reports = Vec::new();
     if repository.path().join("block").join("config.json").exists() {
-        let block = open_block(cli, "check", &EngineArgs::default())?;
-        let report = block.engine.check(args.repair)?;
-        problems |= !report.is_clean() && !report.repaired;
-        if args.json {
-            print_json(&serde_json::json!({ "block": report }))?;
+        reports.push(check_block(&repository, options)?);
+    }
+    if repository.path().join("backup").exists() {
+        reports.push(crate::commands::backup::check_face(cli, options)?);
+    }
+    let status = reports
+        .iter()
+        .map(FaceReport::status)
+        .fold(ExitStatus::Clean, ExitStatus::worst);
+    if args.json {
+        print_json(&serde_json::json!({
+            "repository": repository.path(),
+            "status": status,
+            "faces": reports,
+        }))?;
+    } else {
+        print_text(repository.path(), &reports, status, options);
+    }
+    Ok(status.code())
+}
+
+/// Checks the block device; opening it is part of the check, so a failure to open is
+/// reported as a finding, not as an error of the command.
+fn check_block(repository: &Repository, options: CheckOptions) -> anyhow::Result<FaceReport> {
+    let _lock = repository.lock_face(
+        "block",
+        if options.repair {
+            "onecopy check --repair"
         } else {
-            println!(
-                "block device: {} pages, {} chunks checked, {} index entries",
-                report.pages_checked, report.chunks_checked, report.index_entries
-            );
-            if report.is_clean() {
-                println!("block device: no problems found");
-            } else {
-                println!(
-                    "block device: {} damaged chunks, {} damaged containers, {} reference \
-                     counts wrong, {} dangling references, {} index entries missing, {} stale{}",
-                    report.damaged_chunks.len(),
-                    report.damaged_containers.len(),
-                    report.reference_corrections,
-                    report.dangling_references.len(),
-                    report.index_missing,
-                    report.index_stale,
-                    if report.repaired {
-                        " (repaired what could be rebuilt)"
-                    } else {
-                        "; run `onecopy check --repair`"
-                    }
-                );
+            "onecopy check"
+        },
+    )?;
+    let storage = repository.face_storage("block")?;
+    let stored = onecopy_block::engine::stored_config(storage.as_ref())?.unwrap_or_default();
+    let mode = if options.repair {
+        OpenMode::Repair
+    } else {
+        OpenMode::ReadOnly
+    };
+    let opened = Engine::open_with(
+        Arc::clone(&storage),
+        None,
+        RuntimeOptions::for_config(&stored),
+        mode,
+    );
+    match opened {
+        Ok(engine) => Ok(engine.check(options)?),
+        Err(error) => {
+            let mut report = FaceReport::new("block");
+            report.push(Finding::new(
+                FindingKind::Damage,
+                "block",
+                format!("the block device cannot be opened: {error}"),
+            ));
+            Ok(report)
+        }
+    }
+}
+
+fn print_text(path: &Path, reports: &[FaceReport], status: ExitStatus, options: CheckOptions) {
+    println!("repository {}", path.display());
+    if reports.is_empty() {
+        println!("nothing stored yet");
+    }
+    for report in reports {
+        let checked: Vec<String> = report
+            .checked
+            .iter()
+            .map(|(kind, count)| {
+                if kind.ends_with("_bytes") {
+                    format!(
+                        "{} of {}",
+                        format_size(*count),
+                        kind.trim_end_matches("_bytes").replace('_', " ")
+                    )
+                } else {
+                    format!("{count} {}", kind.replace('_', " "))
+                }
+            })
+            .collect();
+        println!(
+            "{}: checked {}",
+            face_name(&report.face),
+            checked.join(", ")
+        );
+        for finding in &report.findings {
+            let label = match finding.kind {
+                FindingKind::Leftover => "leftover",
+                FindingKind::Derived => "derived",
+                FindingKind::Damage => "DAMAGE",
+                FindingKind::Lost => "LOST",
+            };
+            println!("  {label:<8} {}: {}", finding.object, finding.detail);
+            for lost in &finding.lost {
+                println!("           lost: {lost}");
+            }
+            if let Some(repair) = &finding.repair {
+                println!("           repaired: {repair}");
             }
         }
-    } else if !args.json {
-        println!("block device: not used yet");
+        if report.findings_not_listed > 0 {
+            println!("  ... and {} more findings", report.findings_not_listed);
+        }
     }
-    if problems {
-        anyhow::bail!("the repository has problems");
+    match status {
+        ExitStatus::Clean => println!("no problems found"),
+        ExitStatus::Problems if options.repair => println!(
+            "problems remain after the repair (see above); please report them with this output"
+        ),
+        ExitStatus::Problems => println!(
+            "problems found: run `onecopy check --repair` to rebuild what is derived and record \
+             what is lost{}",
+            if options.read_data {
+                ""
+            } else {
+                " (`--read-data` also verifies every stored byte)"
+            }
+        ),
+        ExitStatus::DataLost => println!(
+            "the repository is consistent, but the data listed as lost cannot be read: \
+             restore it from a backup, or overwrite it (blocks) or delete it (backups)"
+        ),
     }
-    Ok(())
+}
+
+fn face_name(face: &str) -> &str {
+    match face {
+        "block" => "block device",
+        "backup" => "backup store",
+        other => other,
+    }
 }

@@ -18,6 +18,7 @@
 //! it; containers are removed only after the checkpoint that stops referring to them.
 
 mod changes;
+mod rebuild;
 mod records;
 
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 pub use changes::ChunkChange;
+pub use rebuild::RebuildReport;
 pub use records::{ChunkRecord, ContainerRecord, ContainerState};
 
 use crate::container::{
@@ -126,6 +128,14 @@ pub struct ChunkStore {
     counters: ChunkStoreCounters,
     /// Scratch buffer for byte comparisons of weak fingerprints.
     scratch: Vec<u8>,
+    /// Derived tables found damaged (at open or in use) and reset, for the owner to report
+    /// and rebuild ([`ChunkStore::take_derived_damage`]).
+    derived_damage: Vec<String>,
+    /// A page of the container table was reset: its records are zeros until
+    /// [`ChunkStore::rebuild_container_table_only`], and live figures saturate meanwhile.
+    container_table_damaged: bool,
+    /// The fingerprint index was reset at open and needs [`ChunkStore::rebuild_index_only`].
+    index_reset: bool,
 }
 
 impl std::fmt::Debug for ChunkStore {
@@ -146,9 +156,27 @@ impl ChunkStore {
         options: ChunkStoreOptions,
     ) -> Result<ChunkStore> {
         let chunks = RecordArea::new(pages.area("chunks"), records::CHUNK_RECORD_BYTES);
-        let container_records =
-            RecordArea::new(pages.area("containers"), records::CONTAINER_RECORD_BYTES);
-        let index = FingerprintIndex::open(pages, "index", options.index.clone())?;
+        let container_area = pages.area("containers");
+        let container_records = RecordArea::new(container_area, records::CONTAINER_RECORD_BYTES);
+        // The container table and the index are derived: damage found now is reset, reported
+        // and rebuilt by the owner once the journal is replayed.
+        let mut derived_damage = Vec::new();
+        let mut container_table_damaged = false;
+        for page in 0..pages.page_count(container_area) {
+            match pages.read(container_area, page) {
+                Ok(_) => {}
+                Err(error) if error.is_corrupt() => {
+                    pages.overwrite(container_area, page)?;
+                    derived_damage.push(format!("container table: {error}"));
+                    container_table_damaged = true;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        let (index, index_damage) =
+            FingerprintIndex::open_or_reset(pages, "index", options.index.clone())?;
+        let index_reset = index_damage.is_some();
+        derived_damage.extend(index_damage.map(|error| format!("fingerprint index: {error}")));
         let mut state = state;
         if state.next_chunk_id == 0 {
             state.next_chunk_id = 1;
@@ -164,7 +192,57 @@ impl ChunkStore {
             options,
             counters: ChunkStoreCounters::default(),
             scratch: Vec::new(),
+            derived_damage,
+            container_table_damaged,
+            index_reset,
         })
+    }
+
+    /// Damage to derived tables found since the last call (at open, or reset in use), for
+    /// the owner's report; each was reset, and [`Self::rebuild_damaged`] rebuilds them.
+    pub fn take_derived_damage(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.derived_damage)
+    }
+
+    /// Rebuilds the derived tables that were reset after damage (the container table, the
+    /// fingerprint index). Returns what it rebuilt, for messages.
+    pub fn rebuild_damaged(&mut self, pages: &mut PageStore) -> Result<Vec<String>> {
+        let mut rebuilt = Vec::new();
+        if self.container_table_damaged {
+            let records = self.rebuild_container_table_only(pages)?;
+            rebuilt.push(format!(
+                "container table rebuilt ({records} records written)"
+            ));
+        }
+        if self.index_reset {
+            let entries = self.rebuild_index_only(pages)?;
+            self.index_reset = false;
+            rebuilt.push(format!("fingerprint index rebuilt ({entries} entries)"));
+        }
+        Ok(rebuilt)
+    }
+
+    /// The record of container `id` for an update: a damaged page of the container table
+    /// (derived data) is reset instead of failing the update, and noted.
+    fn container_record_for_update(
+        &mut self,
+        pages: &mut PageStore,
+        id: ContainerId,
+    ) -> Result<ContainerRecord> {
+        match self.container_record(pages, id) {
+            Err(error) if error.is_corrupt() => {
+                let page = id / self.container_records.records_per_page();
+                let area = pages
+                    .find_area("containers")
+                    .expect("the container table exists");
+                pages.overwrite(area, page)?;
+                self.derived_damage
+                    .push(format!("container table: {error}"));
+                self.container_table_damaged = true;
+                Ok(ContainerRecord::default())
+            }
+            other => other,
+        }
     }
 
     /// The durable scalars to save in the next checkpoint.
@@ -190,6 +268,11 @@ impl ChunkStore {
     /// The options the store was opened with.
     pub fn options(&self) -> &ChunkStoreOptions {
         &self.options
+    }
+
+    /// Chunk records in one page of the chunk table.
+    pub fn records_per_page(&self) -> u64 {
+        self.chunks.records_per_page()
     }
 
     /// The record of chunk `id`.
@@ -308,7 +391,12 @@ impl ChunkStore {
         fingerprint: &Fingerprint,
         data: &[u8],
     ) -> Result<Option<()>> {
-        let record = self.record_in_use(pages, id)?;
+        let record = match self.record_in_use(pages, id) {
+            Ok(record) => record,
+            // The hit's record is unreadable (its page is damaged): store this copy anew.
+            Err(error) if error.is_corrupt() => return Ok(None),
+            Err(error) => return Err(error),
+        };
         if record.fingerprint != *fingerprint {
             self.counters.index_key_collisions += 1;
             return Ok(None);
@@ -363,7 +451,7 @@ impl ChunkStore {
             flags,
             checksum,
         )?;
-        let id = self.next_free_id();
+        let id = self.next_free_id(pages)?;
         self.push_applied(
             pages,
             ChunkChange::Stored {
@@ -378,11 +466,17 @@ impl ChunkStore {
         Ok(id)
     }
 
-    fn next_free_id(&self) -> ChunkId {
-        if self.state.free_head != ZERO_CHUNK {
-            self.state.free_head
-        } else {
-            self.state.next_chunk_id
+    /// The id the next stored chunk gets: the head of the free list, or a new id when the
+    /// list is empty or its head's record is unreadable (a damaged page: the list is rebuilt
+    /// by a repair, and replay accepts either id).
+    fn next_free_id(&mut self, pages: &mut PageStore) -> Result<ChunkId> {
+        if self.state.free_head == ZERO_CHUNK {
+            return Ok(self.state.next_chunk_id);
+        }
+        match self.record(pages, self.state.free_head) {
+            Ok(_) => Ok(self.state.free_head),
+            Err(error) if error.is_corrupt() => Ok(self.state.next_chunk_id),
+            Err(error) => Err(error),
         }
     }
 
@@ -456,9 +550,10 @@ impl ChunkStore {
         change: ChunkChange,
         changes: &mut Vec<ChunkChange>,
     ) -> Result<()> {
-        self.apply(pages, &change)?;
+        // Listed first: should applying fail half way, the owner sees a change that its
+        // journal does not hold and stops.
         changes.push(change);
-        Ok(())
+        self.apply(pages, &change)
     }
 
     /// Applies one change to the tables. The live path and journal replay both come here.
@@ -553,16 +648,87 @@ impl ChunkStore {
                 if self.state.open_container == Some(id) {
                     self.state.open_container = None;
                 }
-                let mut record = self.container_record(pages, id)?;
+                let mut record = self.container_record_for_update(pages, id)?;
                 record.state = ContainerState::Sealed;
                 record.bytes = bytes;
                 record.encode(self.container_records.get_mut(pages, id)?);
             }
             ChunkChange::ContainerRetired { id } => {
-                let mut record = self.container_record(pages, id)?;
+                let mut record = self.container_record_for_update(pages, id)?;
                 record.state = ContainerState::Retired;
                 record.encode(self.container_records.get_mut(pages, id)?);
             }
+        }
+        Ok(())
+    }
+
+    /// Applies a change found after damage in a journal, during a repair: the tables may
+    /// already disagree with the change (an earlier record was lost), and the repair
+    /// rebuilds reference counts, the free list, the index and the container table from the
+    /// chunk records and the maps afterwards ([`ChunkStore::rebuild`]). So only what those
+    /// are rebuilt from is applied: chunk records (location, fingerprint) and container
+    /// records; reference changes are dropped.
+    pub fn salvage_apply(&mut self, pages: &mut PageStore, change: &ChunkChange) -> Result<()> {
+        match *change {
+            ChunkChange::Stored {
+                id,
+                fingerprint,
+                owner,
+                written_at,
+                location,
+            } => {
+                let record = ChunkRecord {
+                    in_use: true,
+                    indexed: fingerprint.is_some(),
+                    fingerprint: fingerprint.unwrap_or(Fingerprint::ZERO),
+                    owner,
+                    written_at,
+                    location,
+                    references: 1,
+                    next_free: ZERO_CHUNK,
+                };
+                record.encode(self.chunks.get_mut(pages, id)?);
+                self.state.next_chunk_id = self.state.next_chunk_id.max(id + 1);
+            }
+            ChunkChange::Relocated { id, location } => {
+                let mut record = self.record(pages, id)?;
+                if record.in_use {
+                    record.location = location;
+                    record.encode(self.chunks.get_mut(pages, id)?);
+                }
+            }
+            ChunkChange::Indexed { id, fingerprint } => {
+                let mut record = self.record(pages, id)?;
+                if record.in_use {
+                    record.indexed = true;
+                    record.fingerprint = fingerprint;
+                    record.location.flags &= !CHUNK_UNFINGERPRINTED;
+                    record.encode(self.chunks.get_mut(pages, id)?);
+                }
+            }
+            ChunkChange::ContainerOpened { id, created_at } => {
+                self.state.next_container_id = self.state.next_container_id.max(id + 1);
+                self.state.open_container = Some(id);
+                let record = ContainerRecord {
+                    state: ContainerState::Open,
+                    created_at,
+                    ..ContainerRecord::default()
+                };
+                record.encode(self.container_records.get_mut(pages, id)?);
+            }
+            ChunkChange::ContainerSealed { id, bytes } => {
+                if self.state.open_container == Some(id) {
+                    self.state.open_container = None;
+                }
+                let mut record = self.container_record(pages, id)?;
+                record.state = ContainerState::Sealed;
+                record.bytes = bytes;
+                record.encode(self.container_records.get_mut(pages, id)?);
+            }
+            ChunkChange::Referenced { .. }
+            | ChunkChange::Released { .. }
+            | ChunkChange::ReferencesSet { .. }
+            | ChunkChange::ContainerRetired { .. } => {}
         }
         Ok(())
     }
@@ -591,7 +757,7 @@ impl ChunkStore {
         sign: i64,
     ) -> Result<()> {
         let footprint = location.footprint_bytes();
-        let mut container = self.container_record(pages, location.container)?;
+        let mut container = self.container_record_for_update(pages, location.container)?;
         if sign > 0 {
             container.live_bytes += footprint;
             container.live_chunks += 1;
@@ -599,12 +765,22 @@ impl ChunkStore {
             self.state.live_raw_bytes += location.raw_bytes as u64;
             self.state.live_stored_bytes += footprint;
         } else {
-            assert!(container.live_chunks > 0 && container.live_bytes >= footprint);
-            container.live_bytes -= footprint;
-            container.live_chunks -= 1;
-            self.state.live_chunks -= 1;
-            self.state.live_raw_bytes -= location.raw_bytes as u64;
-            self.state.live_stored_bytes -= footprint;
+            // Exact unless a damaged page of the container table was reset; the figures are
+            // then rebuilt.
+            assert!(
+                self.container_table_damaged
+                    || (container.live_chunks > 0 && container.live_bytes >= footprint),
+                "container {} accounts for the chunks it holds",
+                location.container
+            );
+            container.live_bytes = container.live_bytes.saturating_sub(footprint);
+            container.live_chunks = container.live_chunks.saturating_sub(1);
+            self.state.live_chunks = self.state.live_chunks.saturating_sub(1);
+            self.state.live_raw_bytes = self
+                .state
+                .live_raw_bytes
+                .saturating_sub(location.raw_bytes as u64);
+            self.state.live_stored_bytes = self.state.live_stored_bytes.saturating_sub(footprint);
         }
         container.encode(self.container_records.get_mut(pages, location.container)?);
         Ok(())
@@ -684,7 +860,7 @@ impl ChunkStore {
     pub fn close_recovered_container(&mut self, pages: &mut PageStore) -> Result<()> {
         assert!(self.writer.is_none(), "recovery runs before any append");
         if let Some(id) = self.state.open_container.take() {
-            let mut record = self.container_record(pages, id)?;
+            let mut record = self.container_record_for_update(pages, id)?;
             record.state = ContainerState::Closed;
             record.encode(self.container_records.get_mut(pages, id)?);
         }
@@ -720,19 +896,25 @@ impl ChunkStore {
         self.index.prepare_checkpoint(pages)
     }
 
-    /// Removes containers that were retired (emptied or compacted) by changes that the last
-    /// checkpoint made durable. Call right after a checkpoint.
+    /// Call right after a checkpoint: removes the containers retired (emptied or compacted)
+    /// by changes that the checkpoint before it made durable, and marks those retired since
+    /// for removal after the next one. Their chunks moved by changes in the journal of the
+    /// checkpoint before, which a fallback to that checkpoint replays, so they stay until
+    /// that journal is gone.
     pub fn remove_retired_containers(&mut self, pages: &mut PageStore) -> Result<u64> {
         let mut removed = 0;
         for id in 1..self.state.next_container_id {
-            let mut record = self.container_record(pages, id)?;
-            if record.state != ContainerState::Retired {
-                continue;
+            let mut record = self.container_record_for_update(pages, id)?;
+            match record.state {
+                ContainerState::Retired => record.state = ContainerState::Expired,
+                ContainerState::Expired => {
+                    self.containers.remove(id)?;
+                    record.state = ContainerState::Removed;
+                    removed += 1;
+                }
+                _ => continue,
             }
-            self.containers.remove(id)?;
-            record.state = ContainerState::Removed;
             record.encode(self.container_records.get_mut(pages, id)?);
-            removed += 1;
         }
         if removed > 0 {
             self.containers.sync_removals()?;

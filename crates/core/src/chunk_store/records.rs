@@ -126,8 +126,11 @@ pub enum ContainerState {
     Closed,
     /// Sealed: immutable, with a trailer.
     Sealed,
-    /// Holds no live chunk any more; removed after the next checkpoint.
+    /// Holds no live chunk any more, by a change made since the last checkpoint.
     Retired,
+    /// Retired by a change that a checkpoint made durable; removed after the next one, when
+    /// no journal that a fallback to the previous checkpoint replays refers to it any more.
+    Expired,
     /// Removed from storage.
     Removed,
 }
@@ -141,6 +144,7 @@ impl ContainerState {
             ContainerState::Sealed => 3,
             ContainerState::Retired => 4,
             ContainerState::Removed => 5,
+            ContainerState::Expired => 6,
         }
     }
 
@@ -151,6 +155,7 @@ impl ContainerState {
             3 => ContainerState::Sealed,
             4 => ContainerState::Retired,
             5 => ContainerState::Removed,
+            6 => ContainerState::Expired,
             _ => ContainerState::None,
         }
     }

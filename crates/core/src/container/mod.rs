@@ -460,6 +460,19 @@ impl ContainerStore {
         Ok(ids)
     }
 
+    /// When container `id` was created, from its header; `None` when the header is damaged.
+    pub fn created_at(&self, id: ContainerId) -> Result<Option<u64>> {
+        let handle = self.file(id)?;
+        if handle.len()? < HEADER_BYTES as u64 {
+            return Ok(None);
+        }
+        let mut header = [0u8; HEADER_BYTES];
+        handle.read_at(0, &mut header)?;
+        Ok(format::decode_header(&header)
+            .filter(|(stored_id, _)| *stored_id == id)
+            .map(|(_, created)| created))
+    }
+
     /// Bytes of container `id` on the media.
     pub fn container_bytes(&self, id: ContainerId) -> Result<u64> {
         self.file(id)?.len()

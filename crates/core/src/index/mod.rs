@@ -165,6 +165,11 @@ pub struct IndexCounters {
     pub removes: u64,
     /// Filters built from the on-disk entries (at open or to grow).
     pub filter_rebuilds: u64,
+    /// Saved filters found damaged at open and rebuilt (part of `filter_rebuilds`).
+    pub damaged_filter_rebuilds: u64,
+    /// Bucket pages found damaged in use and reset to empty: their entries are missing
+    /// until a repair rebuilds the index (lookups miss, so duplicates are stored again).
+    pub damaged_buckets_reset: u64,
 }
 
 /// Memory held by an index, by part, in bytes.
@@ -206,17 +211,25 @@ impl FingerprintIndex {
             global_depth_max: options.global_depth_max,
         };
         let mut disk = DiskIndex::open(pages, name_prefix, limits)?;
+        let mut counters = IndexCounters::default();
         let filter_area = pages.area(&format!("{name_prefix}.filter"));
         pages.set_uncached(filter_area);
         let saved = if options.persist_filter {
-            filter::store::load(pages, filter_area, disk.change_count())?.filter(|saved| {
+            // A damaged saved filter is rebuilt like a stale one: it is derived data.
+            let loaded = match filter::store::load(pages, filter_area, disk.change_count()) {
+                Err(error) if error.is_corrupt() => {
+                    counters.damaged_filter_rebuilds += 1;
+                    None
+                }
+                other => other?,
+            };
+            loaded.filter(|saved| {
                 saved.kind() == options.filter_kind
                     && saved.target_false_positive_rate() == options.false_positive_rate
             })
         } else {
             None
         };
-        let mut counters = IndexCounters::default();
         let filter = match saved {
             Some(saved) => saved,
             None => {
@@ -233,6 +246,28 @@ impl FingerprintIndex {
             options,
             counters,
         })
+    }
+
+    /// Opens the index as [`open`](Self::open) does; when its directory is damaged, the
+    /// index's areas are cleared and it opens empty instead, and the damage is returned: the
+    /// index is derived data, and the owner rebuilds it from what it derives from. A damaged
+    /// saved filter is rebuilt from the buckets by `open` itself.
+    pub fn open_or_reset(
+        pages: &mut PageStore,
+        name_prefix: &str,
+        options: IndexOptions,
+    ) -> Result<(Self, Option<Error>)> {
+        match FingerprintIndex::open(pages, name_prefix, options.clone()) {
+            Err(error) if error.is_corrupt() => {
+                for suffix in ["buckets", "directory", "filter"] {
+                    let area = pages.area(&format!("{name_prefix}.{suffix}"));
+                    pages.clear_area(area)?;
+                }
+                let index = FingerprintIndex::open(pages, name_prefix, options)?;
+                Ok((index, Some(error)))
+            }
+            other => other.map(|index| (index, None)),
+        }
     }
 
     /// The value stored for `fingerprint`, if any; see the module documentation for the path.
@@ -414,6 +449,23 @@ impl FingerprintIndex {
         Ok(())
     }
 
+    /// Empties the index: its areas are cleared and it starts again as a new, empty index
+    /// (for rebuilds, which then insert every entry).
+    pub fn clear(&mut self, pages: &mut PageStore) -> Result<()> {
+        let prefix = self.disk.name_prefix().to_string();
+        for area in [
+            self.disk.buckets_area(),
+            self.disk.directory_area(),
+            self.filter_area,
+        ] {
+            pages.clear_area(area)?;
+        }
+        let counters = self.counters;
+        *self = FingerprintIndex::open(pages, &prefix, self.options.clone())?;
+        self.counters = counters;
+        Ok(())
+    }
+
     /// Calls `visit` for every stored entry's key and value (for rebuilds and `onecopy
     /// check`): the index stores keys, the first 16 bytes of fingerprints ([`IndexKey`]).
     pub fn for_each_entry(
@@ -471,7 +523,10 @@ impl FingerprintIndex {
 
     /// The counters since open or the last reset.
     pub fn counters(&self) -> IndexCounters {
-        self.counters
+        IndexCounters {
+            damaged_buckets_reset: self.disk.damaged_buckets_reset(),
+            ..self.counters
+        }
     }
 
     /// Sets every counter to zero (between phases of an experiment).

@@ -164,6 +164,7 @@ pub struct DiskIndex {
     limits: DiskIndexLimits,
     bucket_page_reads: u64,
     layout: Layout,
+    damaged_buckets_reset: u64,
 }
 
 /// A view of a bucket page.
@@ -267,6 +268,7 @@ impl DiskIndex {
             limits,
             bucket_page_reads: 0,
             layout: new_layout,
+            damaged_buckets_reset: 0,
         };
         let header = pages.read_once(directory_area, 0, |page| *page)?;
         if let Some(layout) = Layout::from_magic(&header[..8]) {
@@ -326,6 +328,21 @@ impl DiskIndex {
         }
         self.directory = directory;
         Ok(())
+    }
+
+    /// The prefix of the index's area names.
+    pub fn name_prefix(&self) -> &str {
+        &self.name_prefix
+    }
+
+    /// The area of the bucket pages.
+    pub fn buckets_area(&self) -> AreaId {
+        self.buckets_area
+    }
+
+    /// The area of the directory.
+    pub fn directory_area(&self) -> AreaId {
+        self.directory_area
     }
 
     fn corrupt(&self, what: &str, detail: impl Into<String>) -> Error {
@@ -396,9 +413,51 @@ impl DiskIndex {
 
     fn read_bucket<'a>(&mut self, pages: &'a mut PageStore, page: u64) -> Result<&'a Page> {
         self.bucket_page_reads += 1;
-        let content = pages.read(self.buckets_area, page)?;
-        self.check_bucket(page, content)?;
-        Ok(content)
+        let damaged = match pages.read(self.buckets_area, page) {
+            Ok(content) => self.check_bucket(page, content).err(),
+            Err(error) if error.is_corrupt() => Some(error),
+            Err(error) => return Err(error),
+        };
+        if damaged.is_some() {
+            self.reset_bucket(pages, page)?;
+        }
+        pages.read(self.buckets_area, page)
+    }
+
+    /// Replaces damaged bucket page `page` with an empty bucket serving the same hashes:
+    /// the index is derived data, so its entries are only missing (lookups miss, a
+    /// duplicate is stored again) until the owner's repair rebuilds the index.
+    fn reset_bucket(&mut self, pages: &mut PageStore, page: u64) -> Result<()> {
+        let first = self
+            .directory
+            .iter()
+            .position(|&named| named as u64 == page);
+        let (local_depth, shared_bits) = match first {
+            Some(first) => {
+                let slots = self.directory[first..]
+                    .iter()
+                    .take_while(|&&named| named as u64 == page)
+                    .count() as u64;
+                let depth = self.global_depth - slots.trailing_zeros();
+                let slot_bits = if self.global_depth == 0 {
+                    0
+                } else {
+                    (first as u64) << (64 - self.global_depth)
+                };
+                (depth, top_bits(slot_bits, depth))
+            }
+            None => (self.global_depth, 0),
+        };
+        let content = pages.overwrite(self.buckets_area, page)?;
+        write_bucket_header(content, self.layout, local_depth, 0, 0);
+        content[8..16].copy_from_slice(&shared_bits.to_le_bytes());
+        self.damaged_buckets_reset += 1;
+        Ok(())
+    }
+
+    /// Bucket pages found damaged and reset to empty since open.
+    pub fn damaged_buckets_reset(&self) -> u64 {
+        self.damaged_buckets_reset
     }
 
     /// Checks a bucket page's header.
@@ -605,7 +664,7 @@ impl DiskIndex {
         // Every page once: through the clean cache, a scan would evict what lookups reuse.
         for page_number in 0..self.bucket_pages {
             self.bucket_page_reads += 1;
-            pages.read_once(self.buckets_area, page_number, |content| {
+            let read = pages.read_once(self.buckets_area, page_number, |content| {
                 self.check_bucket(page_number, content)?;
                 let bucket = Bucket(content, self.layout);
                 for slot in 0..bucket.count() {
@@ -613,7 +672,13 @@ impl DiskIndex {
                     visit(&key, value);
                 }
                 Ok(())
-            })??;
+            });
+            match read.and_then(|checked| checked) {
+                Ok(()) => {}
+                // Its entries are missing from now on; see `reset_bucket`.
+                Err(error) if error.is_corrupt() => self.reset_bucket(pages, page_number)?,
+                Err(error) => return Err(error),
+            }
         }
         Ok(())
     }
