@@ -532,6 +532,15 @@ impl PageStore {
         Ok((checked, damaged))
     }
 
+    /// Where page `page` of the area called `name` is stored: its byte offset in the
+    /// `pages` file, or `None` when it has no durable copy. For fault-injection tests and
+    /// tools that need to name a page's bytes.
+    pub fn page_offset(&self, name: &str, page: u64) -> Option<u64> {
+        let area = self.find_area(name)?;
+        let slot = *self.areas[area].table.get(page as usize)?;
+        (slot != NO_SLOT).then_some(slot as u64 * PAGE_BYTES as u64)
+    }
+
     /// The area called `name`, if it exists.
     pub fn find_area(&self, name: &str) -> Option<AreaId> {
         self.areas.iter().position(|area| area.name == name)

@@ -24,12 +24,13 @@
 //!
 //! [`ChunkStore::rebuild`]: onecopy_core::chunk_store::ChunkStore::rebuild
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use onecopy_core::check::{CheckOptions, FaceReport, Finding, FindingKind};
 use onecopy_core::chunk_store::{ChunkId, ContainerState, RebuildReport, ZERO_CHUNK};
-use onecopy_core::container::ContainerId;
+use onecopy_core::container::{ChunkLocation, ContainerId, StoredChunk};
+use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::gc::{self, CompactionPlan, PlannedContainer};
 use onecopy_core::index::IndexKey;
 use onecopy_core::pages::DamagedPage;
@@ -71,6 +72,9 @@ struct Analysis {
     unmapped: BTreeMap<VolumeId, Vec<u64>>,
     /// Sealed containers whose trailer, size or record headers are damaged.
     damaged_containers: BTreeMap<ContainerId, String>,
+    /// With `read_data`: where each chunk in use lives, by container, to compare with the
+    /// record headers in the container's body.
+    locations: BTreeMap<ContainerId, Vec<(ChunkLocation, Option<Fingerprint>)>>,
 }
 
 impl Engine {
@@ -175,6 +179,12 @@ impl Engine {
             }
             if !options.read_data {
                 continue;
+            }
+            if !open {
+                analysis.locations.entry(container).or_default().push((
+                    record.location,
+                    record.indexed.then_some(record.fingerprint),
+                ));
             }
             report.count("chunk_bytes", record.location.raw_bytes as u64);
             data.resize(record.location.raw_bytes as usize, 0);
@@ -284,6 +294,44 @@ impl Engine {
                 Err(error) => return Err(error),
             }
         }
+        // With `read_data`, the body too: every chunk in use must sit behind an intact
+        // record header that describes it as its chunk record does.
+        for (&id, chunks) in &analysis.locations {
+            if analysis.damaged_containers.contains_key(&id) {
+                continue;
+            }
+            let scanned = match state.chunks.containers().scan(id) {
+                Ok(scanned) => scanned,
+                Err(error) if error.is_corrupt() => {
+                    analysis.damaged_containers.insert(id, error.to_string());
+                    continue;
+                }
+                Err(Error::NotFound(_)) => continue,
+                Err(error) => return Err(error),
+            };
+            let headers: HashMap<u32, &StoredChunk> = scanned
+                .chunks
+                .iter()
+                .map(|chunk| (chunk.location.offset, chunk))
+                .collect();
+            for (location, fingerprint) in chunks {
+                let described = headers.get(&location.offset).is_some_and(|stored| {
+                    stored.location == *location
+                        && fingerprint.is_none_or(|fingerprint| stored.fingerprint == fingerprint)
+                });
+                if !described {
+                    analysis.damaged_containers.insert(
+                        id,
+                        format!(
+                            "the record header of the chunk at byte {} is damaged or does not \
+                             describe it",
+                            location.header_offset()
+                        ),
+                    );
+                    break;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -301,22 +349,36 @@ impl Engine {
                 .find(|volume| volume.id == id)
                 .map_or_else(|| format!("id {id}"), |volume| volume.name.clone())
         };
+        // Chunks that cannot be read, with the blocks that use them.
+        let mut users: BTreeMap<ChunkId, Vec<(VolumeId, u64)>> = BTreeMap::new();
+        for (&volume, blocks) in &analysis.bad_references {
+            for &(block, chunk) in blocks {
+                users.entry(chunk).or_default().push((volume, block));
+            }
+        }
         for damaged in &analysis.damaged_pages {
             let object = format!(
                 "block/meta/pages: page {} of area {}",
                 damaged.page, damaged.area
             );
             let finding = if damaged.area == "chunks" {
-                let first = damaged.page * state.chunks.records_per_page();
+                let per_page = state.chunks.records_per_page();
+                let first = damaged.page * per_page;
+                let blocks: Vec<(VolumeId, u64)> = users
+                    .range(first..first + per_page)
+                    .flat_map(|(_, blocks)| blocks.iter().copied())
+                    .collect();
                 Finding::new(
                     FindingKind::Damage,
                     object,
                     format!(
-                        "{}; the records of chunks {first} to {} are unreadable",
+                        "{}; the records of chunks {first} to {} are unreadable, so where the \
+                         blocks using them are stored is unknown",
                         damaged.detail,
-                        first + state.chunks.records_per_page() - 1
+                        first + per_page - 1
                     ),
                 )
+                .with_lost(lost_blocks(&blocks, &name))
             } else if let Some(volume) = volumes
                 .iter()
                 .find(|volume| volume.map_area_name() == damaged.area)
@@ -343,24 +405,12 @@ impl Engine {
             };
             report.push(finding);
         }
-        // Chunks that cannot be read, with the blocks that use them.
-        let mut users: BTreeMap<ChunkId, Vec<(VolumeId, u64)>> = BTreeMap::new();
-        for (&volume, blocks) in &analysis.bad_references {
-            for &(block, chunk) in blocks {
-                users.entry(chunk).or_default().push((volume, block));
-            }
-        }
         let mut reported = HashSet::new();
         for (&chunk, damage) in &analysis.damaged_chunks {
-            if matches!(damage, ChunkDamage::RecordPage) && !users.contains_key(&chunk) {
-                continue;
-            }
             reported.insert(chunk);
             let (object, detail) = match damage {
-                ChunkDamage::RecordPage => (
-                    format!("chunk {chunk}"),
-                    "its record is in a damaged page: where its bytes are is unknown".to_string(),
-                ),
+                // Reported with its page.
+                ChunkDamage::RecordPage => continue,
                 ChunkDamage::ContainerMissing(container) => (
                     format!("chunk {chunk}"),
                     format!(

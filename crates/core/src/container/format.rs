@@ -3,29 +3,32 @@
 //! ```text
 //! header   (64 B)  magic "OCCNTR01" | version u32 | flags u32 | container id u64 |
 //!                  created unix seconds u64 | zeros
-//! record*          chunk header (48 B) | stored bytes
+//! record*          chunk header (52 B) | stored bytes
 //!                  chunk header = fingerprint [32] | stored_bytes u32 | raw_bytes u32 |
-//!                                 flags u32 | crc32c(stored bytes) u32
+//!                                 flags u32 | crc32c(stored bytes) u32 |
+//!                                 crc32c(the 48 header bytes before it) u32
 //! trailer          (only once sealed) entry* | timestamp u64 | chunk count u32 | zeros u32
-//!                  entry = data offset u32 | chunk header (48 B)
+//!                  entry = data offset u32 | chunk header (52 B)
 //! footer   (32 B)  magic "OCCNTEND" | trailer offset u64 | trailer bytes u32 |
 //!                  crc32c(trailer) u32 | chunk count u32 | zeros u32
 //! ```
 //!
 //! Every record carries its own header so an unsealed container (the open one after a crash)
 //! can be scanned from the front; the trailer repeats the headers with their offsets so a
-//! sealed container's fingerprints load with one read of its tail.
+//! sealed container's fingerprints load with one read of its tail. A header carries its own
+//! checksum: a changed fingerprint, size or flag is damage, found by a scan, never a chunk
+//! described wrongly.
 
 use crate::fingerprint::{Fingerprint, FINGERPRINT_BYTES};
 use crate::pages::ByteReader;
 
 pub(crate) const HEADER_MAGIC: &[u8; 8] = b"OCCNTR01";
 pub(crate) const FOOTER_MAGIC: &[u8; 8] = b"OCCNTEND";
-pub(crate) const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 2;
 /// Bytes of the container header.
 pub const HEADER_BYTES: usize = 64;
 /// Bytes of the header in front of every chunk's stored bytes.
-pub const CHUNK_HEADER_BYTES: usize = 48;
+pub const CHUNK_HEADER_BYTES: usize = 52;
 /// Bytes of one trailer entry.
 pub const TRAILER_ENTRY_BYTES: usize = 4 + CHUNK_HEADER_BYTES;
 /// Bytes of the trailer after its entries.
@@ -52,17 +55,32 @@ pub struct ChunkHeader {
 
 impl ChunkHeader {
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
         out.extend_from_slice(&self.fingerprint.0);
         out.extend_from_slice(&self.stored_bytes.to_le_bytes());
         out.extend_from_slice(&self.raw_bytes.to_le_bytes());
         out.extend_from_slice(&self.flags.to_le_bytes());
         out.extend_from_slice(&self.checksum.to_le_bytes());
+        let header_checksum = crc32c::crc32c(&out[start..]);
+        out.extend_from_slice(&header_checksum.to_le_bytes());
+        debug_assert_eq!(out.len() - start, CHUNK_HEADER_BYTES);
     }
 
-    /// Decodes a header; `None` when the bytes cannot be a header (unknown flags, a
-    /// compressed size larger than the raw size allows, or sizes over `chunk_bytes_max`).
+    /// Decodes a header; `None` when the bytes cannot be a header (a header checksum that
+    /// does not match, unknown flags, a compressed size larger than the raw size allows, or
+    /// sizes over `chunk_bytes_max`).
     pub(crate) fn decode(bytes: &[u8], chunk_bytes_max: u32) -> Option<ChunkHeader> {
-        let mut reader = ByteReader { bytes };
+        let covered = bytes.get(..CHUNK_HEADER_BYTES - 4)?;
+        let stored_checksum = u32::from_le_bytes(
+            bytes
+                .get(CHUNK_HEADER_BYTES - 4..CHUNK_HEADER_BYTES)?
+                .try_into()
+                .ok()?,
+        );
+        if crc32c::crc32c(covered) != stored_checksum {
+            return None;
+        }
+        let mut reader = ByteReader { bytes: covered };
         let fingerprint = Fingerprint(reader.take(FINGERPRINT_BYTES)?.try_into().ok()?);
         let header = ChunkHeader {
             fingerprint,

@@ -51,7 +51,8 @@ pub(crate) fn save(
     header.extend_from_slice(&change_count.to_le_bytes());
     header.extend_from_slice(&(words.len() as u64).to_le_bytes());
     assert_eq!(header.len(), HEADER_BYTES);
-    pages.write(area, 0)?[..HEADER_BYTES].copy_from_slice(&header);
+    // Page 0 holds the header alone: rewritten whole, it need not be read (nor be intact).
+    pages.overwrite(area, 0)?[..HEADER_BYTES].copy_from_slice(&header);
     Ok(())
 }
 
