@@ -5,6 +5,7 @@
 //! once with a message naming the holder.
 
 use std::io::IsTerminal;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -14,6 +15,7 @@ use onecopy_backup::{
     DeleteMethod, OpenOptions, RestoreTarget, RuntimeOptions, SeriesOptions, SourceKind,
     StoreOptions,
 };
+use onecopy_backup::create::describe_file_type;
 use onecopy_core::repository::{FaceLock, Repository};
 use onecopy_core::units::{format_rate, format_size, parse_size};
 use serde::Serialize;
@@ -449,12 +451,8 @@ fn create(
     store_args: &StoreArgs,
     json: bool,
 ) -> anyhow::Result<()> {
-    let mut opened = open(
-        cli,
-        "create",
-        store_args.options()?,
-        RuntimeOptions::default(),
-    )?;
+    // What PATH is, decided before the lock is taken: a FIFO or socket is refused at once
+    // rather than blocking on its open with the lock held.
     let (source, total_bytes) = if path == Path::new("-") {
         let reader = Box::new(std::io::stdin());
         (
@@ -467,12 +465,27 @@ fn create(
     } else {
         let metadata =
             std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+        let file_type = metadata.file_type();
         if metadata.is_dir() {
             (BackupSource::Directory(path.to_path_buf()), 0)
-        } else {
+        } else if metadata.is_file() || file_type.is_block_device() {
             (BackupSource::File(path.to_path_buf()), metadata.len())
+        } else {
+            bail!(
+                "{} is {}: back up a directory, a regular file or disk image, or a block \
+                 device; to back up what a program writes, pipe it to `onecopy backup create \
+                 {series} -`",
+                path.display(),
+                describe_file_type(&file_type)
+            );
         }
     };
+    let mut opened = open(
+        cli,
+        "create",
+        store_args.options()?,
+        RuntimeOptions::default(),
+    )?;
     let series_options = if live_window.is_some() || keep.is_some() {
         let current = opened
             .store
@@ -503,6 +516,7 @@ fn create(
             defer_reverse,
             delete_method: None,
             progress: Some(&progress),
+            read_observer: None,
         },
     )?;
     bar.finish_and_clear();
