@@ -10,12 +10,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
+use onecopy_backup::create::describe_file_type;
 use onecopy_backup::{
     BackupRecord, BackupSource, BackupState, BackupStore, CheckOptions, CreateOptions, DedupMode,
-    DeleteMethod, OpenOptions, RestoreTarget, RuntimeOptions, SeriesOptions, SourceKind,
-    StoreOptions,
+    DeleteMethod, OpenOptions, RestoreOptions, RestoreTarget, RuntimeOptions, SeriesOptions,
+    SourceKind, StoreOptions,
 };
-use onecopy_backup::create::describe_file_type;
 use onecopy_core::repository::{FaceLock, Repository};
 use onecopy_core::units::{format_rate, format_size, parse_size};
 use serde::Serialize;
@@ -89,10 +89,15 @@ pub enum BackupCommand {
         json: bool,
     },
     /// Restore SERIES[@VERSION] (the newest without a version): a directory backup into the
-    /// directory TARGET, an image or stream into the file TARGET or to standard output (`-`).
+    /// directory TARGET (new or empty) or to standard output (`-`) as a pax tar archive, an
+    /// image or stream into the new file TARGET or to standard output.
     Restore {
         backup: String,
         target: PathBuf,
+        /// Replace what TARGET holds: the entries of a directory that the backup has (the
+        /// others stay), or an existing file's contents.
+        #[arg(long)]
+        overwrite: bool,
         /// Write the backup's stream to the file TARGET even for a directory backup.
         #[arg(long)]
         to_file: bool,
@@ -277,6 +282,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
         BackupCommand::Restore {
             backup,
             target,
+            overwrite,
             to_file,
             threads,
             no_prefetch,
@@ -288,7 +294,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
             }
             runtime.prefetch = !no_prefetch;
             let opened = open_read_only(cli, "restore", runtime)?;
-            restore(&opened.store, backup, target, *to_file, *json)
+            restore(&opened.store, backup, target, *to_file, *overwrite, *json)
         }
         BackupCommand::Delete {
             backup,
@@ -600,6 +606,7 @@ fn restore(
     backup: &str,
     target: &Path,
     to_file: bool,
+    overwrite: bool,
     json: bool,
 ) -> anyhow::Result<()> {
     let (series, version) = parse_backup(backup, false)?;
@@ -611,21 +618,31 @@ fn restore(
             format!("backup {backup} not found (see `onecopy backup list {series}`)")
         })?;
     let to_stdout = target == Path::new("-");
-    let restore_target = if to_stdout {
-        RestoreTarget::Writer(Box::new(std::io::BufWriter::with_capacity(
+    let stdout = || {
+        Box::new(std::io::BufWriter::with_capacity(
             1 << 20,
             std::io::stdout(),
-        )))
+        ))
+    };
+    let restore_target = if to_stdout && record.source == SourceKind::Directory && !to_file {
+        RestoreTarget::Archive(stdout())
+    } else if to_stdout {
+        RestoreTarget::Writer(stdout())
     } else if record.source == SourceKind::Directory && !to_file {
         RestoreTarget::Directory(target.to_path_buf())
     } else {
         RestoreTarget::File(target.to_path_buf())
     };
-    let report = store.restore(&series, Some(record.version), restore_target)?;
+    let report = store.restore_with(
+        &series,
+        Some(record.version),
+        restore_target,
+        RestoreOptions { overwrite },
+    )?;
     if json && !to_stdout {
         return print_json(&report);
     }
-    let message = format!(
+    let mut message = format!(
         "restored {}@{} ({}) in {:.2} s ({}), {} indirect references",
         series,
         report.version,
@@ -634,6 +651,12 @@ fn restore(
         format_rate(report.logical_bytes as f64 / report.seconds.max(1e-9)),
         report.resolve.indirect_references
     );
+    if let Some(tree) = report.tree.filter(|tree| tree.replaced > 0) {
+        message.push_str(&format!(
+            ", replaced {} entries of the target",
+            tree.replaced
+        ));
+    }
     if to_stdout {
         if json {
             eprintln!("{}", serde_json::to_string(&report)?);
