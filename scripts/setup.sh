@@ -21,7 +21,7 @@ packages=(
   gdb             # thread stacks of a stalled server in the crash test's failure message
   curl            # test data and lab paper2: real software releases from the npm registry
   time            # /usr/bin/time: peak memory of the peers (lab paper2)
-  tar             # unpacking the typescript releases of lab paper2
+  tar             # unpacking the typescript releases of lab paper2; GNU tar extracts `backup restore -` archives in tests
   librsvg2-bin    # rsvg-convert: the lab's SVG figures as PNG, to look at them
 )
 

@@ -27,16 +27,17 @@ use crate::reverse::ReverseReport;
 use crate::segment::{SegmentHead, SegmentState, CONTAINERS, SEGMENTS, SEGMENT_HEADS};
 use crate::series::{
     encode_backup, load_backup, validate_series_name, BackupRecord, BackupState, SeriesRecord,
-    SourceKind, TreeRange, BACKUPS, SERIES,
+    SourceKind, BACKUPS, SERIES,
 };
 use crate::store::{load_head, now_unix_ns, BackupStore, RecoveryReport};
-use crate::tree::capture::{walk, TreeReader};
+use crate::tree::capture::{walk, FileWarning, ReadObserver, TreeReader};
 
 /// What to back up.
 pub enum BackupSource {
     /// A directory tree, with its metadata.
     Directory(PathBuf),
-    /// A regular file or disk image (or a block device), read as a byte stream.
+    /// A regular file or disk image (or a block device), read as a byte stream. Anything
+    /// else (a FIFO, socket or character device, whose reading may never end) is refused.
     File(PathBuf),
     /// Any byte stream, such as standard input; `name` is shown in listings.
     Reader {
@@ -57,6 +58,9 @@ pub struct CreateOptions<'a> {
     pub delete_method: Option<DeleteMethod>,
     /// Called with the stream bytes processed so far.
     pub progress: Option<Progress<'a>>,
+    /// Called by a directory backup's reader after each read from a file (tests use it to
+    /// change a file while it is read).
+    pub read_observer: Option<ReadObserver<'a>>,
 }
 
 /// What creating a backup did, phase by phase.
@@ -72,11 +76,66 @@ pub struct CreateReport {
     pub inline: InlineReport,
     /// Index checkpoint and catalog commit.
     pub commit_seconds: f64,
-    /// Files whose size changed while they were read.
-    pub changed_files: u64,
+    /// Files of a directory backup that changed while they were read, or were no longer
+    /// regular files when their turn came, and what the backup holds for each.
+    pub warnings: Vec<FileWarning>,
     pub reverse: Vec<ReverseReport>,
     pub expire: Vec<DeleteReport>,
     pub seconds: f64,
+}
+
+/// Opens a file source: a regular file or a block device. The open does not block (a FIFO
+/// would wait for a writer), and anything else is refused, since reading it may never end.
+fn open_file_source(path: &std::path::Path) -> Result<File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .context_io(|| format!("opening {}", path.display()))?;
+    let file_type = file
+        .metadata()
+        .context_io(|| format!("reading {}", path.display()))?
+        .file_type();
+    if !file_type.is_file() && !file_type.is_block_device() {
+        return Err(BackupError::InvalidArgument(format!(
+            "{} is {}: a backup reads a directory, a regular file or disk image, or a block \
+             device; to back up what a program writes, pipe it to `onecopy backup create \
+             SERIES -`",
+            path.display(),
+            describe_file_type(&file_type)
+        )));
+    }
+    // Reads of regular files and block devices do not block anyway; clear the flag so the
+    // descriptor behaves as an ordinary one.
+    // SAFETY: fcntl on an open descriptor with integer arguments.
+    unsafe {
+        let flags = libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&file), libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                libc::F_SETFL,
+                flags & !libc::O_NONBLOCK,
+            );
+        }
+    }
+    Ok(file)
+}
+
+/// What a file that is not a directory, regular file or block device is, for messages.
+pub fn describe_file_type(file_type: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if file_type.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_symlink() {
+        "a symbolic link"
+    } else {
+        "not a regular file"
+    }
 }
 
 impl BackupStore {
@@ -109,40 +168,25 @@ impl BackupStore {
         drop(read);
 
         let walk_started = Instant::now();
-        let mut changed_files = None;
-        let (kind, name, mut reader, tree): (
-            SourceKind,
-            String,
-            Box<dyn Read + Send>,
-            Option<TreeRange>,
-        ) = match source {
+        let mut capture = None;
+        let (kind, name, mut reader): (SourceKind, String, Box<dyn Read + Send + '_>) = match source
+        {
             BackupSource::Directory(path) => {
-                let (tree, content_bytes) = walk(&path)?;
-                let encoded = tree.encode();
-                let range = TreeRange {
-                    offset: content_bytes,
-                    bytes: encoded.len() as u64,
-                };
-                let reader = TreeReader::new(&path, &tree, encoded);
-                changed_files = Some(reader.changed_files());
+                let tree = walk(&path)?;
+                let reader = TreeReader::new(&path, tree, options.read_observer)?;
+                capture = Some(reader.outcome());
                 (
                     SourceKind::Directory,
                     path.display().to_string(),
                     Box::new(reader),
-                    Some(range),
                 )
             }
-            BackupSource::File(path) => {
-                let file =
-                    File::open(&path).context_io(|| format!("opening {}", path.display()))?;
-                (
-                    SourceKind::File,
-                    path.display().to_string(),
-                    Box::new(file),
-                    None,
-                )
-            }
-            BackupSource::Reader { reader, name } => (SourceKind::Stream, name, reader, None),
+            BackupSource::File(path) => (
+                SourceKind::File,
+                path.display().to_string(),
+                Box::new(open_file_source(&path)?),
+            ),
+            BackupSource::Reader { reader, name } => (SourceKind::Stream, name, reader),
         };
         let walk_seconds = walk_started.elapsed().as_secs_f64();
         // Reusing stored forms only saves work when chunks are compressed; conventional mode
@@ -161,16 +205,26 @@ impl BackupStore {
             Ok(predecessor)
         };
         let outcome = inline::run(self, reader.as_mut(), options.progress, load_predecessor)?;
-        if let Some(range) = tree {
-            if outcome.report.logical_bytes != range.offset + range.bytes {
-                return Err(BackupError::InvalidArgument(format!(
-                    "{name}: read {} bytes but the tree describes {}",
-                    outcome.report.logical_bytes,
-                    range.offset + range.bytes
-                )));
-            }
-        }
         drop(reader);
+        let (tree, warnings) = match capture {
+            Some(capture) => {
+                let capture = std::mem::take(
+                    &mut *capture
+                        .lock()
+                        .expect("the outcome's lock is never poisoned"),
+                );
+                let range = capture
+                    .tree
+                    .expect("the inline phase reads the stream to its end, tree included");
+                assert_eq!(
+                    outcome.report.logical_bytes,
+                    range.offset + range.bytes,
+                    "the stream ends with the tree"
+                );
+                (Some(range), capture.warnings)
+            }
+            None => (None, Vec::new()),
+        };
 
         let commit_started = Instant::now();
         let mut state = outcome.state;
@@ -249,9 +303,7 @@ impl BackupStore {
             walk_seconds,
             inline: outcome.report,
             commit_seconds,
-            changed_files: changed_files.map_or(0, |counter| {
-                counter.load(std::sync::atomic::Ordering::Relaxed)
-            }),
+            warnings,
             reverse,
             expire,
             seconds: started.elapsed().as_secs_f64(),

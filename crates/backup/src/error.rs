@@ -32,6 +32,35 @@ pub enum BackupError {
     /// store's state does not allow.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A backup's directory tree holds an entry a restore must not create: a path with `..`,
+    /// `.`, a leading `/`, an empty component or a NUL byte, an entry whose parent is not a
+    /// directory of the tree, a duplicate, or contents outside the stream. Found before the
+    /// target is touched.
+    #[error(
+        "corrupt tree in backup {backup}: entry {path}: {detail}; nothing was restored \
+         (run `onecopy backup check`)"
+    )]
+    CorruptTree {
+        backup: String,
+        /// The entry's stored path, escaped (`\xNN` for bytes that are not printable ASCII).
+        path: String,
+        detail: String,
+    },
+    /// A restore would replace what its target already holds, and replacing was not asked
+    /// for. Nothing was written.
+    #[error("{target} {detail}")]
+    TargetNotEmpty {
+        target: String,
+        /// What the target holds, what the restore would replace, and how to proceed.
+        detail: String,
+    },
+    /// A restore with overwriting would have to replace a directory of the target, with
+    /// everything in it, by an entry that is not a directory. Nothing was written.
+    #[error(
+        "{target}: {detail}: a restore replaces entries, never a directory with its contents; \
+         move those directories away first"
+    )]
+    TargetConflict { target: String, detail: String },
 }
 
 /// Result with [`BackupError`].
@@ -46,6 +75,15 @@ impl BackupError {
         }
     }
 
+    /// Reports a tree entry that a restore must not create.
+    pub fn corrupt_tree(backup: &str, path: &[u8], detail: impl Into<String>) -> Self {
+        BackupError::CorruptTree {
+            backup: backup.to_string(),
+            path: escape_path(path),
+            detail: detail.into(),
+        }
+    }
+
     /// Reports a corrupt record.
     pub fn corrupt(what: impl Into<String>, detail: impl Into<String>) -> Self {
         BackupError::Corrupt {
@@ -53,6 +91,12 @@ impl BackupError {
             detail: detail.into(),
         }
     }
+}
+
+/// A stored path as it can be shown whatever its bytes: quoted, with `\xNN` escapes for
+/// bytes that are not printable ASCII.
+pub fn escape_path(path: &[u8]) -> String {
+    format!("\"{}\"", path.escape_ascii())
 }
 
 /// Adds context to I/O results on sources and targets.

@@ -99,7 +99,7 @@ pub use create::{BackupSource, CreateOptions, CreateReport};
 pub use delete::{DeletePlan, DeleteReport, SweepReport};
 pub use error::{BackupError, Result};
 pub use inline::InlineReport;
-pub use restore::{RestoreReport, RestoreTarget};
+pub use restore::{RestoreOptions, RestoreReport, RestoreTarget};
 pub use reverse::{ReversePlan, ReverseReport};
 pub use series::{BackupRecord, BackupState, SeriesRecord, SourceKind};
 pub use settle::{CopyReport, Settlement};

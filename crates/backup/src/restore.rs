@@ -12,10 +12,14 @@
 //!    CRC of every chunk and decompresses it. Null chunks are not read: the window starts
 //!    zero-filled.
 //! 5. A writer thread hands finished windows to the sink: an image file (all-zero blocks are
-//!    skipped, so the file comes out sparse), a byte stream, or a directory tree.
+//!    skipped, so the file comes out sparse), a byte stream, a directory tree
+//!    ([`crate::tree::apply`]) or a tar archive of it ([`crate::tree::archive`]).
 //!
-//! Not guaranteed: a restore into an existing directory replaces the entries of the backup
-//! but leaves other files in place; a failed restore leaves a partial target.
+//! A restore replaces nothing unless asked to ([`RestoreOptions::overwrite`]): a directory
+//! target must be new or empty, a file target new; the refusal names what would be replaced
+//! and happens before anything is written. A directory restore never creates or changes
+//! anything outside its target (see [`crate::tree::apply`] for how, and for what overwriting
+//! means). Not guaranteed: a failed restore leaves a partial target.
 //!
 //! [`RuntimeOptions::restore_window_bytes`]: crate::config::RuntimeOptions::restore_window_bytes
 //! [`RuntimeOptions::read_threads`]: crate::config::RuntimeOptions::read_threads
@@ -39,7 +43,8 @@ use crate::resolve::{resolve, ChunkSource, ResolveReport, SegmentCache};
 use crate::segment::ChunkStorage;
 use crate::series::{find_backup, SourceKind};
 use crate::store::BackupStore;
-use crate::tree::apply::{ApplyReport, TreeApplier};
+use crate::tree::apply::{ApplyOptions, ApplyReport, TreeApplier};
+use crate::tree::archive::ArchiveWriter;
 use crate::tree::Tree;
 
 /// Two chunks of one container are read together when at most this many bytes lie between.
@@ -55,12 +60,29 @@ const WRITE_QUEUE_WINDOWS: usize = 2;
 
 /// Where a restore goes.
 pub enum RestoreTarget {
-    /// A directory backup: its contents go inside this directory (created if missing).
+    /// A directory backup: its contents go inside this directory (created if missing; it
+    /// must be empty unless overwriting).
     Directory(PathBuf),
-    /// The backup's stream goes to this file (created or truncated; zero blocks stay holes).
+    /// The backup's stream goes to this file (created; an existing one only when
+    /// overwriting). In a regular file zero blocks stay holes; a block device is written
+    /// whole.
     File(PathBuf),
-    /// The backup's stream goes to this writer (for example standard output).
+    /// The backup's stream goes to this writer (for example standard output). For a
+    /// directory backup that is its raw stream (contents, then the encoded tree): see
+    /// [`RestoreTarget::Archive`] for a form other tools read.
     Writer(Box<dyn Write + Send>),
+    /// A directory backup as a POSIX pax tar archive ([`crate::tree::archive`]) written to
+    /// this writer.
+    Archive(Box<dyn Write + Send>),
+}
+
+/// How to restore.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RestoreOptions {
+    /// Replace what the target holds: the entries of a directory target that the backup
+    /// has (others stay), or an existing file's contents. Without it such a target is
+    /// refused.
+    pub overwrite: bool,
 }
 
 /// Counters and timings of a restore.
@@ -98,12 +120,24 @@ struct Window {
 }
 
 impl BackupStore {
-    /// Restores `series@version` (the newest when `version` is `None`) to `target`.
+    /// Restores `series@version` (the newest when `version` is `None`) to `target`, which
+    /// must not hold anything yet (see [`BackupStore::restore_with`]).
     pub fn restore(
         &self,
         series: &str,
         version: Option<u32>,
         target: RestoreTarget,
+    ) -> Result<RestoreReport> {
+        self.restore_with(series, version, target, RestoreOptions::default())
+    }
+
+    /// Restores `series@version` (the newest when `version` is `None`) to `target`.
+    pub fn restore_with(
+        &self,
+        series: &str,
+        version: Option<u32>,
+        target: RestoreTarget,
+        options: RestoreOptions,
     ) -> Result<RestoreReport> {
         let started = Instant::now();
         self.catalog.read_ahead();
@@ -123,11 +157,15 @@ impl BackupStore {
             sources: &sources,
             cache: SegmentCache::new(),
         };
+        let name = format!("{series}@{}", backup.version);
         match (backup.source, target) {
-            (SourceKind::Directory, RestoreTarget::Directory(root)) => {
-                let tree_range = backup.tree.ok_or_else(|| {
-                    BackupError::corrupt(format!("backup {series}@{}", backup.version), "no tree")
-                })?;
+            (
+                SourceKind::Directory,
+                target @ (RestoreTarget::Directory(_) | RestoreTarget::Archive(_)),
+            ) => {
+                let tree_range = backup
+                    .tree
+                    .ok_or_else(|| BackupError::corrupt(format!("backup {name}"), "no tree"))?;
                 let mut tree_bytes = Vec::with_capacity(tree_range.bytes as usize);
                 reader.copy(
                     tree_range.offset,
@@ -139,33 +177,60 @@ impl BackupStore {
                     },
                 )?;
                 let tree = Tree::decode(&tree_bytes)?;
-                let mut applier = TreeApplier::prepare(&root, tree)?;
-                reader.copy(0, tree_range.offset, &mut report, |offset, data| {
-                    applier.write(offset, data)
-                })?;
-                report.tree = Some(applier.finish()?);
+                match target {
+                    RestoreTarget::Directory(root) => {
+                        let apply_options = ApplyOptions {
+                            backup: name,
+                            overwrite: options.overwrite,
+                        };
+                        let mut applier =
+                            TreeApplier::prepare(&root, tree, tree_range.offset, &apply_options)?;
+                        reader.copy(0, tree_range.offset, &mut report, |offset, data| {
+                            applier.write(offset, data)
+                        })?;
+                        report.tree = Some(applier.finish()?);
+                    }
+                    RestoreTarget::Archive(writer) => {
+                        tree.validate(tree_range.offset).map_err(|problem| {
+                            BackupError::corrupt_tree(&name, &problem.path, problem.detail)
+                        })?;
+                        let what = || "writing the tar archive".to_string();
+                        let mut archive = ArchiveWriter::new(writer, tree);
+                        reader.copy(0, tree_range.offset, &mut report, |offset, data| {
+                            archive.write(offset, data).context_io(what)
+                        })?;
+                        archive.finish().context_io(what)?;
+                    }
+                    _ => unreachable!("matched above"),
+                }
             }
             (_, RestoreTarget::Directory(root)) => {
                 return Err(BackupError::InvalidArgument(format!(
-                    "backup {series}@{} is an image or stream, not a directory: restore it to a \
+                    "backup {name} is an image or stream, not a directory: restore it to a \
                      file (--to-file {}) or to standard output (-)",
-                    backup.version,
                     root.display()
                 )))
             }
+            (_, RestoreTarget::Archive(_)) => {
+                return Err(BackupError::InvalidArgument(format!(
+                    "backup {name} is an image or stream, not a directory: only a directory \
+                     backup is restored as a tar archive"
+                )))
+            }
             (_, RestoreTarget::File(path)) => {
-                let file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(&path)
-                    .context_io(|| format!("creating {}", path.display()))?;
+                let (file, regular) = open_target_file(&path, options.overwrite)?;
                 reader.copy(0, backup.logical_bytes, &mut report, |offset, data| {
-                    write_sparse(&file, offset, data)
-                        .context_io(|| format!("writing {}", path.display()))
+                    let written = if regular {
+                        write_sparse(&file, offset, data)
+                    } else {
+                        file.write_all_at(data, offset)
+                    };
+                    written.context_io(|| format!("writing {}", path.display()))
                 })?;
-                file.set_len(backup.logical_bytes)
-                    .context_io(|| format!("sizing {}", path.display()))?;
+                if regular {
+                    file.set_len(backup.logical_bytes)
+                        .context_io(|| format!("sizing {}", path.display()))?;
+                }
                 file.sync_all()
                     .context_io(|| format!("syncing {}", path.display()))?;
             }
@@ -183,6 +248,58 @@ impl BackupStore {
         report.seconds = started.elapsed().as_secs_f64();
         Ok(report)
     }
+}
+
+/// Opens the file target of a stream restore: a new file, or with `overwrite` an existing
+/// file or device (a regular file is emptied first). Returns the file and whether it is a
+/// regular file (where zero blocks can stay holes); a device is written whole.
+fn open_target_file(path: &std::path::Path, overwrite: bool) -> Result<(std::fs::File, bool)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut open = std::fs::OpenOptions::new();
+    open.write(true);
+    if overwrite {
+        open.create(true);
+    } else {
+        open.create_new(true);
+    }
+    let file = match open.open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            let what = match std::fs::symlink_metadata(path) {
+                Ok(metadata) if metadata.is_file() => {
+                    format!("a regular file of {} bytes", metadata.size())
+                }
+                Ok(metadata) if metadata.file_type().is_block_device() => {
+                    "a block device".to_string()
+                }
+                Ok(metadata) if metadata.is_symlink() => "a symbolic link".to_string(),
+                Ok(metadata) if metadata.is_dir() => "a directory".to_string(),
+                _ => "something".to_string(),
+            };
+            return Err(BackupError::TargetNotEmpty {
+                target: path.display().to_string(),
+                detail: format!(
+                    "exists ({what}). Nothing was written: restore to a new file, or pass \
+                     --overwrite to replace its contents"
+                ),
+            });
+        }
+        Err(error) => {
+            return Err(BackupError::io(
+                format!("creating {}", path.display()),
+                error,
+            ))
+        }
+    };
+    let metadata = file
+        .metadata()
+        .context_io(|| format!("reading {}", path.display()))?;
+    let regular = metadata.is_file();
+    if regular {
+        file.set_len(0)
+            .context_io(|| format!("emptying {}", path.display()))?;
+    }
+    Ok((file, regular))
 }
 
 /// Writes `data` at `offset`, skipping all-zero blocks (the file was truncated, so they read

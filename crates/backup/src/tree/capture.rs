@@ -2,25 +2,50 @@
 //! contents followed by the encoded tree.
 //!
 //! The walk stats every name once (`lstat`: links are not followed), records hard links by
-//! device and inode, finds the data extents of sparse files (`SEEK_DATA`/`SEEK_HOLE`, only
-//! for files that occupy fewer blocks than their size) and reads extended attributes. The
-//! stream then reads each regular file's extents as recorded: a file that shrank since the
-//! walk is padded with zeros and one that grew is cut at its recorded size, so the stream
-//! always matches the tree (shrunk files are counted in [`TreeReader::changed_files`]).
+//! device and inode and reads extended attributes. It never opens anything: FIFOs, sockets
+//! and devices are recorded, not read.
+//!
+//! The reader then reads each regular file in walk order, through a descriptor opened beneath
+//! the backed-up directory without following links and without blocking
+//! (`O_NOFOLLOW | O_NONBLOCK`, [`super::beneath`]):
+//!
+//! 1. `fstat` the descriptor (size, modification and change times, inode) and find the data
+//!    extents (`SEEK_DATA`/`SEEK_HOLE`, only for a file that occupies fewer blocks than its
+//!    size);
+//! 2. read the extents into the stream;
+//! 3. `fstat` again. If the size or either time changed, or the file ended early, the reading
+//!    is not one version of the file: read it again, appending to the stream, up to
+//!    [`FILE_READINGS_MAX`] readings. The tree points at the last reading; the earlier ones
+//!    stay in the stream as bytes of no file (the stream only grows, and they mostly
+//!    deduplicate against the last one).
+//! 4. The file's entry records what was read: the size and extents of that reading (cut where
+//!    the file ended early), and the mode, owner and times from its first `fstat`, so that
+//!    contents and metadata belong together.
+//!
+//! So a restored file is always a version the file really had, or, after
+//! [`FILE_READINGS_MAX`] changing readings, exactly the bytes read, with a [`FileWarning`]
+//! either way; never zeros standing in for bytes that were not read. A name that no longer
+//! leads to a regular file when its turn comes (a FIFO or a link took its place) is stored as
+//! an empty file with a warning, without blocking on it. The tree is encoded only after the
+//! last file, so it describes what the stream holds.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File};
 use std::io::{self, Read};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use serde::Serialize;
+
+use super::beneath::{is_regular, stat_fd, Beneath};
 use super::{EntryKind, Extent, Tree, TreeEntry};
 use crate::error::{BackupError, IoContext, Result};
+use crate::series::TreeRange;
 
 /// Largest buffer for the names of a file's extended attributes.
 const XATTR_BYTES_MAX: usize = 1 << 20;
@@ -30,9 +55,13 @@ const XATTR_BYTES_MAX: usize = 1 << 20;
 const READ_AHEAD_FILES: usize = 32;
 /// Bytes of file data the reader asks for ahead of the file it reads, at most.
 const READ_AHEAD_BYTES: u64 = 32 << 20;
+/// Readings of a file that changes while it is read, at most; the last one is kept whatever
+/// it holds.
+pub const FILE_READINGS_MAX: u32 = 3;
 
-/// The path of entry `relative` under `root`.
-pub fn entry_path(root: &Path, relative: &[u8]) -> PathBuf {
+/// The path of the walked entry `relative` under `root` (for the walk's own paths, made of
+/// names it listed; stored paths are never joined: see [`super::beneath`]).
+fn entry_path(root: &Path, relative: &[u8]) -> PathBuf {
     if relative.is_empty() {
         root.to_path_buf()
     } else {
@@ -40,9 +69,9 @@ pub fn entry_path(root: &Path, relative: &[u8]) -> PathBuf {
     }
 }
 
-/// Walks `root` (a directory) and returns its tree, with file stream offsets assigned in
-/// walk order; also returns the total stream bytes of the contents.
-pub fn walk(root: &Path) -> Result<(Tree, u64)> {
+/// Walks `root` (a directory) and returns its tree. Regular files have their size from the
+/// walk and no extents yet: [`TreeReader`] records what it reads.
+pub fn walk(root: &Path) -> Result<Tree> {
     let metadata =
         fs::symlink_metadata(root).context_io(|| format!("reading {}", root.display()))?;
     if !metadata.is_dir() {
@@ -55,10 +84,9 @@ pub fn walk(root: &Path) -> Result<(Tree, u64)> {
         root: root.to_path_buf(),
         tree: Tree::default(),
         inodes: HashMap::new(),
-        stream_bytes: 0,
     };
     walker.visit(Vec::new(), &metadata)?;
-    Ok((walker.tree, walker.stream_bytes))
+    Ok(walker.tree)
 }
 
 struct Walker {
@@ -66,7 +94,6 @@ struct Walker {
     tree: Tree,
     /// (device, inode) of regular files with several links, to their entry index.
     inodes: HashMap<(u64, u64), u32>,
-    stream_bytes: u64,
 }
 
 impl Walker {
@@ -83,13 +110,10 @@ impl Walker {
                     if metadata.nlink() > 1 {
                         self.inodes.insert(key, self.tree.entries.len() as u32);
                     }
-                    let extents = file_extents(&path, metadata)?;
-                    let stream_offset = self.stream_bytes;
-                    self.stream_bytes += extents.iter().map(|extent| extent.length).sum::<u64>();
                     EntryKind::File {
                         size: metadata.len(),
-                        stream_offset,
-                        extents,
+                        stream_offset: 0,
+                        extents: Vec::new(),
                     }
                 }
             }
@@ -156,20 +180,19 @@ impl Walker {
     }
 }
 
-/// The data extents of a regular file: all of it, unless it occupies fewer blocks than its
-/// size (then it is sparse and the holes are found with `SEEK_DATA`/`SEEK_HOLE`).
-fn file_extents(path: &Path, metadata: &fs::Metadata) -> Result<Vec<Extent>> {
-    let size = metadata.len();
+/// The data extents of the open regular file `file` of `size` bytes occupying `blocks`
+/// 512-byte blocks: all of it, unless it occupies fewer blocks than its size (then it is
+/// sparse and the holes are found with `SEEK_DATA`/`SEEK_HOLE`).
+fn file_extents(file: &File, size: u64, blocks: u64) -> io::Result<Vec<Extent>> {
     if size == 0 {
         return Ok(Vec::new());
     }
-    if metadata.blocks() * 512 >= size {
+    if blocks * 512 >= size {
         return Ok(vec![Extent {
             offset: 0,
             length: size,
         }]);
     }
-    let file = File::open(path).context_io(|| format!("opening {}", path.display()))?;
     let descriptor = file.as_raw_fd();
     let mut extents = Vec::new();
     let mut position: i64 = 0;
@@ -188,19 +211,12 @@ fn file_extents(path: &Path, metadata: &fs::Metadata) -> Result<Vec<Extent>> {
                     length: size,
                 }]);
             }
-            return Err(BackupError::io(
-                format!("finding data in {}", path.display()),
-                error,
-            ));
+            return Err(error);
         }
         // SAFETY: as above.
         let hole = unsafe { libc::lseek(descriptor, data, libc::SEEK_HOLE) };
         if hole < 0 {
-            let error = io::Error::last_os_error();
-            return Err(BackupError::io(
-                format!("finding holes in {}", path.display()),
-                error,
-            ));
+            return Err(io::Error::last_os_error());
         }
         let end = (hole as u64).min(size);
         if end > data as u64 {
@@ -294,65 +310,162 @@ pub fn read_xattrs(path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
     Ok(attributes)
 }
 
-/// Reads a captured tree as a backup stream: every file's extents in walk order, then the
-/// encoded tree.
-pub struct TreeReader {
-    root: PathBuf,
-    /// (entry path, extents) of the regular files, in stream order.
-    files: Vec<(Vec<u8>, Vec<Extent>)>,
-    file_index: usize,
-    extent_index: usize,
-    /// Bytes of the current extent already read.
-    extent_position: u64,
-    current: Option<File>,
-    /// Files from the current one on, opened and announced to the kernel, with their index in
-    /// `files` (a file that failed to open ahead is opened again when its turn comes, so the
-    /// error is reported there). The first ones are opened by [`TreeReader::new`].
-    ahead: VecDeque<(usize, File)>,
-    /// Index of the next file to open ahead.
-    ahead_next: usize,
-    /// True once the current file ended before its recorded size.
-    current_short: bool,
-    tail: Vec<u8>,
-    tail_position: usize,
-    changed_files: Arc<AtomicU64>,
+/// Why a file's backup is not simply the file as it was when its turn came.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FileProblem {
+    /// The file changed while it was read; a later reading found it unchanged and the backup
+    /// holds that reading (a version the file had).
+    ReadAgain,
+    /// The file changed during each of [`FILE_READINGS_MAX`] readings; the backup holds the
+    /// bytes of the last reading, which may mix versions.
+    ChangedWhileRead,
+    /// The name no longer led to a regular file when its turn came (a FIFO, socket, device,
+    /// directory or link took its place); the backup holds an empty file.
+    NotARegularFile,
 }
 
-impl TreeReader {
-    /// A reader of the contents of `tree` (walked from `root`), followed by `tree_bytes`.
-    pub fn new(root: &Path, tree: &Tree, tree_bytes: Vec<u8>) -> Self {
+/// A file whose backup deserves a word to the user; see [`FileProblem`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FileWarning {
+    /// The file, relative to the backed-up directory (bytes that are not UTF-8 shown as
+    /// U+FFFD).
+    pub path: String,
+    pub problem: FileProblem,
+    /// What happened and what the backup holds, in a sentence.
+    pub message: String,
+}
+
+/// What the reader found, shared with the caller that hands the reader to the inline phase.
+#[derive(Clone, Debug, Default)]
+pub struct CaptureOutcome {
+    /// Where the encoded tree lies in the stream; set when the reader reaches it.
+    pub tree: Option<TreeRange>,
+    pub warnings: Vec<FileWarning>,
+}
+
+/// Called by the reader after each read from a file, with the file's path relative to the
+/// backed-up directory, the reading (1 for the first) and the bytes of the file delivered in
+/// this reading so far. Tests use it to change a file at a chosen point of its reading.
+pub type ReadObserver<'a> = &'a (dyn Fn(&[u8], u32, u64) + Sync);
+
+/// What identifies one version of a file, from `fstat` of its descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Version {
+    size: i64,
+    modified: (i64, i64),
+    changed: (i64, i64),
+    inode: u64,
+}
+
+impl Version {
+    fn of(status: &libc::stat) -> Version {
+        Version {
+            size: status.st_size,
+            modified: (status.st_mtime, status.st_mtime_nsec),
+            changed: (status.st_ctime, status.st_ctime_nsec),
+            inode: status.st_ino,
+        }
+    }
+}
+
+/// One reading of the current file.
+struct Reading {
+    file: File,
+    /// 1 for the first reading.
+    number: u32,
+    /// `fstat` before the reading.
+    before: libc::stat,
+    extents: Vec<Extent>,
+    extent_index: usize,
+    /// Bytes of the current extent read.
+    extent_position: u64,
+    /// Where the reading starts in the stream.
+    stream_offset: u64,
+    /// Bytes delivered by this reading.
+    delivered: u64,
+    /// The file offset where the file ended before its size (it shrank).
+    ended_at: Option<u64>,
+}
+
+/// Reads a captured tree as a backup stream: every regular file's data extents in walk
+/// order, then the encoded tree; see the module documentation.
+pub struct TreeReader<'a> {
+    root: PathBuf,
+    source: Beneath,
+    tree: Tree,
+    /// Entry indices of the regular files (not hard links), in stream order.
+    files: Vec<usize>,
+    /// Position in `files` of the file being read.
+    file_index: usize,
+    current: Option<Reading>,
+    /// Files from the current one on, opened and announced to the kernel, with their
+    /// position in `files` (a file that failed to open ahead is opened again when its turn
+    /// comes, so the error is reported there). The first ones are opened by
+    /// [`TreeReader::new`].
+    ahead: VecDeque<(usize, File)>,
+    /// Position in `files` of the next file to open ahead.
+    ahead_next: usize,
+    /// Stream bytes delivered so far.
+    stream_position: u64,
+    /// The encoded tree, once the last file is read.
+    tail: Option<Vec<u8>>,
+    tail_position: usize,
+    outcome: Arc<Mutex<CaptureOutcome>>,
+    observer: Option<ReadObserver<'a>>,
+}
+
+impl<'a> TreeReader<'a> {
+    /// A reader of the files of `tree` (walked from `root`), followed by the tree as read.
+    pub fn new(root: &Path, tree: Tree, observer: Option<ReadObserver<'a>>) -> Result<Self> {
+        let source = Beneath::open(root).context_io(|| format!("opening {}", root.display()))?;
         let files = tree
             .entries
             .iter()
-            .filter_map(|entry| match &entry.kind {
-                EntryKind::File { extents, .. } => Some((entry.path.clone(), extents.clone())),
-                _ => None,
-            })
+            .enumerate()
+            .filter(|(_, entry)| matches!(entry.kind, EntryKind::File { .. }))
+            .map(|(index, _)| index)
             .collect();
         let mut reader = TreeReader {
             root: root.to_path_buf(),
+            source,
+            tree,
             files,
             file_index: 0,
-            extent_index: 0,
-            extent_position: 0,
             current: None,
             ahead: VecDeque::new(),
             ahead_next: 0,
-            current_short: false,
-            tail: tree_bytes,
+            stream_position: 0,
+            tail: None,
             tail_position: 0,
-            changed_files: Arc::new(AtomicU64::new(0)),
+            outcome: Arc::new(Mutex::new(CaptureOutcome::default())),
+            observer,
         };
         // The disk starts on the first files while the caller prepares the rest of the
         // backup (the predecessor's chunk map, the pipeline).
         reader.read_ahead();
-        reader
+        Ok(reader)
     }
 
-    /// Files whose size changed between the walk and the read (padded or cut to the size
-    /// recorded in the tree).
-    pub fn changed_files(&self) -> Arc<AtomicU64> {
-        Arc::clone(&self.changed_files)
+    /// What the reader found; complete once it has delivered the whole stream.
+    pub fn outcome(&self) -> Arc<Mutex<CaptureOutcome>> {
+        Arc::clone(&self.outcome)
+    }
+
+    fn path_of(&self, position: usize) -> &[u8] {
+        &self.tree.entries[self.files[position]].path
+    }
+
+    fn display(&self, relative: &[u8]) -> PathBuf {
+        entry_path(&self.root, relative)
+    }
+
+    /// The walk's size of the file at `position`: an estimate for reading ahead.
+    fn walked_bytes(&self, position: usize) -> u64 {
+        match self.tree.entries[self.files[position]].kind {
+            EntryKind::File { size, .. } => size,
+            _ => 0,
+        }
     }
 
     /// Opens files from the current one on, up to the read-ahead limits, and asks the kernel
@@ -368,100 +481,267 @@ impl TreeReader {
         let mut bytes: u64 = self
             .ahead
             .iter()
-            .map(|(index, _)| file_bytes(&self.files[*index].1))
+            .map(|(position, _)| self.walked_bytes(*position))
             .sum();
         while self.ahead.len() < READ_AHEAD_FILES
             && bytes < READ_AHEAD_BYTES
             && self.ahead_next < self.files.len()
         {
-            let index = self.ahead_next;
+            let position = self.ahead_next;
             self.ahead_next += 1;
-            let (path, extents) = &self.files[index];
-            if extents.is_empty() {
+            let walked = self.walked_bytes(position);
+            if walked == 0 {
                 continue;
             }
-            let Ok(file) = File::open(entry_path(&self.root, path)) else {
+            let path = self.tree.entries[self.files[position]].path.clone();
+            let Ok(file) = self.source.open_file(&path) else {
                 continue;
             };
             // SAFETY: posix_fadvise only reads its integer arguments; the descriptor is open.
             // The advice is best effort: failure changes nothing but speed.
             unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
-            bytes += file_bytes(extents);
-            self.ahead.push_back((index, file));
+            bytes += walked;
+            self.ahead.push_back((position, file));
         }
     }
 
     /// Opens the current file, taking it from the read-ahead queue when it is there.
     fn open_current(&mut self) -> io::Result<File> {
         self.read_ahead();
-        if let Some(position) = self
+        if let Some(found) = self
             .ahead
             .iter()
-            .position(|(index, _)| *index == self.file_index)
+            .position(|(position, _)| *position == self.file_index)
         {
-            let (_, file) = self.ahead.remove(position).expect("found above");
+            let (_, file) = self.ahead.remove(found).expect("found above");
             return Ok(file);
         }
-        let path = entry_path(&self.root, &self.files[self.file_index].0);
-        File::open(&path).map_err(|error| {
-            io::Error::new(error.kind(), format!("opening {}: {error}", path.display()))
-        })
+        let path = self.path_of(self.file_index).to_vec();
+        self.source.open_file(&path)
     }
 
-    fn next_file(&mut self) {
+    fn warn(&mut self, position: usize, problem: FileProblem, message: String) {
+        let path = String::from_utf8_lossy(self.path_of(position)).into_owned();
+        self.outcome
+            .lock()
+            .expect("the outcome's lock is never poisoned")
+            .warnings
+            .push(FileWarning {
+                path,
+                problem,
+                message,
+            });
+    }
+
+    /// Records the current file as an empty file (it is not a regular file any more).
+    fn record_not_regular(&mut self, what: &str) {
+        let index = self.files[self.file_index];
+        self.tree.entries[index].kind = EntryKind::File {
+            size: 0,
+            stream_offset: self.stream_position,
+            extents: Vec::new(),
+        };
+        self.warn(
+            self.file_index,
+            FileProblem::NotARegularFile,
+            format!(
+                "was replaced by {what} after the directory walk; the backup holds an empty \
+                 file in its place"
+            ),
+        );
         self.file_index += 1;
-        self.extent_index = 0;
-        self.extent_position = 0;
-        self.current = None;
-        self.current_short = false;
+    }
+
+    /// Opens the next file and starts its first reading.
+    fn start_file(&mut self) -> io::Result<()> {
+        let file = match self.open_current() {
+            Ok(file) => file,
+            Err(error) if matches!(error.raw_os_error(), Some(libc::ELOOP | libc::ENXIO)) => {
+                // A link (not followed) or a socket took the file's place.
+                self.record_not_regular("a symbolic link or a socket");
+                return Ok(());
+            }
+            Err(error) => {
+                let path = self.display(self.path_of(self.file_index));
+                return Err(io::Error::new(
+                    error.kind(),
+                    format!("opening {}: {error}", path.display()),
+                ));
+            }
+        };
+        let status = stat_fd(file.as_fd())?;
+        if !is_regular(&status) {
+            let what = match status.st_mode & libc::S_IFMT {
+                libc::S_IFIFO => "a FIFO",
+                libc::S_IFDIR => "a directory",
+                libc::S_IFCHR | libc::S_IFBLK => "a device",
+                _ => "something that is not a regular file",
+            };
+            self.record_not_regular(what);
+            return Ok(());
+        }
+        self.begin_reading(file, 1)
+    }
+
+    /// Starts reading number `number` of the open current file.
+    fn begin_reading(&mut self, file: File, number: u32) -> io::Result<()> {
+        let before = stat_fd(file.as_fd())?;
+        let extents = file_extents(&file, before.st_size as u64, before.st_blocks as u64).map_err(
+            |error| {
+                let path = self.display(self.path_of(self.file_index));
+                io::Error::new(
+                    error.kind(),
+                    format!("finding data in {}: {error}", path.display()),
+                )
+            },
+        )?;
+        self.current = Some(Reading {
+            file,
+            number,
+            before,
+            extents,
+            extent_index: 0,
+            extent_position: 0,
+            stream_offset: self.stream_position,
+            delivered: 0,
+            ended_at: None,
+        });
+        Ok(())
+    }
+
+    /// Ends the current reading: records the file if it did not change (or if this was the
+    /// last reading allowed), else starts the next reading.
+    fn end_reading(&mut self) -> io::Result<()> {
+        let reading = self.current.take().expect("a reading is under way");
+        let after = stat_fd(reading.file.as_fd())?;
+        let changed =
+            reading.ended_at.is_some() || Version::of(&reading.before) != Version::of(&after);
+        if changed && reading.number < FILE_READINGS_MAX {
+            return self.begin_reading(reading.file, reading.number + 1);
+        }
+        let before = &reading.before;
+        let mut size = before.st_size as u64;
+        let mut extents = reading.extents;
+        if let Some(end) = reading.ended_at {
+            size = end;
+            extents.retain(|extent| extent.offset < end);
+            if let Some(last) = extents.last_mut() {
+                last.length = last.length.min(end - last.offset);
+            }
+        }
+        assert_eq!(
+            extents.iter().map(|extent| extent.length).sum::<u64>(),
+            reading.delivered,
+            "the recorded extents are the bytes delivered"
+        );
+        let index = self.files[self.file_index];
+        let entry = &mut self.tree.entries[index];
+        entry.kind = EntryKind::File {
+            size,
+            stream_offset: reading.stream_offset,
+            extents,
+        };
+        entry.mode = before.st_mode & 0o7777;
+        entry.uid = before.st_uid;
+        entry.gid = before.st_gid;
+        entry.atime = (before.st_atime, before.st_atime_nsec as u32);
+        entry.mtime = (before.st_mtime, before.st_mtime_nsec as u32);
+        if changed {
+            let cut = match reading.ended_at {
+                Some(end) => format!(", cut where the file ended at byte {end}"),
+                None => String::new(),
+            };
+            self.warn(
+                self.file_index,
+                FileProblem::ChangedWhileRead,
+                format!(
+                    "changed during each of {FILE_READINGS_MAX} readings; the backup holds the \
+                     {} bytes of the last reading{cut}, which may mix versions of the file",
+                    reading.delivered
+                ),
+            );
+        } else if reading.number > 1 {
+            self.warn(
+                self.file_index,
+                FileProblem::ReadAgain,
+                format!(
+                    "changed while it was read; read again ({} readings), the backup holds the \
+                     version of the last reading",
+                    reading.number
+                ),
+            );
+        }
+        self.file_index += 1;
+        Ok(())
     }
 }
 
-/// Bytes of a file's data extents.
-fn file_bytes(extents: &[Extent]) -> u64 {
-    extents.iter().map(|extent| extent.length).sum()
-}
-
-impl Read for TreeReader {
+impl Read for TreeReader<'_> {
     fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
         if buffer.is_empty() {
             return Ok(0);
         }
-        while self.file_index < self.files.len() {
-            let extents = &self.files[self.file_index].1;
-            let Some(extent) = extents.get(self.extent_index).copied() else {
-                self.next_file();
+        loop {
+            let Some(reading) = self.current.as_mut() else {
+                if self.file_index < self.files.len() {
+                    self.start_file()?;
+                    continue;
+                }
+                break;
+            };
+            let Some(extent) = reading.extents.get(reading.extent_index).copied() else {
+                self.end_reading()?;
                 continue;
             };
-            if self.extent_position == extent.length {
-                self.extent_index += 1;
-                self.extent_position = 0;
+            if reading.ended_at.is_some() {
+                self.end_reading()?;
                 continue;
             }
-            if self.current.is_none() {
-                self.current = Some(self.open_current()?);
+            if reading.extent_position == extent.length {
+                reading.extent_index += 1;
+                reading.extent_position = 0;
+                continue;
             }
-            let wanted = ((extent.length - self.extent_position) as usize).min(buffer.len());
-            let read = if self.current_short {
-                0
-            } else {
-                let file = self.current.as_ref().expect("opened above");
-                file.read_at(&mut buffer[..wanted], extent.offset + self.extent_position)?
+            let wanted = ((extent.length - reading.extent_position) as usize).min(buffer.len());
+            let offset = extent.offset + reading.extent_position;
+            let read = match reading.file.read_at(&mut buffer[..wanted], offset) {
+                Ok(read) => read,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => {
+                    let path = self.display(self.path_of(self.file_index));
+                    return Err(io::Error::new(
+                        error.kind(),
+                        format!("reading {}: {error}", path.display()),
+                    ));
+                }
             };
             if read == 0 {
-                // The file shrank: pad with zeros so the stream matches the tree.
-                if !self.current_short {
-                    self.current_short = true;
-                    self.changed_files.fetch_add(1, Ordering::Relaxed);
-                }
-                buffer[..wanted].fill(0);
-                self.extent_position += wanted as u64;
-                return Ok(wanted);
+                // The file shrank: this reading ends here.
+                reading.ended_at = Some(offset);
+                continue;
             }
-            self.extent_position += read as u64;
+            reading.extent_position += read as u64;
+            reading.delivered += read as u64;
+            self.stream_position += read as u64;
+            if let Some(observer) = self.observer {
+                let (number, delivered) = (reading.number, reading.delivered);
+                observer(self.path_of(self.file_index), number, delivered);
+            }
             return Ok(read);
         }
-        let rest = &self.tail[self.tail_position..];
+        if self.tail.is_none() {
+            let encoded = self.tree.encode();
+            self.outcome
+                .lock()
+                .expect("the outcome's lock is never poisoned")
+                .tree = Some(TreeRange {
+                offset: self.stream_position,
+                bytes: encoded.len() as u64,
+            });
+            self.tail = Some(encoded);
+        }
+        let tail = self.tail.as_ref().expect("set above");
+        let rest = &tail[self.tail_position..];
         let count = rest.len().min(buffer.len());
         buffer[..count].copy_from_slice(&rest[..count]);
         self.tail_position += count;
@@ -483,52 +763,87 @@ mod tests {
         }
     }
 
-    /// The stream the reader must produce: file data in tree order, then the tree's bytes.
-    fn expected_stream(root: &Path, tree: &Tree, tail: &[u8]) -> Vec<u8> {
-        let mut expected = Vec::new();
-        for entry in &tree.entries {
-            if let EntryKind::File { .. } = entry.kind {
-                expected.extend(fs::read(entry_path(root, &entry.path)).unwrap());
+    /// Reads `reader` to its end in pieces of `piece` bytes.
+    fn read_all(reader: &mut TreeReader, piece: usize) -> Vec<u8> {
+        let mut stream = Vec::new();
+        let mut buffer = vec![0u8; piece];
+        loop {
+            let read = reader.read(&mut buffer).unwrap();
+            if read == 0 {
+                return stream;
             }
+            stream.extend_from_slice(&buffer[..read]);
         }
-        expected.extend_from_slice(tail);
-        expected
     }
 
-    /// Goal: reading ahead changes nothing in the stream. Method: a tree of more files than
-    /// the read-ahead window, read in small and large pieces, against the files themselves.
+    /// The stream's contents part as `tree` (decoded from its end) describes it: each file's
+    /// bytes from its stream range.
+    fn files_in(stream: &[u8], reader: &TreeReader) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let range = reader.outcome().lock().unwrap().tree.unwrap();
+        assert_eq!(range.offset + range.bytes, stream.len() as u64);
+        let tree = Tree::decode(&stream[range.offset as usize..]).unwrap();
+        tree.validate(range.offset).unwrap();
+        tree.entries
+            .iter()
+            .filter_map(|entry| match &entry.kind {
+                EntryKind::File {
+                    size,
+                    stream_offset,
+                    extents,
+                } => {
+                    let mut data = vec![0u8; *size as usize];
+                    let mut from = *stream_offset as usize;
+                    for extent in extents {
+                        let length = extent.length as usize;
+                        data[extent.offset as usize..][..length]
+                            .copy_from_slice(&stream[from..from + length]);
+                        from += length;
+                    }
+                    Some((entry.path.clone(), data))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn files_on_disk(root: &Path, tree: &Tree) -> Vec<(Vec<u8>, Vec<u8>)> {
+        tree.entries
+            .iter()
+            .filter(|entry| matches!(entry.kind, EntryKind::File { .. }))
+            .map(|entry| {
+                let data = fs::read(entry_path(root, &entry.path)).unwrap();
+                (entry.path.clone(), data)
+            })
+            .collect()
+    }
+
+    /// Goal: reading ahead changes nothing in the stream, and the tree at its end describes
+    /// the files read. Method: a tree of more files than the read-ahead window, read in small
+    /// and large pieces, decoded and compared with the files.
     #[test]
     fn read_ahead_keeps_the_stream() {
         let directory = tempfile::tempdir().unwrap();
         make_tree(directory.path());
-        let (tree, _) = walk(directory.path()).unwrap();
-        let tail = b"tree bytes".to_vec();
-        let expected = expected_stream(directory.path(), &tree, &tail);
         for piece in [1usize, 4_096, 1 << 20] {
-            let mut reader = TreeReader::new(directory.path(), &tree, tail.clone());
-            let mut stream = Vec::new();
-            let mut buffer = vec![0u8; piece];
-            loop {
-                let read = reader.read(&mut buffer).unwrap();
-                if read == 0 {
-                    break;
-                }
-                stream.extend_from_slice(&buffer[..read]);
-            }
-            assert!(stream == expected, "piece {piece}");
+            let tree = walk(directory.path()).unwrap();
+            let expected = files_on_disk(directory.path(), &tree);
+            let mut reader = TreeReader::new(directory.path(), tree, None).unwrap();
+            let stream = read_all(&mut reader, piece);
+            assert!(files_in(&stream, &reader) == expected, "piece {piece}");
             assert!(reader.ahead.len() <= READ_AHEAD_FILES);
+            assert!(reader.outcome().lock().unwrap().warnings.is_empty());
         }
     }
 
-    /// Goal: a file opened ahead is read through that open file at its turn, not opened again.
-    /// Method: after the first read, replace the third file by another of the same size
-    /// (rename over it); the stream must still hold the replaced file's bytes.
+    /// Goal: a file opened ahead is read through that open file at its turn, not opened
+    /// again. Method: after the first read, replace the third file by another of the same
+    /// size (rename over it); the stream must still hold the replaced file's bytes.
     #[test]
     fn read_ahead_reads_the_files_it_opened() {
         let directory = tempfile::tempdir().unwrap();
         make_tree(directory.path());
-        let (tree, _) = walk(directory.path()).unwrap();
-        let expected = expected_stream(directory.path(), &tree, b"");
+        let tree = walk(directory.path()).unwrap();
+        let expected = files_on_disk(directory.path(), &tree);
         let third = tree
             .entries
             .iter()
@@ -536,9 +851,9 @@ mod tests {
             .nth(2)
             .map(|entry| entry_path(directory.path(), &entry.path))
             .unwrap();
-        let mut reader = TreeReader::new(directory.path(), &tree, Vec::new());
-        let mut stream = vec![0u8; 1];
-        assert_eq!(reader.read(&mut stream).unwrap(), 1);
+        let mut reader = TreeReader::new(directory.path(), tree, None).unwrap();
+        let mut first = vec![0u8; 1];
+        assert_eq!(reader.read(&mut first).unwrap(), 1);
         let replacement = directory.path().join("replacement");
         fs::write(
             &replacement,
@@ -546,23 +861,25 @@ mod tests {
         )
         .unwrap();
         fs::rename(&replacement, &third).unwrap();
-        reader.read_to_end(&mut stream).unwrap();
+        let mut stream = first;
+        stream.extend(read_all(&mut reader, 1 << 16));
         assert!(
-            stream == expected,
+            files_in(&stream, &reader) == expected,
             "the stream holds the file as opened ahead"
         );
-        assert_eq!(reader.changed_files().load(Ordering::Relaxed), 0);
+        assert!(reader.outcome().lock().unwrap().warnings.is_empty());
     }
 
     /// Goal: a file removed after the walk, beyond the read-ahead window, fails the read at
     /// its own turn, naming it, after every byte before it; a file cut short after it was
-    /// opened ahead is padded and counted. Method: after the first read, remove the last file
-    /// of the stream and truncate the third, then read to the error.
+    /// opened ahead but before its turn is read as it is then, without padding or warning.
+    /// Method: after the first read, remove the last file of the stream and truncate the
+    /// third, then read to the error.
     #[test]
     fn read_ahead_reports_files_in_order() {
         let directory = tempfile::tempdir().unwrap();
         make_tree(directory.path());
-        let (tree, _) = walk(directory.path()).unwrap();
+        let tree = walk(directory.path()).unwrap();
         // Files with data, in stream order (the walk's order, not the names').
         let files: Vec<PathBuf> = tree
             .entries
@@ -571,13 +888,13 @@ mod tests {
             .map(|entry| entry_path(directory.path(), &entry.path))
             .collect();
         assert!(files.len() > READ_AHEAD_FILES + 2);
-        let (removed, shrunk) = (files.last().unwrap(), &files[2]);
-        let mut reader = TreeReader::new(directory.path(), &tree, Vec::new());
+        let (removed, shrunk) = (files.last().unwrap().clone(), files[2].clone());
+        let mut reader = TreeReader::new(directory.path(), tree, None).unwrap();
         let mut buffer = vec![0u8; 1_000];
         // Start reading, so that the files after the first are opened ahead.
         assert!(reader.read(&mut buffer).unwrap() > 0);
-        fs::remove_file(removed).unwrap();
-        fs::write(shrunk, b"short").unwrap();
+        fs::remove_file(&removed).unwrap();
+        fs::write(&shrunk, b"short").unwrap();
         let mut delivered = 1_000u64;
         let error = loop {
             match reader.read(&mut buffer) {
@@ -590,17 +907,13 @@ mod tests {
             error.to_string().contains(&removed.display().to_string()),
             "{error}"
         );
-        // Every byte of the files before the removed one was delivered, and no more.
-        let before_removed: u64 = tree
-            .entries
+        // Every byte of the files before the removed one was delivered, as they are now.
+        let before_removed: u64 = files
             .iter()
-            .take_while(|entry| entry_path(directory.path(), &entry.path) != *removed)
-            .map(|entry| match entry.kind {
-                EntryKind::File { size, .. } => size,
-                _ => 0,
-            })
+            .take_while(|path| **path != removed)
+            .map(|path| fs::metadata(path).unwrap().len())
             .sum();
         assert_eq!(delivered, before_removed);
-        assert_eq!(reader.changed_files().load(Ordering::Relaxed), 1);
+        assert!(reader.outcome().lock().unwrap().warnings.is_empty());
     }
 }

@@ -8,14 +8,23 @@
 //! keeps where the tree starts ([`crate::series::TreeRange`]).
 //!
 //! - [`capture`] walks a directory ([`capture::walk`]) and reads it as that stream
-//!   ([`capture::TreeReader`]).
-//! - [`apply`] recreates a tree in a target directory from the entries and the contents.
+//!   ([`capture::TreeReader`]); the tree is encoded once every file has been read, so it
+//!   records what was read (see there for files that change while they are read).
+//! - [`apply`] recreates a tree in a target directory from the entries and the contents, with
+//!   every operation confined beneath the target ([`beneath`]).
+//! - [`archive`] writes a tree and its contents as a POSIX pax tar archive instead.
 //!
 //! Names are stored as raw bytes (`OsStr` bytes), so names that are not UTF-8 survive. Paths
 //! are relative to the backed-up directory, `/`-separated; the empty path is the directory
 //! itself, whose metadata a restore applies to the target. Entries are in depth-first order
 //! with each directory's children sorted by name bytes, so a parent always precedes its
-//! children.
+//! children. Regular files' stream ranges follow the same order and never overlap; bytes
+//! between them belong to no file (a file read again because it changed while it was read
+//! leaves its earlier reading there).
+//!
+//! A stored tree is data from the repository, not a trusted program: before a restore creates
+//! anything, [`Tree::validate`] rejects every entry that could lead outside the target or that
+//! the walk cannot have produced.
 //!
 //! Format (little-endian, ends with a CRC-32C):
 //!
@@ -29,7 +38,11 @@
 //! ```
 
 pub mod apply;
+pub mod archive;
+mod beneath;
 pub mod capture;
+
+use std::cmp::Ordering;
 
 use crate::codec::{Decoder, Encoder};
 use crate::error::Result;
@@ -245,6 +258,159 @@ impl Tree {
         }
         decoder.finish()?;
         Ok(Tree { entries })
+    }
+}
+
+/// An entry of a tree that a restore must not create, found by [`Tree::validate`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeProblem {
+    pub path: Vec<u8>,
+    pub detail: String,
+}
+
+/// Why `path` cannot be a stored path (relative, `/`-separated, no empty, `.` or `..`
+/// component, no NUL byte), or `None` when it can.
+fn path_problem(path: &[u8]) -> Option<&'static str> {
+    if path.first() == Some(&b'/') {
+        return Some("an absolute path");
+    }
+    if path.contains(&0) {
+        return Some("a NUL byte in the path");
+    }
+    for component in path.split(|&byte| byte == b'/') {
+        match component {
+            b"" => return Some("an empty path component"),
+            b"." => return Some("a `.` path component"),
+            b".." => return Some("a `..` path component"),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Orders paths as the walk emits them: component by component, each by its bytes (so a
+/// directory's whole subtree comes before its next sibling).
+fn walk_order(a: &[u8], b: &[u8]) -> Ordering {
+    a.split(|&byte| byte == b'/')
+        .cmp(b.split(|&byte| byte == b'/'))
+}
+
+/// The parent of a non-empty stored path (empty for a child of the root).
+pub(crate) fn parent_path(path: &[u8]) -> &[u8] {
+    match path.iter().rposition(|&byte| byte == b'/') {
+        Some(slash) => &path[..slash],
+        None => &[],
+    }
+}
+
+impl Tree {
+    /// Checks what a restore relies on, so that a damaged or crafted tree cannot make it
+    /// create anything outside its target: the first entry is the root directory (empty
+    /// path); every other path is relative without empty, `.` or `..` components or NUL
+    /// bytes; entries are in walk order without duplicates; every entry's parent is a
+    /// directory entry of the tree; a hard link names an earlier regular file; a file's
+    /// extents are ordered, disjoint and within its size; files' stream ranges are in entry
+    /// order, disjoint and within the first `content_bytes` of the stream; symbolic link
+    /// targets and attribute names hold no NUL byte.
+    pub fn validate(&self, content_bytes: u64) -> Result<(), TreeProblem> {
+        let problem = |path: &[u8], detail: &str| TreeProblem {
+            path: path.to_vec(),
+            detail: detail.to_string(),
+        };
+        let Some(root) = self.entries.first() else {
+            return Err(problem(b"", "the tree has no entries"));
+        };
+        if !root.path.is_empty() || root.kind != EntryKind::Directory {
+            return Err(problem(
+                &root.path,
+                "the first entry is not the backed-up directory",
+            ));
+        }
+        // Directories from the root down to the previous entry's parent, as a stack.
+        let mut directories: Vec<&[u8]> = vec![b""];
+        let mut stream_end = 0u64;
+        for (index, entry) in self.entries.iter().enumerate() {
+            let path = entry.path.as_slice();
+            if index > 0 {
+                if let Some(detail) = path_problem(path) {
+                    return Err(problem(path, detail));
+                }
+                let previous = &self.entries[index - 1].path;
+                if walk_order(previous, path) != Ordering::Less {
+                    return Err(problem(path, "out of order or a duplicate"));
+                }
+                let parent = parent_path(path);
+                while let Some(&top) = directories.last() {
+                    let is_ancestor = top.is_empty()
+                        || parent == top
+                        || (parent.starts_with(top) && parent.get(top.len()) == Some(&b'/'));
+                    if is_ancestor {
+                        break;
+                    }
+                    directories.pop();
+                }
+                if directories.last() != Some(&parent) {
+                    return Err(problem(path, "its parent is not a directory of the tree"));
+                }
+            }
+            if entry.kind == EntryKind::Directory && index > 0 {
+                directories.push(path);
+            }
+            if entry
+                .xattrs
+                .iter()
+                .any(|(name, _)| name.is_empty() || name.contains(&0))
+            {
+                return Err(problem(
+                    path,
+                    "an attribute name is empty or holds a NUL byte",
+                ));
+            }
+            match &entry.kind {
+                EntryKind::File {
+                    size,
+                    stream_offset,
+                    extents,
+                } => {
+                    let mut file_end = 0u64;
+                    for extent in extents {
+                        let end = extent.offset.checked_add(extent.length);
+                        if extent.offset < file_end || end.is_none_or(|end| end > *size) {
+                            return Err(problem(path, "extents overlap or pass the file's end"));
+                        }
+                        file_end = end.expect("checked above");
+                    }
+                    let end = stream_offset.checked_add(entry.stream_bytes());
+                    if *stream_offset < stream_end || end.is_none_or(|end| end > content_bytes) {
+                        return Err(problem(
+                            path,
+                            "its contents overlap another file's or lie outside the stream",
+                        ));
+                    }
+                    stream_end = end.expect("checked above");
+                }
+                EntryKind::HardLink { target } => {
+                    let valid = (*target as usize) < index
+                        && matches!(self.entries[*target as usize].kind, EntryKind::File { .. });
+                    if !valid {
+                        return Err(problem(path, "a hard link to no earlier regular file"));
+                    }
+                }
+                EntryKind::Symlink { target } => {
+                    if target.is_empty() || target.contains(&0) {
+                        return Err(problem(
+                            path,
+                            "a symbolic link target that is empty or holds a NUL byte",
+                        ));
+                    }
+                }
+                EntryKind::Directory
+                | EntryKind::Fifo
+                | EntryKind::CharDevice { .. }
+                | EntryKind::BlockDevice { .. } => {}
+            }
+        }
+        Ok(())
     }
 }
 

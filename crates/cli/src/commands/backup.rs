@@ -5,14 +5,16 @@
 //! once with a message naming the holder.
 
 use std::io::IsTerminal;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
+use onecopy_backup::create::describe_file_type;
 use onecopy_backup::{
     BackupRecord, BackupSource, BackupState, BackupStore, CheckOptions, CreateOptions, DedupMode,
-    DeleteMethod, OpenOptions, RestoreTarget, RuntimeOptions, SeriesOptions, SourceKind,
-    StoreOptions,
+    DeleteMethod, OpenOptions, RestoreOptions, RestoreTarget, RuntimeOptions, SeriesOptions,
+    SourceKind, StoreOptions,
 };
 use onecopy_core::repository::{FaceLock, Repository};
 use onecopy_core::units::{format_rate, format_size, parse_size};
@@ -87,10 +89,15 @@ pub enum BackupCommand {
         json: bool,
     },
     /// Restore SERIES[@VERSION] (the newest without a version): a directory backup into the
-    /// directory TARGET, an image or stream into the file TARGET or to standard output (`-`).
+    /// directory TARGET (new or empty) or to standard output (`-`) as a pax tar archive, an
+    /// image or stream into the new file TARGET or to standard output.
     Restore {
         backup: String,
         target: PathBuf,
+        /// Replace what TARGET holds: the entries of a directory that the backup has (the
+        /// others stay), or an existing file's contents.
+        #[arg(long)]
+        overwrite: bool,
         /// Write the backup's stream to the file TARGET even for a directory backup.
         #[arg(long)]
         to_file: bool,
@@ -311,6 +318,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
         BackupCommand::Restore {
             backup,
             target,
+            overwrite,
             to_file,
             threads,
             no_prefetch,
@@ -322,7 +330,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
             }
             runtime.prefetch = !no_prefetch;
             let opened = open_read_only(cli, "restore", runtime)?;
-            restore(&opened.store, backup, target, *to_file, *json)
+            restore(&opened.store, backup, target, *to_file, *overwrite, *json)
         }
         BackupCommand::Delete {
             backup,
@@ -485,12 +493,8 @@ fn create(
     store_args: &StoreArgs,
     json: bool,
 ) -> anyhow::Result<()> {
-    let mut opened = open(
-        cli,
-        "create",
-        store_args.options()?,
-        RuntimeOptions::default(),
-    )?;
+    // What PATH is, decided before the lock is taken: a FIFO or socket is refused at once
+    // rather than blocking on its open with the lock held.
     let (source, total_bytes) = if path == Path::new("-") {
         let reader = Box::new(std::io::stdin());
         (
@@ -503,12 +507,27 @@ fn create(
     } else {
         let metadata =
             std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+        let file_type = metadata.file_type();
         if metadata.is_dir() {
             (BackupSource::Directory(path.to_path_buf()), 0)
-        } else {
+        } else if metadata.is_file() || file_type.is_block_device() {
             (BackupSource::File(path.to_path_buf()), metadata.len())
+        } else {
+            bail!(
+                "{} is {}: back up a directory, a regular file or disk image, or a block \
+                 device; to back up what a program writes, pipe it to `onecopy backup create \
+                 {series} -`",
+                path.display(),
+                describe_file_type(&file_type)
+            );
         }
     };
+    let mut opened = open(
+        cli,
+        "create",
+        store_args.options()?,
+        RuntimeOptions::default(),
+    )?;
     let series_options = if live_window.is_some() || keep.is_some() {
         let current = opened
             .store
@@ -539,6 +558,7 @@ fn create(
             defer_reverse,
             delete_method: None,
             progress: Some(&progress),
+            read_observer: None,
         },
     )?;
     bar.finish_and_clear();
@@ -622,6 +642,7 @@ fn restore(
     backup: &str,
     target: &Path,
     to_file: bool,
+    overwrite: bool,
     json: bool,
 ) -> anyhow::Result<()> {
     let (series, version) = parse_backup(backup, false)?;
@@ -633,21 +654,31 @@ fn restore(
             format!("backup {backup} not found (see `onecopy backup list {series}`)")
         })?;
     let to_stdout = target == Path::new("-");
-    let restore_target = if to_stdout {
-        RestoreTarget::Writer(Box::new(std::io::BufWriter::with_capacity(
+    let stdout = || {
+        Box::new(std::io::BufWriter::with_capacity(
             1 << 20,
             std::io::stdout(),
-        )))
+        ))
+    };
+    let restore_target = if to_stdout && record.source == SourceKind::Directory && !to_file {
+        RestoreTarget::Archive(stdout())
+    } else if to_stdout {
+        RestoreTarget::Writer(stdout())
     } else if record.source == SourceKind::Directory && !to_file {
         RestoreTarget::Directory(target.to_path_buf())
     } else {
         RestoreTarget::File(target.to_path_buf())
     };
-    let report = store.restore(&series, Some(record.version), restore_target)?;
+    let report = store.restore_with(
+        &series,
+        Some(record.version),
+        restore_target,
+        RestoreOptions { overwrite },
+    )?;
     if json && !to_stdout {
         return print_json(&report);
     }
-    let message = format!(
+    let mut message = format!(
         "restored {}@{} ({}) in {:.2} s ({}), {} indirect references",
         series,
         report.version,
@@ -656,6 +687,12 @@ fn restore(
         format_rate(report.logical_bytes as f64 / report.seconds.max(1e-9)),
         report.resolve.indirect_references
     );
+    if let Some(tree) = report.tree.filter(|tree| tree.replaced > 0) {
+        message.push_str(&format!(
+            ", replaced {} entries of the target",
+            tree.replaced
+        ));
+    }
     if to_stdout {
         if json {
             eprintln!("{}", serde_json::to_string(&report)?);

@@ -42,11 +42,8 @@ pub fn print_create(report: &CreateReport) {
     for deleted in &report.expire {
         print_delete(deleted);
     }
-    if report.changed_files > 0 {
-        println!(
-            "  warning: {} files changed while being read",
-            report.changed_files
-        );
+    for warning in &report.warnings {
+        eprintln!("warning: {}: {}", warning.path, warning.message);
     }
 }
 
