@@ -138,9 +138,8 @@ fn damaged_journal_record_is_refused_reported_and_salvaged() {
     flip(&storage, &journal, 40_000);
     let journal_before = read_file(&storage, &journal);
 
-    let refused = open(&storage, OpenMode::ReadWrite)
-        .err()
-        .expect("a damaged journal record is refused");
+    let refused =
+        open(&storage, OpenMode::ReadWrite).expect_err("a damaged journal record is refused");
     let message = refused.to_string();
     assert!(
         message.contains("journal-") && message.contains("at byte"),
