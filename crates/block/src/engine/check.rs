@@ -24,12 +24,12 @@
 //!
 //! [`ChunkStore::rebuild`]: onecopy_core::chunk_store::ChunkStore::rebuild
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use onecopy_core::check::{CheckOptions, FaceReport, Finding, FindingKind};
 use onecopy_core::chunk_store::{ChunkId, ContainerState, RebuildReport, ZERO_CHUNK};
-use onecopy_core::container::{ChunkLocation, ContainerId, StoredChunk};
+use onecopy_core::container::{ChunkLocation, ContainerId};
 use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::gc::{self, CompactionPlan, PlannedContainer};
 use onecopy_core::index::IndexKey;
@@ -300,22 +300,15 @@ impl Engine {
             if analysis.damaged_containers.contains_key(&id) {
                 continue;
             }
-            let scanned = match state.chunks.containers().scan(id) {
-                Ok(scanned) => scanned,
-                Err(error) if error.is_corrupt() => {
-                    analysis.damaged_containers.insert(id, error.to_string());
-                    continue;
-                }
-                Err(Error::NotFound(_)) => continue,
-                Err(error) => return Err(error),
-            };
-            let headers: HashMap<u32, &StoredChunk> = scanned
-                .chunks
-                .iter()
-                .map(|chunk| (chunk.location.offset, chunk))
-                .collect();
             for (location, fingerprint) in chunks {
-                let described = headers.get(&location.offset).is_some_and(|stored| {
+                let at = location.header_offset();
+                let stored = match state.chunks.containers().chunk_at(id, at) {
+                    Ok(stored) => stored,
+                    // A missing file was reported with the chunks that live in it.
+                    Err(Error::NotFound(_)) => break,
+                    Err(error) => return Err(error),
+                };
+                let described = stored.is_some_and(|stored| {
                     stored.location == *location
                         && fingerprint.is_none_or(|fingerprint| stored.fingerprint == fingerprint)
                 });
@@ -323,9 +316,8 @@ impl Engine {
                     analysis.damaged_containers.insert(
                         id,
                         format!(
-                            "the record header of the chunk at byte {} is damaged or does not \
-                             describe it",
-                            location.header_offset()
+                            "the record header at byte {at} is damaged or does not describe \
+                             its chunk"
                         ),
                     );
                     break;
@@ -493,6 +485,10 @@ impl Engine {
                 continue;
             }
             live_chunks += 1;
+            if analysis.damaged_chunks.contains_key(&id) {
+                // Reported as damage; its references are bad ones.
+                continue;
+            }
             let counted = analysis.counted[id as usize];
             if counted == 0 {
                 unreferenced += 1;

@@ -460,6 +460,30 @@ impl ContainerStore {
         Ok(ids)
     }
 
+    /// The chunk whose record header starts at `header_offset` of container `id`, as the
+    /// header describes it; `None` when no intact header is there.
+    pub fn chunk_at(&self, id: ContainerId, header_offset: u64) -> Result<Option<StoredChunk>> {
+        let handle = self.file(id)?;
+        if header_offset + CHUNK_HEADER_BYTES as u64 > handle.len()? {
+            return Ok(None);
+        }
+        let mut bytes = [0u8; CHUNK_HEADER_BYTES];
+        handle.read_at(header_offset, &mut bytes)?;
+        Ok(
+            ChunkHeader::decode(&bytes, CHUNK_BYTES_MAX).map(|header| StoredChunk {
+                fingerprint: header.fingerprint,
+                location: ChunkLocation {
+                    container: id,
+                    offset: (header_offset + CHUNK_HEADER_BYTES as u64) as u32,
+                    stored_bytes: header.stored_bytes,
+                    raw_bytes: header.raw_bytes,
+                    flags: header.flags,
+                    checksum: header.checksum,
+                },
+            }),
+        )
+    }
+
     /// When container `id` was created, from its header; `None` when the header is damaged.
     pub fn created_at(&self, id: ContainerId) -> Result<Option<u64>> {
         let handle = self.file(id)?;
