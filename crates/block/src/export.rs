@@ -80,7 +80,8 @@ impl Export for VolumeExport {
     }
 
     fn read_only(&self) -> bool {
-        false
+        // A device opened read-only (a disk too full to commit recovery) says so to clients.
+        self.engine.mode() == crate::engine::OpenMode::ReadOnly
     }
 
     fn flush_is_global(&self) -> bool {

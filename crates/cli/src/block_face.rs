@@ -5,7 +5,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 
-use onecopy_block::{BlockConfig, Engine, RuntimeOptions};
+use onecopy_block::{BlockConfig, Engine, OpenMode, RuntimeOptions};
 use onecopy_core::repository::{FaceLock, Repository};
 use onecopy_core::units::{parse_duration_ns, parse_size};
 
@@ -77,24 +77,70 @@ pub struct OpenBlock {
 impl Drop for OpenBlock {
     fn drop(&mut self) {
         // A clean close leaves nothing to replay.
+        if self.engine.mode() == OpenMode::ReadOnly {
+            return;
+        }
         if let Err(error) = self.engine.shutdown() {
             eprintln!("onecopy: closing the block device failed: {error}");
         }
     }
 }
 
-/// Opens the repository's block device for `command` (shown to others who find it locked).
-pub fn open_block(cli: &Cli, command: &str, args: &EngineArgs) -> anyhow::Result<OpenBlock> {
+/// Opens the repository's block device for `command` (shown to others who find it locked)
+/// in `mode`. Damage that opening recovered from without loss is printed as a warning.
+pub fn open_block(
+    cli: &Cli,
+    command: &str,
+    args: &EngineArgs,
+    mode: OpenMode,
+) -> anyhow::Result<OpenBlock> {
     let path = cli.repository_path();
     let repository = Repository::open(&path)?;
     let lock = repository.lock_face("block", command)?;
     let storage = repository.face_storage("block")?;
     let stored = onecopy_block::engine::stored_config(storage.as_ref())?;
     let runtime = args.runtime(stored.as_ref().unwrap_or(&BlockConfig::default()))?;
-    let engine = Engine::open(storage, None, runtime)
+    let engine = Engine::open_with(storage, None, runtime, mode)
         .with_context(|| format!("opening the block device of {}", path.display()))?;
+    for finding in engine.open_findings() {
+        eprintln!(
+            "onecopy: warning: {}: {}{}",
+            finding.object,
+            finding.detail,
+            finding
+                .repair
+                .as_ref()
+                .map(|repair| format!(" ({repair})"))
+                .unwrap_or_default()
+        );
+    }
     Ok(OpenBlock {
         engine,
         _lock: lock,
     })
+}
+
+/// Opens the block device for serving; on a disk too full for crash recovery to commit,
+/// opens it read-only instead and says so (writes then fail until it is served again with
+/// room).
+pub fn open_block_for_serving(cli: &Cli, args: &EngineArgs) -> anyhow::Result<OpenBlock> {
+    match open_block(cli, "serve", args, OpenMode::ReadWrite) {
+        Err(error)
+            if error
+                .downcast_ref::<onecopy_core::Error>()
+                .is_some_and(onecopy_core::storage::is_full) =>
+        {
+            eprintln!(
+                "onecopy: warning: {error:#}; serving read-only: free some space and restart \
+                 the server to write again"
+            );
+            open_block(
+                cli,
+                "serve (read-only, disk full)",
+                args,
+                OpenMode::ReadOnly,
+            )
+        }
+        other => other,
+    }
 }

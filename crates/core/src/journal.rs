@@ -278,7 +278,12 @@ impl Journal {
             &mut self.buffer,
         );
         if self.buffer.len() >= BUFFER_BYTES_LIMIT {
-            self.write_buffered()?;
+            match self.write_buffered() {
+                // The record is appended (buffered); the next sync writes it or reports the
+                // full disk, and the owner refuses new writes until there is room.
+                Err(error) if crate::storage::is_full(&error) => {}
+                other => other?,
+            }
         }
         Ok(())
     }

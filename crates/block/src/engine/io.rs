@@ -351,7 +351,8 @@ impl Engine {
         results.clear();
         self.note_request();
         // Decide and fingerprint outside the lock; only the map, index and containers need it.
-        let (record, filesystem) = match self.write_target(volume) {
+        let bytes = writes.iter().map(|write| write.data.len() as u64).sum();
+        let (record, filesystem) = match self.write_target(volume, bytes) {
             Ok(target) => target,
             Err(error) => {
                 // Each write gets its own copy of the error (errors are not `Clone`): asking
@@ -360,7 +361,7 @@ impl Engine {
                 let message = error.to_string();
                 results.push(Err(error));
                 for _ in 1..writes.len() {
-                    results.push(match self.write_target(volume) {
+                    results.push(match self.write_target(volume, 0) {
                         Err(error) => Err(error),
                         Ok(_) => Err(Error::io(
                             "block engine",
@@ -446,17 +447,23 @@ impl Engine {
         }
     }
 
-    /// The volume's record and file-system map, if the engine and the volume are usable.
+    /// The volume's record and file-system map, if the engine and the volume are usable and
+    /// the disk has room for `bytes` more ([`Engine::admit_write`]).
     fn write_target(
         &self,
         volume: VolumeId,
+        bytes: u64,
     ) -> Result<(
         Arc<VolumeRecord>,
         Option<Arc<crate::hints::fs::MetadataMap>>,
     )> {
-        let state = self.state.lock();
+        let mut state = self.state.lock();
         self.check_usable(&state)?;
+        if state.journal.is_none() {
+            return Err(super::read_only_error());
+        }
         let record = self.volume_record(&state, volume)?;
+        self.admit_write(&mut state, bytes)?;
         let filesystem = state.volumes[&volume].filesystem.clone();
         Ok((record, filesystem))
     }

@@ -23,6 +23,7 @@ mod check;
 mod io;
 mod maintenance;
 mod recovery;
+mod space;
 mod volumes;
 
 use std::collections::{BTreeMap, HashMap};
@@ -39,7 +40,7 @@ use onecopy_core::container::WriteBehind;
 use onecopy_core::integer_hash::IntegerBuildHasher;
 use onecopy_core::journal::Journal;
 use onecopy_core::pages::{PageStore, RecordArea};
-use onecopy_core::storage::{read_all, write_atomically, Storage};
+use onecopy_core::storage::{is_full, read_all, write_atomically, Storage};
 use onecopy_core::{Error, Result};
 
 use crate::cache::ContentCache;
@@ -52,7 +53,7 @@ use crate::volume::{VolumeId, VolumeRecord};
 pub use io::{BatchWrite, Extent};
 pub use maintenance::DedupReport;
 pub use recovery::OpenMode;
-pub use volumes::{EngineStats, VolumeStats};
+pub use volumes::{EngineStats, VolumeDeletion, VolumeStats};
 
 const CONFIG_FILE: &str = "config.json";
 /// Block-map entries (u64 chunk ids) per metadata page.
@@ -136,6 +137,8 @@ pub(crate) struct EngineState {
     payload: Vec<u8>,
     /// Set when an operation failed half way; every later request fails until reopen.
     failure: Option<String>,
+    /// Free space and the reserve ([`space`]).
+    pub(crate) space: space::SpaceGuard,
 }
 
 /// The deduplicating block device. Shared by all connections (`Arc<Engine>`).
@@ -215,7 +218,9 @@ impl Engine {
         let mut state = self.state.lock();
         self.check_usable(&state)?;
         state.counters.flushes += 1;
-        let result = flush_locked(&mut state);
+        // A full disk fails this FLUSH (ENOSPC) and leaves everything queued for the next one;
+        // the reserve gives the data room first.
+        let result = self.with_reserve(&mut state, |_, state| flush_locked(state));
         self.fail_on_error(&mut state, result)
     }
 
@@ -233,7 +238,19 @@ impl Engine {
     }
 
     pub(crate) fn checkpoint_locked(&self, state: &mut EngineState) -> Result<()> {
-        let journal = state.journal.as_mut().ok_or_else(read_only_error)?;
+        if state.journal.is_none() {
+            return Err(read_only_error());
+        }
+        // A checkpoint that stops half way poisons the page store: it only starts with room
+        // to finish.
+        if !self.room_for_checkpoint(state)? {
+            return Err(space::no_space(format!(
+                "no room in {} for a checkpoint of {} metadata pages",
+                self.storage.describe(),
+                state.pages.dirty_page_count()
+            )));
+        }
+        let journal = state.journal.as_mut().expect("checked above");
         // Data first: everything the pages will refer to must be on the media before the
         // manifest that refers to it. The journal is synced whole too: should this
         // checkpoint's manifest be damaged later, the previous one and this journal rebuild
@@ -278,7 +295,12 @@ impl Engine {
         if journal_bytes >= self.runtime.checkpoint_journal_bytes
             || state.pages.dirty_page_count() >= self.runtime.checkpoint_dirty_pages
         {
-            self.checkpoint_locked(state)?;
+            match self.checkpoint_locked(state) {
+                // Put off: the journal holds the changes, and new writes are refused until
+                // there is room.
+                Err(error) if is_full(&error) => state.space.refuse(),
+                other => other?,
+            }
         }
         Ok(())
     }
@@ -305,13 +327,23 @@ impl Engine {
     /// Writes the container buffers queued by appends (see [`WriteBehind`]); call after
     /// releasing the lock. A failed write fails the engine, like a failed write under the
     /// lock: the data of acknowledged requests is in memory only.
+    ///
+    /// A write that found the disk full is the exception: its bytes stay queued (readable,
+    /// written by the next FLUSH), the request succeeds (it is applied and journaled), and
+    /// new writes are refused with ENOSPC until there is room ([`space`]).
     pub(crate) fn write_queued(&self) -> Result<()> {
-        let result = self.write_behind.run();
-        if result.is_err() {
-            let mut state = self.state.lock();
-            return self.fail_on_error(&mut state, result);
+        match self.write_behind.run() {
+            Ok(()) => Ok(()),
+            Err(error) if is_full(&error) => {
+                self.state.lock().space.refuse();
+                Ok(())
+            }
+            Err(error) => {
+                let mut state = self.state.lock();
+                state.failure = Some(error.to_string());
+                Err(error)
+            }
         }
-        result
     }
 
     pub(crate) fn check_usable(&self, state: &EngineState) -> Result<()> {

@@ -34,9 +34,10 @@ use onecopy_core::chunk_store::{ChunkStore, ChunkStoreOptions};
 use onecopy_core::container::ContainerStore;
 use onecopy_core::journal::{Journal, JournalEnd, JournalScan, ScannedRecord};
 use onecopy_core::pages::{ManifestState, PageStore, PageStoreOptions};
-use onecopy_core::storage::Storage;
+use onecopy_core::storage::{is_full, Storage};
 use onecopy_core::{Error, Result};
 
+use super::space::{release_reserve_file, reserve_exists, SpaceGuard};
 use super::{
     apply_change, load_or_create_config, set_map_entry, set_volume, stored_config, CheckpointState,
     Engine, EngineCounters, EngineState, VolumeStates, LOST_CHUNK, META_DIRECTORY,
@@ -184,16 +185,27 @@ impl Engine {
             .max()
             .expect("not empty");
         let next_generation = generations.last().copied().unwrap_or(0) + 1;
+        let reserve_held = reserve_exists(storage.as_ref())?;
         let journal = if read_only {
             None
         } else {
-            // Recovery continues in a new generation; the checkpoint below names it.
-            Some(Journal::create(
-                storage.clone(),
-                META_DIRECTORY,
-                next_generation,
-                runtime.checkpoint_journal_bytes,
-            )?)
+            // Recovery continues in a new generation; the checkpoint below names it. On a
+            // full disk the reserve makes room for it.
+            let create = || {
+                Journal::create(
+                    storage.clone(),
+                    META_DIRECTORY,
+                    next_generation,
+                    runtime.checkpoint_journal_bytes,
+                )
+            };
+            Some(match create() {
+                Err(error) if is_full(&error) && release_reserve_file(storage.as_ref())? => {
+                    Journal::remove(storage.as_ref(), META_DIRECTORY, next_generation)?;
+                    create()?
+                }
+                other => other?,
+            })
         };
         let write_behind = Arc::clone(
             containers
@@ -225,6 +237,7 @@ impl Engine {
                 changes: Vec::new(),
                 payload: Vec::new(),
                 failure: None,
+                space: SpaceGuard::new(reserve_held),
             }),
             opened: Instant::now(),
             last_request_ms: AtomicU64::new(0),
@@ -234,8 +247,18 @@ impl Engine {
             if mode == OpenMode::ReadWrite {
                 // Make recovery durable before serving anything. A repair checkpoints only
                 // once it has rebuilt what salvage left inconsistent ([`Engine::check`]).
-                engine.checkpoint_locked(&mut state)?;
+                engine.with_reserve(&mut state, |engine, state| engine.checkpoint_locked(state))?;
                 engine.finish_deletions(&mut state)?;
+            }
+            // A storage that cannot tell its free space gets no reserve; otherwise, best
+            // effort: without room the engine runs without one until there is.
+            let knows_space = engine.storage().available_bytes()?.is_some();
+            if mode != OpenMode::ReadOnly
+                && knows_space
+                && !state.space.reserve_held()
+                && engine.create_reserve().is_ok()
+            {
+                state.space.hold_reserve();
             }
             let ids: Vec<VolumeId> = state.volumes.keys().copied().collect();
             for id in ids {

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use onecopy_core::chunk_store::{unix_seconds, ChunkStoreCounters, ChunkStoreState, ZERO_CHUNK};
+use onecopy_core::gc::{self, CompactionOptions};
 use onecopy_core::index::IndexCounters;
 use onecopy_core::{Error, Result};
 
+pub use super::space::SpaceStats;
 use super::{map_entry, set_volume, Engine, EngineCounters, EngineState, MAP_ENTRIES_PER_PAGE};
 use crate::config::HintSettings;
 use crate::records::BlockChange;
@@ -41,6 +43,16 @@ pub struct VolumeStats {
     pub engine: EngineStats,
 }
 
+/// What deleting a volume freed.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct VolumeDeletion {
+    /// Bytes of containers removed: those that held only chunks of the volume.
+    pub freed_bytes: u64,
+    /// Bytes `onecopy volume compact` would free now (containers whose live chunks it would
+    /// copy elsewhere, this volume's dead chunks among them).
+    pub compactable_bytes: u64,
+}
+
 /// Memory the engine holds, by part.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct MemoryStats {
@@ -68,6 +80,8 @@ pub struct MemoryStats {
 #[derive(Clone, Debug, Serialize)]
 pub struct EngineStats {
     pub volumes: usize,
+    /// Free space as the engine sees it, and whether writes are refused for lack of it.
+    pub space: SpaceStats,
     pub store: ChunkStoreState,
     pub requests: EngineCounters,
     pub chunks: ChunkStoreCounters,
@@ -132,16 +146,67 @@ impl Engine {
         Ok((*state.volumes[&id].record).clone())
     }
 
-    /// Deletes a volume, releasing its blocks. Interrupted deletions finish at the next open.
-    pub fn delete_volume(&self, name: &str) -> Result<()> {
+    /// Deletes a volume, releasing its blocks, and frees the containers that held only
+    /// chunks of it (on a full disk too: the commits that free space may use the reserve).
+    /// Interrupted deletions finish at the next open.
+    pub fn delete_volume(&self, name: &str) -> Result<VolumeDeletion> {
         let mut state = self.state.lock();
         self.check_usable(&state)?;
         let id = volume_id(&state, name)?;
         let mut record = (*state.volumes[&id].record).clone();
         record.deleting = true;
-        self.save_record(&mut state, record)?;
-        let result = self.delete_locked(&mut state, id);
-        self.fail_on_error(&mut state, result)
+        let stored_before = self.stored_bytes(&state)?;
+        let result = self
+            .with_reserve(&mut state, |engine, state| {
+                engine.save_record(state, record.clone())
+            })
+            .and_then(|()| {
+                self.with_reserve(&mut state, |engine, state| engine.delete_locked(state, id))
+            })
+            .and_then(|()| self.remove_empty_containers(&mut state));
+        self.fail_on_error(&mut state, result)?;
+        let freed_bytes = stored_before.saturating_sub(self.stored_bytes(&state)?);
+        let EngineState { chunks, pages, .. } = &mut *state;
+        let compactable_bytes =
+            gc::plan_compaction(chunks, pages, &CompactionOptions::default())?.reclaim_bytes;
+        Ok(VolumeDeletion {
+            freed_bytes,
+            compactable_bytes,
+        })
+    }
+
+    /// Bytes of every container file.
+    fn stored_bytes(&self, state: &EngineState) -> Result<u64> {
+        let containers = state.chunks.containers();
+        containers
+            .list()?
+            .into_iter()
+            .map(|id| containers.container_bytes(id))
+            .sum()
+    }
+
+    /// Retires the containers that hold no live chunk and checkpoints twice, after which
+    /// they are removed (a retired container stays one checkpoint for a fallback's replay).
+    fn remove_empty_containers(&self, state: &mut EngineState) -> Result<()> {
+        let options = CompactionOptions {
+            live_fraction_max: 0.0,
+            copy_bytes_limit: 0,
+        };
+        let EngineState { chunks, pages, .. } = &mut *state;
+        let plan = gc::plan_compaction(chunks, pages, &options)?;
+        if plan.containers.is_empty() {
+            return Ok(());
+        }
+        let mut chunk_changes = Vec::new();
+        gc::execute_compaction(chunks, pages, &plan, &mut chunk_changes)?;
+        state
+            .changes
+            .extend(chunk_changes.into_iter().map(BlockChange::Chunk));
+        self.log_changes(state)?;
+        for _ in 0..2 {
+            self.with_reserve(state, |engine, state| engine.checkpoint_locked(state))?;
+        }
+        Ok(())
     }
 
     /// Releases every block of volume `id`, checkpoints, then removes its record.
@@ -347,6 +412,7 @@ impl Engine {
             memory.proportional_bytes_per_chunk * (1u64 << 28) as f64 + fixed_budgets as f64;
         EngineStats {
             volumes: state.volumes.len(),
+            space: state.space.stats(),
             store,
             requests: state.counters.clone(),
             chunks: state.chunks.counters().clone(),

@@ -8,7 +8,7 @@ use clap::Args;
 use onecopy_block::export::EngineExports;
 use onecopy_nbd::{ListenAddress, Server, ServerConfig};
 
-use crate::block_face::{open_block, EngineArgs};
+use crate::block_face::{open_block_for_serving, EngineArgs};
 use crate::Cli;
 
 #[derive(Args, Debug)]
@@ -40,7 +40,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     // A server lives long and its large tables (filter, index directory, page tables) grow
     // with the stored data: map them, so they are resident only where used (memory.rs).
     onecopy_core::memory::map_large_allocations();
-    let block = open_block(cli, "serve", &args.engine)?;
+    let block = open_block_for_serving(cli, &args.engine)?;
     let engine = Arc::clone(&block.engine);
     let background = engine.start_background();
     let catalog = Arc::new(EngineExports::new(Arc::clone(&engine)));

@@ -8,6 +8,7 @@ use onecopy_core::units::{format_size, parse_size};
 use crate::block_face::{open_block, EngineArgs};
 use crate::output::print_json;
 use crate::Cli;
+use onecopy_block::OpenMode;
 
 #[derive(Args, Debug)]
 pub struct VolumeArgs {
@@ -88,7 +89,40 @@ pub enum VolumeCommand {
 }
 
 pub fn run(cli: &Cli, args: &VolumeArgs) -> anyhow::Result<()> {
-    let block = open_block(cli, "volume", &EngineArgs::default())?;
+    // Commands that only look open the device read-only: nothing is written, so they work
+    // on a full disk too.
+    let looks = matches!(
+        args.command,
+        VolumeCommand::List { .. } | VolumeCommand::Stats { .. }
+    );
+    let mode = if looks {
+        OpenMode::ReadOnly
+    } else {
+        OpenMode::ReadWrite
+    };
+    let block = match open_block(cli, "volume", &EngineArgs::default(), mode) {
+        Err(error)
+            if looks
+                && matches!(
+                    error.downcast_ref::<onecopy_core::Error>(),
+                    Some(onecopy_core::Error::NotFound(_))
+                ) =>
+        {
+            // The block device was never used.
+            if let VolumeCommand::List { json } = &args.command {
+                if *json {
+                    print_json(&Vec::<onecopy_block::VolumeRecord>::new())?;
+                } else {
+                    println!(
+                        "no volumes; create one with `onecopy volume create NAME --size 10GiB`"
+                    );
+                }
+                return Ok(());
+            }
+            return Err(error);
+        }
+        other => other?,
+    };
     let engine = &block.engine;
     match &args.command {
         VolumeCommand::Create {
@@ -131,8 +165,17 @@ pub fn run(cli: &Cli, args: &VolumeArgs) -> anyhow::Result<()> {
             }
         }
         VolumeCommand::Delete { name } => {
-            engine.delete_volume(name)?;
-            println!("deleted volume {name}");
+            let deletion = engine.delete_volume(name)?;
+            println!(
+                "deleted volume {name}: {} freed",
+                format_size(deletion.freed_bytes)
+            );
+            if deletion.compactable_bytes > 0 {
+                println!(
+                    "`onecopy volume compact` would free {} more (containers that still hold                      chunks of other volumes)",
+                    format_size(deletion.compactable_bytes)
+                );
+            }
         }
         VolumeCommand::Resize { name, size } => {
             let record = engine.resize_volume(name, parse_size(size)?)?;

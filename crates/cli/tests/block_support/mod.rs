@@ -145,6 +145,21 @@ impl TestRepository {
         test
     }
 
+    /// Creates a repository with `onecopy init` inside `parent` (a file system the test
+    /// prepared, such as a small tmpfs); sockets and logs stay in a temporary directory.
+    pub fn inside(parent: &Path) -> TestRepository {
+        let directory = tempfile::Builder::new()
+            .prefix("onecopy-e2e-")
+            .tempdir()
+            .expect("temporary directory");
+        let test = TestRepository {
+            directory,
+            repository: parent.join("repository"),
+        };
+        test.onecopy(&["init"]);
+        test
+    }
+
     /// The temporary directory of this test (for sockets, images and mount points).
     pub fn directory(&self) -> &Path {
         self.directory.path()

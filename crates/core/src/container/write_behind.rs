@@ -75,6 +75,9 @@ struct QueuedWrite {
     /// A thread is writing it.
     taken: bool,
     failed: bool,
+    /// It failed because the media is full: it stays queued (readable), the next sync tries
+    /// it again, and no failure is recorded.
+    full: bool,
 }
 
 impl WriteBehind {
@@ -99,6 +102,7 @@ impl WriteBehind {
             file: Arc::clone(file),
             taken: false,
             failed: false,
+            full: false,
         });
         self.queued.store(state.writes.len(), Ordering::Release);
         None
@@ -173,10 +177,12 @@ impl WriteBehind {
                 }
             }
             Err(error) => {
+                let full = crate::storage::is_full(error);
                 let write = &mut state.writes[position];
                 write.taken = false;
                 write.failed = true;
-                if state.failure.is_none() {
+                write.full = full;
+                if !full && state.failure.is_none() {
                     state.failure = Some(error.to_string());
                 }
             }
@@ -225,6 +231,16 @@ impl WriteBehind {
                     std::io::Error::other(failure.clone()),
                 ));
             }
+            if state
+                .writes
+                .iter()
+                .any(|write| write.full && wanted(write.container))
+            {
+                return Err(Error::io(
+                    "writing container data",
+                    std::io::Error::from_raw_os_error(libc::ENOSPC),
+                ));
+            }
             if !state.writes.iter().any(|write| wanted(write.container)) {
                 return Ok(());
             }
@@ -253,6 +269,13 @@ impl WriteBehind {
     /// new shard directories and the sealed containers. The open container's own bytes are
     /// its writer's to sync.
     pub(crate) fn sync(&self, storage: &dyn Storage) -> Result<()> {
+        // Writes that found the media full are tried again: room may have come back.
+        for write in &mut self.state.lock().writes {
+            if write.full {
+                write.failed = false;
+                write.full = false;
+            }
+        }
         self.wait(None)?;
         let shards = std::mem::take(&mut self.state.lock().shards);
         for (index, shard) in shards.iter().enumerate() {

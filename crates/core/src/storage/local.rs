@@ -197,6 +197,21 @@ impl Storage for LocalStorage {
         Ok(())
     }
 
+    fn available_bytes(&self) -> Result<Option<u64>> {
+        let path = std::ffi::CString::new(self.root.as_os_str().as_encoded_bytes())
+            .map_err(|_| Error::InvalidArgument(format!("{} holds a NUL", self.root.display())))?;
+        let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `path` is a valid C string and `stats` a writable statvfs for the call.
+        let result = unsafe { libc::statvfs(path.as_ptr(), &mut stats) };
+        if result != 0 {
+            return Err(Error::io(
+                format!("reading the free space of {}", self.root.display()),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(Some(stats.f_bavail as u64 * stats.f_frsize as u64))
+    }
+
     fn describe(&self) -> String {
         self.root.display().to_string()
     }

@@ -54,6 +54,31 @@ pub trait Storage: Send + Sync + Debug {
 
     /// Where this storage lives, for messages.
     fn describe(&self) -> String;
+
+    /// Bytes that can still be written before the media is full, if the storage knows
+    /// (`statvfs` for a local file system). A hint for admission control: a write can still
+    /// fail with a full disk (`ErrorKind::StorageFull`), which callers handle.
+    fn available_bytes(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
+}
+
+/// True when `error` says the media is full (ENOSPC, a quota, a file too large).
+pub fn is_full(error: &Error) -> bool {
+    match error {
+        Error::Io { source, .. } => {
+            matches!(
+                source.kind(),
+                std::io::ErrorKind::StorageFull
+                    | std::io::ErrorKind::QuotaExceeded
+                    | std::io::ErrorKind::FileTooLarge
+            ) || matches!(
+                source.raw_os_error(),
+                Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG)
+            )
+        }
+        _ => false,
+    }
 }
 
 /// An open file of a [`Storage`].

@@ -54,6 +54,8 @@ struct State {
     syncs_until_crash: Option<u64>,
     crashed: bool,
     syncs: u64,
+    /// Bytes the live files may hold in all; a write past it fails as a full disk.
+    capacity: Option<u64>,
 }
 
 impl State {
@@ -66,6 +68,29 @@ impl State {
         } else {
             Ok(())
         }
+    }
+
+    /// Bytes held by the files that have names.
+    fn used_bytes(&self) -> u64 {
+        self.live_names
+            .values()
+            .map(|id| self.files[id].live.len() as u64)
+            .sum()
+    }
+
+    /// Fails as a full disk when growing file `id` to `length` bytes passes the capacity.
+    fn check_room(&self, id: FileId, length: u64) -> Result<()> {
+        let Some(capacity) = self.capacity else {
+            return Ok(());
+        };
+        let current = self.files[&id].live.len() as u64;
+        if length > current && self.used_bytes() + (length - current) > capacity {
+            return Err(Error::io(
+                "simulated storage",
+                io::Error::from_raw_os_error(libc::ENOSPC),
+            ));
+        }
+        Ok(())
     }
 
     /// Counts a sync; the sync that uses up the budget still completes, then the machine dies.
@@ -97,6 +122,12 @@ impl SimulatedStorage {
     pub fn crash_after_syncs(&self, syncs: u64) {
         assert!(syncs > 0, "a crash needs at least one sync to follow");
         self.state.lock().syncs_until_crash = Some(syncs);
+    }
+
+    /// Limits the bytes all files may hold (`None`: no limit); writes past it fail as a full
+    /// disk does.
+    pub fn set_capacity(&self, capacity: Option<u64>) {
+        self.state.lock().capacity = capacity;
     }
 
     /// Syncs performed so far (to size the crash points of a test).
@@ -145,6 +176,7 @@ impl SimulatedStorage {
                 syncs_until_crash: None,
                 crashed: false,
                 syncs: 0,
+                capacity: state.capacity,
             })),
         }
     }
@@ -270,6 +302,13 @@ impl Storage for SimulatedStorage {
     fn describe(&self) -> String {
         "simulated storage".to_string()
     }
+
+    fn available_bytes(&self) -> Result<Option<u64>> {
+        let state = self.state.lock();
+        Ok(state
+            .capacity
+            .map(|capacity| capacity.saturating_sub(state.used_bytes())))
+    }
 }
 
 #[derive(Debug)]
@@ -313,6 +352,9 @@ impl StorageFile for SimulatedFile {
     }
 
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.state
+            .lock()
+            .check_room(self.id, offset + data.len() as u64)?;
         self.with_file(|file| {
             let end = (offset + data.len() as u64) as usize;
             if file.live.len() < end {
@@ -328,6 +370,7 @@ impl StorageFile for SimulatedFile {
     }
 
     fn set_len(&self, length: u64) -> Result<()> {
+        self.state.lock().check_room(self.id, length)?;
         self.with_file(|file| {
             file.live.resize(length as usize, 0);
             file.unsynced.push(UnsyncedChange::SetLength(length));
