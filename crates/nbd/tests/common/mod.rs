@@ -469,3 +469,127 @@ pub fn pattern(bytes: usize, seed: u64) -> Vec<u8> {
 pub fn write_file(path: &Path, data: &[u8]) {
     std::fs::write(path, data).expect("write file");
 }
+
+/// Directories of X.509 credentials made by [`make_certificates`], in the layout qemu
+/// (`tls-creds-x509,dir=`), nbdkit and libnbd (`tls-certificates=`) expect.
+pub struct Certificates {
+    /// `ca-cert.pem`, `server-cert.pem`, `server-key.pem`.
+    pub server: PathBuf,
+    /// `ca-cert.pem`, `client-cert.pem`, `client-key.pem`.
+    pub client: PathBuf,
+    /// `ca-cert.pem` only: a client that verifies the server but has no certificate.
+    pub anonymous_client: PathBuf,
+}
+
+/// Makes a certificate authority, a server certificate for `localhost` and 127.0.0.1 and a
+/// client certificate, all signed by it, with openssl.
+pub fn make_certificates(directory: &Path) -> Certificates {
+    let work = directory.join("pki");
+    let server = directory.join("server-tls");
+    let client = directory.join("client-tls");
+    let anonymous_client = directory.join("anonymous-tls");
+    for created in [&work, &server, &client, &anonymous_client] {
+        std::fs::create_dir_all(created).expect("create a certificate directory");
+    }
+    let at = |name: &str| work.join(name).display().to_string();
+    let key = |name: &str| {
+        run(
+            "openssl",
+            &[
+                "genpkey",
+                "-algorithm",
+                "EC",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-out",
+                &at(name),
+            ],
+        );
+    };
+    key("ca-key.pem");
+    run(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-new",
+            "-key",
+            &at("ca-key.pem"),
+            "-out",
+            &at("ca-cert.pem"),
+            "-days",
+            "2",
+            "-subj",
+            "/CN=onecopy test authority",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+    );
+    for (name, subject, extensions) in [
+        (
+            "server",
+            "/CN=localhost",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n\
+             keyUsage=critical,digitalSignature,keyEncipherment\nbasicConstraints=CA:FALSE\n",
+        ),
+        (
+            "client",
+            "/CN=onecopy test client",
+            "extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n\
+             basicConstraints=CA:FALSE\n",
+        ),
+    ] {
+        key(&format!("{name}-key.pem"));
+        run(
+            "openssl",
+            &[
+                "req",
+                "-new",
+                "-key",
+                &at(&format!("{name}-key.pem")),
+                "-out",
+                &at(&format!("{name}.csr")),
+                "-subj",
+                subject,
+            ],
+        );
+        std::fs::write(work.join(format!("{name}.ext")), extensions).expect("extensions");
+        run(
+            "openssl",
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &at(&format!("{name}.csr")),
+                "-CA",
+                &at("ca-cert.pem"),
+                "-CAkey",
+                &at("ca-key.pem"),
+                "-CAcreateserial",
+                "-out",
+                &at(&format!("{name}-cert.pem")),
+                "-days",
+                "2",
+                "-extfile",
+                &at(&format!("{name}.ext")),
+            ],
+        );
+    }
+    let copy = |name: &str, to: &Path| {
+        std::fs::copy(work.join(name), to.join(name)).expect("copy a credential");
+    };
+    for name in ["ca-cert.pem", "server-cert.pem", "server-key.pem"] {
+        copy(name, &server);
+    }
+    for name in ["ca-cert.pem", "client-cert.pem", "client-key.pem"] {
+        copy(name, &client);
+    }
+    copy("ca-cert.pem", &anonymous_client);
+    Certificates {
+        server,
+        client,
+        anonymous_client,
+    }
+}
