@@ -22,6 +22,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -133,11 +134,32 @@ impl Repository {
     }
 
     /// Takes the exclusive lock of a face for `command` (a description shown to anyone who
-    /// finds the lock taken).
+    /// finds the lock taken). A lock held by another process is [`Error::Locked`].
     pub fn lock_face(&self, face: &str, command: &str) -> Result<FaceLock> {
-        FaceLock::acquire(&self.path.join(face), command)
+        FaceLock::acquire(&self.path.join(face), command, LockWait::No)
+    }
+
+    /// [`lock_face`](Self::lock_face), waiting as `wait` says while another process holds
+    /// the lock; [`Error::Locked`] if it still does when the wait ends.
+    pub fn lock_face_waiting(&self, face: &str, command: &str, wait: LockWait) -> Result<FaceLock> {
+        FaceLock::acquire(&self.path.join(face), command, wait)
     }
 }
+
+/// How long to wait for a face lock another process holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockWait {
+    /// Fail at once.
+    No,
+    /// Wait until the holder releases it.
+    Forever,
+    /// Wait at most this long.
+    For(Duration),
+}
+
+/// How often a waiting process tries the lock again. Polling (rather than a blocking
+/// `flock`) keeps a bounded wait simple; the cost is at most this delay after the release.
+const LOCK_RETRY_INTERVAL: Duration = Duration::from_millis(50);
 
 /// An exclusive advisory lock (flock) on a face of a repository, held until dropped. The
 /// lock file records the holder's pid and command for the message others get.
@@ -147,7 +169,7 @@ pub struct FaceLock {
 }
 
 impl FaceLock {
-    fn acquire(directory: &Path, command: &str) -> Result<FaceLock> {
+    fn acquire(directory: &Path, command: &str, wait: LockWait) -> Result<FaceLock> {
         create_private_directories(directory)?;
         let path = directory.join("lock");
         let mut file = OpenOptions::new()
@@ -158,16 +180,32 @@ impl FaceLock {
             .mode(FILE_MODE)
             .open(&path)
             .context_io(|| format!("opening {}", path.display()))?;
-        // SAFETY: flock only takes the descriptor, which `file` keeps open.
-        let result = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if result != 0 {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            return Err(Error::InvalidArgument(format!(
-                "{} is in use by another onecopy process ({}); stop it or wait for it to finish",
-                directory.display(),
-                holder.trim()
-            )));
+        let deadline = match wait {
+            LockWait::For(duration) => Some(Instant::now() + duration),
+            LockWait::No | LockWait::Forever => None,
+        };
+        loop {
+            // SAFETY: flock only takes the descriptor, which `file` keeps open.
+            let result = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if result == 0 {
+                break;
+            }
+            let error = std::io::Error::last_os_error();
+            if error.kind() != ErrorKind::WouldBlock {
+                return Err(Error::io(format!("locking {}", path.display()), error));
+            }
+            let expired = match wait {
+                LockWait::No => true,
+                LockWait::Forever => false,
+                LockWait::For(_) => deadline.is_some_and(|deadline| Instant::now() >= deadline),
+            };
+            if expired {
+                return Err(Error::Locked {
+                    face: directory.display().to_string(),
+                    holder: lock_holder(&path),
+                });
+            }
+            std::thread::sleep(LOCK_RETRY_INTERVAL);
         }
         file.set_len(0)
             .context_io(|| format!("writing {}", path.display()))?;
@@ -234,6 +272,19 @@ pub fn check_privacy(path: &Path, repair: bool) -> Result<Vec<Finding>> {
     Ok(findings)
 }
 
+/// What the lock file at `path` says about its holder (`pid 1234: serve`).
+fn lock_holder(path: &Path) -> String {
+    let mut holder = String::new();
+    if let Ok(mut file) = File::open(path) {
+        let _ = file.read_to_string(&mut holder);
+    }
+    match holder.trim() {
+        // The holder writes its name right after taking the lock.
+        "" => "a process that is starting".to_string(),
+        text => text.to_string(),
+    }
+}
+
 fn random_id() -> String {
     let mut bytes = [0u8; 16];
     if let Ok(mut random) = File::open("/dev/urandom") {
@@ -265,16 +316,45 @@ mod tests {
         assert!(Repository::init(&path).is_err());
     }
 
-    /// Goal: a face lock excludes a second holder and names the first.
+    /// Goal: a face lock excludes a second holder with a typed error naming the first, a
+    /// bounded wait gives up, an unbounded one gets the lock once it is released. Method: two
+    /// locks in one process (flock locks of separate opens conflict).
     #[test]
     fn face_lock_is_exclusive() {
         let directory = tempfile::tempdir().unwrap();
         let repository = Repository::init(directory.path()).unwrap();
         let lock = repository.lock_face("block", "serve").unwrap();
         let error = repository.lock_face("block", "volume create").unwrap_err();
-        assert!(error.to_string().contains("serve"), "{error}");
-        drop(lock);
-        repository.lock_face("block", "volume create").unwrap();
+        assert!(
+            matches!(&error, Error::Locked { holder, .. } if holder.ends_with(": serve")),
+            "{error:?}"
+        );
+        assert!(!error.to_string().contains("invalid argument"), "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains(&format!("pid {}: serve", std::process::id())),
+            "{error}"
+        );
+        let started = Instant::now();
+        let waited = repository.lock_face_waiting(
+            "block",
+            "volume stats",
+            LockWait::For(Duration::from_millis(200)),
+        );
+        assert!(matches!(waited, Err(Error::Locked { .. })));
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        std::thread::scope(|scope| {
+            let waiting = scope.spawn(|| {
+                repository.lock_face_waiting("block", "volume create", LockWait::Forever)
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            drop(lock);
+            waiting
+                .join()
+                .unwrap()
+                .expect("the lock is taken once released");
+        });
     }
 
     /// Goal: a repository's directories are 0700 and files 0600 after init, face storage and
