@@ -482,114 +482,18 @@ pub struct Certificates {
 }
 
 /// Makes a certificate authority, a server certificate for `localhost` and 127.0.0.1 and a
-/// client certificate, all signed by it, with openssl.
+/// client certificate, all signed by it (scripts/test-certificates.sh, with openssl).
 pub fn make_certificates(directory: &Path) -> Certificates {
-    let work = directory.join("pki");
-    let server = directory.join("server-tls");
-    let client = directory.join("client-tls");
-    let anonymous_client = directory.join("anonymous-tls");
-    for created in [&work, &server, &client, &anonymous_client] {
-        std::fs::create_dir_all(created).expect("create a certificate directory");
-    }
-    let at = |name: &str| work.join(name).display().to_string();
-    let key = |name: &str| {
-        run(
-            "openssl",
-            &[
-                "genpkey",
-                "-algorithm",
-                "EC",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-out",
-                &at(name),
-            ],
-        );
-    };
-    key("ca-key.pem");
-    run(
-        "openssl",
-        &[
-            "req",
-            "-x509",
-            "-new",
-            "-key",
-            &at("ca-key.pem"),
-            "-out",
-            &at("ca-cert.pem"),
-            "-days",
-            "2",
-            "-subj",
-            "/CN=onecopy test authority",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ],
+    require_tool("openssl");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scripts/test-certificates.sh"
     );
-    for (name, subject, extensions) in [
-        (
-            "server",
-            "/CN=localhost",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n\
-             keyUsage=critical,digitalSignature,keyEncipherment\nbasicConstraints=CA:FALSE\n",
-        ),
-        (
-            "client",
-            "/CN=onecopy test client",
-            "extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n\
-             basicConstraints=CA:FALSE\n",
-        ),
-    ] {
-        key(&format!("{name}-key.pem"));
-        run(
-            "openssl",
-            &[
-                "req",
-                "-new",
-                "-key",
-                &at(&format!("{name}-key.pem")),
-                "-out",
-                &at(&format!("{name}.csr")),
-                "-subj",
-                subject,
-            ],
-        );
-        std::fs::write(work.join(format!("{name}.ext")), extensions).expect("extensions");
-        run(
-            "openssl",
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &at(&format!("{name}.csr")),
-                "-CA",
-                &at("ca-cert.pem"),
-                "-CAkey",
-                &at("ca-key.pem"),
-                "-CAcreateserial",
-                "-out",
-                &at(&format!("{name}-cert.pem")),
-                "-days",
-                "2",
-                "-extfile",
-                &at(&format!("{name}.ext")),
-            ],
-        );
-    }
-    let copy = |name: &str, to: &Path| {
-        std::fs::copy(work.join(name), to.join(name)).expect("copy a credential");
-    };
-    for name in ["ca-cert.pem", "server-cert.pem", "server-key.pem"] {
-        copy(name, &server);
-    }
-    for name in ["ca-cert.pem", "client-cert.pem", "client-key.pem"] {
-        copy(name, &client);
-    }
-    copy("ca-cert.pem", &anonymous_client);
+    let credentials = directory.join("credentials");
+    run("bash", &[script, credentials.to_str().expect("UTF-8 path")]);
     Certificates {
-        server,
-        client,
-        anonymous_client,
+        server: credentials.join("server"),
+        client: credentials.join("client"),
+        anonymous_client: credentials.join("anonymous"),
     }
 }
