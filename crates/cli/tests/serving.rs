@@ -244,7 +244,9 @@ fn a_busy_repository_exits_with_status_4_and_wait_waits() {
 fn serve_requires_tls_off_loopback_and_serves_tls_clients() {
     let repository = TestRepository::new();
     repository.create_volume("disk", "16MiB");
-    let exposed = repository.onecopy_output(&["serve", "--listen", "0.0.0.0:10809"]);
+    // 192.0.2.1 (TEST-NET-1) is no address of this machine: even a server that failed to
+    // refuse could not listen there and would exit instead of serving.
+    let exposed = repository.onecopy_output(&["serve", "--listen", "192.0.2.1:10809"]);
     assert!(!exposed.status.success());
     let message = String::from_utf8_lossy(&exposed.stderr);
     assert!(
