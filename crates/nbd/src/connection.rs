@@ -188,6 +188,7 @@ pub(crate) fn serve_connection_with<T: Transport>(
     // Clients may stay idle between requests for as long as they like (an idle connection
     // only gives up its slot when the server is full, see `ServerConfig::idle_timeout`); a
     // reply the client does not take for that long ends the connection.
+    channel.set_read_deadline(None);
     channel
         .set_read_timeout(None)
         .and_then(|()| channel.set_write_timeout(config.idle_timeout))

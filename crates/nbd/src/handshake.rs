@@ -114,6 +114,7 @@ impl<T: Transport> Read for Deadlined<'_, T> {
             return Err(handshake_too_long());
         }
         self.channel.set_read_timeout(Some(remaining))?;
+        self.channel.set_read_deadline(Some(self.deadline));
         match self.channel.read(buffer) {
             Err(error) if error.kind() == io::ErrorKind::WouldBlock => Err(handshake_too_long()),
             result => result,

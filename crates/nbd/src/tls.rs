@@ -183,6 +183,14 @@ pub(crate) enum Channel<T: Transport> {
 }
 
 impl<T: Transport> Channel<T> {
+    /// Bounds every read of this handle, however many socket reads it takes, by `deadline`
+    /// (`None`: no bound beyond the socket's timeout). Other handles are not affected.
+    pub(crate) fn set_read_deadline(&mut self, deadline: Option<Instant>) {
+        if let Channel::Tls(stream) = self {
+            stream.read_deadline = deadline;
+        }
+    }
+
     /// Runs the server side of a TLS handshake on the plain stream, which must not hold
     /// unread plaintext (the handshake reads the socket directly), and switches to TLS.
     /// Fails (the connection must then end) if the handshake fails or outlasts `deadline`.
@@ -287,6 +295,9 @@ pub(crate) struct TlsStream<T: Transport> {
     /// This handle's socket, for reading (only one handle reads) and for timeouts and
     /// shutdown.
     socket: T,
+    /// When set, every socket read must end by then (the handshake's deadline): one
+    /// plaintext read may need many socket reads, which a client could otherwise spread out.
+    read_deadline: Option<Instant>,
 }
 
 struct TlsShared<T: Transport> {
@@ -324,6 +335,7 @@ impl<T: Transport> TlsStream<T> {
                 received: Mutex::new((Vec::with_capacity(RECEIVE_BYTES), 0)),
             }),
             socket,
+            read_deadline: Some(deadline),
         };
         let handshake = |stream: &mut TlsStream<T>| -> io::Result<()> {
             loop {
@@ -331,11 +343,6 @@ impl<T: Transport> TlsStream<T> {
                 if !stream.shared.connection.lock().is_handshaking() {
                     return Ok(());
                 }
-                let remaining = deadline.saturating_duration_since(Instant::now());
-                if remaining.is_zero() {
-                    return Err(io::Error::from(io::ErrorKind::TimedOut));
-                }
-                stream.socket.set_read_timeout(Some(remaining))?;
                 if !stream.receive()? {
                     return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
                 }
@@ -351,10 +358,12 @@ impl<T: Transport> TlsStream<T> {
         }
     }
 
+    /// A handle on the same connection, without a read deadline.
     fn try_clone(&self) -> io::Result<Self> {
         Ok(TlsStream {
             shared: Arc::clone(&self.shared),
             socket: self.socket.try_clone()?,
+            read_deadline: None,
         })
     }
 
@@ -379,6 +388,13 @@ impl<T: Transport> TlsStream<T> {
         let (buffer, start) = &mut *received;
         let mut end_of_stream = false;
         if *start == buffer.len() {
+            if let Some(deadline) = self.read_deadline {
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                if remaining.is_zero() {
+                    return Err(io::Error::from(io::ErrorKind::TimedOut));
+                }
+                self.socket.set_read_timeout(Some(remaining))?;
+            }
             buffer.resize(RECEIVE_BYTES, 0);
             let count = match self.socket.read(buffer) {
                 Ok(count) => count,
