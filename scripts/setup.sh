@@ -23,6 +23,7 @@ packages=(
   time            # /usr/bin/time: peak memory of the peers (lab paper2)
   tar             # unpacking the typescript releases of lab paper2; GNU tar extracts `backup restore -` archives in tests
   librsvg2-bin    # rsvg-convert: the lab's SVG figures as PNG, to look at them
+  openssl         # certificates made by the NBD TLS tests
 )
 
 missing=()

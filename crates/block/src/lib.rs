@@ -6,10 +6,12 @@
 //! counts, and the fingerprint index finds duplicates. Reads go through a content-addressed
 //! cache (paper 4 §3.2). Hints (paper 1 §3.2) decide which writes are deduplicated inline,
 //! stored without deduplication, or deduplicated later. The [`Engine`] serves all volumes;
-//! [`export`] puts them on the network as NBD exports.
+//! [`export`] puts them on the network as NBD exports, and [`control`] lets other processes
+//! read a running device's live state.
 
 pub mod cache;
 pub mod config;
+pub mod control;
 pub mod engine;
 pub mod export;
 pub mod hints;

@@ -1,12 +1,16 @@
-//! Opening the block device of a repository from the command line.
+//! Opening the block device of a repository from the command line, or asking the `serve`
+//! process that has it open.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
+use serde_json::Value;
 
+use onecopy_block::control::{self, ControlRequest};
 use onecopy_block::{BlockConfig, Engine, OpenMode, RuntimeOptions};
-use onecopy_core::repository::{FaceLock, Repository};
+use onecopy_core::repository::{FaceLock, LockWait, Repository};
 use onecopy_core::units::{parse_duration_ns, parse_size};
 
 use crate::Cli;
@@ -87,16 +91,95 @@ impl Drop for OpenBlock {
 }
 
 /// Opens the repository's block device for `command` (shown to others who find it locked)
-/// in `mode`. Damage that opening recovered from without loss is printed as a warning.
+/// in `mode`, waiting for another process that has it as `--wait` says. Damage that opening
+/// recovered from without loss is printed as a warning.
 pub fn open_block(
     cli: &Cli,
     command: &str,
     args: &EngineArgs,
     mode: OpenMode,
 ) -> anyhow::Result<OpenBlock> {
-    let path = cli.repository_path();
-    let repository = Repository::open(&path)?;
-    let lock = repository.lock_face("block", command)?;
+    let repository = Repository::open(&cli.repository_path())?;
+    let lock = repository.lock_face_waiting("block", command, cli.lock_wait()?)?;
+    open_locked(&repository, lock, args, mode)
+}
+
+/// Opens the block device for serving; on a disk too full for crash recovery to commit,
+/// opens it read-only instead and says so (writes then fail until it is served again with
+/// room).
+pub fn open_block_for_serving(cli: &Cli, args: &EngineArgs) -> anyhow::Result<OpenBlock> {
+    match open_block(cli, "serve", args, OpenMode::ReadWrite) {
+        Err(error)
+            if error
+                .downcast_ref::<onecopy_core::Error>()
+                .is_some_and(onecopy_core::storage::is_full) =>
+        {
+            eprintln!(
+                "onecopy: warning: {error:#}; serving read-only: free some space and restart \
+                 the server to write again"
+            );
+            open_block(cli, "serve (read-only, disk full)", args, OpenMode::ReadOnly)
+        }
+        other => other,
+    }
+}
+
+/// The answer to a read-only request about the block device.
+pub enum Answer {
+    /// The running server answered.
+    Served(Value),
+    /// Nobody else had the device: it is open here, read-only.
+    Local(OpenBlock),
+}
+
+/// For read-only commands: opens the block device read-only (nothing is written, so this
+/// works on a full disk too), or, when a `serve` process has it open, asks that server
+/// `request` through its control socket so that the answer shows the live device. When
+/// another kind of process holds the device, waits for it as `--wait` says, or fails with
+/// the lock error (exit status 4).
+pub fn open_or_ask_server(
+    cli: &Cli,
+    command: &str,
+    request: &ControlRequest,
+) -> anyhow::Result<Answer> {
+    let repository = Repository::open(&cli.repository_path())?;
+    let locked = match repository.lock_face("block", command) {
+        Ok(lock) => {
+            return Ok(Answer::Local(open_locked(
+                &repository,
+                lock,
+                &EngineArgs::default(),
+                OpenMode::ReadOnly,
+            )?))
+        }
+        Err(error @ onecopy_core::Error::Locked { .. }) => error,
+        Err(error) => return Err(error.into()),
+    };
+    match control::request(&face_directory(&repository), request)? {
+        Some(Ok(value)) => Ok(Answer::Served(value)),
+        Some(Err(message)) => Err(anyhow::anyhow!(message)),
+        None if cli.lock_wait()? == LockWait::No => Err(locked.into()),
+        None => Ok(Answer::Local(open_block(
+            cli,
+            command,
+            &EngineArgs::default(),
+            OpenMode::ReadOnly,
+        )?)),
+    }
+}
+
+/// The directory of the block face of `repository`.
+pub fn face_directory(repository: &Repository) -> PathBuf {
+    repository.path().join("block")
+}
+
+fn open_locked(
+    repository: &Repository,
+    lock: FaceLock,
+    args: &EngineArgs,
+    mode: OpenMode,
+) -> anyhow::Result<OpenBlock> {
+    let path = repository.path();
     let storage = repository.face_storage("block")?;
     let stored = onecopy_block::engine::stored_config(storage.as_ref())?;
     let runtime = args.runtime(stored.as_ref().unwrap_or(&BlockConfig::default()))?;
@@ -118,29 +201,4 @@ pub fn open_block(
         engine,
         _lock: lock,
     })
-}
-
-/// Opens the block device for serving; on a disk too full for crash recovery to commit,
-/// opens it read-only instead and says so (writes then fail until it is served again with
-/// room).
-pub fn open_block_for_serving(cli: &Cli, args: &EngineArgs) -> anyhow::Result<OpenBlock> {
-    match open_block(cli, "serve", args, OpenMode::ReadWrite) {
-        Err(error)
-            if error
-                .downcast_ref::<onecopy_core::Error>()
-                .is_some_and(onecopy_core::storage::is_full) =>
-        {
-            eprintln!(
-                "onecopy: warning: {error:#}; serving read-only: free some space and restart \
-                 the server to write again"
-            );
-            open_block(
-                cli,
-                "serve (read-only, disk full)",
-                args,
-                OpenMode::ReadOnly,
-            )
-        }
-        other => other,
-    }
 }

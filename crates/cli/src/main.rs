@@ -7,8 +7,10 @@ mod output;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use onecopy_core::repository::LockWait;
 
 /// onecopy: store each piece of data once.
 #[derive(Parser, Debug)]
@@ -17,6 +19,18 @@ pub struct Cli {
     /// Repository directory [default: the user's data directory, e.g. ~/.local/share/onecopy/repository].
     #[arg(long, global = true, env = "ONECOPY_REPO", value_name = "DIR")]
     pub repo: Option<PathBuf>,
+
+    /// When another onecopy process uses the repository (exit status 4 otherwise), wait until
+    /// it is done; with =DURATION (for example --wait=30s), wait at most that long.
+    #[arg(
+        long,
+        global = true,
+        value_name = "DURATION",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "forever"
+    )]
+    pub wait: Option<String>,
 
     #[command(subcommand)]
     pub command: Command,
@@ -40,7 +54,22 @@ pub enum Command {
     Lab(commands::lab::LabArgs),
 }
 
+/// Exit status of a command that found the repository in use by another process (without
+/// `--wait`, or when the wait ran out). `check` uses 0, 1 and 3; every other error is 1.
+const EXIT_LOCKED: u8 = 4;
+
 impl Cli {
+    /// How long to wait for a repository face another process uses (`--wait`).
+    pub fn lock_wait(&self) -> anyhow::Result<LockWait> {
+        Ok(match self.wait.as_deref() {
+            None => LockWait::No,
+            Some("forever") => LockWait::Forever,
+            Some(duration) => LockWait::For(Duration::from_nanos(
+                onecopy_core::units::parse_duration_ns(duration)?,
+            )),
+        })
+    }
+
     /// The repository directory the user chose, or the default under the data directory.
     pub fn repository_path(&self) -> PathBuf {
         match &self.repo {
@@ -71,7 +100,23 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("onecopy: error: {error:#}");
-            ExitCode::FAILURE
+            ExitCode::from(exit_status(&error))
         }
+    }
+}
+
+/// The exit status for an error: [`EXIT_LOCKED`] when the repository was in use by another
+/// process, 1 otherwise.
+fn exit_status(error: &anyhow::Error) -> u8 {
+    let locked = error.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<onecopy_core::Error>(),
+            Some(onecopy_core::Error::Locked { .. })
+        )
+    });
+    if locked {
+        EXIT_LOCKED
+    } else {
+        1
     }
 }

@@ -40,6 +40,17 @@ pub enum Error {
     /// The embedded catalog reported an error.
     #[error("catalog: {0}")]
     Catalog(String),
+    /// Another process holds the lock of a face of the repository.
+    #[error(
+        "{face} is in use by another onecopy process ({holder}); wait for it to finish, stop \
+         it, or pass --wait"
+    )]
+    Locked {
+        /// The face's directory.
+        face: String,
+        /// Who holds the lock, as its lock file says (`pid 1234: serve`).
+        holder: String,
+    },
 }
 
 /// Result with the core [`Error`].

@@ -32,6 +32,8 @@ pub enum ProtocolViolation {
     TooManyOptions { limit: usize },
     #[error("the export named {name:?} does not exist")]
     UnknownExport { name: String },
+    #[error("the client asked for an export without TLS, which this server requires")]
+    TlsRequired,
 }
 
 /// Option data that is malformed; the reason is sent to the client with

@@ -14,7 +14,11 @@
 //! 5. block status covers at least one byte from the requested offset, and every extent it
 //!    marks as zero reads as zeroes;
 //! 6. flush and cache succeed;
-//! 7. writes from several threads to disjoint blocks all read back.
+//! 7. writes from several threads to disjoint blocks all read back;
+//! 8. cache of data just written, of zeroed and trimmed ranges, of a range that starts off
+//!    the preferred block size, and the same again after a flush, succeeds and leaves every
+//!    byte as it was (an export may keep recent writes and flushed data in different places,
+//!    and cache must handle both).
 //!
 //! Read-only exports get checks 1, 5 and 6 only.
 
@@ -174,6 +178,35 @@ pub fn check_export(export: &dyn Export) -> Result<(), ConformanceFailure> {
             format!("concurrent write of block {number} did not read back"),
         )?;
     }
+
+    // 8. Cache after writes, before and after a flush.
+    let written = threads * blocks_per_thread * block;
+    let minimum = u64::from(block_size.minimum_bytes());
+    let everything = base + written;
+    let before = read(0, everything)?;
+    for stage in ["after writes", "after a flush"] {
+        if stage == "after a flush" {
+            call(export.flush(), "flush")?;
+        }
+        let ranges = [
+            (base, written),
+            (base + minimum, 4 * block),
+            (4 * preferred, 2 * preferred),
+            (preferred, 2 * preferred),
+            (0, everything),
+        ];
+        for (offset, length) in ranges {
+            let length = length.min(u64::from(block_size.maximum_bytes()));
+            call(
+                export.cache(offset, length),
+                &format!("cache of {length} bytes at {offset} {stage}"),
+            )?;
+        }
+        ensure(
+            read(0, everything)? == before,
+            format!("cache {stage} changed the contents"),
+        )?;
+    }
     Ok(())
 }
 
@@ -233,6 +266,7 @@ mod tests {
         inner: MemoryExport,
         zeroes_do_nothing: bool,
         status_claims_zero: bool,
+        cache_fails_on_data: bool,
     }
 
     impl Export for Defective {
@@ -287,18 +321,25 @@ mod tests {
             }
             self.inner.block_status(offset, length, extents)
         }
-        fn cache(&self, _offset: u64, _length: u64) -> Result<(), ExportError> {
+        fn cache(&self, offset: u64, length: u64) -> Result<(), ExportError> {
+            let mut data = vec![0; length as usize];
+            self.inner.read(offset, &mut data)?;
+            if self.cache_fails_on_data && data.iter().any(|&byte| byte != 0) {
+                return Err(ExportError::failed("cannot cache stored data"));
+            }
             Ok(())
         }
     }
 
-    // Goal: the suite detects broken exports, so passing it means something.
+    /// Goal: the suite detects broken exports, so passing it means something. Method: one
+    /// memory export per defect, each must fail the suite with a message naming it.
     #[test]
     fn detects_defects() {
         let zeroes = Defective {
             inner: MemoryExport::new(16 << 20),
             zeroes_do_nothing: true,
             status_claims_zero: false,
+            cache_fails_on_data: false,
         };
         let failure = check_export(&zeroes).expect_err("ignored write-zeroes");
         assert!(failure.0.contains("write-zeroes"), "{failure}");
@@ -306,9 +347,18 @@ mod tests {
             inner: MemoryExport::new(16 << 20),
             zeroes_do_nothing: false,
             status_claims_zero: true,
+            cache_fails_on_data: false,
         };
         let failure = check_export(&status).expect_err("lying block status");
         assert!(failure.0.contains("reported zero"), "{failure}");
+        let cache = Defective {
+            inner: MemoryExport::new(16 << 20),
+            zeroes_do_nothing: false,
+            status_claims_zero: false,
+            cache_fails_on_data: true,
+        };
+        let failure = check_export(&cache).expect_err("cache fails on written data");
+        assert!(failure.0.contains("cache of"), "{failure}");
         let tiny = MemoryExport::new(4096);
         assert!(check_export(&tiny).is_err(), "too small for the suite");
     }

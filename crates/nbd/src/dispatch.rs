@@ -13,12 +13,18 @@
 //!   wait; workers release under the queue lock they take anyway for their next job.
 //! - Payload buffers return to the pool under the worker's queue lock and reach the reader in
 //!   batches when it publishes.
+//!
+//! When the client is gone (a reply could not be sent, or the socket hung up), the connection
+//! is *abandoned* ([`Dispatch::abandon`]): queued jobs are dropped without being executed or
+//! answered, workers stop taking jobs, and the reader stops admitting requests. Jobs already
+//! running finish; their replies go nowhere.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::connection::Activity;
 use crate::protocol;
 use crate::request::Command;
 
@@ -46,16 +52,19 @@ pub(crate) struct Job {
 }
 
 /// The state shared by the reader and the workers of one connection.
-pub(crate) struct Dispatch {
+pub(crate) struct Dispatch<'a> {
     state: Mutex<State>,
     /// Workers wait here for jobs.
     work_available: Condvar,
     /// The reader waits here for admission.
     capacity_released: Condvar,
-    /// Requests admitted and not yet answered, and their payload bytes. Only the reader
-    /// increases them, so a check followed by an increase cannot overshoot.
-    in_flight_requests: AtomicUsize,
+    /// Payload bytes of requests admitted and not yet answered; their number is
+    /// [`Activity::requests_in_flight`], where the server sees it. Only the reader increases
+    /// them, so a check followed by an increase cannot overshoot.
     in_flight_bytes: AtomicUsize,
+    activity: &'a Activity,
+    /// Set by [`Dispatch::abandon`]; read without the lock by the reader.
+    abandoned: AtomicBool,
     /// Set while the reader waits for admission; releasing workers then notify it.
     reader_waiting: AtomicBool,
     requests_max: usize,
@@ -66,24 +75,28 @@ struct State {
     queue: VecDeque<Job>,
     idle_workers: usize,
     closed: bool,
+    abandoned: bool,
     free_buffers: Vec<Vec<u8>>,
 }
 
-impl Dispatch {
-    pub(crate) fn new(requests_max: usize, bytes_max: usize) -> Dispatch {
+impl<'a> Dispatch<'a> {
+    pub(crate) fn new(requests_max: usize, bytes_max: usize, activity: &'a Activity) -> Self {
         assert!(requests_max > 0);
         assert!(bytes_max >= protocol::PAYLOAD_BYTES_MAX as usize);
+        assert_eq!(activity.requests_in_flight(), 0);
         Dispatch {
             state: Mutex::new(State {
                 queue: VecDeque::with_capacity(requests_max.min(1024)),
                 idle_workers: 0,
                 closed: false,
+                abandoned: false,
                 free_buffers: Vec::new(),
             }),
             work_available: Condvar::new(),
             capacity_released: Condvar::new(),
-            in_flight_requests: AtomicUsize::new(0),
             in_flight_bytes: AtomicUsize::new(0),
+            activity,
+            abandoned: AtomicBool::new(false),
             reader_waiting: AtomicBool::new(false),
             requests_max,
             bytes_max,
@@ -91,7 +104,7 @@ impl Dispatch {
     }
 
     /// The reader's side. There must be exactly one per connection.
-    pub(crate) fn intake(&self) -> Intake<'_> {
+    pub(crate) fn intake(&self) -> Intake<'_, 'a> {
         Intake {
             dispatch: self,
             pending: Vec::with_capacity(PUBLISH_BATCH_JOBS),
@@ -99,10 +112,34 @@ impl Dispatch {
         }
     }
 
+    /// The client is gone: drops every queued job (releasing its admission) and makes
+    /// [`next_jobs`](Self::next_jobs) return false and [`Intake::admit`] return `None` from now
+    /// on. Idempotent.
+    pub(crate) fn abandon(&self) {
+        let mut state = self.state.lock();
+        if state.abandoned {
+            return;
+        }
+        state.abandoned = true;
+        self.abandoned.store(true, Ordering::SeqCst);
+        let dropped: Vec<Job> = state.queue.drain(..).collect();
+        for job in &dropped {
+            self.release_locked(job.command.buffer_bytes());
+        }
+        drop(state);
+        self.work_available.notify_all();
+        self.capacity_released.notify_all();
+    }
+
+    /// True once [`abandon`](Self::abandon) was called.
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::SeqCst)
+    }
+
     /// Worker: reports the previous jobs done (their buffers and payload bytes, drained from
     /// `finished`) and waits for the next job, or the next run of writes, which it puts in
     /// `jobs` (empty on entry). Returns false once the reader has closed the queue and it is
-    /// empty.
+    /// empty, or once the connection is abandoned.
     ///
     /// Writes waiting one after the other at the front of the queue are taken together, so
     /// the export can execute them as one batch ([`crate::Export::write_batch`]); a worker
@@ -126,6 +163,9 @@ impl Dispatch {
             self.release_locked(bytes);
         }
         loop {
+            if state.abandoned {
+                return false;
+            }
             if let Some(job) = state.queue.pop_front() {
                 let batchable = job.command.is_batchable_write()
                     && job.command.buffer_bytes() <= WRITE_BATCH_BYTES_MAX;
@@ -157,7 +197,7 @@ impl Dispatch {
     }
 
     fn fits(&self, bytes: usize) -> bool {
-        self.in_flight_requests.load(Ordering::SeqCst) < self.requests_max
+        self.activity.requests_in_flight() < self.requests_max
             && self.in_flight_bytes.load(Ordering::SeqCst) + bytes <= self.bytes_max
     }
 
@@ -165,7 +205,7 @@ impl Dispatch {
     /// and starts waiting under that lock, so a release cannot slip between its check and its
     /// wait unnoticed.
     fn release_locked(&self, bytes: usize) {
-        let requests = self.in_flight_requests.fetch_sub(1, Ordering::SeqCst);
+        let requests = self.activity.request_ended();
         let previous_bytes = self.in_flight_bytes.fetch_sub(bytes, Ordering::SeqCst);
         assert!(requests > 0, "released more requests than admitted");
         assert!(previous_bytes >= bytes, "released more bytes than admitted");
@@ -176,41 +216,47 @@ impl Dispatch {
 }
 
 /// The reader's handle on a [`Dispatch`]: admits requests and queues jobs in batches.
-pub(crate) struct Intake<'a> {
-    dispatch: &'a Dispatch,
+pub(crate) struct Intake<'d, 'a> {
+    dispatch: &'d Dispatch<'a>,
     /// Jobs not yet published to the shared queue.
     pending: Vec<Job>,
     /// Pooled buffers taken from the shared pool at the last publish.
     buffers: Vec<Vec<u8>>,
 }
 
-impl Intake<'_> {
+impl Intake<'_, '_> {
     /// Waits until one more request with `bytes` of payload fits in the limits, counts it as
     /// in flight and returns a buffer of at least `bytes` initialised bytes (empty if `bytes`
-    /// is zero).
-    pub(crate) fn admit(&mut self, bytes: usize) -> Vec<u8> {
+    /// is zero). Returns `None`, admitting nothing, once the connection is abandoned.
+    pub(crate) fn admit(&mut self, bytes: usize) -> Option<Vec<u8>> {
         let dispatch = self.dispatch;
         assert!(bytes <= dispatch.bytes_max);
+        if dispatch.is_abandoned() {
+            return None;
+        }
         if !dispatch.fits(bytes) {
             // The jobs holding the capacity must be running, or the wait never ends.
             self.publish();
             let mut state = dispatch.state.lock();
             dispatch.reader_waiting.store(true, Ordering::SeqCst);
-            while !dispatch.fits(bytes) {
+            while !dispatch.fits(bytes) && !state.abandoned {
                 dispatch.capacity_released.wait(&mut state);
             }
             dispatch.reader_waiting.store(false, Ordering::SeqCst);
+            if state.abandoned {
+                return None;
+            }
         }
-        dispatch.in_flight_requests.fetch_add(1, Ordering::SeqCst);
+        dispatch.activity.request_started();
         dispatch.in_flight_bytes.fetch_add(bytes, Ordering::SeqCst);
         if bytes == 0 {
-            return Vec::new();
+            return Some(Vec::new());
         }
         let mut buffer = self.buffers.pop().unwrap_or_default();
         if buffer.len() < bytes {
             buffer.resize(bytes, 0);
         }
-        buffer
+        Some(buffer)
     }
 
     /// Gives back an admission whose job will not be queued (its payload could not be read).
@@ -235,6 +281,12 @@ impl Intake<'_> {
         }
         let published = self.pending.len();
         let mut state = self.dispatch.state.lock();
+        if state.abandoned {
+            for job in self.pending.drain(..) {
+                self.dispatch.release_locked(job.command.buffer_bytes());
+            }
+            return;
+        }
         state.queue.extend(self.pending.drain(..));
         let spare = state.free_buffers.len().min(PUBLISH_BATCH_JOBS);
         let keep = state.free_buffers.len() - spare;
@@ -285,7 +337,8 @@ mod tests {
     /// large write with them, and at most the batch limits. Method: queue jobs, take them.
     #[test]
     fn workers_take_half_of_a_run_of_small_writes() {
-        let dispatch = Dispatch::new(1024, 64 << 20);
+        let activity = Activity::new();
+        let dispatch = Dispatch::new(1024, 64 << 20, &activity);
         let mut intake = dispatch.intake();
         let mut queued = Vec::new();
         for cookie in 0..5 {
@@ -305,7 +358,7 @@ mod tests {
         }
         for queued in queued {
             let bytes = queued.command.buffer_bytes();
-            let _ = intake.admit(bytes);
+            let _ = intake.admit(bytes).expect("admitted");
             intake.push(queued);
         }
         intake.close();
@@ -332,6 +385,40 @@ mod tests {
             .all(|batch| batch.len() <= WRITE_BATCH_JOBS_MAX));
         let all: Vec<u64> = taken.concat();
         assert_eq!(all, (0..48).collect::<Vec<_>>(), "every job once, in order");
-        assert_eq!(dispatch.in_flight_requests.load(Ordering::SeqCst), 0);
+        assert_eq!(activity.requests_in_flight(), 0);
+    }
+
+    /// Goal: abandoning a connection drops its queued jobs (releasing their admissions),
+    /// stops the workers and refuses further admissions, also to a reader waiting for room.
+    /// Method: fill the admission limit, wait for room on another thread, abandon.
+    #[test]
+    fn abandoning_drops_queued_jobs_and_wakes_the_reader() {
+        let activity = Activity::new();
+        let dispatch = Dispatch::new(4, 64 << 20, &activity);
+        let mut intake = dispatch.intake();
+        for cookie in 0..4 {
+            let buffer = intake.admit(4096).expect("admitted");
+            intake.push(Job {
+                cookie,
+                command: Command::Read {
+                    offset: 0,
+                    length: 4096,
+                },
+                buffer,
+            });
+        }
+        assert_eq!(activity.requests_in_flight(), 4);
+        std::thread::scope(|scope| {
+            let waiting = scope.spawn(move || intake.admit(4096).is_none());
+            while !dispatch.reader_waiting.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            dispatch.abandon();
+            assert!(waiting.join().unwrap(), "the waiting reader is refused");
+        });
+        assert_eq!(activity.requests_in_flight(), 0, "queued jobs released");
+        let mut jobs = Vec::new();
+        assert!(!dispatch.next_jobs(&mut Vec::new(), &mut jobs));
+        assert!(jobs.is_empty(), "no job reaches a worker");
     }
 }

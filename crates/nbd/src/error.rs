@@ -23,6 +23,9 @@ pub enum NbdError {
     /// A [`ServerConfig`](crate::ServerConfig) value is out of its documented range.
     #[error("invalid server configuration: {0}")]
     Config(String),
+    /// TLS credentials could not be loaded, or a TLS handshake failed.
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 impl NbdError {
@@ -64,6 +67,12 @@ pub enum Event<'a> {
         peer: &'a str,
         connections_max: usize,
     },
+    /// An idle connection was closed to give its slot to a new client.
+    ConnectionEvicted {
+        peer: &'a str,
+        idle: std::time::Duration,
+        for_peer: &'a str,
+    },
 }
 
 impl fmt::Display for Event<'_> {
@@ -93,6 +102,16 @@ impl fmt::Display for Event<'_> {
             } => write!(
                 formatter,
                 "refused connection from {peer}: already serving {connections_max} connections"
+            ),
+            Event::ConnectionEvicted {
+                peer,
+                idle,
+                for_peer,
+            } => write!(
+                formatter,
+                "closed the connection from {peer}, idle for {} s, to serve {for_peer}: \
+                 every connection slot was taken",
+                idle.as_secs()
             ),
         }
     }

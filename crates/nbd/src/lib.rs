@@ -11,8 +11,11 @@
 //! - [`codec`]: pure encoding and decoding of messages (fuzzable, never panics on input).
 //! - [`request`]: pure validation of a request against the negotiated limits.
 //! - handshake and transmission (private): the per-connection state machines.
+//! - TLS ([`TlsPolicy`], [`TlsCredentials`]): `NBD_OPT_STARTTLS` with X.509 certificates,
+//!   offered or required.
 //! - [`serve_connection`]: one connection on any [`Transport`].
-//! - [`Server`]: listening, accepting, limits, clean shutdown.
+//! - [`Server`]: listening (unix sockets bound with their final permissions, see
+//!   [`bind_unix_listener`]), accepting, limits, clean shutdown.
 //! - [`conformance`]: a suite any [`Export`] implementation can run against itself.
 //!
 //! # Limits
@@ -24,11 +27,14 @@
 //! - option data: [`HandshakeLimits::option_bytes_max`] (64 KiB) is interpreted, up to
 //!   [`OPTION_DISCARD_BYTES_MAX`] (16 MiB) is skipped with `NBD_REP_ERR_TOO_BIG`, more closes
 //!   the connection; at most [`HandshakeLimits::options_max`] options per handshake, and
-//!   [`ServerConfig::handshake_timeout`] per read during the handshake;
+//!   [`ServerConfig::handshake_timeout`] for the whole handshake, TLS included;
 //! - per connection: [`ServerConfig::requests_in_flight_max`] requests and
 //!   [`ServerConfig::in_flight_payload_bytes_max`] payload bytes between admission and reply,
-//!   served by [`ServerConfig::workers_per_connection`] threads;
-//! - per server: [`ServerConfig::connections_max`] connections;
+//!   served by [`ServerConfig::workers_per_connection`] threads; requests queued by a client
+//!   that has left are dropped, not executed; a reply that makes no progress for
+//!   [`ServerConfig::idle_timeout`] ends the connection;
+//! - per server: [`ServerConfig::connections_max`] connections; when all are taken, a
+//!   connection idle for [`ServerConfig::idle_timeout`] gives its slot to a new client;
 //! - block status: at most [`protocol::BLOCK_STATUS_EXTENTS_MAX`] extents per reply.
 //!
 //! # Default export
@@ -68,7 +74,9 @@ mod memory;
 pub mod protocol;
 pub mod request;
 mod server;
+mod tls;
 mod transmission;
+mod unix_socket;
 
 pub use connection::{serve_connection, Transport};
 pub use error::{silent_event_sink, stderr_event_sink, Event, EventSink, NbdError};
@@ -79,3 +87,7 @@ pub use export::{
 pub use handshake::{HandshakeLimits, BASE_ALLOCATION_CONTEXT_ID, OPTION_DISCARD_BYTES_MAX};
 pub use memory::MemoryExport;
 pub use server::{ListenAddress, Server, ServerConfig, ServerStatistics, DEFAULT_PORT};
+pub use tls::{
+    TlsCredentials, TlsPolicy, CA_CERTIFICATE_FILE, SERVER_CERTIFICATE_FILE, SERVER_KEY_FILE,
+};
+pub use unix_socket::{bind_unix_listener, SocketPermissions};

@@ -5,6 +5,13 @@
 //! reads requests, plus `workers_per_connection` workers during transmission. No thread is
 //! started per request.
 //!
+//! Slots: at most `connections_max` connections are served. When all are taken, a new client
+//! gets the slot of the connection that has been idle longest (no request in flight), if it
+//! has been idle for at least `idle_timeout`; that connection is closed. Otherwise the new
+//! client is disconnected right after accept. Idle connections are not closed while slots are
+//! free: a mounted but quiet device (the kernel's NBD client sends nothing while its file
+//! system is idle) keeps its connection.
+//!
 //! Shutdown ([`Server::shutdown`], or dropping the [`Server`]): stop accepting, shut down the
 //! reading side of every connection so its reader sees end of stream, let in-flight requests
 //! finish and be answered, and return once every connection thread has ended. Connections
@@ -16,7 +23,6 @@ use std::fs;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,11 +32,13 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::connection::{serve_connection, Transport};
+use crate::connection::{serve_connection_with, Activity, Transport};
 use crate::error::{stderr_event_sink, Event, EventSink, NbdError};
 use crate::export::ExportCatalog;
 use crate::handshake::HandshakeLimits;
 use crate::protocol;
+use crate::tls::TlsPolicy;
+use crate::unix_socket::{bind_unix_listener, SocketPermissions};
 
 /// The IANA port for NBD.
 pub const DEFAULT_PORT: u16 = 10809;
@@ -49,11 +57,20 @@ pub struct ServerConfig {
     /// Payload bytes (write data received plus read data to send) of admitted requests;
     /// at least [`protocol::PAYLOAD_BYTES_MAX`] so that any valid request fits.
     pub in_flight_payload_bytes_max: usize,
-    /// Connections served at once, server-wide (at least 1); further clients are
-    /// disconnected right after accept.
+    /// Connections served at once, server-wide (at least 1); further clients take the slot
+    /// of an idle connection (see `idle_timeout`) or are disconnected right after accept.
     pub connections_max: usize,
-    /// Longest wait for any single read during the handshake; a silent client is dropped.
+    /// Longest time the whole handshake may take, TLS included; a slower client is dropped.
     pub handshake_timeout: Duration,
+    /// A connection with no request in flight for at least this long gives its slot to a
+    /// new client when all `connections_max` slots are taken; and a reply the client does not
+    /// take for this long ends its connection. `None`: connections keep their slots and
+    /// replies wait for as long as the client does.
+    pub idle_timeout: Option<Duration>,
+    /// Whether clients may or must upgrade to TLS.
+    pub tls: TlsPolicy,
+    /// Who may connect to a unix socket the server binds.
+    pub unix_socket: SocketPermissions,
     /// Bounds on options during the handshake.
     pub handshake: HandshakeLimits,
     /// How long [`Server::shutdown`] waits for connections to finish before forcing them
@@ -77,6 +94,9 @@ impl Default for ServerConfig {
             in_flight_payload_bytes_max: 2 * protocol::PAYLOAD_BYTES_MAX as usize,
             connections_max: 64,
             handshake_timeout: Duration::from_secs(30),
+            idle_timeout: Some(Duration::from_secs(300)),
+            tls: TlsPolicy::Off,
+            unix_socket: SocketPermissions::default(),
             handshake: HandshakeLimits::default(),
             shutdown_grace: Duration::from_secs(10),
             batch_scheduling: true,
@@ -114,6 +134,14 @@ impl ServerConfig {
         check(
             !self.handshake_timeout.is_zero(),
             "handshake_timeout must be positive",
+        )?;
+        check(
+            self.idle_timeout.is_none_or(|timeout| !timeout.is_zero()),
+            "idle_timeout must be positive (or None for no timeout)",
+        )?;
+        check(
+            self.unix_socket.mode <= 0o777,
+            "unix_socket.mode must be at most 0o777",
         )?;
         check(
             self.handshake.options_max >= 1,
@@ -169,6 +197,8 @@ pub struct ServerStatistics {
     pub connections_accepted: u64,
     /// Connections closed at once because `connections_max` were being served.
     pub connections_refused: u64,
+    /// Idle connections closed to give their slot to a new client.
+    pub connections_evicted: u64,
     /// Connections that ended with an error (protocol violation, socket failure).
     pub connections_failed: u64,
     /// Connections being served now.
@@ -191,14 +221,52 @@ struct Shared {
     all_closed: Condvar,
     accepted: AtomicU64,
     refused: AtomicU64,
+    evicted: AtomicU64,
     failed: AtomicU64,
 }
 
-/// Live connections, each with a handle that can shut its socket down.
+/// Live connections.
 #[derive(Default)]
 struct Registry {
     next_id: u64,
-    connections: HashMap<u64, Box<dyn Fn(Shutdown) + Send>>,
+    connections: HashMap<u64, Registered>,
+}
+
+/// A live connection: a handle that can shut its socket down, and its use.
+struct Registered {
+    shutdown: Box<dyn Fn(Shutdown) + Send>,
+    activity: Arc<Activity>,
+    peer: String,
+    /// Shut down to give its slot to a new client, and closing; no longer counts against
+    /// `connections_max`.
+    evicted: bool,
+}
+
+impl Registry {
+    /// Connections that count against `connections_max`.
+    fn holding_slots(&self) -> usize {
+        self.connections
+            .values()
+            .filter(|connection| !connection.evicted)
+            .count()
+    }
+
+    /// Closes the connection idle longest, if it has been idle for at least
+    /// `idle_timeout`; returns its peer and how long it was idle.
+    fn evict_idle(&mut self, idle_timeout: Duration) -> Option<(String, Duration)> {
+        let (idle, connection) = self
+            .connections
+            .values_mut()
+            .filter(|connection| !connection.evicted)
+            .filter_map(|connection| {
+                let idle = connection.activity.idle_for()?;
+                (idle >= idle_timeout).then_some((idle, connection))
+            })
+            .max_by_key(|(idle, _)| *idle)?;
+        connection.evicted = true;
+        (connection.shutdown)(Shutdown::Both);
+        Some((connection.peer.clone(), idle))
+    }
 }
 
 enum Listener {
@@ -217,7 +285,7 @@ impl Server {
         config: ServerConfig,
     ) -> Result<Server, NbdError> {
         config.validate()?;
-        let (listener, address) = bind(address)?;
+        let (listener, address) = bind(address, &config.unix_socket)?;
         let (wake_reader, wake_writer) = pipe()?;
         let shared = Arc::new(Shared {
             catalog,
@@ -227,6 +295,7 @@ impl Server {
             all_closed: Condvar::new(),
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
             failed: AtomicU64::new(0),
         });
         let accept_shared = Arc::clone(&shared);
@@ -252,6 +321,7 @@ impl Server {
         ServerStatistics {
             connections_accepted: self.shared.accepted.load(Ordering::Relaxed),
             connections_refused: self.shared.refused.load(Ordering::Relaxed),
+            connections_evicted: self.shared.evicted.load(Ordering::Relaxed),
             connections_failed: self.shared.failed.load(Ordering::Relaxed),
             connections_active: self.shared.registry.lock().connections.len() as u64,
         }
@@ -282,8 +352,8 @@ impl Server {
         }
 
         let mut registry = self.shared.registry.lock();
-        for shutdown in registry.connections.values() {
-            shutdown(Shutdown::Read);
+        for connection in registry.connections.values() {
+            (connection.shutdown)(Shutdown::Read);
         }
         let deadline = Instant::now() + self.shared.config.shutdown_grace;
         while !registry.connections.is_empty() {
@@ -293,8 +363,8 @@ impl Server {
                 .wait_until(&mut registry, deadline)
                 .timed_out()
             {
-                for shutdown in registry.connections.values() {
-                    shutdown(Shutdown::Both);
+                for connection in registry.connections.values() {
+                    (connection.shutdown)(Shutdown::Both);
                 }
                 while !registry.connections.is_empty() {
                     self.shared.all_closed.wait(&mut registry);
@@ -315,23 +385,13 @@ impl Drop for Server {
     }
 }
 
-fn bind(address: &ListenAddress) -> Result<(Listener, ListenAddress), NbdError> {
+fn bind(
+    address: &ListenAddress,
+    permissions: &SocketPermissions,
+) -> Result<(Listener, ListenAddress), NbdError> {
     match address {
         ListenAddress::Unix(path) => {
-            if let Ok(metadata) = fs::symlink_metadata(path) {
-                let stale = metadata.file_type().is_socket() && UnixStream::connect(path).is_err();
-                if !stale {
-                    return Err(NbdError::io(
-                        format!("listening on {}", path.display()),
-                        io::Error::from(io::ErrorKind::AddrInUse),
-                    ));
-                }
-                fs::remove_file(path).map_err(|error| {
-                    NbdError::io(format!("removing stale socket {}", path.display()), error)
-                })?;
-            }
-            let listener = UnixListener::bind(path)
-                .map_err(|error| NbdError::io(format!("listening on {}", path.display()), error))?;
+            let listener = bind_unix_listener(path, permissions)?;
             set_nonblocking(listener.set_nonblocking(true))?;
             Ok((Listener::Unix(listener), address.clone()))
         }
@@ -484,23 +544,45 @@ fn register<T: Transport>(shared: &Arc<Shared>, stream: T, peer: String) {
         Err(error) => return report(NbdError::io("duplicating the connection socket", error)),
     };
     let mut registry = shared.registry.lock();
-    if registry.connections.len() >= shared.config.connections_max {
-        drop(registry);
-        shared.refused.fetch_add(1, Ordering::Relaxed);
-        events(&Event::ConnectionRefused {
-            peer: &peer,
-            connections_max: shared.config.connections_max,
-        });
-        return;
+    if registry.holding_slots() >= shared.config.connections_max {
+        let evicted = shared
+            .config
+            .idle_timeout
+            .and_then(|idle_timeout| registry.evict_idle(idle_timeout));
+        match evicted {
+            Some((evicted_peer, idle)) => {
+                shared.evicted.fetch_add(1, Ordering::Relaxed);
+                events(&Event::ConnectionEvicted {
+                    peer: &evicted_peer,
+                    idle,
+                    for_peer: &peer,
+                });
+            }
+            None => {
+                drop(registry);
+                shared.refused.fetch_add(1, Ordering::Relaxed);
+                events(&Event::ConnectionRefused {
+                    peer: &peer,
+                    connections_max: shared.config.connections_max,
+                });
+                return;
+            }
+        }
     }
     let id = registry.next_id;
     registry.next_id += 1;
+    let activity = Arc::new(Activity::new());
     registry.connections.insert(
         id,
-        Box::new(move |how| {
-            // Best effort: the connection may be closing on its own.
-            let _ = control.shutdown(how);
-        }),
+        Registered {
+            shutdown: Box::new(move |how| {
+                // Best effort: the connection may be closing on its own.
+                let _ = control.shutdown(how);
+            }),
+            activity: Arc::clone(&activity),
+            peer: peer.clone(),
+            evicted: false,
+        },
     );
     drop(registry);
 
@@ -519,7 +601,8 @@ fn register<T: Transport>(shared: &Arc<Shared>, stream: T, peer: String) {
                 // Workers are started by this thread and inherit its policy.
                 use_batch_scheduling();
             }
-            let result = serve_connection(stream, shared.catalog.as_ref(), &shared.config);
+            let result =
+                serve_connection_with(stream, shared.catalog.as_ref(), &shared.config, &activity);
             if let Err(error) = result {
                 shared.failed.fetch_add(1, Ordering::Relaxed);
                 (shared.config.events)(&Event::ConnectionFailed {

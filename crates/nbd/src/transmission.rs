@@ -19,8 +19,12 @@
 //!
 //! Replies may leave in any order, as the protocol allows. On `CMD_DISC`, end of stream or a
 //! protocol violation the reader stops; in-flight requests still complete and are answered
-//! before the connection closes. If sending a reply fails, the connection is shut down so the
-//! reader wakes up, and the error is returned.
+//! before the connection closes (a client that only closed its sending side still gets its
+//! replies). Once the client is gone — a reply cannot be sent, reading fails, or the stream
+//! ends with the socket hung up in both directions — the connection is abandoned: queued
+//! requests are dropped unexecuted, no more are admitted, and only requests already running
+//! finish (see [`crate::dispatch`]). If sending a reply fails, the connection is also shut
+//! down so the reader wakes up, and the error is returned.
 
 use std::io::{self, BufReader, BufWriter, IoSlice, Read, Write};
 use std::panic::{self, AssertUnwindSafe};
@@ -29,7 +33,7 @@ use std::thread;
 use parking_lot::Mutex;
 
 use crate::codec::{self, RequestHeader};
-use crate::connection::Transport;
+use crate::connection::{peer_hung_up, Activity, Transport};
 use crate::dispatch::{Dispatch, Intake, Job};
 use crate::error::{Event, EventSink, NbdError};
 use crate::export::{Export, ExportError, Extent, WriteRequest, ZeroOptions};
@@ -43,12 +47,21 @@ const READ_BUFFER_BYTES: usize = 256 << 10;
 /// Capacity of the buffered writer that batches small replies.
 const WRITE_BUFFER_BYTES: usize = 64 << 10;
 
+/// How the reader stopped.
+enum End {
+    /// `CMD_DISC`, or the client closed its sending side: queued requests are answered.
+    Disconnected,
+    /// The client closed the connection in both directions: nothing can be answered.
+    HungUp,
+}
+
 /// Runs the transmission phase until the client disconnects. Returns after every admitted
-/// request has been answered.
+/// request has been answered, or dropped if the client is gone.
 pub(crate) fn transmit<T: Transport>(
     stream: T,
     session: &Session,
     config: &ServerConfig,
+    activity: &Activity,
 ) -> Result<(), NbdError> {
     let clone = |stream: &T| {
         stream
@@ -56,6 +69,11 @@ pub(crate) fn transmit<T: Transport>(
             .map_err(|error| NbdError::io("duplicating the connection socket", error))
     };
     let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, clone(&stream)?);
+    let dispatch = Dispatch::new(
+        config.requests_in_flight_max,
+        config.in_flight_payload_bytes_max,
+        activity,
+    );
     let writer = ReplyWriter {
         output: Mutex::new(BufWriter::with_capacity(
             WRITE_BUFFER_BYTES,
@@ -63,12 +81,9 @@ pub(crate) fn transmit<T: Transport>(
         )),
         waiting: std::sync::atomic::AtomicUsize::new(0),
         failure: Mutex::new(None),
+        dispatch: &dispatch,
         stream,
     };
-    let dispatch = Dispatch::new(
-        config.requests_in_flight_max,
-        config.in_flight_payload_bytes_max,
-    );
     let shared = Shared {
         session,
         writer: &writer,
@@ -101,24 +116,43 @@ pub(crate) fn transmit<T: Transport>(
     });
 
     let write_result = writer.finish();
-    read_result.and(write_result)
+    if write_result.is_ok() && !dispatch.is_abandoned() {
+        // Best effort: the client may be gone already.
+        let _ = writer.stream.close_session();
+    }
+    match read_result {
+        // Replies to requests that were running when the client left could not be sent;
+        // that is the client's choice, not a failure.
+        Ok(End::HungUp) => Ok(()),
+        Ok(End::Disconnected) => write_result,
+        Err(error) => Err(error),
+    }
 }
 
 /// What the reader and the workers share.
 struct Shared<'a, T: Transport> {
     session: &'a Session,
-    writer: &'a ReplyWriter<T>,
-    dispatch: &'a Dispatch,
+    writer: &'a ReplyWriter<'a, T>,
+    dispatch: &'a Dispatch<'a>,
     events: &'a EventSink,
 }
 
 fn read_requests<T: Transport>(
     reader: &mut BufReader<T>,
     shared: &Shared<'_, T>,
-    intake: &mut Intake<'_>,
-) -> Result<(), NbdError> {
+    intake: &mut Intake<'_, '_>,
+) -> Result<End, NbdError> {
     let limits = &shared.session.limits;
+    // Stops the reader once the client is gone, with the send error that showed it.
+    let gone = |shared: &Shared<'_, T>| {
+        shared
+            .writer
+            .take_failure(io::Error::from(io::ErrorKind::BrokenPipe))
+    };
     loop {
+        if shared.dispatch.is_abandoned() {
+            return gone(shared).map(|()| End::HungUp);
+        }
         if reader.buffer().len() < protocol::REQUEST_HEADER_BYTES {
             // The next read may block: queued jobs must be running meanwhile.
             intake.publish();
@@ -127,16 +161,30 @@ fn read_requests<T: Transport>(
         match reader.read_exact(&mut bytes) {
             Ok(()) => {}
             // A client that closes without CMD_DISC (or a server shutdown) ends the
-            // connection the same way.
-            Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(error) if shared.writer.failed() => return shared.writer.take_failure(error),
-            Err(error) => return Err(NbdError::io("reading a request header", error)),
+            // connection the same way; if it closed both directions, nobody is left to
+            // answer.
+            Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => {
+                if peer_hung_up(reader.get_ref().as_raw_fd()) {
+                    shared.dispatch.abandon();
+                    return Ok(End::HungUp);
+                }
+                return Ok(End::Disconnected);
+            }
+            Err(error) => {
+                shared.dispatch.abandon();
+                if shared.writer.failed() {
+                    return shared.writer.take_failure(error).map(|()| End::HungUp);
+                }
+                return Err(NbdError::io("reading a request header", error));
+            }
         }
         let header = RequestHeader::decode(&bytes)?;
         match request::validate(&header, limits) {
             Decision::Execute(command) => {
                 let buffer_bytes = command.buffer_bytes();
-                let mut buffer = intake.admit(buffer_bytes);
+                let Some(mut buffer) = intake.admit(buffer_bytes) else {
+                    return gone(shared).map(|()| End::HungUp);
+                };
                 if let Command::Write { length, .. } = command {
                     let length = length as usize;
                     if reader.buffer().len() < length {
@@ -144,6 +192,7 @@ fn read_requests<T: Transport>(
                     }
                     if let Err(error) = reader.read_exact(&mut buffer[..length]) {
                         intake.cancel(buffer_bytes);
+                        shared.dispatch.abandon();
                         return Err(NbdError::io("reading a write payload", error));
                     }
                 }
@@ -173,7 +222,7 @@ fn read_requests<T: Transport>(
                 let mut scratch = Vec::new();
                 send_error(shared, &mut scratch, header.cookie, error, message);
             }
-            Decision::Disconnect => return Ok(()),
+            Decision::Disconnect => return Ok(End::Disconnected),
             Decision::Close(violation) => return Err(violation.into()),
         }
     }
@@ -445,17 +494,19 @@ fn send_error<T: Transport>(
 }
 
 /// The connection's output, shared by all workers and the reader.
-struct ReplyWriter<T: Transport> {
+struct ReplyWriter<'a, T: Transport> {
     output: Mutex<BufWriter<T>>,
     /// Senders that want the lock or hold it; the last one out flushes.
     waiting: std::sync::atomic::AtomicUsize,
     /// The first send error; once set, nothing more is sent.
     failure: Mutex<Option<io::Error>>,
+    /// Abandoned when sending fails: the client is gone.
+    dispatch: &'a Dispatch<'a>,
     /// Used to shut the connection down when sending fails, which wakes the reader.
     stream: T,
 }
 
-impl<T: Transport> ReplyWriter<T> {
+impl<T: Transport> ReplyWriter<'_, T> {
     /// Sends one reply made of `parts`. Errors are recorded, not returned: the reader notices
     /// through the shut-down socket and the connection ends with the recorded error.
     fn send(&self, parts: &mut [IoSlice<'_>]) {
@@ -480,6 +531,8 @@ impl<T: Transport> ReplyWriter<T> {
             *failure = Some(error);
             // Best effort: the socket may already be gone.
             let _ = self.stream.shutdown(std::net::Shutdown::Both);
+            drop(failure);
+            self.dispatch.abandon();
         }
     }
 

@@ -223,7 +223,11 @@ fn open_with(
     read_only: bool,
 ) -> anyhow::Result<Opened> {
     let repository = Repository::open(&cli.repository_path())?;
-    let lock = repository.lock_face("backup", &format!("onecopy backup {command}"))?;
+    let lock = repository.lock_face_waiting(
+        "backup",
+        &format!("onecopy backup {command}"),
+        cli.lock_wait()?,
+    )?;
     let storage = repository.face_storage("backup")?;
     let store = BackupStore::open(
         storage,

@@ -11,9 +11,11 @@ use clap::Args;
 
 use onecopy_block::{Engine, OpenMode, RuntimeOptions};
 use onecopy_core::check::{CheckOptions, ExitStatus, FaceReport, Finding, FindingKind};
-use onecopy_core::repository::Repository;
+use onecopy_block::control::{self, ControlRequest};
+use onecopy_core::repository::{LockWait, Repository};
 use onecopy_core::units::format_size;
 
+use crate::block_face::face_directory;
 use crate::output::print_json;
 use crate::Cli;
 
@@ -36,9 +38,9 @@ pub fn run(cli: &Cli, args: &CheckArgs) -> anyhow::Result<u8> {
         repair: args.repair,
         read_data: args.read_data,
     };
-    let mut reports = Vec::new();
+    let mut reports = vec![check_privacy(&repository, options)?];
     if repository.path().join("block").join("config.json").exists() {
-        reports.push(check_block(&repository, options)?);
+        reports.push(check_block(cli, &repository, options)?);
     }
     if repository.path().join("backup").exists() {
         reports.push(crate::commands::backup::check_face(cli, options)?);
@@ -60,16 +62,37 @@ pub fn run(cli: &Cli, args: &CheckArgs) -> anyhow::Result<u8> {
 }
 
 /// Checks the block device; opening it is part of the check, so a failure to open is
-/// reported as a finding, not as an error of the command.
-fn check_block(repository: &Repository, options: CheckOptions) -> anyhow::Result<FaceReport> {
-    let _lock = repository.lock_face(
-        "block",
-        if options.repair {
-            "onecopy check --repair"
-        } else {
-            "onecopy check"
-        },
-    )?;
+/// reported as a finding, not as an error of the command. A check without repair only reads,
+/// so a running server runs it on its live state; a repair needs the device to itself.
+fn check_block(
+    cli: &Cli,
+    repository: &Repository,
+    options: CheckOptions,
+) -> anyhow::Result<FaceReport> {
+    let command = if options.repair {
+        "onecopy check --repair"
+    } else {
+        "onecopy check"
+    };
+    let lock = if options.repair {
+        repository.lock_face_waiting("block", command, cli.lock_wait()?)?
+    } else {
+        match repository.lock_face("block", command) {
+            Ok(lock) => lock,
+            Err(locked @ onecopy_core::Error::Locked { .. }) => {
+                let request = ControlRequest::Check {
+                    read_data: options.read_data,
+                };
+                match control::request(&face_directory(repository), &request)? {
+                    Some(Ok(report)) => return Ok(serde_json::from_value(report)?),
+                    Some(Err(message)) => anyhow::bail!(message),
+                    None if cli.lock_wait()? == LockWait::No => return Err(locked.into()),
+                    None => repository.lock_face_waiting("block", command, cli.lock_wait()?)?,
+                }
+            }
+            Err(error) => return Err(error.into()),
+        }
+    };
     let storage = repository.face_storage("block")?;
     let stored = onecopy_block::engine::stored_config(storage.as_ref())?.unwrap_or_default();
     let mode = if options.repair {
@@ -83,8 +106,8 @@ fn check_block(repository: &Repository, options: CheckOptions) -> anyhow::Result
         RuntimeOptions::for_config(&stored),
         mode,
     );
-    match opened {
-        Ok(engine) => Ok(engine.check(options)?),
+    let report = match opened {
+        Ok(engine) => engine.check(options)?,
         Err(error) => {
             let mut report = FaceReport::new("block");
             report.push(Finding::new(
@@ -92,17 +115,34 @@ fn check_block(repository: &Repository, options: CheckOptions) -> anyhow::Result
                 "block",
                 format!("the block device cannot be opened: {error}"),
             ));
-            Ok(report)
+            report
         }
+    };
+    drop(lock);
+    Ok(report)
+}
+
+/// Files and directories of the repository that other users may read or change (a
+/// repository made under a permissive umask, or by an older onecopy).
+fn check_privacy(repository: &Repository, options: CheckOptions) -> anyhow::Result<FaceReport> {
+    let mut report = FaceReport::new("repository");
+    let findings = onecopy_core::repository::check_privacy(repository.path(), options.repair)?;
+    for finding in findings {
+        report.push(finding);
     }
+    report.repaired = options.repair;
+    Ok(report)
 }
 
 fn print_text(path: &Path, reports: &[FaceReport], status: ExitStatus, options: CheckOptions) {
     println!("repository {}", path.display());
-    if reports.is_empty() {
+    if reports.iter().all(|report| report.checked.is_empty()) {
         println!("nothing stored yet");
     }
     for report in reports {
+        if report.checked.is_empty() && report.findings.is_empty() {
+            continue;
+        }
         let checked: Vec<String> = report
             .checked
             .iter()
@@ -165,6 +205,7 @@ fn print_text(path: &Path, reports: &[FaceReport], status: ExitStatus, options: 
 
 fn face_name(face: &str) -> &str {
     match face {
+        "repository" => "repository files",
         "block" => "block device",
         "backup" => "backup store",
         other => other,

@@ -1,11 +1,17 @@
 //! `onecopy volume ...`: create, list, delete, resize, inspect and tune volumes.
+//!
+//! `list` and `stats` only read: while `onecopy serve` has the device open they ask the
+//! server (its control socket) and show its live figures; every other subcommand changes the
+//! device and needs it to itself.
 
 use clap::{Args, Subcommand};
+use serde_json::Value;
 
+use onecopy_block::control::ControlRequest;
 use onecopy_block::{ByteRange, HintSettings};
 use onecopy_core::units::{format_size, parse_size};
 
-use crate::block_face::{open_block, EngineArgs};
+use crate::block_face::{open_block, open_or_ask_server, Answer, EngineArgs};
 use crate::output::print_json;
 use crate::Cli;
 use onecopy_block::OpenMode;
@@ -34,7 +40,7 @@ pub enum VolumeCommand {
         #[arg(long, value_name = "SECONDS")]
         deferred: Option<u64>,
     },
-    /// List volumes.
+    /// List volumes (also while `serve` runs).
     List {
         #[arg(long)]
         json: bool,
@@ -47,7 +53,8 @@ pub enum VolumeCommand {
         #[arg(long)]
         size: String,
     },
-    /// Show sizes, deduplication and cache figures of a volume.
+    /// Show sizes, deduplication and cache figures of a volume (while `serve` runs: the
+    /// server's live figures).
     Stats {
         name: String,
         #[arg(long)]
@@ -89,40 +96,12 @@ pub enum VolumeCommand {
 }
 
 pub fn run(cli: &Cli, args: &VolumeArgs) -> anyhow::Result<()> {
-    // Commands that only look open the device read-only: nothing is written, so they work
-    // on a full disk too.
-    let looks = matches!(
-        args.command,
-        VolumeCommand::List { .. } | VolumeCommand::Stats { .. }
-    );
-    let mode = if looks {
-        OpenMode::ReadOnly
-    } else {
-        OpenMode::ReadWrite
-    };
-    let block = match open_block(cli, "volume", &EngineArgs::default(), mode) {
-        Err(error)
-            if looks
-                && matches!(
-                    error.downcast_ref::<onecopy_core::Error>(),
-                    Some(onecopy_core::Error::NotFound(_))
-                ) =>
-        {
-            // The block device was never used.
-            if let VolumeCommand::List { json } = &args.command {
-                if *json {
-                    print_json(&Vec::<onecopy_block::VolumeRecord>::new())?;
-                } else {
-                    println!(
-                        "no volumes; create one with `onecopy volume create NAME --size 10GiB`"
-                    );
-                }
-                return Ok(());
-            }
-            return Err(error);
-        }
-        other => other?,
-    };
+    match &args.command {
+        VolumeCommand::List { json } => return list(cli, *json),
+        VolumeCommand::Stats { name, json } => return stats(cli, name, *json),
+        _ => {}
+    }
+    let block = open_block(cli, "volume", &EngineArgs::default(), OpenMode::ReadWrite)?;
     let engine = &block.engine;
     match &args.command {
         VolumeCommand::Create {
@@ -146,23 +125,8 @@ pub fn run(cli: &Cli, args: &VolumeArgs) -> anyhow::Result<()> {
                 record.block_bytes
             );
         }
-        VolumeCommand::List { json } => {
-            let volumes = engine.volumes();
-            if *json {
-                print_json(&volumes)?;
-            } else if volumes.is_empty() {
-                println!("no volumes; create one with `onecopy volume create NAME --size 10GiB`");
-            } else {
-                println!("{:<24} {:>12} {:>6}", "NAME", "SIZE", "BLOCK");
-                for volume in volumes {
-                    println!(
-                        "{:<24} {:>12} {:>6}",
-                        volume.name,
-                        format_size(volume.size_bytes),
-                        volume.block_bytes
-                    );
-                }
-            }
+        VolumeCommand::List { .. } | VolumeCommand::Stats { .. } => {
+            unreachable!("read-only subcommands are handled above")
         }
         VolumeCommand::Delete { name } => {
             let deletion = engine.delete_volume(name)?;
@@ -180,34 +144,6 @@ pub fn run(cli: &Cli, args: &VolumeArgs) -> anyhow::Result<()> {
         VolumeCommand::Resize { name, size } => {
             let record = engine.resize_volume(name, parse_size(size)?)?;
             println!("volume {name} is now {}", format_size(record.size_bytes));
-        }
-        VolumeCommand::Stats { name, json } => {
-            let stats = engine.volume_stats(name)?;
-            if *json {
-                print_json(&stats)?;
-            } else {
-                println!("volume            {}", stats.name);
-                println!("size              {}", format_size(stats.size_bytes));
-                println!("mapped (non-zero) {}", format_size(stats.mapped_bytes));
-                println!("stored            {}", format_size(stats.stored_bytes));
-                println!("dedup ratio       {:.2}", stats.dedup_ratio);
-                if let Some(file_system) = &stats.file_system {
-                    println!(
-                        "file system       {file_system} ({} of metadata and journal)",
-                        format_size(stats.file_system_metadata_bytes)
-                    );
-                }
-                let index = &stats.engine.index;
-                println!(
-                    "index             {} lookups, {} filter negatives, {} cache hits, {} disk lookups",
-                    index.lookups, index.filter_negatives, index.cache_hits, index.disk_lookups
-                );
-                println!(
-                    "memory            {} ({:.2} bytes per stored chunk grow with the data)",
-                    format_size(stats.engine.memory.total_bytes),
-                    stats.engine.memory.proportional_bytes_per_chunk
-                );
-            }
         }
         VolumeCommand::Hint {
             name,
@@ -290,4 +226,111 @@ pub fn run(cli: &Cli, args: &VolumeArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `volume list`: the volumes of the device, from the running server if there is one.
+fn list(cli: &Cli, json: bool) -> anyhow::Result<()> {
+    let volumes = match open_or_ask_server(cli, "volume list", &ControlRequest::Volumes) {
+        Ok(Answer::Served(value)) => value,
+        Ok(Answer::Local(block)) => serde_json::to_value(block.engine.volumes())?,
+        // A block device never used has no volumes (a read-only open creates nothing).
+        Err(error)
+            if matches!(
+                error.downcast_ref::<onecopy_core::Error>(),
+                Some(onecopy_core::Error::NotFound(_))
+            ) =>
+        {
+            serde_json::json!([])
+        }
+        Err(error) => return Err(error),
+    };
+    if json {
+        return print_json(&volumes);
+    }
+    let volumes = volumes.as_array().map(Vec::as_slice).unwrap_or_default();
+    if volumes.is_empty() {
+        println!("no volumes; create one with `onecopy volume create NAME --size 10GiB`");
+        return Ok(());
+    }
+    println!("{:<24} {:>12} {:>6}", "NAME", "SIZE", "BLOCK");
+    for volume in volumes {
+        println!(
+            "{:<24} {:>12} {:>6}",
+            text(&volume["name"]),
+            format_size(number(&volume["size_bytes"])),
+            number(&volume["block_bytes"])
+        );
+    }
+    Ok(())
+}
+
+/// `volume stats NAME`: from the running server if there is one, so that the request
+/// counters are the live ones.
+fn stats(cli: &Cli, name: &str, json: bool) -> anyhow::Result<()> {
+    let request = ControlRequest::VolumeStats {
+        name: name.to_string(),
+    };
+    let stats = match open_or_ask_server(cli, "volume stats", &request)? {
+        Answer::Served(value) => value,
+        Answer::Local(block) => serde_json::to_value(block.engine.volume_stats(name)?)?,
+    };
+    if json {
+        return print_json(&stats);
+    }
+    println!("volume            {}", text(&stats["name"]));
+    println!(
+        "size              {}",
+        format_size(number(&stats["size_bytes"]))
+    );
+    println!(
+        "mapped (non-zero) {}",
+        format_size(number(&stats["mapped_bytes"]))
+    );
+    println!(
+        "stored            {}",
+        format_size(number(&stats["stored_bytes"]))
+    );
+    println!(
+        "dedup ratio       {:.2}",
+        stats["dedup_ratio"].as_f64().unwrap_or_default()
+    );
+    if let Some(file_system) = stats["file_system"].as_str() {
+        println!(
+            "file system       {file_system} ({} of metadata and journal)",
+            format_size(number(&stats["file_system_metadata_bytes"]))
+        );
+    }
+    let requests = &stats["engine"]["requests"];
+    println!(
+        "requests          {} reads, {} writes, {} flushes, {} trims",
+        number(&requests["reads"]),
+        number(&requests["writes"]),
+        number(&requests["flushes"]),
+        number(&requests["trims"])
+    );
+    let index = &stats["engine"]["index"];
+    println!(
+        "index             {} lookups, {} filter negatives, {} cache hits, {} disk lookups",
+        number(&index["lookups"]),
+        number(&index["filter_negatives"]),
+        number(&index["cache_hits"]),
+        number(&index["disk_lookups"])
+    );
+    let memory = &stats["engine"]["memory"];
+    println!(
+        "memory            {} ({:.2} bytes per stored chunk grow with the data)",
+        format_size(number(&memory["total_bytes"])),
+        memory["proportional_bytes_per_chunk"]
+            .as_f64()
+            .unwrap_or_default()
+    );
+    Ok(())
+}
+
+fn number(value: &Value) -> u64 {
+    value.as_u64().unwrap_or_default()
+}
+
+fn text(value: &Value) -> &str {
+    value.as_str().unwrap_or_default()
 }

@@ -240,7 +240,12 @@ impl TestRepository {
 
     /// Starts `onecopy serve` on a unix socket in the test directory.
     pub fn serve(&self, extra_arguments: &[&str]) -> ServeProcess {
-        ServeProcess::start(self, extra_arguments)
+        ServeProcess::start(self, extra_arguments, None)
+    }
+
+    /// Starts `onecopy serve` under the file creation mask `umask`.
+    pub fn serve_with_umask(&self, extra_arguments: &[&str], umask: u32) -> ServeProcess {
+        ServeProcess::start(self, extra_arguments, Some(umask))
     }
 
     /// The socket path servers of this test listen on.
@@ -257,29 +262,37 @@ pub struct ServeProcess {
 }
 
 impl ServeProcess {
-    fn start(repository: &TestRepository, extra_arguments: &[&str]) -> ServeProcess {
-        let mut server = ServeProcess::spawn(repository, extra_arguments, "serve.log");
+    fn start(
+        repository: &TestRepository,
+        extra_arguments: &[&str],
+        umask: Option<u32>,
+    ) -> ServeProcess {
+        let mut server = ServeProcess::spawn(repository, extra_arguments, "serve.log", umask);
         server.wait_until_ready();
         server
     }
 
     /// Starts a server without waiting for it to listen (to kill it during recovery).
     pub fn start_unready(repository: &TestRepository) -> ServeProcess {
-        ServeProcess::spawn(repository, &[], "serve-unready.log")
+        ServeProcess::spawn(repository, &[], "serve-unready.log", None)
     }
 
     fn spawn(
         repository: &TestRepository,
         extra_arguments: &[&str],
         log_name: &str,
+        umask: Option<u32>,
     ) -> ServeProcess {
         let socket = repository.socket();
         // A socket left by a killed server is replaced by the new one.
         let _ = std::fs::remove_file(&socket);
         let log = repository.directory().join(log_name);
         let log_file = File::create(&log).expect("server log");
-        let child = repository
-            .command()
+        let mut command = repository.command();
+        if let Some(umask) = umask {
+            with_umask(&mut command, umask);
+        }
+        let child = command
             .arg("serve")
             .arg("--socket")
             .arg(&socket)
@@ -636,4 +649,29 @@ pub fn thread_stacks(pid: u32) -> String {
         Ok(output) => stdout_text(&output),
         Err(error) => format!("(no stacks: gdb is not available: {error})"),
     }
+}
+
+/// Makes `command` run under the file creation mask `umask`.
+pub fn with_umask(command: &mut Command, umask: u32) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: umask is async-signal-safe and touches nothing but the child's mask.
+    unsafe {
+        command.pre_exec(move || {
+            libc::umask(umask as libc::mode_t);
+            Ok(())
+        })
+    }
+}
+
+/// Makes TLS credentials in `directory` (scripts/test-certificates.sh, with openssl):
+/// `server/` for `serve --tls-certificates`, `client/` and `anonymous/` for clients.
+pub fn make_certificates(directory: &Path) -> PathBuf {
+    require_tool("openssl");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scripts/test-certificates.sh"
+    );
+    let credentials = directory.join("credentials");
+    run("bash", &[script, credentials.to_str().expect("UTF-8 path")]);
+    credentials
 }

@@ -1,9 +1,13 @@
 //! [`LocalStorage`]: a directory on a local file system.
+//!
+//! Files are created with mode 0600 and directories with mode 0700, whatever the umask (the
+//! umask can only take permissions away): a repository holds copies of every file backed up,
+//! including files only their owner could read, so nothing in it is readable by other users.
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::ErrorKind;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,8 +19,23 @@ use super::{check_name, Storage, StorageFile};
 use crate::error::IoContext;
 use crate::{Error, Result};
 
+/// Mode of every file a repository creates: its owner only.
+pub const FILE_MODE: u32 = 0o600;
+/// Mode of every directory a repository creates: its owner only.
+pub const DIRECTORY_MODE: u32 = 0o700;
+
+/// Creates `path` and its missing parents with [`DIRECTORY_MODE`].
+pub fn create_private_directories(path: &Path) -> Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIRECTORY_MODE)
+        .create(path)
+        .context_io(|| format!("creating {}", path.display()))
+}
+
 /// Files under a root directory. Durability uses `fdatasync` on files and `fsync` on
-/// directories, which is what the [`Storage`] contracts ask for on Linux file systems.
+/// directories, which is what the [`Storage`] contracts ask for on Linux file systems. Files
+/// and directories are created private to their owner (see the module documentation).
 #[derive(Debug, Clone)]
 pub struct LocalStorage {
     root: PathBuf,
@@ -51,7 +70,7 @@ impl LocalStorage {
     /// Storage rooted at `root`, creating the directory if needed.
     pub fn create(root: impl Into<PathBuf>) -> Result<Self> {
         let root = root.into();
-        fs::create_dir_all(&root).context_io(|| format!("creating {}", root.display()))?;
+        create_private_directories(&root)?;
         Ok(LocalStorage::at(root))
     }
 
@@ -90,7 +109,7 @@ impl LocalStorage {
             created.push(directory.to_string());
             directory = super::parent_directory(directory);
         }
-        fs::create_dir_all(parent).context_io(|| format!("creating {}", parent.display()))?;
+        create_private_directories(parent)?;
         let mut anchored = self.anchored.lock();
         for directory in &created {
             anchored.remove(directory);
@@ -124,6 +143,7 @@ impl Storage for LocalStorage {
             .read(true)
             .write(true)
             .create(create)
+            .mode(FILE_MODE)
             .open(&path)
             .map_err(|source| {
                 if source.kind() == ErrorKind::NotFound {
@@ -363,5 +383,29 @@ mod tests {
         let mut back = vec![0u8; data.len()];
         file.read_at(0, &mut back).expect("read");
         assert!(back == data, "the data is unchanged");
+    }
+
+    /// Goal: files and directories a storage creates are private to their owner. Method:
+    /// create nested files (and a file through a rename), look at the modes.
+    #[test]
+    fn created_files_and_directories_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().expect("temporary directory");
+        let storage = LocalStorage::create(root.path().join("face")).expect("create");
+        storage.open("meta/pages/one", true).expect("create");
+        super::super::write_atomically(&storage, "sub/config.json", b"{}").expect("write");
+        let mode = |relative: &str| {
+            fs::metadata(root.path().join(relative))
+                .expect("exists")
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        for directory in ["face", "face/meta", "face/meta/pages", "face/sub"] {
+            assert_eq!(mode(directory), DIRECTORY_MODE, "{directory}");
+        }
+        for file in ["face/meta/pages/one", "face/sub/config.json"] {
+            assert_eq!(mode(file), FILE_MODE, "{file}");
+        }
     }
 }

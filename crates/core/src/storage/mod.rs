@@ -20,7 +20,7 @@ mod conformance;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-pub use local::LocalStorage;
+pub use local::{create_private_directories, LocalStorage, DIRECTORY_MODE, FILE_MODE};
 pub use simulated::{CrashMode, SimulatedStorage};
 
 use crate::{Error, Result};

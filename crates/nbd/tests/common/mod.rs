@@ -469,3 +469,31 @@ pub fn pattern(bytes: usize, seed: u64) -> Vec<u8> {
 pub fn write_file(path: &Path, data: &[u8]) {
     std::fs::write(path, data).expect("write file");
 }
+
+/// Directories of X.509 credentials made by [`make_certificates`], in the layout qemu
+/// (`tls-creds-x509,dir=`), nbdkit and libnbd (`tls-certificates=`) expect.
+pub struct Certificates {
+    /// `ca-cert.pem`, `server-cert.pem`, `server-key.pem`.
+    pub server: PathBuf,
+    /// `ca-cert.pem`, `client-cert.pem`, `client-key.pem`.
+    pub client: PathBuf,
+    /// `ca-cert.pem` only: a client that verifies the server but has no certificate.
+    pub anonymous_client: PathBuf,
+}
+
+/// Makes a certificate authority, a server certificate for `localhost` and 127.0.0.1 and a
+/// client certificate, all signed by it (scripts/test-certificates.sh, with openssl).
+pub fn make_certificates(directory: &Path) -> Certificates {
+    require_tool("openssl");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scripts/test-certificates.sh"
+    );
+    let credentials = directory.join("credentials");
+    run("bash", &[script, credentials.to_str().expect("UTF-8 path")]);
+    Certificates {
+        server: credentials.join("server"),
+        client: credentials.join("client"),
+        anonymous_client: credentials.join("anonymous"),
+    }
+}
