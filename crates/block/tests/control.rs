@@ -88,7 +88,11 @@ fn control_socket_answers_with_live_state() {
         .unwrap()
         .unwrap();
     assert!(check["checked"]["pages"].as_u64() > Some(0), "{check}");
-    assert_eq!(check["findings"].as_array().map(Vec::len), Some(0), "{check}");
+    assert_eq!(
+        check["findings"].as_array().map(Vec::len),
+        Some(0),
+        "{check}"
+    );
     let missing = request(
         &face,
         &ControlRequest::VolumeStats {

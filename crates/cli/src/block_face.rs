@@ -118,7 +118,12 @@ pub fn open_block_for_serving(cli: &Cli, args: &EngineArgs) -> anyhow::Result<Op
                 "onecopy: warning: {error:#}; serving read-only: free some space and restart \
                  the server to write again"
             );
-            open_block(cli, "serve (read-only, disk full)", args, OpenMode::ReadOnly)
+            open_block(
+                cli,
+                "serve (read-only, disk full)",
+                args,
+                OpenMode::ReadOnly,
+            )
         }
         other => other,
     }

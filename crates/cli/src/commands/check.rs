@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use clap::Args;
 
+use onecopy_block::control::{self, ControlRequest};
 use onecopy_block::{Engine, OpenMode, RuntimeOptions};
 use onecopy_core::check::{CheckOptions, ExitStatus, FaceReport, Finding, FindingKind};
-use onecopy_block::control::{self, ControlRequest};
 use onecopy_core::repository::{LockWait, Repository};
 use onecopy_core::units::format_size;
 
