@@ -75,13 +75,31 @@ pub struct CreateReport {
     /// Files whose size changed while they were read.
     pub changed_files: u64,
     pub reverse: Vec<ReverseReport>,
+    /// Why reverse deduplication was left for later although it was due (the file system
+    /// filled up while repackaging); the backup itself is committed.
+    pub reverse_deferred: Option<String>,
     pub expire: Vec<DeleteReport>,
     pub seconds: f64,
 }
 
 impl BackupStore {
     /// Backs `source` up as the next version of `series`; see the module documentation.
+    ///
+    /// On a full file system the backup fails with [`BackupError::Full`] before its commit
+    /// and removes what it wrote; a reverse deduplication that finds no room after the
+    /// commit is left for later ([`CreateReport::reverse_deferred`]).
     pub fn create_backup(
+        &mut self,
+        series: &str,
+        source: BackupSource,
+        options: CreateOptions,
+    ) -> Result<CreateReport> {
+        self.mutate("creating a backup", |store| {
+            store.create_backup_unguarded(series, source, options)
+        })
+    }
+
+    fn create_backup_unguarded(
         &mut self,
         series: &str,
         source: BackupSource,
@@ -180,7 +198,7 @@ impl BackupStore {
         series_record.version_next += 1;
         series_record.versions.insert(version, backup_id);
         // Index before recipe: the index names the new segments before the catalog does.
-        self.checkpoint_index(self.state.serial + 1)?;
+        self.checkpoint_index(self.state.serial + 1);
         let mut write = self.catalog.write()?;
         let mut references: BTreeMap<_, _> = outcome.references.into_iter().collect();
         for (id, record) in &outcome.new_segments {
@@ -230,11 +248,19 @@ impl BackupStore {
         self.commit(write, state, &[])?;
         let commit_seconds = commit_started.elapsed().as_secs_f64();
 
+        let mut reverse_deferred = None;
         let reverse = if options.defer_reverse || self.state.options.mode == DedupMode::Conventional
         {
             Vec::new()
         } else {
-            self.reverse_pending_backups(series)?
+            match self.reverse_pending_backups(series) {
+                Ok(reports) => reports,
+                Err(error @ BackupError::Full { .. }) => {
+                    reverse_deferred = Some(error.to_string());
+                    Vec::new()
+                }
+                Err(error) => return Err(error),
+            }
         };
         let expire = match series_record.options.retention {
             Some(keep) => self.expire(series, Some(keep), options.delete_method)?,
@@ -253,6 +279,7 @@ impl BackupStore {
                 counter.load(std::sync::atomic::Ordering::Relaxed)
             }),
             reverse,
+            reverse_deferred,
             expire,
             seconds: started.elapsed().as_secs_f64(),
         })

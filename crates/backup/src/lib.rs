@@ -68,7 +68,7 @@
 //! println!("version {} in {:.1} s", created.version, created.seconds);
 //! store.restore("home", Some(created.version), RestoreTarget::Directory("/tmp/out".into()))?;
 //! store.expire("home", Some(7), None)?;
-//! assert!(store.check(Default::default())?.is_ok());
+//! assert!(store.check(Default::default())?.is_clean());
 //! # Ok(())
 //! # }
 //! ```
@@ -76,32 +76,37 @@
 mod changes;
 pub mod check;
 mod codec;
+pub mod compact;
 pub mod config;
 pub mod create;
 pub mod delete;
 pub mod error;
 pub mod inline;
+pub mod losses;
 pub mod recipe;
+pub mod repair;
 pub mod resolve;
 pub mod restore;
 pub mod reuse;
 pub mod reverse;
 pub mod segment;
+mod segment_index;
 pub mod series;
 pub mod settle;
 pub mod stats;
 pub mod store;
 pub mod tree;
 
-pub use check::{CheckOptions, CheckReport};
+pub use compact::{CompactPlan, CompactReport};
 pub use config::{DedupMode, DeleteMethod, RuntimeOptions, SeriesOptions, StoreOptions};
 pub use create::{BackupSource, CreateOptions, CreateReport};
 pub use delete::{DeletePlan, DeleteReport, SweepReport};
 pub use error::{BackupError, Result};
 pub use inline::InlineReport;
+pub use onecopy_core::check::{CheckOptions, ExitStatus, FaceReport, Finding, FindingKind};
 pub use restore::{RestoreReport, RestoreTarget};
 pub use reverse::{ReversePlan, ReverseReport};
 pub use series::{BackupRecord, BackupState, SeriesRecord, SourceKind};
 pub use settle::{CopyReport, Settlement};
 pub use stats::StoreStats;
-pub use store::{BackupStore, OpenOptions, RecoveryReport};
+pub use store::{is_full, BackupStore, OpenOptions, RecoveryReport};

@@ -14,6 +14,11 @@
 //! 5. A writer thread hands finished windows to the sink: an image file (all-zero blocks are
 //!    skipped, so the file comes out sparse), a byte stream, or a directory tree.
 //!
+//! Chunks a repair recorded as lost ([`crate::losses`]) are found before anything is
+//! written: an image or stream restore then fails naming the lost byte ranges, and a
+//! directory restore leaves out the files whose contents are lost, restores the rest, and
+//! fails naming them.
+//!
 //! Not guaranteed: a restore into an existing directory replaces the entries of the backup
 //! but leaves other files in place; a failed restore leaves a partial target.
 //!
@@ -35,6 +40,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::error::{BackupError, IoContext, Result};
+use crate::losses;
 use crate::resolve::{resolve, ChunkSource, ResolveReport, SegmentCache};
 use crate::segment::ChunkStorage;
 use crate::series::{find_backup, SourceKind};
@@ -117,17 +123,33 @@ impl BackupStore {
             resolve_seconds: started.elapsed().as_secs_f64(),
             ..RestoreReport::default()
         };
+        let mut cache = SegmentCache::new();
+        let lost =
+            losses::stream_losses(&read, &sources, &self.state.damaged_segments, &mut cache)?;
+        let label = format!("backup {series}@{}", backup.version);
         let mut reader = StreamReader {
             store: self,
             view: &read,
             sources: &sources,
-            cache: SegmentCache::new(),
+            cache,
+            skip_lost: false,
         };
         match (backup.source, target) {
             (SourceKind::Directory, RestoreTarget::Directory(root)) => {
                 let tree_range = backup.tree.ok_or_else(|| {
                     BackupError::corrupt(format!("backup {series}@{}", backup.version), "no tree")
                 })?;
+                let tree_end = tree_range.offset + tree_range.bytes;
+                if lost
+                    .iter()
+                    .any(|range| range.end > tree_range.offset && range.start < tree_end)
+                {
+                    return Err(BackupError::Lost {
+                        what: label,
+                        detail: "its directory tree is lost, so no file can be restored"
+                            .to_string(),
+                    });
+                }
                 let mut tree_bytes = Vec::with_capacity(tree_range.bytes as usize);
                 reader.copy(
                     tree_range.offset,
@@ -139,11 +161,18 @@ impl BackupStore {
                     },
                 )?;
                 let tree = Tree::decode(&tree_bytes)?;
-                let mut applier = TreeApplier::prepare(&root, tree)?;
+                let left_out = losses::exclude_lost_files(tree, &lost);
+                reader.skip_lost = !lost.is_empty();
+                let mut applier = TreeApplier::prepare(&root, left_out.tree)?;
                 reader.copy(0, tree_range.offset, &mut report, |offset, data| {
-                    applier.write(offset, data)
+                    losses::write_outside(&left_out.excluded, offset, data, |offset, data| {
+                        applier.write(offset, data)
+                    })
                 })?;
                 report.tree = Some(applier.finish()?);
+                if !left_out.paths.is_empty() {
+                    return Err(losses::lost_files_error(&label, &left_out.paths));
+                }
             }
             (_, RestoreTarget::Directory(root)) => {
                 return Err(BackupError::InvalidArgument(format!(
@@ -152,6 +181,15 @@ impl BackupStore {
                     backup.version,
                     root.display()
                 )))
+            }
+            (_, RestoreTarget::File(_) | RestoreTarget::Writer(_)) if !lost.is_empty() => {
+                return Err(BackupError::Lost {
+                    what: label,
+                    detail: format!(
+                        "{} are lost; nothing was written",
+                        losses::describe_ranges(&losses::merged(&lost))
+                    ),
+                });
             }
             (_, RestoreTarget::File(path)) => {
                 let file = std::fs::OpenOptions::new()
@@ -205,6 +243,8 @@ struct StreamReader<'a, V: CatalogView> {
     view: &'a V,
     sources: &'a [ChunkSource],
     cache: SegmentCache,
+    /// Lost chunks read as zeros instead of failing: only when the sink drops their bytes.
+    skip_lost: bool,
 }
 
 impl<V: CatalogView> StreamReader<'_, V> {
@@ -350,6 +390,15 @@ impl WindowPlanner {
                                 format!("segment {segment}"),
                                 format!("chunk {index} is referenced but was removed"),
                             ))
+                        }
+                        ChunkStorage::Lost if reader.skip_lost => {
+                            window.zero_bytes += chunk.raw_bytes as u64
+                        }
+                        ChunkStorage::Lost => {
+                            return Err(BackupError::Lost {
+                                what: format!("chunk {index} of segment {segment}"),
+                                detail: "its bytes were damaged".to_string(),
+                            })
                         }
                     }
                     chunk.raw_bytes

@@ -85,8 +85,8 @@ impl BackupStore {
             referenced_bytes: 0,
             garbage_bytes: 0,
             space_saving: 0.0,
-            index_entries: self.index.len(),
-            index_memory_bytes: self.index.memory_bytes(),
+            index_entries: self.index.as_ref().map_or(0, |index| index.len()),
+            index_memory_bytes: self.index.as_ref().map_or(0, |index| index.memory_bytes()),
         };
         for record in self.series()? {
             stats.series += 1;

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use onecopy_backup::{
-    BackupSource, BackupStore, CreateOptions, CreateReport, DedupMode, OpenOptions, RestoreTarget,
-    RuntimeOptions, StoreOptions,
+    BackupSource, BackupStore, CheckOptions, CreateOptions, CreateReport, DedupMode, OpenOptions,
+    RestoreTarget, RuntimeOptions, StoreOptions,
 };
 use onecopy_core::storage::Storage;
 
@@ -154,7 +154,17 @@ pub fn restore_bytes(store: &BackupStore, series: &str, version: Option<u32>) ->
     bytes
 }
 
+/// Checks with every stored byte read and asserts that nothing but leftovers was found.
 pub fn assert_check_ok(store: &mut BackupStore) {
-    let report = store.check(Default::default()).expect("check runs");
-    assert!(report.is_ok(), "check failed: {:#?}", report.errors);
+    let report = store
+        .check(CheckOptions {
+            read_data: true,
+            repair: false,
+        })
+        .expect("check runs");
+    assert!(
+        report.is_clean(),
+        "check found problems: {:#?}",
+        report.findings
+    );
 }

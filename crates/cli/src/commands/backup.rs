@@ -22,7 +22,7 @@ use crate::output::{byte_progress, print_json};
 
 mod print;
 use crate::Cli;
-use print::{format_time, print_create, print_delete, print_delete_plan};
+use print::{format_time, print_create, print_delete, print_delete_plan, print_face_report};
 
 #[derive(Args, Debug)]
 pub struct BackupArgs {
@@ -142,11 +142,25 @@ pub enum BackupCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Verify that every recipe resolves and every checksum holds.
+    /// Check the backup store: records, reference counts, containers, the segment index.
+    /// Exit status 0 when clean, 1 when something needs `--repair`, 3 when data is lost.
     Check {
-        /// Check the records only, without reading stored chunks.
+        /// Also read every stored chunk: record headers, checksums and fingerprints.
         #[arg(long)]
-        metadata_only: bool,
+        read_data: bool,
+        /// Rebuild derived data, remove leftovers, rewrite damaged containers (taking damaged
+        /// chunks from intact copies where the store has one) and record what is lost.
+        #[arg(long)]
+        repair: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give back the space of removed chunks that deletions left in containers still in use
+    /// (rewrites those containers without them).
+    Compact {
+        /// Show what would be rewritten and freed without changing anything.
+        #[arg(long)]
+        dry_run: bool,
         #[arg(long)]
         json: bool,
     },
@@ -182,7 +196,7 @@ fn open_with(
     let repository = Repository::open(&cli.repository_path())?;
     let lock = repository.lock_face("backup", &format!("onecopy backup {command}"))?;
     let storage = repository.face_storage("backup")?;
-    let store = BackupStore::open(
+    let mut store = BackupStore::open(
         storage,
         OpenOptions {
             store,
@@ -190,6 +204,9 @@ fn open_with(
             read_only,
         },
     )?;
+    for notice in store.take_notices() {
+        eprintln!("onecopy: backup: {notice}");
+    }
     Ok(Opened { store, _lock: lock })
 }
 
@@ -403,36 +420,58 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
             Ok(())
         }
         BackupCommand::Check {
-            metadata_only,
+            read_data,
+            repair,
             json,
         } => {
-            let mut opened = open(cli, "check", None, RuntimeOptions::default())?;
-            let report = opened.store.check(CheckOptions {
-                read_data: !metadata_only,
-            })?;
+            let repository = Repository::open(&cli.repository_path())?;
+            let _lock = repository.lock_face("backup", "onecopy backup check")?;
+            let storage = repository.face_storage("backup")?;
+            let report = BackupStore::check_at(
+                storage,
+                CheckOptions {
+                    repair: *repair,
+                    read_data: *read_data,
+                },
+            )?;
             if *json {
                 print_json(&report)?;
             } else {
-                for warning in &report.warnings {
-                    println!("warning: {warning}");
-                }
-                for error in &report.errors {
-                    println!("error: {error}");
-                }
-                println!(
-                    "checked {} backups of {} series, {} segments, {} containers, {} chunks ({}) in {:.1} s",
-                    report.backups,
-                    report.series,
-                    report.segments,
-                    report.containers,
-                    report.chunks_verified,
-                    format_size(report.bytes_verified),
-                    report.seconds
-                );
+                print_face_report(&report);
             }
-            if !report.is_ok() {
-                bail!("the backup store has {} errors", report.errors.len());
+            let code = report.status().code();
+            if code != 0 {
+                std::process::exit(code.into());
             }
+            Ok(())
+        }
+        BackupCommand::Compact { dry_run, json } => {
+            let mut opened = open(cli, "compact", None, RuntimeOptions::default())?;
+            let plan = opened.store.plan_compact()?;
+            if *dry_run {
+                return if *json {
+                    print_json(&plan)
+                } else {
+                    println!(
+                        "would rewrite {} containers, writing {} and freeing {}",
+                        plan.containers.len(),
+                        format_size(plan.rewrite_bytes),
+                        format_size(plan.reclaimable_bytes)
+                    );
+                    Ok(())
+                };
+            }
+            let report = opened.store.compact(plan)?;
+            if *json {
+                return print_json(&report);
+            }
+            println!(
+                "compacted in {:.2} s: {} containers rewritten, {} removed, {} freed",
+                report.seconds,
+                report.containers_rewritten,
+                report.containers_removed,
+                format_size(report.reclaimed_bytes)
+            );
             Ok(())
         }
     }
