@@ -326,36 +326,40 @@ pub(crate) fn read_stream(
         if offset >= end {
             break;
         }
-        let (raw_bytes, location) = match source {
-            ChunkSource::Zero { raw_bytes } => (raw_bytes, None),
+        let (raw_bytes, storage, name) = match source {
+            ChunkSource::Zero { raw_bytes } => (raw_bytes, ChunkStorage::Zero, None),
             ChunkSource::Stored { segment, index } => {
                 let record = cache.get(view, segment)?;
                 let chunk = record.chunks.get(index as usize).ok_or_else(|| {
                     BackupError::corrupt(format!("segment {segment}"), format!("no chunk {index}"))
                 })?;
-                match chunk.storage {
-                    ChunkStorage::Zero => (chunk.raw_bytes, None),
-                    ChunkStorage::Stored(location) => (chunk.raw_bytes, Some(location)),
-                    ChunkStorage::Removed | ChunkStorage::Lost => {
-                        return Err(BackupError::Lost {
-                            what: format!("chunk {index} of segment {segment}"),
-                            detail: "its bytes are not stored".to_string(),
-                        })
-                    }
-                }
+                (chunk.raw_bytes, chunk.storage, Some((segment, index)))
             }
         };
         let chunk_end = offset + raw_bytes as u64;
-        if chunk_end > start {
-            buffer.clear();
-            buffer.resize(raw_bytes as usize, 0);
-            if let Some(location) = location {
-                store.containers.read_chunk(&location, &mut buffer)?;
-            }
-            let from = start.saturating_sub(offset) as usize;
-            let to = (end.min(chunk_end) - offset) as usize;
-            out.extend_from_slice(&buffer[from..to]);
+        if chunk_end <= start {
+            offset = chunk_end;
+            continue;
         }
+        let location = match storage {
+            ChunkStorage::Zero => None,
+            ChunkStorage::Stored(location) => Some(location),
+            ChunkStorage::Removed | ChunkStorage::Lost => {
+                let (segment, index) = name.expect("only stored sources have these");
+                return Err(BackupError::Lost {
+                    what: format!("chunk {index} of segment {segment}"),
+                    detail: "its bytes are not stored".to_string(),
+                });
+            }
+        };
+        buffer.clear();
+        buffer.resize(raw_bytes as usize, 0);
+        if let Some(location) = location {
+            store.containers.read_chunk(&location, &mut buffer)?;
+        }
+        let from = start.saturating_sub(offset) as usize;
+        let to = (end.min(chunk_end) - offset) as usize;
+        out.extend_from_slice(&buffer[from..to]);
         offset = chunk_end;
     }
     if out.len() as u64 != end - start {

@@ -23,7 +23,8 @@
 //! the truth; the index is derived data that may be ahead (segments of a backup whose recipe
 //! never committed) or behind (removals not yet checkpointed, or an index that was lost).
 //!
-//! **The reserve** is a file of [`RESERVE_BYTES_MIN`] or more bytes, written at creation and
+//! **The reserve** is a file of [`RESERVE_BYTES_MIN`] or more bytes (see
+//! [`RuntimeOptions::reserve_bytes_min`]), written at creation and
 //! again whenever it is missing and there is room. Operations that free space (deletion,
 //! expiry, compaction, repair) remove it just before their catalog commit, so that the commit
 //! finds room even when containers filled the disk, and write it again once the containers
@@ -57,7 +58,7 @@ pub(crate) const CATALOG_FILE: &str = "catalog.redb";
 pub(crate) const CONTAINERS_DIRECTORY: &str = "containers";
 /// The reserve file (see the module documentation).
 pub(crate) const RESERVE_FILE: &str = "reserve";
-/// Smallest reserve; it grows to an eighth of the catalog's size.
+/// Smallest reserve by default; it grows to an eighth of the catalog's size.
 pub const RESERVE_BYTES_MIN: u64 = 8 << 20;
 /// Largest reserve.
 pub const RESERVE_BYTES_MAX: u64 = 256 << 20;
@@ -518,7 +519,8 @@ impl BackupStore {
 
     fn write_reserve(&self) -> Result<()> {
         let catalog_bytes = self.storage.open(CATALOG_FILE, false)?.len()?;
-        let wanted = (catalog_bytes / 8).clamp(RESERVE_BYTES_MIN, RESERVE_BYTES_MAX);
+        let minimum = self.runtime.reserve_bytes_min.min(RESERVE_BYTES_MAX);
+        let wanted = (catalog_bytes / 8).clamp(minimum, RESERVE_BYTES_MAX);
         if self.storage.exists(RESERVE_FILE)?
             && self.storage.open(RESERVE_FILE, false)?.len()? >= wanted
         {
