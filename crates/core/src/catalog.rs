@@ -470,6 +470,244 @@ impl CatalogWrite {
     }
 }
 
+/// What [`Catalog::repair_header`] changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeaderRepair {
+    /// What was wrong and put right, one line each; empty when the header was intact.
+    pub repaired: Vec<String>,
+    /// The newest commit could not be recovered and the catalog now holds the one before:
+    /// what the last command committed is lost.
+    pub rolled_back: bool,
+    /// Where the file as it was before the repair was kept.
+    pub kept_as: Option<String>,
+}
+
+// redb's super-header (redb 4, file format 3; `tree_store/page_store/header.rs`): the
+// magic number, the god byte (primary slot bit, recovery-required, two-phase-commit and
+// primary-unflushed flags), two bytes of padding, then constants of the file's geometry
+// (page size, region header pages, region data pages), then the region counts, which redb
+// recomputes from the file length when recovery is required. Two commit slots of 128 bytes
+// follow, each ending in an XXH3-128 checksum of its first 112 bytes, with the transaction
+// id at bytes 104-112 and the file format version in byte 0.
+const HEADER_MAGIC_BYTES: usize = 9;
+const HEADER_GOD_BYTE: usize = 9;
+const HEADER_GEOMETRY: std::ops::Range<usize> = 12..24;
+const HEADER_SLOTS: [usize; 2] = [64, 192];
+const HEADER_BYTES: usize = 320;
+const SLOT_BYTES: usize = 128;
+const SLOT_CHECKED_BYTES: usize = 112;
+const SLOT_TRANSACTION: std::ops::Range<usize> = 104..112;
+const SLOT_FORMAT_VERSION: u8 = 3;
+const GOD_PRIMARY_SLOT_1: u8 = 1;
+const GOD_RECOVERY_REQUIRED: u8 = 2;
+const GOD_TWO_PHASE_COMMIT: u8 = 4;
+
+/// True when `slot` is a commit slot whose checksum holds.
+fn slot_valid(slot: &[u8]) -> bool {
+    let stored = u128::from_le_bytes(slot[SLOT_CHECKED_BYTES..SLOT_BYTES].try_into().expect("16"));
+    slot[0] == SLOT_FORMAT_VERSION
+        && xxhash_rust::xxh3::xxh3_128(&slot[..SLOT_CHECKED_BYTES]) == stored
+}
+
+/// Puts right one damaged byte of `slot` if one change makes its checksum hold (a 128-bit
+/// checksum: a wrong match is not a practical concern); true when `slot` is valid after.
+fn correct_slot(slot: &mut [u8]) -> bool {
+    if slot_valid(slot) {
+        return true;
+    }
+    for position in 0..SLOT_BYTES {
+        let original = slot[position];
+        for value in 0..=u8::MAX {
+            if value == original {
+                continue;
+            }
+            slot[position] = value;
+            if slot_valid(slot) {
+                return true;
+            }
+        }
+        slot[position] = original;
+    }
+    false
+}
+
+impl Catalog {
+    /// Repairs the super-header of the catalog in file `name`, the part of redb's file no
+    /// page checksum covers and whose damage makes every open fail:
+    ///
+    /// - the magic number and the geometry constants are written as a new catalog of this
+    ///   build has them;
+    /// - a commit slot whose checksum fails gets the one-byte correction that makes it hold,
+    ///   if there is one;
+    /// - the god byte is written again: the primary is the valid slot with the newest
+    ///   transaction, two-phase commit is set (so that redb trusts nothing older silently),
+    ///   and recovery is required, so that the next writable open recomputes the region
+    ///   counts from the file's length and verifies every page of the primary's trees.
+    ///
+    /// When the newest slot cannot be put right, the older one is used: the catalog goes
+    /// back to the commit before ([`HeaderRepair::rolled_back`]). Nothing changes for a
+    /// catalog whose verified copy opens. Otherwise the file as it was is kept as
+    /// `<name>.damaged` first, and when the repaired header does not make a verified copy
+    /// open either, the old header is put back. Errors: [`Error::Corrupt`] when no slot is
+    /// valid, the file is too short to hold a header, or the damage is not in the header.
+    pub fn repair_header(storage: &Arc<dyn Storage>, name: &str) -> Result<HeaderRepair> {
+        let what = || format!("catalog {name} in {}", storage.describe());
+        if Catalog::open_verified_copy(storage, name).is_ok() {
+            return Ok(HeaderRepair::default());
+        }
+        let file = storage.open(name, false)?;
+        let length = file.len()?;
+        if length < 4096 {
+            return Err(Error::corrupt(
+                what(),
+                format!("{length} bytes: too short to hold redb's header page"),
+            ));
+        }
+        let mut header = [0u8; HEADER_BYTES];
+        file.read_at(0, &mut header)?;
+        let template = template_header()?;
+        let mut repaired = HeaderRepair::default();
+        let mut fixed = header;
+        if fixed[..HEADER_MAGIC_BYTES] != template[..HEADER_MAGIC_BYTES] {
+            fixed[..HEADER_MAGIC_BYTES].copy_from_slice(&template[..HEADER_MAGIC_BYTES]);
+            repaired.repaired.push("redb's magic number".to_string());
+        }
+        if fixed[HEADER_GEOMETRY] != template[HEADER_GEOMETRY] || fixed[10..12] != [0, 0] {
+            fixed[HEADER_GEOMETRY].copy_from_slice(&template[HEADER_GEOMETRY]);
+            fixed[10..12].fill(0);
+            repaired
+                .repaired
+                .push("the page size and region geometry".to_string());
+        }
+        let mut valid = [false; 2];
+        let mut transaction = [0u64; 2];
+        for (index, &at) in HEADER_SLOTS.iter().enumerate() {
+            let slot = &mut fixed[at..at + SLOT_BYTES];
+            let was_valid = slot_valid(slot);
+            valid[index] = correct_slot(slot);
+            if valid[index] && !was_valid {
+                repaired
+                    .repaired
+                    .push(format!("a damaged byte of commit slot {index}"));
+            }
+            transaction[index] =
+                u64::from_le_bytes(slot[SLOT_TRANSACTION].try_into().expect("8 bytes"));
+        }
+        let primary = match valid {
+            [false, false] => {
+                return Err(Error::corrupt(
+                    what(),
+                    "both of redb's commit slots are damaged beyond a one-byte correction",
+                ))
+            }
+            [true, false] => 0,
+            [false, true] => 1,
+            [true, true] => usize::from(transaction[1] > transaction[0]),
+        };
+        let newest = usize::from(transaction[1] > transaction[0]);
+        if primary != newest {
+            repaired.rolled_back = true;
+            repaired.repaired.push(format!(
+                "the newest commit slot (transaction {}) is lost: back to transaction {}",
+                transaction[newest], transaction[primary]
+            ));
+        }
+        let current_primary = usize::from(header[HEADER_GOD_BYTE] & GOD_PRIMARY_SLOT_1 != 0);
+        let primary_bit = if primary == 1 { GOD_PRIMARY_SLOT_1 } else { 0 };
+        let god = primary_bit | GOD_RECOVERY_REQUIRED | GOD_TWO_PHASE_COMMIT;
+        let known_flags = GOD_RECOVERY_REQUIRED | GOD_TWO_PHASE_COMMIT | GOD_PRIMARY_SLOT_1;
+        if current_primary != primary || header[HEADER_GOD_BYTE] & !known_flags != 0 {
+            repaired
+                .repaired
+                .push("the flags naming the primary commit slot".to_string());
+        }
+        if repaired.repaired.is_empty() {
+            // The region counts, which no checksum covers: recovery recomputes them.
+            repaired
+                .repaired
+                .push("the region counts (recomputed from the file's length)".to_string());
+        }
+        fixed[HEADER_GOD_BYTE] = god;
+        let kept = format!("{name}.damaged");
+        let mut whole = vec![0u8; length as usize];
+        file.read_at(0, &mut whole)?;
+        crate::storage::write_atomically(storage.as_ref(), &kept, &whole)?;
+        repaired.kept_as = Some(kept);
+        file.write_at(0, &fixed)?;
+        file.sync_data()?;
+        if let Err(error) = Catalog::open_verified_copy(storage, name) {
+            file.write_at(0, &header)?;
+            file.sync_data()?;
+            return Err(Error::corrupt(
+                what(),
+                format!(
+                    "the damage is not (only) in redb's header, which was left as it was: \
+                     {error}"
+                ),
+            ));
+        }
+        Ok(repaired)
+    }
+}
+
+/// The super-header of a new catalog of this build, with one commit, to take redb's
+/// constants from. Checks that its slots verify the way [`slot_valid`] computes, so that a
+/// redb whose header differs from the one described above refuses a repair instead of
+/// writing a wrong header.
+fn template_header() -> Result<[u8; HEADER_BYTES]> {
+    let backend = Arc::new(MemoryBackend {
+        bytes: parking_lot::RwLock::new(Vec::new()),
+    });
+    let database = redb::Builder::new()
+        .set_cache_size(CACHE_BYTES)
+        .create_with_backend(SharedMemory(Arc::clone(&backend)))
+        .map_err(catalog_error)?;
+    let transaction = database.begin_write().map_err(catalog_error)?;
+    transaction
+        .open_table(META)
+        .map_err(catalog_error)?
+        .insert("schema_version", SCHEMA_VERSION)
+        .map_err(catalog_error)?;
+    transaction.commit().map_err(catalog_error)?;
+    drop(database);
+    let bytes = backend.bytes.read()[..HEADER_BYTES].to_vec();
+    let header: [u8; HEADER_BYTES] = bytes.try_into().expect("a header's bytes");
+    let layout_known = &header[..HEADER_MAGIC_BYTES] == b"redb\x1a\x0a\xa9\x0d\x0a"
+        && HEADER_SLOTS
+            .iter()
+            .any(|&at| slot_valid(&header[at..at + SLOT_BYTES]));
+    if !layout_known {
+        return Err(Error::Catalog(
+            "this build's redb writes a header the catalog repair does not know; \
+             the header was left as it is"
+                .to_string(),
+        ));
+    }
+    Ok(header)
+}
+
+/// A memory backend shared with the caller, who reads the bytes after the database closed.
+#[derive(Debug)]
+struct SharedMemory(Arc<MemoryBackend>);
+
+impl redb::StorageBackend for SharedMemory {
+    fn len(&self) -> std::result::Result<u64, std::io::Error> {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::result::Result<(), std::io::Error> {
+        self.0.read(offset, out)
+    }
+    fn set_len(&self, length: u64) -> std::result::Result<(), std::io::Error> {
+        self.0.set_len(length)
+    }
+    fn sync_data(&self) -> std::result::Result<(), std::io::Error> {
+        Ok(())
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> std::result::Result<(), std::io::Error> {
+        self.0.write(offset, data)
+    }
+}
+
 /// The text of a caught panic, for an error message.
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     if let Some(text) = panic.downcast_ref::<&str>() {
@@ -759,6 +997,85 @@ mod tests {
         assert!(Catalog::open_verified_copy(&storage, "catalog.redb")
             .unwrap_err()
             .is_corrupt());
+    }
+
+    /// Goal: any single damaged byte of redb's super-header (which no page checksum covers
+    /// and which makes every open fail) is put right by `repair_header`, and the catalog then
+    /// reads its newest commit; when the newest commit slot is beyond repair the catalog goes
+    /// back to the commit before and says so. Method: flip each of the first 320 bytes in
+    /// turn (two patterns), repair, open, compare with the committed values.
+    #[test]
+    fn header_repair_restores_the_newest_commit() {
+        let simulated = SimulatedStorage::new();
+        let storage: Arc<dyn Storage> = Arc::new(simulated.clone());
+        {
+            let catalog = Catalog::open(&storage, "catalog.redb").unwrap();
+            for round in 1..=3u64 {
+                let mut write = catalog.write().unwrap();
+                write.put_id(NUMBERS, 0, &round.to_le_bytes()).unwrap();
+                write.commit().unwrap();
+            }
+        }
+        let file = storage.open("catalog.redb", false).unwrap();
+        let mut original = vec![0u8; file.len().unwrap() as usize];
+        file.read_at(0, &mut original).unwrap();
+        let round_of = |catalog: &Catalog| {
+            let bytes = catalog.read().unwrap().get_id(NUMBERS, 0).unwrap().unwrap();
+            u64::from_le_bytes(bytes.try_into().unwrap())
+        };
+        let mut broken = 0;
+        for offset in 0..HEADER_BYTES {
+            for mask in [0x01u8, 0xff] {
+                file.write_at(0, &original).unwrap();
+                file.set_len(original.len() as u64).unwrap();
+                let mut damaged = original[..HEADER_BYTES].to_vec();
+                damaged[offset] ^= mask;
+                file.write_at(0, &damaged).unwrap();
+                let opened = Catalog::open_verified_copy(&storage, "catalog.redb");
+                if opened.is_err() {
+                    broken += 1;
+                }
+                let repair = Catalog::repair_header(&storage, "catalog.redb")
+                    .unwrap_or_else(|error| panic!("byte {offset} ^ {mask:#x}: {error}"));
+                assert!(
+                    !repair.rolled_back,
+                    "byte {offset}: one byte is always correctable"
+                );
+                let catalog = Catalog::open(&storage, "catalog.redb")
+                    .unwrap_or_else(|error| panic!("byte {offset} ^ {mask:#x}: {error}"));
+                assert_eq!(round_of(&catalog), 3, "byte {offset} ^ {mask:#x}");
+                drop(catalog);
+                assert!(Catalog::open_verified_copy(&storage, "catalog.redb").is_ok());
+            }
+        }
+        assert!(broken > 100, "most header bytes matter: {broken}");
+
+        // Two bytes of the primary slot: no one-byte correction. The commit before is used
+        // only if its pages still verify; otherwise the repair fails and leaves the header
+        // as it was (never a header that opens something unverified).
+        file.write_at(0, &original).unwrap();
+        let primary = if original[HEADER_GOD_BYTE] & GOD_PRIMARY_SLOT_1 != 0 {
+            HEADER_SLOTS[1]
+        } else {
+            HEADER_SLOTS[0]
+        };
+        let mut damaged = original[..HEADER_BYTES].to_vec();
+        damaged[primary + 20] ^= 0x55;
+        damaged[primary + 60] ^= 0x55;
+        file.write_at(0, &damaged).unwrap();
+        match Catalog::repair_header(&storage, "catalog.redb") {
+            Ok(repair) => {
+                assert!(repair.rolled_back, "{repair:?}");
+                let catalog = Catalog::open(&storage, "catalog.redb").unwrap();
+                assert_eq!(round_of(&catalog), 2);
+            }
+            Err(error) => {
+                assert!(error.is_corrupt(), "{error}");
+                let mut now = vec![0u8; HEADER_BYTES];
+                file.read_at(0, &mut now).unwrap();
+                assert_eq!(now, damaged, "a failed repair leaves the header as it was");
+            }
+        }
     }
 
     fn model(round: u64) -> BTreeMap<u64, Vec<u8>> {
