@@ -36,9 +36,7 @@ use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::storage::Storage;
 
 use crate::changes::Changes;
-use crate::check::{
-    container_object, face_path, verify_chunk, Inspection, PlacedChunk, Problem, FACE,
-};
+use crate::check::{face_path, verify_chunk, Inspection, PlacedChunk, Problem, FACE};
 use crate::error::{BackupError, Result};
 use crate::losses::{self, put_losses, LossRecord};
 use crate::recipe::{ChunkReference, Recipe};
@@ -782,30 +780,67 @@ fn count_references(
     Ok(counts)
 }
 
-/// `check` of a face whose catalog does not open: the damage, named, and (with a repair)
-/// what could be done about it.
+/// `check` of a face whose catalog does not open: the damage, named, and with a repair,
+/// what can be done about it. The repair puts right redb's super-header
+/// ([`Catalog::repair_header`]; the damaged file is kept beside it) and then checks and
+/// repairs the rest as usual. Damage inside the catalog's pages cannot be repaired: the
+/// records it held exist nowhere else (restore the catalog from a copy).
+///
+/// [`Catalog::repair_header`]: onecopy_core::catalog::Catalog::repair_header
 pub(crate) fn check_damaged_catalog(
     storage: Arc<dyn Storage>,
     options: CheckOptions,
     error: BackupError,
 ) -> Result<FaceReport> {
-    let _ = options;
-    let mut report = FaceReport::new(FACE);
-    let containers = onecopy_core::container::ContainerStore::new(
-        Arc::clone(&storage),
-        crate::store::CONTAINERS_DIRECTORY,
-        onecopy_core::container::ContainerOptions::default(),
-    )?;
-    let files = containers.list()?.len() as u64;
-    report.count("container_files", files);
-    report.push(Finding::new(
-        FindingKind::Damage,
-        face_path(CATALOG_FILE),
-        format!(
-            "the catalog does not open ({error}); no backup can be listed or restored until \
-             it is repaired or restored from a copy"
-        ),
+    let object = face_path(CATALOG_FILE);
+    let detail = format!("the catalog does not open: {error}");
+    let unrepaired = |why: Option<String>| -> Result<FaceReport> {
+        let mut report = FaceReport::new(FACE);
+        let containers = onecopy_core::container::ContainerStore::new(
+            Arc::clone(&storage),
+            crate::store::CONTAINERS_DIRECTORY,
+            onecopy_core::container::ContainerOptions::default(),
+        )?;
+        report.count("container_files", containers.list()?.len() as u64);
+        let mut finding = Finding::new(FindingKind::Damage, &object, &detail);
+        if let Some(why) = why {
+            finding.detail += &format!(
+                "; the repair could not put it right ({why}): no backup can be listed or \
+                 restored until the catalog is restored from a copy"
+            );
+        }
+        report.push(finding);
+        Ok(report)
+    };
+    if !options.repair {
+        return unrepaired(None);
+    }
+    let repaired = match onecopy_core::catalog::Catalog::repair_header(&storage, CATALOG_FILE) {
+        Ok(repaired) if !repaired.repaired.is_empty() => repaired,
+        Ok(_) => return unrepaired(Some("its header is intact".to_string())),
+        Err(repair_error) if repair_error.is_corrupt() => {
+            return unrepaired(Some(repair_error.to_string()))
+        }
+        Err(repair_error) => return Err(repair_error.into()),
+    };
+    let mut store = BackupStore::open(Arc::clone(&storage), crate::store::OpenOptions::default())?;
+    let mut report = store.check(options)?;
+    let mut finding = Finding::new(FindingKind::Damage, &object, detail).repaired(format!(
+        "redb's header put right: {}{}",
+        repaired.repaired.join(", "),
+        repaired
+            .kept_as
+            .map(|kept| format!(" (the damaged file is kept as {})", face_path(&kept)))
+            .unwrap_or_default()
     ));
-    let _ = container_object;
+    if repaired.rolled_back {
+        finding = finding.with_lost([
+            "the catalog's last commit: what the last backup command did (a backup created, \
+             deleted or reverse-deduplicated) is undone"
+                .to_string(),
+        ]);
+    }
+    report.findings.insert(0, finding);
+    report.repaired = true;
     Ok(report)
 }

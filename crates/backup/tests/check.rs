@@ -369,8 +369,9 @@ fn walk(path: &std::path::Path) -> Vec<std::path::PathBuf> {
 }
 
 /// Goal: a catalog that does not open is reported as damage naming the file and what redb
-/// found, instead of the check failing to run; opening the store fails with the same
-/// corruption. Method: overwrite the catalog's first bytes (redb's magic number).
+/// found, instead of the check failing to run (opening the store fails naming it), and the
+/// repair puts the header right so that every backup restores again. Method: damage redb's
+/// magic number.
 #[test]
 fn damaged_catalog_is_reported() {
     let storage = simulated();
@@ -386,5 +387,24 @@ fn damaged_catalog_is_reported() {
     assert!(
         report.findings[0].detail.contains("magic number"),
         "{report:#?}"
+    );
+    let repaired = BackupStore::check_at(Arc::clone(&storage), REPAIR).unwrap();
+    assert_eq!(repaired.status(), ExitStatus::Clean, "{repaired:#?}");
+    assert!(repaired.findings[0]
+        .repair
+        .as_deref()
+        .unwrap()
+        .contains("magic number"));
+    let store = BackupStore::open(
+        Arc::clone(&storage),
+        OpenOptions {
+            read_only: true,
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        restore_bytes(&store, "vm", Some(1)),
+        random_bytes(7, 60 << 10)
     );
 }
