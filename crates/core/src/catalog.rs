@@ -492,6 +492,7 @@ pub struct HeaderRepair {
 const HEADER_MAGIC_BYTES: usize = 9;
 const HEADER_GOD_BYTE: usize = 9;
 const HEADER_GEOMETRY: std::ops::Range<usize> = 12..24;
+const HEADER_UNUSED: std::ops::Range<usize> = 32..64;
 const HEADER_SLOTS: [usize; 2] = [64, 192];
 const HEADER_BYTES: usize = 320;
 const SLOT_BYTES: usize = 128;
@@ -501,6 +502,7 @@ const SLOT_FORMAT_VERSION: u8 = 3;
 const GOD_PRIMARY_SLOT_1: u8 = 1;
 const GOD_RECOVERY_REQUIRED: u8 = 2;
 const GOD_TWO_PHASE_COMMIT: u8 = 4;
+const GOD_PRIMARY_UNFLUSHED: u8 = 8;
 
 /// True when `slot` is a commit slot whose checksum holds.
 fn slot_valid(slot: &[u8]) -> bool {
@@ -532,6 +534,72 @@ fn correct_slot(slot: &mut [u8]) -> bool {
 }
 
 impl Catalog {
+    /// What is wrong with the super-header of the catalog in file `name`, read only: fields
+    /// that differ from a new catalog's constants, commit slots whose checksum fails, flags
+    /// no redb writes. A damaged slot that is not the primary one does not stop opens (it
+    /// holds the commit before, and the next commit overwrites it), but it is damage.
+    pub fn inspect_header(storage: &Arc<dyn Storage>, name: &str) -> Result<Vec<String>> {
+        let file = storage.open(name, false)?;
+        if file.len()? < HEADER_BYTES as u64 {
+            return Ok(vec![
+                "the file is too short to hold redb's header".to_string()
+            ]);
+        }
+        let mut header = [0u8; HEADER_BYTES];
+        file.read_at(0, &mut header)?;
+        let template = template_header()?;
+        let mut problems = Vec::new();
+        if header[..HEADER_MAGIC_BYTES] != template[..HEADER_MAGIC_BYTES] {
+            problems.push("redb's magic number is damaged".to_string());
+        }
+        if header[HEADER_GEOMETRY] != template[HEADER_GEOMETRY] || header[10..12] != [0, 0] {
+            problems.push("the page size or region geometry is damaged".to_string());
+        }
+        let known_flags = GOD_RECOVERY_REQUIRED
+            | GOD_TWO_PHASE_COMMIT
+            | GOD_PRIMARY_SLOT_1
+            | GOD_PRIMARY_UNFLUSHED;
+        if header[HEADER_GOD_BYTE] & !known_flags != 0 {
+            problems.push("the god byte holds flags redb never writes".to_string());
+        }
+        if header[HEADER_UNUSED].iter().any(|&byte| byte != 0) {
+            problems.push("bytes redb leaves zero are not (harmless to redb)".to_string());
+        }
+        let primary = usize::from(header[HEADER_GOD_BYTE] & GOD_PRIMARY_SLOT_1 != 0);
+        let transaction = |index: usize| {
+            let at = HEADER_SLOTS[index];
+            u64::from_le_bytes(
+                header[at..at + SLOT_BYTES][SLOT_TRANSACTION]
+                    .try_into()
+                    .expect("8"),
+            )
+        };
+        let both_valid = HEADER_SLOTS
+            .iter()
+            .all(|&at| slot_valid(&header[at..at + SLOT_BYTES]));
+        // A clean file's primary holds the newest commit; only a commit interrupted between
+        // its two flushes (which leaves recovery required) has it the other way round.
+        if both_valid
+            && transaction(primary) < transaction(1 - primary)
+            && header[HEADER_GOD_BYTE] & GOD_RECOVERY_REQUIRED == 0
+        {
+            problems.push("the god byte names the older commit slot as the primary".to_string());
+        }
+        for (index, &at) in HEADER_SLOTS.iter().enumerate() {
+            if !slot_valid(&header[at..at + SLOT_BYTES]) {
+                problems.push(format!(
+                    "commit slot {index} ({}) fails its checksum",
+                    if index == primary {
+                        "the primary"
+                    } else {
+                        "the previous commit's, which the next commit overwrites"
+                    }
+                ));
+            }
+        }
+        Ok(problems)
+    }
+
     /// Repairs the super-header of the catalog in file `name`, the part of redb's file no
     /// page checksum covers and whose damage makes every open fail:
     ///
@@ -546,13 +614,16 @@ impl Catalog {
     ///
     /// When the newest slot cannot be put right, the older one is used: the catalog goes
     /// back to the commit before ([`HeaderRepair::rolled_back`]). Nothing changes for a
-    /// catalog whose verified copy opens. Otherwise the file as it was is kept as
+    /// catalog whose verified copy opens and whose header [`Catalog::inspect_header`] finds
+    /// intact. Otherwise the file as it was is kept as
     /// `<name>.damaged` first, and when the repaired header does not make a verified copy
     /// open either, the old header is put back. Errors: [`Error::Corrupt`] when no slot is
     /// valid, the file is too short to hold a header, or the damage is not in the header.
     pub fn repair_header(storage: &Arc<dyn Storage>, name: &str) -> Result<HeaderRepair> {
         let what = || format!("catalog {name} in {}", storage.describe());
-        if Catalog::open_verified_copy(storage, name).is_ok() {
+        if Catalog::open_verified_copy(storage, name).is_ok()
+            && Catalog::inspect_header(storage, name)?.is_empty()
+        {
             return Ok(HeaderRepair::default());
         }
         let file = storage.open(name, false)?;
@@ -579,6 +650,12 @@ impl Catalog {
                 .repaired
                 .push("the page size and region geometry".to_string());
         }
+        if fixed[HEADER_UNUSED].iter().any(|&byte| byte != 0) {
+            fixed[HEADER_UNUSED].fill(0);
+            repaired
+                .repaired
+                .push("unused bytes set to zero".to_string());
+        }
         let mut valid = [false; 2];
         let mut transaction = [0u64; 2];
         for (index, &at) in HEADER_SLOTS.iter().enumerate() {
@@ -593,6 +670,7 @@ impl Catalog {
             transaction[index] =
                 u64::from_le_bytes(slot[SLOT_TRANSACTION].try_into().expect("8 bytes"));
         }
+        let current_primary = usize::from(header[HEADER_GOD_BYTE] & GOD_PRIMARY_SLOT_1 != 0);
         let primary = match valid {
             [false, false] => {
                 return Err(Error::corrupt(
@@ -604,12 +682,13 @@ impl Catalog {
             [false, true] => 1,
             [true, true] => usize::from(transaction[1] > transaction[0]),
         };
-        let newest = usize::from(transaction[1] > transaction[0]);
-        if primary != newest {
+        // A damaged slot's transaction id means nothing: the god byte says which slot held
+        // the newest commit when only one slot is left.
+        if !valid[current_primary] {
             repaired.rolled_back = true;
             repaired.repaired.push(format!(
-                "the newest commit slot (transaction {}) is lost: back to transaction {}",
-                transaction[newest], transaction[primary]
+                "the newest commit slot is damaged beyond repair: back to transaction {}",
+                transaction[primary]
             ));
         }
         let current_primary = usize::from(header[HEADER_GOD_BYTE] & GOD_PRIMARY_SLOT_1 != 0);
@@ -1031,6 +1110,12 @@ mod tests {
                 let mut damaged = original[..HEADER_BYTES].to_vec();
                 damaged[offset] ^= mask;
                 file.write_at(0, &damaged).unwrap();
+                let problems = Catalog::inspect_header(&storage, "catalog.redb").unwrap();
+                // Only the region counts, which nothing can check, go unnoticed.
+                assert!(
+                    !problems.is_empty() || (24..32).contains(&offset),
+                    "byte {offset} ^ {mask:#x}"
+                );
                 let opened = Catalog::open_verified_copy(&storage, "catalog.redb");
                 if opened.is_err() {
                     broken += 1;
@@ -1046,6 +1131,8 @@ mod tests {
                 assert_eq!(round_of(&catalog), 3, "byte {offset} ^ {mask:#x}");
                 drop(catalog);
                 assert!(Catalog::open_verified_copy(&storage, "catalog.redb").is_ok());
+                let problems = Catalog::inspect_header(&storage, "catalog.redb").unwrap();
+                assert!(problems.is_empty(), "{offset}: {problems:?}");
             }
         }
         assert!(broken > 100, "most header bytes matter: {broken}");
