@@ -85,6 +85,9 @@ pub(crate) enum Problem {
     Container(ContainerId),
     /// Damaged primary records nothing can rebuild: recorded as a loss.
     Unrepairable,
+    /// Damage to the catalog's header that did not stop it from opening (a commit slot of
+    /// the commit before, bytes redb leaves zero): the next commit rewrites the header.
+    CatalogHeader,
     /// A loss an earlier repair recorded: nothing to do.
     Recorded,
 }
@@ -224,6 +227,17 @@ impl BackupStore {
         self.catalog.read_ahead();
         if let Ok(file) = self.storage.open(CATALOG_FILE, false) {
             inspection.count("catalog_bytes_verified", file.len()?);
+        }
+        let header = onecopy_core::catalog::Catalog::inspect_header(&self.storage, CATALOG_FILE)?;
+        if !header.is_empty() {
+            inspection.push(
+                Finding::new(
+                    FindingKind::Damage,
+                    face_path(CATALOG_FILE),
+                    format!("its header (redb's super-header): {}", header.join("; ")),
+                ),
+                Problem::CatalogHeader,
+            );
         }
         let read = self.catalog.read()?;
         let recorded = load_losses(&read)?;
@@ -600,12 +614,32 @@ impl BackupStore {
         inspection: &mut Inspection,
     ) -> Result<()> {
         let object = "segment index (backup/meta)";
+        // A manifest that does not read is what a checkpoint interrupted by a crash leaves,
+        // or damage; either way the index uses the other one (possibly an older checkpoint,
+        // which the serial comparison below reports) and the next checkpoint rewrites it.
+        let manifests = crate::segment_index::SegmentIndex::damaged_manifests(&self.storage)?;
+        for (name, problem) in manifests {
+            inspection.push(
+                Finding::new(
+                    FindingKind::Leftover,
+                    face_path(&name),
+                    format!(
+                        "{problem}: not a valid manifest (an interrupted checkpoint, or damage); \
+                         the segment index uses the other one"
+                    ),
+                ),
+                Problem::Index,
+            );
+        }
         if let Some(damage) = &self.index_damage {
-            let mut finding = Finding::new(FindingKind::Derived, object, damage.clone());
+            let mut detail = damage.clone();
             if self.index.is_some() {
-                finding = finding.repaired("thrown away at open; rebuilt from the catalog");
+                detail += "; thrown away at open (the next change or a repair fills it again)";
             }
-            inspection.push(finding, Problem::Index);
+            inspection.push(
+                Finding::new(FindingKind::Derived, object, detail),
+                Problem::Index,
+            );
             return Ok(());
         }
         let Some(index) = self.index.as_mut() else {
@@ -973,6 +1007,7 @@ pub(crate) fn verify_container(
             .structure
             .push("its header does not name this container".to_string());
     }
+    let mut unreferenced = Vec::new();
     match containers.read_contents(id) {
         Ok(contents) => {
             verdict.trailer_timestamp = Some(contents.timestamp);
@@ -988,6 +1023,21 @@ pub(crate) fn verify_container(
                 .chunks
                 .iter()
                 .map(|chunk| (chunk.location.offset, chunk))
+                .collect();
+            let placed: std::collections::HashSet<u32> =
+                chunks.iter().map(|chunk| chunk.location.offset).collect();
+            // Chunks no record references any more (removed, not yet compacted): their record
+            // headers and bytes are compared with the trailer below.
+            unreferenced = contents
+                .chunks
+                .iter()
+                .filter(|stored| !placed.contains(&stored.location.offset))
+                .map(|stored| PlacedChunk {
+                    segment: 0,
+                    index: 0,
+                    fingerprint: stored.fingerprint,
+                    location: stored.location,
+                })
                 .collect();
             let mut differing = Vec::new();
             for chunk in chunks {
@@ -1042,6 +1092,23 @@ pub(crate) fn verify_container(
         verdict.structure.push(format!(
             "record headers differ from the catalog for {}",
             list_some(&headers_differing)
+        ));
+    }
+    let mut garbage_damaged = Vec::new();
+    for chunk in &unreferenced {
+        let start = chunk.location.offset as usize;
+        let intact = data
+            .get(start..start + chunk.location.stored_bytes as usize)
+            .is_some_and(|stored| crc32c::crc32c(stored) == chunk.location.checksum);
+        if !intact || record_header_differs(&data, chunk).is_some() {
+            garbage_damaged.push(format!("offset {}", chunk.location.offset));
+        }
+    }
+    if !garbage_damaged.is_empty() {
+        verdict.structure.push(format!(
+            "chunks no backup references (removed, not yet compacted) differ from the trailer \
+             at {}",
+            list_some(&garbage_damaged)
         ));
     }
     Ok(verdict)

@@ -75,6 +75,7 @@ impl BackupStore {
         _options: CheckOptions,
     ) -> Result<FaceReport> {
         self.recover()?;
+        self.rewrite_catalog_header(&mut inspection)?;
         self.remove_leftovers(&mut inspection)?;
         self.rebuild_derived_records(&mut inspection)?;
         let lost_chunks = self.rewrite_damaged_containers(&mut inspection)?;
@@ -92,6 +93,31 @@ impl BackupStore {
         }
         self.restore_reserve();
         Ok(inspection.report(true))
+    }
+
+    /// Damage to the header of a catalog that opened: a commit writes the whole header again
+    /// from what redb holds in memory (the new commit goes into the damaged slot).
+    fn rewrite_catalog_header(&mut self, inspection: &mut Inspection) -> Result<()> {
+        if !inspection
+            .findings
+            .iter()
+            .any(|(_, problem)| *problem == Problem::CatalogHeader)
+        {
+            return Ok(());
+        }
+        let state = self.state.clone();
+        self.release_reserve()?;
+        let write = self.catalog.write()?;
+        self.commit(write, state, &[])?;
+        let left = onecopy_core::catalog::Catalog::inspect_header(&self.storage, CATALOG_FILE)?;
+        for (finding, problem) in &mut inspection.findings {
+            if *problem == Problem::CatalogHeader {
+                finding.repair = left.is_empty().then(|| {
+                    "rewritten by a commit from the header redb holds in memory".to_string()
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Step 1: leftover containers (highest id first, each removal durable before the next,

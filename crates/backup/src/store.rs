@@ -143,6 +143,30 @@ impl BackupStore {
     /// [`BackupError::Core`]); [`BackupStore::check_at`] reports and repairs it.
     pub fn open(storage: Arc<dyn Storage>, options: OpenOptions) -> Result<BackupStore> {
         if !storage.exists(CATALOG_FILE)? {
+            if options.read_only {
+                return Err(BackupError::InvalidArgument(format!(
+                    "there is no backup store in {} yet; create a backup first",
+                    storage.describe()
+                )));
+            }
+            // A new catalog over existing containers would make them all look like
+            // leftovers of an interrupted command, which recovery and repairs remove.
+            let containers = ContainerStore::new(
+                Arc::clone(&storage),
+                CONTAINERS_DIRECTORY,
+                onecopy_core::container::ContainerOptions::default(),
+            )?
+            .list()?;
+            if !containers.is_empty() {
+                return Err(BackupError::corrupt(
+                    format!("backup store in {}", storage.describe()),
+                    format!(
+                        "its catalog ({CATALOG_FILE}) is missing while {} containers exist: \
+                         restore the catalog from a copy (a new one would drop every backup)",
+                        containers.len()
+                    ),
+                ));
+            }
             create_catalog(&storage, &options)?;
         }
         let catalog = open_catalog(&storage, options.read_only)?;
@@ -295,6 +319,10 @@ impl BackupStore {
         let (added, removed) = self.reconcile_index_if_needed()?;
         report.index_entries_added = added;
         report.index_entries_removed = removed;
+        if self.index.is_some() {
+            // An index thrown away at open is whole again.
+            self.index_damage = None;
+        }
         self.recovered = true;
         Ok(report)
     }

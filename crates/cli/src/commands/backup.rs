@@ -196,6 +196,8 @@ fn open_with(
     let repository = Repository::open(&cli.repository_path())?;
     let lock = repository.lock_face("backup", &format!("onecopy backup {command}"))?;
     let storage = repository.face_storage("backup")?;
+    // A face never used has no catalog yet: a first read creates the empty store.
+    let read_only = read_only && storage.exists("catalog.redb")?;
     let mut store = BackupStore::open(
         storage,
         OpenOptions {
