@@ -415,8 +415,9 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
                 stats.segments_shared, stats.segments_archival, stats.index_entries
             );
             println!(
-                "unreferenced      {} (container format and garbage)",
-                format_size(stats.garbage_bytes)
+                "unreferenced      {} (container format and garbage; `backup compact` frees {})",
+                format_size(stats.garbage_bytes),
+                format_size(stats.compactable_bytes)
             );
             println!("space saving      {:.1}%", stats.space_saving * 100.0);
             Ok(())
