@@ -171,7 +171,9 @@ pub(crate) fn container_object(containers: &ContainerStore, id: ContainerId) -> 
 
 impl BackupStore {
     /// Checks the store and, with [`CheckOptions::repair`], repairs it; see the module
-    /// documentation. Without `repair` nothing is written.
+    /// documentation. Without `repair` nothing is written. A repair needs the store opened
+    /// for writing (a read-only store panics: a caller bug); [`BackupStore::check_at`] opens
+    /// it as the options need.
     pub fn check(&mut self, options: CheckOptions) -> Result<FaceReport> {
         let started = Instant::now();
         let inspection = self.inspect(options)?;
@@ -180,7 +182,7 @@ impl BackupStore {
                 !self.catalog.is_read_only(),
                 "a repair needs the store opened for writing"
             );
-            self.repair(inspection, options)?
+            self.repair(inspection)?
         } else {
             inspection.report(false)
         };

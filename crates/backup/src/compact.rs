@@ -9,7 +9,7 @@
 //!    have rewritten with only its referenced chunks ([`sealed_container_bytes`], exact: the
 //!    format's fixed sizes); a container larger than that holds garbage, and the difference
 //!    is what compaction frees. Nothing is read but catalog records, so a deletion can say
-//!    exactly what a compaction would free ([`crate::DeleteReport::compactable`]).
+//!    exactly what a compaction would free ([`crate::DeleteReport::compactable_bytes`]).
 //! 2. **execute** ([`BackupStore::compact`]): containers are rewritten in batches of at most
 //!    [`COMPACT_BATCH_BYTES`] of new containers; each batch is synced, committed (with the
 //!    reserve released) and its old containers removed before the next starts, so compaction

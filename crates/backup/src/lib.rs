@@ -30,17 +30,29 @@
 //! | operation | 1 | 2 | 3 | 4 |
 //! |---|---|---|---|---|
 //! | create  | containers sealed and synced | index checkpoint (serial + 1) | catalog commit: segments, counts, recipe, backup | — |
-//! | reverse | new containers synced | catalog commit: archival recipe, counts, locations | index removals, checkpoint | old containers removed |
-//! | delete  | new containers synced (rare) | catalog commit: recipe and counts gone | index removals, checkpoint | dead containers removed |
+//! | reverse | new containers synced | catalog commit: archival recipe, counts, locations | old containers removed | index removals, checkpoint |
+//! | delete  | new containers synced (rare) | catalog commit: recipe and counts gone | dead containers removed | index removals, checkpoint |
+//! | compact, repair | rewritten containers synced | catalog commit | old containers removed | index rebuilt (repair) |
 //!
-//! The catalog commit (one redb transaction) is the commit point of each. A crash before it
-//! leaves unreferenced containers and index entries the catalog does not confirm; a crash
-//! after it leaves containers no record names and stale index entries. Neither is visible to
-//! restores (they follow the catalog only); inline lookups confirm index hits against the
-//! catalog; and [`BackupStore::recover`], run by every mutating operation, removes the files
-//! and reconciles the index (whose checkpoint records the catalog serial it matches). So after
-//! a crash at any point `check` passes and every completed backup restores byte-exact; the
-//! crash tests (`tests/crash.rs`) replay crashes at every sync with torn writes.
+//! The catalog commit (one redb transaction) is the commit point of each; operations that
+//! free space release the space reserve just before it ([`store`]). A crash before it leaves
+//! unreferenced containers and index entries the catalog does not confirm; a crash after it
+//! leaves containers no record names and stale index entries. Neither is visible to restores
+//! (they follow the catalog only); inline lookups confirm index hits against the catalog (so
+//! containers may go before the index entries naming their segments); and
+//! [`BackupStore::recover`], run by every mutating operation and again right after one
+//! fails, removes the files and reconciles the index (whose checkpoint records the catalog
+//! serial it matches). So after a crash at any point `check` passes and every completed
+//! backup restores byte-exact; the crash tests (`tests/crash.rs`) replay crashes at every
+//! sync with torn writes, through recovery, compaction and repair too.
+//!
+//! # Damage
+//!
+//! [`BackupStore::check`] reports what is wrong as the [`FaceReport`] every face returns
+//! ([`check`]); with a repair it rebuilds derived data, removes leftovers, rewrites damaged
+//! containers and records what is lost ([`repair`], [`losses`]). Restores never return
+//! damaged bytes: chunks are CRC-checked as they are read, and chunks recorded as lost fail
+//! naming the lost files.
 //!
 //! # Concurrency
 //!

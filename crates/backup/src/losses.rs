@@ -11,7 +11,7 @@
 //! What follows from a lost chunk:
 //!
 //! - **restore** ([`crate::restore`]) finds the lost ranges of the backup's stream before it
-//!   writes anything ([`stream_losses`]). An image or stream restore fails naming the lost
+//!   writes anything (`stream_losses`). An image or stream restore fails naming the lost
 //!   byte ranges. A directory restore leaves out the files whose contents are lost (and their
 //!   hard links), restores everything else, and then fails naming those files. Never wrong
 //!   bytes, never zeros in place of lost data.
@@ -57,17 +57,14 @@ pub struct LossRecord {
     pub lost: Vec<String>,
 }
 
-/// Every loss record, by id.
+/// Every loss record that decodes, by id (they only describe losses; the segment records
+/// say what is lost).
 pub fn load_losses(view: &impl CatalogView) -> Result<Vec<(u64, LossRecord)>> {
-    view.range_id(LOSSES, 0, u64::MAX)?
+    Ok(view
+        .range_id(LOSSES, 0, u64::MAX)?
         .into_iter()
-        .map(|(id, bytes)| {
-            let record = serde_json::from_slice(&bytes).map_err(|error| {
-                BackupError::corrupt(format!("loss record {id}"), error.to_string())
-            })?;
-            Ok((id, record))
-        })
-        .collect()
+        .filter_map(|(id, bytes)| Some((id, serde_json::from_slice(&bytes).ok()?)))
+        .collect())
 }
 
 /// Adds `records` to the catalog after the existing ones.

@@ -59,21 +59,13 @@ struct Rewritten {
 
 impl BackupStore {
     /// Repairs what `inspection` found; see the module documentation.
-    pub(crate) fn repair(
-        &mut self,
-        inspection: Inspection,
-        options: CheckOptions,
-    ) -> Result<FaceReport> {
+    pub(crate) fn repair(&mut self, inspection: Inspection) -> Result<FaceReport> {
         self.mutate("repairing the backup store", |store| {
-            store.repair_unguarded(inspection, options)
+            store.repair_unguarded(inspection)
         })
     }
 
-    fn repair_unguarded(
-        &mut self,
-        mut inspection: Inspection,
-        _options: CheckOptions,
-    ) -> Result<FaceReport> {
+    fn repair_unguarded(&mut self, mut inspection: Inspection) -> Result<FaceReport> {
         self.recover()?;
         self.rewrite_catalog_header(&mut inspection)?;
         self.remove_leftovers(&mut inspection)?;
@@ -165,7 +157,7 @@ impl BackupStore {
         }
         let read = self.catalog.read()?;
         let mut changes = Changes::default();
-        let mut series = self.repaired_series(&read, inspection, &mut changes)?;
+        let mut series = self.repaired_series(&read, inspection)?;
         for record in series.values_mut() {
             changes.series.insert(record.name.clone(), record.clone());
         }
@@ -228,12 +220,11 @@ impl BackupStore {
             }
         }
         let mut dropped = Vec::new();
-        for (id, bytes) in read.range_id(CONTAINERS, 0, u64::MAX)? {
+        for (id, _) in read.range_id(CONTAINERS, 0, u64::MAX)? {
             if !holding.contains_key(&id) {
                 rewritten.2 += 1;
                 changes.containers.insert(id, None);
                 dropped.push(id);
-                let _ = bytes;
             }
         }
         for (&id, segments) in &mut holding {
@@ -306,7 +297,6 @@ impl BackupStore {
         &self,
         read: &impl CatalogView,
         inspection: &Inspection,
-        _changes: &mut Changes,
     ) -> Result<BTreeMap<String, SeriesRecord>> {
         let mut series: BTreeMap<String, SeriesRecord> = BTreeMap::new();
         for (name, bytes) in read.list(SERIES)? {
@@ -408,7 +398,6 @@ impl BackupStore {
                 record.as_ref(),
                 &chunks,
                 &by_fingerprint,
-                &damaged,
                 algorithm,
             )?;
             outcomes.insert(id, outcome);
@@ -490,7 +479,6 @@ impl BackupStore {
         record: Option<&ContainerRecord>,
         chunks: &[PlacedChunk],
         by_fingerprint: &HashMap<Fingerprint, Vec<PlacedChunk>>,
-        damaged: &BTreeSet<ContainerId>,
         algorithm: onecopy_core::fingerprint::FingerprintAlgorithm,
     ) -> Result<Rewritten> {
         let mut outcome = Rewritten::default();
@@ -525,7 +513,7 @@ impl BackupStore {
             });
             let source = match own {
                 Some(stored) => Some((*chunk, stored)),
-                None => self.intact_copy(chunk, by_fingerprint, damaged, algorithm),
+                None => self.intact_copy(chunk, by_fingerprint, algorithm),
             };
             let Some((from, stored)) = source else {
                 outcome.lost.push((chunk.segment, chunk.index));
@@ -606,13 +594,12 @@ impl BackupStore {
         Some(data)
     }
 
-    /// An intact copy of `chunk` (same fingerprint) stored elsewhere, verified, with its
-    /// stored bytes.
+    /// An intact copy of `chunk` (same fingerprint) stored elsewhere, verified (a copy in
+    /// another damaged container serves if its own bytes are intact), with its stored bytes.
     fn intact_copy(
         &self,
         chunk: &PlacedChunk,
         by_fingerprint: &HashMap<Fingerprint, Vec<PlacedChunk>>,
-        _damaged: &BTreeSet<ContainerId>,
         algorithm: onecopy_core::fingerprint::FingerprintAlgorithm,
     ) -> Option<(PlacedChunk, Vec<u8>)> {
         for candidate in by_fingerprint.get(&chunk.fingerprint)? {

@@ -12,7 +12,7 @@
 //!
 //! **Opening** verifies the catalog's page checksums (a verified copy in memory, which
 //! read-only opens keep and read from), so a damaged catalog is an error naming it rather than
-//! wrong records. The segment index is derived data ([`crate::segment_index`]): when it does
+//! wrong records. The segment index is derived data (module `segment_index`): when it does
 //! not open or verify, a writable open throws it away and rebuilds it from the catalog, a
 //! read-only open goes on without it, and either says so in [`BackupStore::take_notices`].
 //!
@@ -645,14 +645,17 @@ pub fn is_full(error: &BackupError) -> bool {
 }
 
 /// Shared segments by fingerprint, except the `damaged` ones: what the segment index must
-/// hold.
+/// hold. A head that does not decode is left out (a missed deduplication at worst; `check`
+/// reports it and a repair rebuilds it).
 pub(crate) fn indexable_segments(
     view: &impl CatalogView,
     damaged: &BTreeSet<SegmentId>,
 ) -> Result<HashMap<Fingerprint, SegmentId>> {
     let mut expected = HashMap::new();
     for (id, bytes) in view.range_id(SEGMENT_HEADS, 0, u64::MAX)? {
-        let head = SegmentHead::decode(&bytes, id)?;
+        let Ok(head) = SegmentHead::decode(&bytes, id) else {
+            continue;
+        };
         if head.state == SegmentState::Shared && !damaged.contains(&id) {
             expected.entry(head.fingerprint).or_insert(id);
         }
