@@ -304,6 +304,8 @@ impl BackupStore {
             if listed.contains(&id) {
                 continue;
             }
+            // Its references are not counted above.
+            seen.counts.complete = false;
             let record: Option<BackupRecord> = serde_json::from_slice(&bytes).ok();
             let (object, problem) = match &record {
                 Some(record) => (
@@ -357,7 +359,7 @@ impl BackupStore {
                         Finding::new(
                             FindingKind::Damage,
                             format!("segment {id} (catalog record segments/{id})"),
-                            error.to_string(),
+                            describe(&error),
                         )
                         .with_lost(
                             users
@@ -373,7 +375,7 @@ impl BackupStore {
             let head = match SegmentHead::decode(bytes, id) {
                 Ok(head) => head,
                 Err(error) => {
-                    derived.push(error.to_string());
+                    derived.push(describe(&error));
                     continue;
                 }
             };
@@ -388,7 +390,11 @@ impl BackupStore {
                 derived.push(format!("segment {id}: its head and record disagree"));
             }
             let counted = counts.live.get(&id).copied().unwrap_or(0);
-            if head.live_references != counted {
+            // Unreadable recipes are not counted: a recorded count above the count from the
+            // readable ones is then expected (and a repair keeps it).
+            let wrong = head.live_references < counted
+                || (head.live_references > counted && counts.complete);
+            if wrong {
                 derived.push(format!(
                     "segment {id}: {} live references recorded, {counted} in live recipes",
                     head.live_references
@@ -416,7 +422,9 @@ impl BackupStore {
             }
             for (index, chunk) in record.chunks.iter().enumerate() {
                 let counted = counts.direct.get(&(id, index as u32)).copied().unwrap_or(0);
-                if chunk.direct_references != counted {
+                let wrong = chunk.direct_references < counted
+                    || (chunk.direct_references > counted && counts.complete);
+                if wrong {
                     derived.push(format!(
                         "chunk {index} of segment {id}: {} direct references recorded, \
                          {counted} in archival recipes",
@@ -444,7 +452,7 @@ impl BackupStore {
                 Ok(record) => {
                     container_records.insert(id, record);
                 }
-                Err(error) => derived.push(error.to_string()),
+                Err(error) => derived.push(describe(&error)),
             }
         }
         for (&id, record) in &records {
@@ -653,7 +661,7 @@ impl BackupStore {
         };
         if let Err(error) = index.verify() {
             inspection.push(
-                Finding::new(FindingKind::Derived, object, error.to_string()),
+                Finding::new(FindingKind::Derived, object, describe(&error)),
                 Problem::Index,
             );
             return Ok(());
@@ -865,7 +873,7 @@ struct BackupDamage {
 impl From<BackupError> for BackupDamage {
     fn from(error: BackupError) -> Self {
         BackupDamage {
-            detail: error.to_string(),
+            detail: describe(&error),
             recipe_unread: None,
         }
     }
@@ -880,7 +888,10 @@ fn check_backup(
     cache: &mut SegmentCache,
     counts: &mut ReferenceCounts,
 ) -> std::result::Result<CheckedBackup, BackupDamage> {
-    let backup = crate::series::load_backup(read, id)?;
+    let backup = crate::series::load_backup(read, id).map_err(|error| BackupDamage {
+        detail: describe(&error),
+        recipe_unread: Some(true),
+    })?;
     let label = format!("backup {}@{version}", series.name);
     if backup.id != id || backup.version != version || backup.series != series.name {
         return Err(BackupDamage {
@@ -893,7 +904,7 @@ fn check_backup(
     }
     let recipe =
         Recipe::load(read, backup.id, backup.recipe_parts).map_err(|error| BackupDamage {
-            detail: error.to_string(),
+            detail: describe(&error),
             recipe_unread: Some(true),
         })?;
     match &recipe {
@@ -1163,6 +1174,16 @@ pub(crate) fn verify_chunk(
         return Err("its bytes do not have the recorded fingerprint".to_string());
     }
     Ok(raw.len() as u64)
+}
+
+/// What an error says, for a finding's detail: without the advice to run a check, which the
+/// error messages carry for other commands.
+fn describe(error: &BackupError) -> String {
+    match error {
+        BackupError::Corrupt { what, detail }
+        | BackupError::Core(CoreError::Corrupt { what, detail }) => format!("{what}: {detail}"),
+        other => other.to_string(),
+    }
 }
 
 /// At most five of `items`, then how many more.

@@ -408,3 +408,76 @@ fn damaged_catalog_is_reported() {
         random_bytes(7, 60 << 10)
     );
 }
+
+/// Goal: damaged catalog records are rebuilt when other records hold what they held, and
+/// recorded as lost when nothing does: a segment head and a container record that do not
+/// decode are derived data; a series record that is gone is rebuilt from its backups'
+/// records; a recipe that does not decode is a loss, reported as lost by every later check
+/// instead of as new damage. Method: write bad records straight into the catalog.
+#[test]
+fn damaged_records_are_rebuilt_or_recorded() {
+    use onecopy_core::catalog::{Catalog, IdTable, NamedTable};
+    let storage = simulated();
+    let mut store = open_with(Arc::clone(&storage), raw_options());
+    let first = random_bytes(8, 120 << 10);
+    let mut second = first.clone();
+    second[50_000..52_000].copy_from_slice(&random_bytes(9, 2000));
+    backup_bytes(&mut store, "vm", &first, false);
+    backup_bytes(&mut store, "vm", &second, false);
+    let other = random_bytes(10, 30 << 10);
+    backup_bytes(&mut store, "other", &other, false);
+    drop(store);
+    {
+        let catalog = Catalog::open(&storage, "catalog.redb").unwrap();
+        let mut write = catalog.write().unwrap();
+        write
+            .put_id(IdTable("segment_heads"), 1, b"not a head")
+            .unwrap();
+        write
+            .put_id(IdTable("containers"), 1, b"not a container record")
+            .unwrap();
+        write.remove(NamedTable("series"), "vm").unwrap();
+        // The recipe of "other" (backup id 3): its first part.
+        write
+            .put_id(IdTable("recipes"), 3 << 20, b"not a recipe")
+            .unwrap();
+        write.commit().unwrap();
+    }
+    let report = BackupStore::check_at(Arc::clone(&storage), READ_DATA).unwrap();
+    assert_eq!(report.status(), ExitStatus::Problems, "{report:#?}");
+    let objects: Vec<&str> = report
+        .findings
+        .iter()
+        .map(|finding| finding.object.as_str())
+        .collect();
+    assert!(objects.contains(&"backup other@1"), "{objects:?}");
+    let derived = report
+        .findings
+        .iter()
+        .find(|finding| finding.kind == FindingKind::Derived)
+        .expect("derived records are reported");
+    assert!(
+        derived.detail.contains("head of segment 1")
+            && derived.detail.contains("container 0000000000000001"),
+        "{derived:#?}"
+    );
+    assert!(
+        objects
+            .iter()
+            .any(|object| object.starts_with("backup vm@1 (catalog record backups/")),
+        "{objects:?}"
+    );
+    let repaired = BackupStore::check_at(Arc::clone(&storage), REPAIR).unwrap();
+    assert_eq!(repaired.status(), ExitStatus::DataLost, "{repaired:#?}");
+    let again = BackupStore::check_at(Arc::clone(&storage), READ_DATA).unwrap();
+    assert_eq!(again.status(), ExitStatus::DataLost, "{again:#?}");
+    assert_eq!(again.findings.len(), 1, "{again:#?}");
+    assert_eq!(again.findings[0].kind, FindingKind::Lost);
+    assert_eq!(again.findings[0].object, "backup other@1");
+    assert_eq!(again.findings[0].lost, ["backup other@1 (all of it)"]);
+    let mut store = open_with(Arc::clone(&storage), raw_options());
+    assert_eq!(restore_bytes(&store, "vm", Some(1)), first);
+    assert_eq!(restore_bytes(&store, "vm", Some(2)), second);
+    backup_bytes(&mut store, "vm", &second, false);
+    assert_eq!(restore_bytes(&store, "vm", Some(3)), second);
+}
