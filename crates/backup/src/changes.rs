@@ -121,6 +121,34 @@ impl Changes {
         Ok(None)
     }
 
+    /// Takes segment `id` out of its container (it keeps no stored chunk: only lost ones),
+    /// deleting the container record when it becomes empty. Returns that container when it
+    /// became empty.
+    pub fn detach_segment(
+        &mut self,
+        view: &impl CatalogView,
+        id: SegmentId,
+    ) -> Result<Option<ContainerId>> {
+        let record = self.record_mut(view, id)?;
+        assert!(
+            !record.has_stored(),
+            "a segment with stored chunks stays in its container"
+        );
+        let Some(container) = record.container.take() else {
+            return Ok(None);
+        };
+        if matches!(self.containers.get(&container), Some(None)) {
+            return Ok(None);
+        }
+        let held = self.container_mut(view, container)?;
+        held.segments.retain(|&segment| segment != id);
+        if held.segments.is_empty() {
+            self.containers.insert(container, None);
+            return Ok(Some(container));
+        }
+        Ok(None)
+    }
+
     /// Writes every change into `write`.
     pub fn apply(&self, write: &mut CatalogWrite) -> Result<()> {
         for (&id, head) in &self.heads {

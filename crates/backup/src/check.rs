@@ -1,398 +1,1205 @@
-//! `backup check`: verifies that every recipe resolves and every checksum holds.
+//! `check`: what is wrong with the backup store, as a [`FaceReport`].
 //!
-//! What is checked, in order:
+//! Terms (see [`onecopy_core::check`]): **primary data** is the catalog's series, backups,
+//! recipes and segment records, and the containers' chunk bytes; **derived data** is the
+//! segment index, the segment heads' reference counts, the chunks' direct reference counts and
+//! the container records, all rebuilt from primary data; **leftovers** are files of an
+//! interrupted command that nothing refers to.
 //!
-//! 1. the catalog's own page checksums;
-//! 2. every backup of every series: its recipe decodes, every indirect chain ends at a stored
-//!    or null chunk, the sizes add up to the backup's size;
-//! 3. the two-level reference counts: each segment's count equals its occurrences in live
-//!    recipes, each chunk's count its direct references in archival recipes; heads agree
-//!    with records; shared segments are complete;
-//! 4. containers: each record's file exists, its trailer's time stamp matches, and every
-//!    stored chunk of its segments is in its trailer with the same fingerprint, sizes and CRC;
-//! 5. with [`CheckOptions::read_data`], every stored chunk is read, its CRC checked,
-//!    decompressed and fingerprinted again.
+//! The check, in order (it reads; nothing is written without [`CheckOptions::repair`]):
 //!
-//! Leftovers of an interrupted command are *not* errors: containers without a record and a
-//! segment index out of step with the catalog are reported as warnings (the next mutating
-//! command removes or reconciles them).
+//! 1. the catalog: opening it verifies every page checksum ([`BackupStore::open`]); a catalog
+//!    that fails is reported by [`BackupStore::check_at`], which does not need it to open;
+//! 2. every series and backup: records decode, every recipe decodes and resolves (indirect
+//!    chains end at stored or null chunks), sizes add up; chunks a repair marked lost are
+//!    collected for the report;
+//! 3. the two-level reference counts against the recipes, segment heads against records,
+//!    container records against the segment records that place chunks in them;
+//! 4. every container a segment record uses: the file exists with the recorded size, its
+//!    header names it, its trailer decodes, carries the recorded time stamp and lists every
+//!    chunk with the catalog's fingerprint, sizes, flags and CRC;
+//! 5. with [`CheckOptions::read_data`], every stored chunk is read: the record header
+//!    in front of it is compared with the catalog field by field, and its bytes are
+//!    CRC-checked, decompressed and fingerprinted again;
+//! 6. files nothing refers to: containers without a record, temporary files;
+//! 7. the segment index: its pages' checksums, its structure, and its entries against the
+//!    shared segments of the catalog.
+//!
+//! Every problem is a [`Finding`] naming the object (container id and offset, segment and
+//! chunk index, `backup SERIES@VERSION`, a file in a backup) with its kind. A repair
+//! ([`crate::repair`]) then fixes what the findings describe and records what it did in
+//! them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Instant;
 
 use onecopy_core::catalog::CatalogView;
-use onecopy_core::container::{ContainerId, ContainerStore};
-use onecopy_core::fingerprint::FingerprintAlgorithm;
+use onecopy_core::check::{CheckOptions, FaceReport, Finding, FindingKind};
+use onecopy_core::container::format::HEADER_BYTES;
+use onecopy_core::container::{
+    ChunkHeader, ChunkLocation, ContainerId, ContainerStore, CHUNK_HEADER_BYTES,
+};
+use onecopy_core::fingerprint::{Fingerprint, FingerprintAlgorithm};
+use onecopy_core::storage::Storage;
+use onecopy_core::Error as CoreError;
 use rayon::prelude::*;
-use serde::Serialize;
 
-use crate::error::Result;
+use crate::error::{BackupError, Result};
+use crate::losses::{self, load_losses, LostRange};
 use crate::recipe::{ChunkReference, Recipe};
 use crate::resolve::{resolve, ChunkSource, SegmentCache};
 use crate::restore::decode_chunk;
 use crate::segment::{
-    ChunkStorage, ContainerKind, ContainerRecord, SegmentHead, SegmentRecord, SegmentState,
-    CONTAINERS, SEGMENTS, SEGMENT_HEADS,
+    ChunkStorage, ContainerKind, ContainerRecord, SegmentHead, SegmentId, SegmentRecord,
+    SegmentState, CONTAINERS, SEGMENTS, SEGMENT_HEADS,
 };
-use crate::series::{load_backup, SeriesRecord, BACKUPS, SERIES};
-use crate::store::{by_index_key, indexable_segments, BackupStore};
+use crate::series::{BackupId, BackupRecord, SeriesRecord, BACKUPS, SERIES};
+use crate::store::{
+    by_index_key, indexable_segments, BackupStore, OpenOptions, CATALOG_FILE, CONTAINERS_DIRECTORY,
+};
 
-/// Errors listed before the check stops collecting them.
-const ERRORS_LISTED_MAX: usize = 200;
+/// The face's name in reports.
+pub const FACE: &str = "backup";
+/// Bytes of a container header's magic, which opens every container file.
+const CONTAINER_MAGIC: &[u8; 8] = b"OCCNTR01";
 
-/// What to check.
+/// What a repair does about a finding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Problem {
+    /// A container file no record names: removed.
+    LeftoverContainer(ContainerId),
+    /// A temporary file of an interrupted command: removed.
+    LeftoverFile(String),
+    /// The segment index: rebuilt from the catalog.
+    Index,
+    /// Reference counts, segment heads or container records: rebuilt from primary records.
+    DerivedCatalog,
+    /// A backup record its series does not list: listed again.
+    UnlistedBackup(BackupId),
+    /// A series record that does not decode: rebuilt from its backups' records.
+    DamagedSeries(String),
+    /// A damaged container (missing, structure or chunk bytes): rewritten from what is
+    /// intact, damaged chunks taken from intact copies elsewhere or marked lost.
+    Container(ContainerId),
+    /// Damaged primary records nothing can rebuild: recorded as a loss.
+    Unrepairable,
+    /// Damage to the catalog's header that did not stop it from opening (a commit slot of
+    /// the commit before, bytes redb leaves zero): the next commit rewrites the header.
+    CatalogHeader,
+    /// A loss an earlier repair recorded: nothing to do.
+    Recorded,
+}
+
+/// A stored chunk a segment record places in a container.
 #[derive(Clone, Copy, Debug)]
-pub struct CheckOptions {
-    /// Read and verify every stored chunk (default true).
-    pub read_data: bool,
+pub(crate) struct PlacedChunk {
+    pub segment: SegmentId,
+    pub index: u32,
+    pub fingerprint: Fingerprint,
+    pub location: ChunkLocation,
 }
 
-impl Default for CheckOptions {
-    fn default() -> Self {
-        CheckOptions { read_data: true }
-    }
-}
-
-/// What a check found.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct CheckReport {
-    pub series: u64,
-    pub backups: u64,
-    pub segments: u64,
-    pub containers: u64,
+/// What the check found wrong with one container.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ContainerVerdict {
+    /// The file does not exist.
+    pub missing: bool,
+    /// Damage to the file's structure (size, header, trailer, record headers): the chunks
+    /// may be intact, but the container must be rewritten.
+    pub structure: Vec<String>,
+    /// Chunks whose bytes are damaged, with what is wrong.
+    pub damaged: BTreeMap<(SegmentId, u32), (u32, String)>,
+    /// The time stamp in the trailer, when it reads.
+    pub trailer_timestamp: Option<u64>,
     pub chunks_verified: u64,
     pub bytes_verified: u64,
-    /// Problems that make a backup unrestorable or the counts wrong.
-    pub errors: Vec<String>,
-    /// Leftovers of interrupted commands, repaired by the next mutating command.
-    pub warnings: Vec<String>,
-    pub seconds: f64,
 }
 
-impl CheckReport {
-    /// True when no error was found.
-    pub fn is_ok(&self) -> bool {
-        self.errors.is_empty()
+impl ContainerVerdict {
+    fn is_damaged(&self) -> bool {
+        self.missing || !self.structure.is_empty() || !self.damaged.is_empty()
+    }
+}
+
+/// What a check found, with what a repair needs to act on it.
+pub(crate) struct Inspection {
+    pub findings: Vec<(Finding, Problem)>,
+    pub checked: BTreeMap<String, u64>,
+    /// Damaged containers, by id.
+    pub containers: BTreeMap<ContainerId, ContainerVerdict>,
+    /// Stored chunks by container, from the segment records.
+    pub placed: HashMap<ContainerId, Vec<PlacedChunk>>,
+    /// The container records that decode.
+    pub container_records: HashMap<ContainerId, ContainerRecord>,
+    /// False when some recipe could not be read: counts from the recipes are then lower
+    /// bounds, and a repair never lowers a recorded count.
+    pub counts_complete: bool,
+}
+
+impl Inspection {
+    fn push(&mut self, finding: Finding, problem: Problem) {
+        self.findings.push((finding, problem));
     }
 
-    fn error(&mut self, message: String) {
-        if self.errors.len() < ERRORS_LISTED_MAX {
-            self.errors.push(message);
-        }
+    fn count(&mut self, kind: &str, count: u64) {
+        *self.checked.entry(kind.to_string()).or_default() += count;
     }
+
+    /// The report of these findings.
+    pub fn report(&self, repaired: bool) -> FaceReport {
+        let mut report = FaceReport::new(FACE);
+        report.checked = self.checked.clone();
+        for (finding, _) in &self.findings {
+            report.push(finding.clone());
+        }
+        report.repaired = repaired;
+        report
+    }
+}
+
+/// The repository-relative name of a file of the face.
+pub(crate) fn face_path(name: &str) -> String {
+    format!("{FACE}/{name}")
+}
+
+/// How check names a container.
+pub(crate) fn container_object(containers: &ContainerStore, id: ContainerId) -> String {
+    format!("container {id:016x} ({})", face_path(&containers.name(id)))
 }
 
 impl BackupStore {
-    /// Checks the store; see the module documentation. Changes nothing.
-    pub fn check(&mut self, options: CheckOptions) -> Result<CheckReport> {
+    /// Checks the store and, with [`CheckOptions::repair`], repairs it; see the module
+    /// documentation. Without `repair` nothing is written. A repair needs the store opened
+    /// for writing (a read-only store panics: a caller bug); [`BackupStore::check_at`] opens
+    /// it as the options need.
+    pub fn check(&mut self, options: CheckOptions) -> Result<FaceReport> {
         let started = Instant::now();
-        let mut report = CheckReport::default();
+        let inspection = self.inspect(options)?;
+        let report = if options.repair && inspection.findings.iter().any(needs_repair) {
+            assert!(
+                !self.catalog.is_read_only(),
+                "a repair needs the store opened for writing"
+            );
+            self.repair(inspection)?
+        } else {
+            inspection.report(false)
+        };
+        let mut report = report;
+        report.count("milliseconds", started.elapsed().as_millis() as u64);
+        Ok(report)
+    }
+
+    /// Checks (and with `options.repair` repairs) the backup face kept in `storage` without
+    /// needing it to open: a catalog that fails to open is reported as damage naming it and
+    /// what redb found, and a repair does what can be done about it. Errors only for I/O
+    /// errors it cannot get past; never for damage. A face never used (no catalog and no
+    /// containers) gives an empty report.
+    pub fn check_at(storage: Arc<dyn Storage>, options: CheckOptions) -> Result<FaceReport> {
+        if !storage.exists(CATALOG_FILE)? {
+            return missing_catalog_report(&storage);
+        }
+        let opened = BackupStore::open(
+            Arc::clone(&storage),
+            OpenOptions {
+                read_only: !options.repair,
+                ..OpenOptions::default()
+            },
+        );
+        match opened {
+            Ok(mut store) => store.check(options),
+            Err(error) if is_catalog_damage(&error) => {
+                crate::repair::check_damaged_catalog(storage, options, error)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Runs steps 1-7 of the module documentation.
+    pub(crate) fn inspect(&mut self, options: CheckOptions) -> Result<Inspection> {
+        let mut inspection = Inspection {
+            findings: Vec::new(),
+            checked: BTreeMap::new(),
+            containers: BTreeMap::new(),
+            placed: HashMap::new(),
+            container_records: HashMap::new(),
+            counts_complete: true,
+        };
         self.catalog.read_ahead();
-        if !self.catalog.verify()? {
-            report.error("the catalog failed its integrity check".to_string());
+        if let Ok(file) = self.storage.open(CATALOG_FILE, false) {
+            inspection.count("catalog_bytes_verified", file.len()?);
+        }
+        let header = onecopy_core::catalog::Catalog::inspect_header(&self.storage, CATALOG_FILE)?;
+        if !header.is_empty() {
+            inspection.push(
+                Finding::new(
+                    FindingKind::Damage,
+                    face_path(CATALOG_FILE),
+                    format!("its header (redb's super-header): {}", header.join("; ")),
+                ),
+                Problem::CatalogHeader,
+            );
         }
         let read = self.catalog.read()?;
-        let mut live_counts: HashMap<u64, u32> = HashMap::new();
-        let mut direct_counts: HashMap<(u64, u32), u32> = HashMap::new();
-        let mut listed_backups = HashSet::new();
+        let recorded = load_losses(&read)?;
+        let backups = self.inspect_backups(&read, &mut inspection)?;
+        self.inspect_segments(&read, &backups.counts, &mut inspection)?;
+        self.inspect_containers(options, &mut inspection)?;
+        self.inspect_files(&mut inspection)?;
+        self.inspect_index(&read, &mut inspection)?;
+        self.report_losses(&read, &backups, &recorded, &mut inspection)?;
+        Ok(inspection)
+    }
+
+    /// Step 2: series, backups and recipes; counts the references they hold.
+    fn inspect_backups(
+        &self,
+        read: &impl CatalogView,
+        inspection: &mut Inspection,
+    ) -> Result<BackupsSeen> {
+        let mut seen = BackupsSeen::default();
         let mut cache = SegmentCache::new();
-        for (name, series) in read.list_json::<SeriesRecord>(SERIES)? {
-            report.series += 1;
+        let mut listed = BTreeSet::new();
+        for (name, bytes) in read.list(SERIES)? {
+            let series: SeriesRecord = match serde_json::from_slice(&bytes) {
+                Ok(series) => series,
+                Err(error) => {
+                    inspection.push(
+                        Finding::new(
+                            FindingKind::Damage,
+                            format!("series {name} (catalog record series/{name})"),
+                            format!("does not decode: {error}"),
+                        ),
+                        Problem::DamagedSeries(name.clone()),
+                    );
+                    continue;
+                }
+            };
+            inspection.count("series", 1);
             for (&version, &id) in &series.versions {
-                listed_backups.insert(id);
-                report.backups += 1;
+                listed.insert(id);
+                inspection.count("backups", 1);
                 let label = format!("backup {name}@{version}");
-                if let Err(error) = check_backup(
-                    &read,
-                    &series,
-                    id,
-                    &mut cache,
-                    &mut live_counts,
-                    &mut direct_counts,
-                ) {
-                    report.error(format!("{label}: {error}"));
+                match check_backup(read, &series, id, version, &mut cache, &mut seen.counts) {
+                    Ok(checked) => {
+                        if !checked.lost.is_empty() {
+                            seen.with_losses.push(checked);
+                        }
+                    }
+                    Err(error) => {
+                        if let Some(recipe_unread) = error.recipe_unread {
+                            seen.counts.complete &= !recipe_unread;
+                        }
+                        inspection.push(
+                            Finding::new(FindingKind::Damage, &label, error.detail)
+                                .with_lost([format!("{label} (all of it)")]),
+                            Problem::Unrepairable,
+                        );
+                    }
                 }
             }
         }
-        for (id, _) in read.range_id(BACKUPS, 0, u64::MAX)? {
-            if !listed_backups.contains(&id) {
-                report.error(format!("backup record {id} belongs to no series"));
+        for (id, bytes) in read.range_id(BACKUPS, 0, u64::MAX)? {
+            if listed.contains(&id) {
+                continue;
             }
+            // Its references are not counted above.
+            seen.counts.complete = false;
+            let record: Option<BackupRecord> = serde_json::from_slice(&bytes).ok();
+            let (object, problem) = match &record {
+                Some(record) => (
+                    format!(
+                        "backup {}@{} (catalog record backups/{id})",
+                        record.series, record.version
+                    ),
+                    Problem::UnlistedBackup(id),
+                ),
+                None => (
+                    format!("catalog record backups/{id}"),
+                    Problem::Unrepairable,
+                ),
+            };
+            inspection.push(
+                Finding::new(
+                    FindingKind::Damage,
+                    object,
+                    "a backup record its series does not list (not restorable until listed)",
+                ),
+                problem,
+            );
         }
+        inspection.counts_complete = seen.counts.complete;
+        Ok(seen)
+    }
 
+    /// Step 3: segment heads and records against each other and the counts; container
+    /// records against the segment records.
+    fn inspect_segments(
+        &self,
+        read: &impl CatalogView,
+        counts: &ReferenceCounts,
+        inspection: &mut Inspection,
+    ) -> Result<()> {
+        let mut derived: Vec<String> = Vec::new();
         let heads: HashMap<u64, Vec<u8>> = read
             .range_id(SEGMENT_HEADS, 0, u64::MAX)?
             .into_iter()
             .collect();
-        let mut records: HashMap<u64, SegmentRecord> = HashMap::new();
+        let mut records: HashMap<SegmentId, SegmentRecord> = HashMap::new();
         for (id, bytes) in read.range_id(SEGMENTS, 0, u64::MAX)? {
-            report.segments += 1;
+            inspection.count("segments", 1);
             match SegmentRecord::decode(&bytes, id) {
                 Ok(record) => {
                     records.insert(id, record);
                 }
-                Err(error) => report.error(error.to_string()),
+                Err(error) => {
+                    let users = counts.users_of(id);
+                    inspection.push(
+                        Finding::new(
+                            FindingKind::Damage,
+                            format!("segment {id} (catalog record segments/{id})"),
+                            describe(&error),
+                        )
+                        .with_lost(
+                            users
+                                .iter()
+                                .map(|label| format!("{label}: every chunk of segment {id}")),
+                        ),
+                        Problem::Unrepairable,
+                    );
+                }
             }
         }
         for (&id, bytes) in &heads {
             let head = match SegmentHead::decode(bytes, id) {
                 Ok(head) => head,
                 Err(error) => {
-                    report.error(error.to_string());
+                    derived.push(describe(&error));
                     continue;
                 }
             };
             let Some(record) = records.get(&id) else {
-                report.error(format!("segment {id} has a head but no record"));
+                if counts.live.contains_key(&id) {
+                    continue; // Reported with the record above, or as a damaged recipe.
+                }
+                derived.push(format!("segment {id} has a head but no record"));
                 continue;
             };
             if head.fingerprint != record.fingerprint || head.state != record.state {
-                report.error(format!("segment {id}: head and record disagree"));
+                derived.push(format!("segment {id}: its head and record disagree"));
             }
-            let counted = live_counts.get(&id).copied().unwrap_or(0);
-            if head.live_references != counted {
-                report.error(format!(
+            let counted = counts.live.get(&id).copied().unwrap_or(0);
+            // Unreadable recipes are not counted: a recorded count above the count from the
+            // readable ones is then expected (and a repair keeps it).
+            let wrong = head.live_references < counted
+                || (head.live_references > counted && counts.complete);
+            if wrong {
+                derived.push(format!(
                     "segment {id}: {} live references recorded, {counted} in live recipes",
                     head.live_references
                 ));
             }
-            if head.state == SegmentState::Shared
+        }
+        for (&id, record) in &records {
+            if !heads.contains_key(&id) {
+                derived.push(format!("segment {id} has a record but no head"));
+            }
+            if record.state == SegmentState::Shared
                 && record
                     .chunks
                     .iter()
-                    .any(|chunk| matches!(chunk.storage, ChunkStorage::Removed))
+                    .any(|chunk| chunk.storage == ChunkStorage::Removed)
             {
-                report.error(format!("segment {id} is shared but lost chunks"));
-            }
-            if head.state == SegmentState::Archival && head.live_references > 0 {
-                report.error(format!("segment {id} is archival but live recipes use it"));
+                inspection.push(
+                    Finding::new(
+                        FindingKind::Damage,
+                        format!("segment {id}"),
+                        "a shared segment lost chunks to a removal (live recipes still read them)",
+                    ),
+                    Problem::Unrepairable,
+                );
             }
             for (index, chunk) in record.chunks.iter().enumerate() {
-                let counted = direct_counts.get(&(id, index as u32)).copied().unwrap_or(0);
-                if chunk.direct_references != counted {
-                    report.error(format!(
-                        "chunk {index} of segment {id}: {} direct references recorded, {counted} in archival recipes",
+                let counted = counts.direct.get(&(id, index as u32)).copied().unwrap_or(0);
+                let wrong = chunk.direct_references < counted
+                    || (chunk.direct_references > counted && counts.complete);
+                if wrong {
+                    derived.push(format!(
+                        "chunk {index} of segment {id}: {} direct references recorded, \
+                         {counted} in archival recipes",
                         chunk.direct_references
                     ));
                 }
+                if let ChunkStorage::Stored(location) = chunk.storage {
+                    inspection
+                        .placed
+                        .entry(location.container)
+                        .or_default()
+                        .push(PlacedChunk {
+                            segment: id,
+                            index: index as u32,
+                            fingerprint: chunk.fingerprint,
+                            location,
+                        });
+                }
             }
         }
-        for &id in records.keys() {
-            if !heads.contains_key(&id) {
-                report.error(format!("segment {id} has a record but no head"));
-            }
-        }
-
         let mut container_records: HashMap<ContainerId, ContainerRecord> = HashMap::new();
         for (id, bytes) in read.range_id(CONTAINERS, 0, u64::MAX)? {
-            report.containers += 1;
+            inspection.count("containers", 1);
             match ContainerRecord::decode(&bytes, id) {
                 Ok(record) => {
                     container_records.insert(id, record);
                 }
-                Err(error) => report.error(error.to_string()),
+                Err(error) => derived.push(describe(&error)),
             }
         }
         for (&id, record) in &records {
-            if let Some(container) = record.container {
-                let listed = container_records
-                    .get(&container)
-                    .is_some_and(|container_record| container_record.segments.contains(&id));
-                if !listed {
-                    report.error(format!("segment {id} is in container {container:016x}, whose record does not list it"));
+            let Some(container) = record.container else {
+                continue;
+            };
+            match container_records.get(&container) {
+                Some(held) if held.segments.contains(&id) => {
+                    if record.state == SegmentState::Shared && held.kind != ContainerKind::Shared {
+                        derived.push(format!(
+                            "shared segment {id} is in archival container {container:016x}"
+                        ));
+                    }
                 }
-                if record.state == SegmentState::Shared
-                    && container_records
-                        .get(&container)
-                        .is_some_and(|c| c.kind != ContainerKind::Shared)
+                _ => derived.push(format!(
+                    "segment {id} is in container {container:016x}, whose record does not list it"
+                )),
+            }
+        }
+        for (&id, record) in &container_records {
+            for segment in &record.segments {
+                if records
+                    .get(segment)
+                    .is_some_and(|r| r.container != Some(id))
                 {
-                    report.error(format!(
-                        "shared segment {id} is in archival container {container:016x}"
+                    derived.push(format!(
+                        "container {id:016x} lists segment {segment}, which is elsewhere"
                     ));
                 }
             }
+            if record
+                .segments
+                .iter()
+                .all(|segment| !records.contains_key(segment))
+            {
+                derived.push(format!(
+                    "container {id:016x} has a record but no segment in it"
+                ));
+            }
         }
-        let verified: Vec<std::result::Result<(u64, u64), String>> = container_records
+        if !derived.is_empty() {
+            let count = derived.len();
+            let mut shown: Vec<String> = derived.into_iter().take(10).collect();
+            if count > shown.len() {
+                shown.push(format!("and {} more", count - shown.len()));
+            }
+            inspection.push(
+                Finding::new(
+                    FindingKind::Derived,
+                    face_path(CATALOG_FILE)
+                        + " (reference counts, segment heads, container records)",
+                    format!(
+                        "{count} derived records disagree with the primary ones: {}",
+                        shown.join("; ")
+                    ),
+                ),
+                Problem::DerivedCatalog,
+            );
+        }
+        inspection.container_records = container_records;
+        Ok(())
+    }
+
+    /// Steps 4 and 5: every container a segment record uses.
+    fn inspect_containers(&self, options: CheckOptions, inspection: &mut Inspection) -> Result<()> {
+        let algorithm = self.state.options.fingerprint;
+        let mut ids: Vec<ContainerId> = inspection.placed.keys().copied().collect();
+        ids.sort_unstable();
+        let verdicts: Vec<(ContainerId, Result<ContainerVerdict>)> = ids
             .par_iter()
-            .map(|(&id, record)| {
-                check_container(
-                    &self.containers,
-                    self.state.options.fingerprint,
+            .map(|&id| {
+                let record = inspection.container_records.get(&id);
+                let chunks = &inspection.placed[&id];
+                (
                     id,
-                    record,
-                    &records,
-                    options.read_data,
+                    verify_container(
+                        &self.containers,
+                        algorithm,
+                        id,
+                        record,
+                        chunks,
+                        options.read_data,
+                    ),
                 )
             })
             .collect();
-        for outcome in verified {
-            match outcome {
-                Ok((chunks, bytes)) => {
-                    report.chunks_verified += chunks;
-                    report.bytes_verified += bytes;
+        for (id, verdict) in verdicts {
+            let verdict = verdict?;
+            inspection.count("chunks_verified", verdict.chunks_verified);
+            inspection.count("bytes_verified", verdict.bytes_verified);
+            if !verdict.is_damaged() {
+                continue;
+            }
+            let object = container_object(&self.containers, id);
+            if verdict.missing {
+                inspection.push(
+                    Finding::new(FindingKind::Damage, &object, "the file is missing"),
+                    Problem::Container(id),
+                );
+            } else {
+                if !verdict.structure.is_empty() {
+                    inspection.push(
+                        Finding::new(FindingKind::Damage, &object, verdict.structure.join("; ")),
+                        Problem::Container(id),
+                    );
                 }
-                Err(message) => report.error(message),
+                for (&(segment, index), (offset, detail)) in &verdict.damaged {
+                    inspection.push(
+                        Finding::new(
+                            FindingKind::Damage,
+                            format!(
+                                "chunk {index} of segment {segment} (container {id:016x}, offset {offset})"
+                            ),
+                            detail.clone(),
+                        ),
+                        Problem::Container(id),
+                    );
+                }
             }
+            inspection.containers.insert(id, verdict);
         }
+        Ok(())
+    }
 
+    /// Step 6: files nothing refers to.
+    fn inspect_files(&self, inspection: &mut Inspection) -> Result<()> {
+        let mut listed = 0;
         for id in self.containers.list()? {
-            if !container_records.contains_key(&id) {
-                report.warnings.push(format!(
-                    "container {id:016x} has no record (left by an interrupted command; removed by the next change)"
-                ));
+            listed += 1;
+            if inspection.placed.contains_key(&id) || inspection.container_records.contains_key(&id)
+            {
+                continue;
+            }
+            inspection.push(
+                Finding::new(
+                    FindingKind::Leftover,
+                    container_object(&self.containers, id),
+                    "no catalog record names it (left by an interrupted command)",
+                ),
+                Problem::LeftoverContainer(id),
+            );
+        }
+        inspection.count("container_files", listed);
+        let mut temporary = Vec::new();
+        for directory in ["", crate::segment_index::PAGES_DIRECTORY] {
+            for name in self.storage.list(directory)? {
+                if name.ends_with(".tmp") || name.ends_with(".new") {
+                    temporary.push(name);
+                }
             }
         }
-        let expected = by_index_key(&indexable_segments(&read)?);
-        let mut index_entries = 0u64;
-        let mut index_mismatch = 0u64;
-        self.index.for_each_entry(&mut self.pages, |key, id| {
-            index_entries += 1;
+        for name in temporary {
+            inspection.push(
+                Finding::new(
+                    FindingKind::Leftover,
+                    face_path(&name),
+                    "a temporary file of an interrupted command",
+                ),
+                Problem::LeftoverFile(name),
+            );
+        }
+        Ok(())
+    }
+
+    /// Step 7: the segment index.
+    fn inspect_index(
+        &mut self,
+        read: &impl CatalogView,
+        inspection: &mut Inspection,
+    ) -> Result<()> {
+        let object = "segment index (backup/meta)";
+        // A manifest that does not read is what a checkpoint interrupted by a crash leaves,
+        // or damage; either way the index uses the other one (possibly an older checkpoint,
+        // which the serial comparison below reports) and the next checkpoint rewrites it.
+        let manifests = crate::segment_index::SegmentIndex::damaged_manifests(&self.storage)?;
+        for (name, problem) in manifests {
+            inspection.push(
+                Finding::new(
+                    FindingKind::Leftover,
+                    face_path(&name),
+                    format!(
+                        "{problem}: not a valid manifest (an interrupted checkpoint, or damage); \
+                         the segment index uses the other one"
+                    ),
+                ),
+                Problem::Index,
+            );
+        }
+        let expected = by_index_key(&indexable_segments(read, &self.state.damaged_segments)?);
+        if let Some(damage) = &self.index_damage {
+            let mut detail = damage.clone();
+            if self.index.is_some() {
+                detail += "; thrown away at open (the next change or a repair fills it again)";
+            }
+            // An index that was never written while there is nothing to index is what an
+            // interrupted first backup leaves: nothing is missing from it.
+            let kind = if self.index.is_none()
+                && expected.is_empty()
+                && !crate::segment_index::SegmentIndex::exists(&self.storage)?
+            {
+                detail += "; nothing needs indexing yet (the next change creates it)";
+                FindingKind::Leftover
+            } else {
+                FindingKind::Derived
+            };
+            inspection.push(Finding::new(kind, object, detail), Problem::Index);
+            return Ok(());
+        }
+        let Some(index) = self.index.as_mut() else {
+            inspection.push(
+                Finding::new(FindingKind::Derived, object, "not open (see the notices)"),
+                Problem::Index,
+            );
+            return Ok(());
+        };
+        if let Err(error) = index.verify() {
+            inspection.push(
+                Finding::new(FindingKind::Derived, object, describe(&error)),
+                Problem::Index,
+            );
+            return Ok(());
+        }
+        let (mut entries, mut mismatched) = (0u64, 0u64);
+        index.for_each_entry(|key, id| {
+            entries += 1;
             if expected.get(key) != Some(&id) {
-                index_mismatch += 1;
+                mismatched += 1;
             }
         })?;
-        if index_mismatch > 0 || index_entries != expected.len() as u64 {
-            report.warnings.push(format!(
-                "the segment index holds {index_entries} entries ({index_mismatch} stale) for {} shared \
-                 segments (reconciled by the next change)",
-                expected.len()
-            ));
+        inspection.count("index_entries", entries);
+        let missing = expected.len() as u64 - (entries - mismatched).min(expected.len() as u64);
+        if mismatched == 0 && missing == 0 {
+            return Ok(());
         }
-        report.seconds = started.elapsed().as_secs_f64();
-        Ok(report)
+        let detail = format!(
+            "{entries} entries ({mismatched} stale, {missing} missing) for {} shared segments; \
+             checkpoint of catalog serial {}, the catalog is at {}",
+            expected.len(),
+            index.serial(),
+            self.state.serial
+        );
+        // An index checkpointed at another serial is what an interrupted command leaves, and
+        // the next change reconciles it; at the same serial, the index itself is wrong.
+        let kind = if index.serial() != self.state.serial {
+            FindingKind::Leftover
+        } else {
+            FindingKind::Derived
+        };
+        inspection.push(Finding::new(kind, object, detail), Problem::Index);
+        Ok(())
+    }
+
+    /// Lost findings: backups with chunks an earlier repair marked lost, and damage an
+    /// earlier repair recorded by name.
+    fn report_losses(
+        &self,
+        read: &impl CatalogView,
+        backups: &BackupsSeen,
+        recorded: &[(u64, crate::losses::LossRecord)],
+        inspection: &mut Inspection,
+    ) -> Result<()> {
+        let by_object: HashMap<&str, &crate::losses::LossRecord> = recorded
+            .iter()
+            .map(|(_, record)| (record.object.as_str(), record))
+            .collect();
+        for (finding, problem) in &mut inspection.findings {
+            if finding.kind != FindingKind::Damage {
+                continue;
+            }
+            if let Some(record) = by_object.get(finding.object.as_str()) {
+                finding.kind = FindingKind::Lost;
+                finding.detail = format!(
+                    "{} (recorded by a repair at {}; it could not be rebuilt)",
+                    finding.detail,
+                    crate::losses::format_time(record.recorded_unix_ns)
+                );
+                finding.lost = record.lost.clone();
+                *problem = Problem::Recorded;
+            }
+        }
+        for checked in &backups.with_losses {
+            let chunks: BTreeSet<(SegmentId, u32)> = checked
+                .lost
+                .iter()
+                .map(|range| (range.segment, range.index))
+                .collect();
+            let damage: Vec<String> = recorded
+                .iter()
+                .filter(|(_, record)| record.chunks.iter().any(|chunk| chunks.contains(chunk)))
+                .map(|(_, record)| {
+                    format!(
+                        "{}: {} (repaired at {})",
+                        record.object,
+                        record.damage,
+                        crate::losses::format_time(record.recorded_unix_ns)
+                    )
+                })
+                .collect();
+            let bytes: u64 = losses::merged(&checked.lost)
+                .iter()
+                .map(|(start, end)| end - start)
+                .sum();
+            let lost = losses::describe_backup_losses(
+                self,
+                read,
+                &checked.backup,
+                &checked.sources,
+                &checked.lost,
+                &checked.label,
+            );
+            let detail = if damage.is_empty() {
+                format!("{bytes} bytes in {} chunks are lost", checked.lost.len())
+            } else {
+                format!(
+                    "{bytes} bytes in {} chunks are lost to damage: {}",
+                    checked.lost.len(),
+                    damage.join("; ")
+                )
+            };
+            inspection.push(
+                Finding::new(FindingKind::Lost, &checked.label, detail).with_lost(lost),
+                Problem::Recorded,
+            );
+        }
+        Ok(())
     }
 }
 
-fn check_container(
-    containers: &ContainerStore,
-    algorithm: FingerprintAlgorithm,
-    id: ContainerId,
-    record: &ContainerRecord,
-    records: &HashMap<u64, SegmentRecord>,
-    read_data: bool,
-) -> std::result::Result<(u64, u64), String> {
-    let label = format!("container {id:016x}");
-    let contents = containers
-        .read_contents(id)
-        .map_err(|error| format!("{label}: {error}"))?;
-    if contents.timestamp != record.timestamp {
-        return Err(format!(
-            "{label}: time stamp {} in its trailer, {} in its record",
-            contents.timestamp, record.timestamp
+/// True when the finding asks a repair for something.
+fn needs_repair((finding, problem): &(Finding, Problem)) -> bool {
+    finding.repair.is_none() && *problem != Problem::Recorded
+}
+
+/// True when an open failed because the catalog is damaged (as opposed to I/O errors).
+pub(crate) fn is_catalog_damage(error: &BackupError) -> bool {
+    matches!(
+        error,
+        BackupError::Core(CoreError::Corrupt { .. } | CoreError::Catalog(_))
+            | BackupError::Corrupt { .. }
+    )
+}
+
+/// The report for a face without a catalog: nothing when nothing else is there either, the
+/// catalog's loss when containers exist.
+fn missing_catalog_report(storage: &Arc<dyn Storage>) -> Result<FaceReport> {
+    let mut report = FaceReport::new(FACE);
+    let containers = storage
+        .list(CONTAINERS_DIRECTORY)
+        .map(|names| names.len())
+        .unwrap_or(0);
+    let mut shards = 0;
+    for shard in 0..=0xffu32 {
+        shards += storage
+            .list(&format!("{CONTAINERS_DIRECTORY}/{shard:02x}"))?
+            .len();
+    }
+    if containers + shards > 0 {
+        report.push(Finding::new(
+            FindingKind::Damage,
+            face_path(CATALOG_FILE),
+            format!(
+                "the catalog is missing while {} container files exist: no backup can be \
+                 restored",
+                containers + shards
+            ),
         ));
     }
-    let by_offset: HashMap<u32, _> = contents
-        .chunks
-        .iter()
-        .map(|chunk| (chunk.location.offset, chunk))
-        .collect();
-    let file = if read_data {
-        Some(
-            containers
-                .file(id)
-                .map_err(|error| format!("{label}: {error}"))?,
-        )
-    } else {
-        None
-    };
-    let (mut chunks, mut bytes) = (0u64, 0u64);
-    for &segment in &record.segments {
-        let segment_record = records
-            .get(&segment)
-            .ok_or_else(|| format!("{label} lists segment {segment}, which has no record"))?;
-        if segment_record.container != Some(id) {
-            return Err(format!(
-                "{label} lists segment {segment}, which is elsewhere"
-            ));
-        }
-        for (index, chunk) in segment_record.chunks.iter().enumerate() {
-            let ChunkStorage::Stored(location) = chunk.storage else {
-                continue;
-            };
-            let matches = by_offset.get(&location.offset).is_some_and(|stored| {
-                stored.fingerprint == chunk.fingerprint && stored.location == location
-            });
-            if !matches {
-                return Err(format!(
-                    "{label}: chunk {index} of segment {segment} is not in its trailer"
-                ));
-            }
-            if let Some(file) = &file {
-                let mut stored = vec![0u8; location.stored_bytes as usize];
-                file.read_at(location.offset as u64, &mut stored)
-                    .map_err(|error| format!("{label}: {error}"))?;
-                let raw = decode_chunk(&location, &stored).map_err(|error| error.to_string())?;
-                if algorithm.hash(&raw) != chunk.fingerprint {
-                    return Err(format!(
-                        "{label}: chunk {index} of segment {segment} has the wrong fingerprint"
-                    ));
-                }
-                chunks += 1;
-                bytes += raw.len() as u64;
-            }
-        }
-    }
-    Ok((chunks, bytes))
+    Ok(report)
 }
 
-/// Checks one backup's recipe and chains, and counts its references.
+/// The reference counts the recipes hold.
+#[derive(Default)]
+pub(crate) struct ReferenceCounts {
+    /// Live recipe references per segment.
+    pub live: HashMap<SegmentId, u32>,
+    /// Direct references per chunk.
+    pub direct: HashMap<(SegmentId, u32), u32>,
+    /// Backups (labels) referencing each segment.
+    pub users: HashMap<SegmentId, BTreeSet<String>>,
+    /// False when some recipe could not be read.
+    pub complete: bool,
+}
+
+impl ReferenceCounts {
+    fn users_of(&self, segment: SegmentId) -> Vec<String> {
+        self.users
+            .get(&segment)
+            .map(|users| users.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// What step 2 saw.
+struct BackupsSeen {
+    counts: ReferenceCounts,
+    with_losses: Vec<CheckedBackup>,
+}
+
+impl Default for BackupsSeen {
+    fn default() -> Self {
+        BackupsSeen {
+            counts: ReferenceCounts {
+                complete: true,
+                ..ReferenceCounts::default()
+            },
+            with_losses: Vec::new(),
+        }
+    }
+}
+
+/// A backup that resolved, with its lost chunks.
+pub(crate) struct CheckedBackup {
+    pub label: String,
+    pub backup: BackupRecord,
+    pub sources: Vec<ChunkSource>,
+    pub lost: Vec<LostRange>,
+}
+
+/// Why a backup did not check.
+struct BackupDamage {
+    detail: String,
+    /// Some(true) when its recipe did not read (its references are then not counted).
+    recipe_unread: Option<bool>,
+}
+
+impl From<BackupError> for BackupDamage {
+    fn from(error: BackupError) -> Self {
+        BackupDamage {
+            detail: describe(&error),
+            recipe_unread: None,
+        }
+    }
+}
+
+/// Checks one backup's record, recipe and chains, and counts its references.
 fn check_backup(
     read: &impl CatalogView,
     series: &SeriesRecord,
-    id: u64,
+    id: BackupId,
+    version: u32,
     cache: &mut SegmentCache,
-    live_counts: &mut HashMap<u64, u32>,
-    direct_counts: &mut HashMap<(u64, u32), u32>,
-) -> Result<()> {
-    let backup = load_backup(read, id)?;
-    let recipe = Recipe::load(read, backup.id, backup.recipe_parts)?;
+    counts: &mut ReferenceCounts,
+) -> std::result::Result<CheckedBackup, BackupDamage> {
+    let backup = crate::series::load_backup(read, id).map_err(|error| BackupDamage {
+        detail: describe(&error),
+        recipe_unread: Some(true),
+    })?;
+    let label = format!("backup {}@{version}", series.name);
+    if backup.id != id || backup.version != version || backup.series != series.name {
+        return Err(BackupDamage {
+            detail: format!(
+                "catalog record backups/{id} holds backup {}@{} (id {}), not this one",
+                backup.series, backup.version, backup.id
+            ),
+            recipe_unread: Some(true),
+        });
+    }
+    let recipe =
+        Recipe::load(read, backup.id, backup.recipe_parts).map_err(|error| BackupDamage {
+            detail: describe(&error),
+            recipe_unread: Some(true),
+        })?;
     match &recipe {
         Recipe::Live(references) => {
             for reference in references {
-                *live_counts.entry(reference.segment).or_insert(0) += 1;
+                *counts.live.entry(reference.segment).or_insert(0) += 1;
+                counts
+                    .users
+                    .entry(reference.segment)
+                    .or_default()
+                    .insert(label.clone());
             }
         }
         Recipe::Archival(references) => {
             for reference in references {
                 if let ChunkReference::Direct { segment, index, .. } = *reference {
-                    *direct_counts.entry((segment, index)).or_insert(0) += 1;
+                    *counts.direct.entry((segment, index)).or_insert(0) += 1;
+                    counts
+                        .users
+                        .entry(segment)
+                        .or_default()
+                        .insert(label.clone());
                 }
             }
         }
     }
     let (sources, _) = resolve(read, series, &backup)?;
     let mut bytes = 0u64;
+    let mut lost = Vec::new();
     for source in &sources {
-        bytes += match *source {
+        let raw_bytes = match *source {
             ChunkSource::Zero { raw_bytes } => raw_bytes as u64,
             ChunkSource::Stored { segment, index } => {
                 let record = cache.get(read, segment)?;
                 let chunk = record.chunks.get(index as usize).ok_or_else(|| {
-                    crate::error::BackupError::corrupt(
-                        format!("segment {segment}"),
-                        format!("no chunk {index}"),
-                    )
+                    BackupError::corrupt(format!("segment {segment}"), format!("no chunk {index}"))
                 })?;
-                if matches!(chunk.storage, ChunkStorage::Removed) {
-                    return Err(crate::error::BackupError::corrupt(
-                        format!("segment {segment}"),
-                        format!("chunk {index} was removed but is still referenced"),
-                    ));
+                match chunk.storage {
+                    ChunkStorage::Removed => {
+                        return Err(BackupError::corrupt(
+                            format!("segment {segment}"),
+                            format!("chunk {index} was removed but is still referenced"),
+                        )
+                        .into())
+                    }
+                    ChunkStorage::Lost => lost.push(LostRange {
+                        start: bytes,
+                        end: bytes + chunk.raw_bytes as u64,
+                        segment,
+                        index,
+                    }),
+                    ChunkStorage::Zero | ChunkStorage::Stored(_) => {}
                 }
                 chunk.raw_bytes as u64
             }
         };
+        bytes += raw_bytes;
     }
     if bytes != backup.logical_bytes || sources.len() as u64 != backup.chunk_count {
-        return Err(crate::error::BackupError::corrupt(
-            "recipe",
-            format!(
-                "{} chunks of {bytes} bytes, the record says {} chunks of {} bytes",
+        return Err(BackupDamage {
+            detail: format!(
+                "its recipe has {} chunks of {bytes} bytes, its record says {} chunks of {} bytes",
                 sources.len(),
                 backup.chunk_count,
                 backup.logical_bytes
             ),
+            recipe_unread: None,
+        });
+    }
+    Ok(CheckedBackup {
+        label,
+        backup,
+        sources: if lost.is_empty() { Vec::new() } else { sources },
+        lost,
+    })
+}
+
+/// Steps 4 and 5 for one container: `chunks` are the stored chunks segment records place in
+/// it; `record` its catalog record, if it has one.
+pub(crate) fn verify_container(
+    containers: &ContainerStore,
+    algorithm: FingerprintAlgorithm,
+    id: ContainerId,
+    record: Option<&ContainerRecord>,
+    chunks: &[PlacedChunk],
+    read_data: bool,
+) -> Result<ContainerVerdict> {
+    let mut verdict = ContainerVerdict::default();
+    let file = match containers.file(id) {
+        Ok(file) => file,
+        Err(CoreError::NotFound(_)) => {
+            verdict.missing = true;
+            return Ok(verdict);
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let length = file.len()?;
+    if let Some(record) = record {
+        if length != record.bytes {
+            verdict.structure.push(format!(
+                "the file has {length} bytes, its record says {}",
+                record.bytes
+            ));
+        }
+    }
+    let mut header = [0u8; HEADER_BYTES];
+    let header_ok = length >= HEADER_BYTES as u64
+        && file.read_at(0, &mut header).is_ok()
+        && &header[..8] == CONTAINER_MAGIC
+        && header[16..24] == id.to_le_bytes();
+    if !header_ok {
+        verdict
+            .structure
+            .push("its header does not name this container".to_string());
+    }
+    let mut unreferenced = Vec::new();
+    match containers.read_contents(id) {
+        Ok(contents) => {
+            verdict.trailer_timestamp = Some(contents.timestamp);
+            if let Some(record) = record {
+                if contents.timestamp != record.timestamp {
+                    verdict.structure.push(format!(
+                        "time stamp {} in its trailer, {} in its record",
+                        contents.timestamp, record.timestamp
+                    ));
+                }
+            }
+            let by_offset: HashMap<u32, _> = contents
+                .chunks
+                .iter()
+                .map(|chunk| (chunk.location.offset, chunk))
+                .collect();
+            let placed: std::collections::HashSet<u32> =
+                chunks.iter().map(|chunk| chunk.location.offset).collect();
+            // Chunks no record references any more (removed, not yet compacted): their record
+            // headers and bytes are compared with the trailer below.
+            unreferenced = contents
+                .chunks
+                .iter()
+                .filter(|stored| !placed.contains(&stored.location.offset))
+                .map(|stored| PlacedChunk {
+                    segment: 0,
+                    index: 0,
+                    fingerprint: stored.fingerprint,
+                    location: stored.location,
+                })
+                .collect();
+            let mut differing = Vec::new();
+            for chunk in chunks {
+                let matches = by_offset.get(&chunk.location.offset).is_some_and(|stored| {
+                    stored.fingerprint == chunk.fingerprint && stored.location == chunk.location
+                });
+                if !matches {
+                    differing.push(format!(
+                        "chunk {} of segment {} (offset {})",
+                        chunk.index, chunk.segment, chunk.location.offset
+                    ));
+                }
+            }
+            if !differing.is_empty() {
+                verdict.structure.push(format!(
+                    "its trailer does not list {} as the catalog does",
+                    list_some(&differing)
+                ));
+            }
+        }
+        Err(error) => verdict.structure.push(format!("its trailer: {error}")),
+    }
+    if !read_data {
+        return Ok(verdict);
+    }
+    let mut data = vec![0u8; length as usize];
+    file.read_at(0, &mut data)?;
+    let mut headers_differing = Vec::new();
+    for chunk in chunks {
+        match verify_chunk(&data, chunk, algorithm) {
+            Ok(raw_bytes) => {
+                verdict.chunks_verified += 1;
+                verdict.bytes_verified += raw_bytes;
+            }
+            Err(detail) => {
+                verdict.damaged.insert(
+                    (chunk.segment, chunk.index),
+                    (chunk.location.offset, detail),
+                );
+            }
+        }
+        if let Some(fields) = record_header_differs(&data, chunk) {
+            headers_differing.push(format!(
+                "chunk {} of segment {} (record header at offset {}: {fields})",
+                chunk.index,
+                chunk.segment,
+                chunk.location.header_offset()
+            ));
+        }
+    }
+    if !headers_differing.is_empty() {
+        verdict.structure.push(format!(
+            "record headers differ from the catalog for {}",
+            list_some(&headers_differing)
         ));
     }
-    Ok(())
+    let mut garbage_damaged = Vec::new();
+    for chunk in &unreferenced {
+        let start = chunk.location.offset as usize;
+        let intact = data
+            .get(start..start + chunk.location.stored_bytes as usize)
+            .is_some_and(|stored| crc32c::crc32c(stored) == chunk.location.checksum);
+        if !intact || record_header_differs(&data, chunk).is_some() {
+            garbage_damaged.push(format!("offset {}", chunk.location.offset));
+        }
+    }
+    if !garbage_damaged.is_empty() {
+        verdict.structure.push(format!(
+            "chunks no backup references (removed, not yet compacted) differ from the trailer \
+             at {}",
+            list_some(&garbage_damaged)
+        ));
+    }
+    Ok(verdict)
+}
+
+/// The fields of `chunk`'s record header in `data` that differ from the catalog, if any.
+fn record_header_differs(data: &[u8], chunk: &PlacedChunk) -> Option<String> {
+    let start = chunk.location.header_offset() as usize;
+    let Some(bytes) = data.get(start..start + CHUNK_HEADER_BYTES) else {
+        return Some("past the end of the file".to_string());
+    };
+    let Some(header) = ChunkHeader::parse(bytes) else {
+        return Some("the header's own checksum".to_string());
+    };
+    let location = chunk.location;
+    let mut differing = Vec::new();
+    if header.fingerprint != chunk.fingerprint {
+        differing.push("fingerprint");
+    }
+    if header.stored_bytes != location.stored_bytes {
+        differing.push("stored size");
+    }
+    if header.raw_bytes != location.raw_bytes {
+        differing.push("raw size");
+    }
+    if header.flags != location.flags {
+        differing.push("flags");
+    }
+    if header.checksum != location.checksum {
+        differing.push("checksum");
+    }
+    (!differing.is_empty()).then(|| differing.join(", "))
+}
+
+/// Checks one chunk's stored bytes in `data` (CRC, decompression, fingerprint); returns its
+/// raw size or what is wrong.
+pub(crate) fn verify_chunk(
+    data: &[u8],
+    chunk: &PlacedChunk,
+    algorithm: FingerprintAlgorithm,
+) -> std::result::Result<u64, String> {
+    let location = chunk.location;
+    let start = location.offset as usize;
+    let Some(stored) = data.get(start..start + location.stored_bytes as usize) else {
+        return Err("its bytes lie past the end of the file".to_string());
+    };
+    let raw = decode_chunk(&location, stored).map_err(|error| match error {
+        BackupError::Corrupt { detail, .. } => detail,
+        other => other.to_string(),
+    })?;
+    if algorithm.hash(&raw) != chunk.fingerprint {
+        return Err("its bytes do not have the recorded fingerprint".to_string());
+    }
+    Ok(raw.len() as u64)
+}
+
+/// What an error says, for a finding's detail: without the advice to run a check, which the
+/// error messages carry for other commands.
+fn describe(error: &BackupError) -> String {
+    match error {
+        BackupError::Corrupt { what, detail }
+        | BackupError::Core(CoreError::Corrupt { what, detail }) => format!("{what}: {detail}"),
+        other => other.to_string(),
+    }
+}
+
+/// At most five of `items`, then how many more.
+fn list_some(items: &[String]) -> String {
+    let mut shown: Vec<String> = items.iter().take(5).cloned().collect();
+    if items.len() > shown.len() {
+        shown.push(format!("{} more", items.len() - shown.len()));
+    }
+    shown.join(", ")
 }

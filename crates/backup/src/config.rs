@@ -242,6 +242,9 @@ pub struct RuntimeOptions {
     pub prefetch: bool,
     /// The segment index's cache and filter.
     pub index: IndexOptions,
+    /// Smallest space reserve kept for the commits that free space (see
+    /// [`crate::store`]); it grows to an eighth of the catalog's size.
+    pub reserve_bytes_min: u64,
 }
 
 impl Default for RuntimeOptions {
@@ -254,6 +257,7 @@ impl Default for RuntimeOptions {
                 expected_entries: SEGMENT_INDEX_EXPECTED_ENTRIES,
                 ..IndexOptions::default()
             },
+            reserve_bytes_min: crate::store::RESERVE_BYTES_MIN,
         }
     }
 }

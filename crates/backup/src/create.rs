@@ -80,6 +80,9 @@ pub struct CreateReport {
     /// regular files when their turn came, and what the backup holds for each.
     pub warnings: Vec<FileWarning>,
     pub reverse: Vec<ReverseReport>,
+    /// Why reverse deduplication was left for later although it was due (the file system
+    /// filled up while repackaging); the backup itself is committed.
+    pub reverse_deferred: Option<String>,
     pub expire: Vec<DeleteReport>,
     pub seconds: f64,
 }
@@ -140,7 +143,22 @@ pub fn describe_file_type(file_type: &std::fs::FileType) -> &'static str {
 
 impl BackupStore {
     /// Backs `source` up as the next version of `series`; see the module documentation.
+    ///
+    /// On a full file system the backup fails with [`BackupError::Full`] before its commit
+    /// and removes what it wrote; a reverse deduplication that finds no room after the
+    /// commit is left for later ([`CreateReport::reverse_deferred`]).
     pub fn create_backup(
+        &mut self,
+        series: &str,
+        source: BackupSource,
+        options: CreateOptions,
+    ) -> Result<CreateReport> {
+        self.mutate("creating a backup", |store| {
+            store.create_backup_unguarded(series, source, options)
+        })
+    }
+
+    fn create_backup_unguarded(
         &mut self,
         series: &str,
         source: BackupSource,
@@ -234,7 +252,7 @@ impl BackupStore {
         series_record.version_next += 1;
         series_record.versions.insert(version, backup_id);
         // Index before recipe: the index names the new segments before the catalog does.
-        self.checkpoint_index(self.state.serial + 1)?;
+        self.checkpoint_index(self.state.serial + 1);
         let mut write = self.catalog.write()?;
         let mut references: BTreeMap<_, _> = outcome.references.into_iter().collect();
         for (id, record) in &outcome.new_segments {
@@ -284,11 +302,19 @@ impl BackupStore {
         self.commit(write, state, &[])?;
         let commit_seconds = commit_started.elapsed().as_secs_f64();
 
+        let mut reverse_deferred = None;
         let reverse = if options.defer_reverse || self.state.options.mode == DedupMode::Conventional
         {
             Vec::new()
         } else {
-            self.reverse_pending_backups(series)?
+            match self.reverse_pending_backups(series) {
+                Ok(reports) => reports,
+                Err(error @ BackupError::Full { .. }) => {
+                    reverse_deferred = Some(error.to_string());
+                    Vec::new()
+                }
+                Err(error) => return Err(error),
+            }
         };
         let expire = match series_record.options.retention {
             Some(keep) => self.expire(series, Some(keep), options.delete_method)?,
@@ -305,6 +331,7 @@ impl BackupStore {
             commit_seconds,
             warnings,
             reverse,
+            reverse_deferred,
             expire,
             seconds: started.elapsed().as_secs_f64(),
         })

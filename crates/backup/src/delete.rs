@@ -32,6 +32,7 @@ use onecopy_core::container::{ChunkHeader, ContainerId};
 use serde::Serialize;
 
 use crate::changes::Changes;
+use crate::compact::plan_compact;
 use crate::config::DeleteMethod;
 use crate::error::{BackupError, Result};
 use crate::recipe::{ChunkReference, Recipe};
@@ -78,6 +79,14 @@ pub struct DeleteReport {
     /// Index update and container removal.
     pub cleanup_seconds: f64,
     pub sweep: Option<SweepReport>,
+    /// Container bytes the deletion freed (containers removed, minus containers written).
+    pub freed_bytes: u64,
+    /// Bytes of removed chunks that stay allocated in containers still holding referenced
+    /// chunks, which `backup compact` frees: exactly what compacting the containers this
+    /// deletion left with garbage gives back.
+    pub compactable_bytes: u64,
+    /// Those containers.
+    pub compactable_containers: u64,
     pub seconds: f64,
 }
 
@@ -230,10 +239,29 @@ impl BackupStore {
     /// Executes a deletion plan made from the current state.
     pub fn execute_delete(
         &mut self,
+        plan: DeletePlan,
+        method: DeleteMethod,
+    ) -> Result<DeleteReport> {
+        let what = format!("deleting backup {}@{}", plan.series, plan.version);
+        self.mutate(&what, |store| store.execute_delete_unguarded(plan, method))
+    }
+
+    fn execute_delete_unguarded(
+        &mut self,
         mut plan: DeletePlan,
         method: DeleteMethod,
     ) -> Result<DeleteReport> {
         let started = Instant::now();
+        let dropped_bytes = {
+            let read = self.catalog.read()?;
+            let mut bytes = 0;
+            for &id in &plan.settlement.dropped_containers {
+                if let Some(record) = read.get_id(CONTAINERS, id)? {
+                    bytes += ContainerRecord::decode(&record, id)?.bytes;
+                }
+            }
+            bytes
+        };
         let run = execute_settlement(
             self,
             plan.serial,
@@ -245,6 +273,13 @@ impl BackupStore {
             DeleteMethod::Timestamp => None,
             DeleteMethod::MarkAndSweep => Some(self.sweep()?),
         };
+        let compactable = plan_compact(
+            &self.catalog.read()?,
+            Some(&plan.settlement.garbage_containers),
+            self.state.serial,
+        )?;
+        let freed_bytes = dropped_bytes.saturating_sub(run.copy.written_bytes)
+            + sweep.map_or(0, |sweep| sweep.reclaimed_bytes);
         let seconds = plan.plan_seconds + started.elapsed().as_secs_f64();
         Ok(DeleteReport {
             plan,
@@ -253,6 +288,9 @@ impl BackupStore {
             commit_seconds: run.commit_seconds,
             cleanup_seconds: run.cleanup_seconds,
             sweep,
+            freed_bytes,
+            compactable_bytes: compactable.reclaimable_bytes,
+            compactable_containers: compactable.containers.len() as u64,
             seconds,
         })
     }
@@ -306,6 +344,10 @@ impl BackupStore {
     /// Mark and sweep's sweep: reads every container and rewrites those holding chunks no
     /// segment record references (removing those holding none).
     pub fn sweep(&mut self) -> Result<SweepReport> {
+        self.mutate("sweeping", BackupStore::sweep_unguarded)
+    }
+
+    fn sweep_unguarded(&mut self) -> Result<SweepReport> {
         self.recover()?;
         let started = Instant::now();
         let mut report = SweepReport::default();
@@ -380,10 +422,12 @@ impl BackupStore {
             );
         }
         drop(read);
+        self.release_reserve()?;
         let mut write = self.catalog.write()?;
         changes.apply(&mut write)?;
         self.commit(write, state, &dropped)?;
         self.remove_containers(&dropped)?;
+        self.restore_reserve();
         report.seconds = started.elapsed().as_secs_f64();
         Ok(report)
     }

@@ -61,6 +61,23 @@ pub enum BackupError {
          move those directories away first"
     )]
     TargetConflict { target: String, detail: String },
+    /// The file system holding the repository is full. Nothing of the operation was
+    /// committed, and the files it wrote were removed again.
+    #[error(
+        "{operation} failed: the file system holding the repository is full ({detail}); \
+         nothing was committed and what was written is removed again. To make room: {hint}"
+    )]
+    Full {
+        operation: String,
+        detail: String,
+        hint: String,
+    },
+    /// Data a repair recorded as lost was asked for ([`crate::losses`]).
+    #[error(
+        "{what}: {detail} (lost to damage that `onecopy check --repair` recorded; see \
+         `onecopy check`)"
+    )]
+    Lost { what: String, detail: String },
 }
 
 /// Result with [`BackupError`].

@@ -304,7 +304,9 @@ impl PathState {
                 algorithm.hash(&fingerprint_bytes)
             })
             .collect();
-        store.index.warm(&fingerprints);
+        if let Some(index) = &store.index {
+            index.warm(&fingerprints);
+        }
         let mut decisions = Vec::with_capacity(ranges.len());
         for (range, fingerprint) in ranges.into_iter().zip(fingerprints) {
             self.outcome.report.index_lookups += 1;
@@ -410,7 +412,7 @@ impl PathState {
                 fingerprint,
                 id,
             )?;
-            store.index.insert(&mut store.pages, &fingerprint, id)?;
+            store.index_insert(&fingerprint, id);
             self.outcome.new_segments.push((id, record));
         }
         // The disk writes the batch while the next one is prepared, not all at the seal.

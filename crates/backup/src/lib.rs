@@ -30,17 +30,29 @@
 //! | operation | 1 | 2 | 3 | 4 |
 //! |---|---|---|---|---|
 //! | create  | containers sealed and synced | index checkpoint (serial + 1) | catalog commit: segments, counts, recipe, backup | — |
-//! | reverse | new containers synced | catalog commit: archival recipe, counts, locations | index removals, checkpoint | old containers removed |
-//! | delete  | new containers synced (rare) | catalog commit: recipe and counts gone | index removals, checkpoint | dead containers removed |
+//! | reverse | new containers synced | catalog commit: archival recipe, counts, locations | old containers removed | index removals, checkpoint |
+//! | delete  | new containers synced (rare) | catalog commit: recipe and counts gone | dead containers removed | index removals, checkpoint |
+//! | compact, repair | rewritten containers synced | catalog commit | old containers removed | index rebuilt (repair) |
 //!
-//! The catalog commit (one redb transaction) is the commit point of each. A crash before it
-//! leaves unreferenced containers and index entries the catalog does not confirm; a crash
-//! after it leaves containers no record names and stale index entries. Neither is visible to
-//! restores (they follow the catalog only); inline lookups confirm index hits against the
-//! catalog; and [`BackupStore::recover`], run by every mutating operation, removes the files
-//! and reconciles the index (whose checkpoint records the catalog serial it matches). So after
-//! a crash at any point `check` passes and every completed backup restores byte-exact; the
-//! crash tests (`tests/crash.rs`) replay crashes at every sync with torn writes.
+//! The catalog commit (one redb transaction) is the commit point of each; operations that
+//! free space release the space reserve just before it ([`store`]). A crash before it leaves
+//! unreferenced containers and index entries the catalog does not confirm; a crash after it
+//! leaves containers no record names and stale index entries. Neither is visible to restores
+//! (they follow the catalog only); inline lookups confirm index hits against the catalog (so
+//! containers may go before the index entries naming their segments); and
+//! [`BackupStore::recover`], run by every mutating operation and again right after one
+//! fails, removes the files and reconciles the index (whose checkpoint records the catalog
+//! serial it matches). So after a crash at any point `check` passes and every completed
+//! backup restores byte-exact; the crash tests (`tests/crash.rs`) replay crashes at every
+//! sync with torn writes, through recovery, compaction and repair too.
+//!
+//! # Damage
+//!
+//! [`BackupStore::check`] reports what is wrong as the [`FaceReport`] every face returns
+//! ([`check`]); with a repair it rebuilds derived data, removes leftovers, rewrites damaged
+//! containers and records what is lost ([`repair`], [`losses`]). Restores never return
+//! damaged bytes: chunks are CRC-checked as they are read, and chunks recorded as lost fail
+//! naming the lost files.
 //!
 //! # Concurrency
 //!
@@ -68,7 +80,7 @@
 //! println!("version {} in {:.1} s", created.version, created.seconds);
 //! store.restore("home", Some(created.version), RestoreTarget::Directory("/tmp/out".into()))?;
 //! store.expire("home", Some(7), None)?;
-//! assert!(store.check(Default::default())?.is_ok());
+//! assert!(store.check(Default::default())?.is_clean());
 //! # Ok(())
 //! # }
 //! ```
@@ -76,32 +88,37 @@
 mod changes;
 pub mod check;
 mod codec;
+pub mod compact;
 pub mod config;
 pub mod create;
 pub mod delete;
 pub mod error;
 pub mod inline;
+pub mod losses;
 pub mod recipe;
+pub mod repair;
 pub mod resolve;
 pub mod restore;
 pub mod reuse;
 pub mod reverse;
 pub mod segment;
+mod segment_index;
 pub mod series;
 pub mod settle;
 pub mod stats;
 pub mod store;
 pub mod tree;
 
-pub use check::{CheckOptions, CheckReport};
+pub use compact::{CompactPlan, CompactReport};
 pub use config::{DedupMode, DeleteMethod, RuntimeOptions, SeriesOptions, StoreOptions};
 pub use create::{BackupSource, CreateOptions, CreateReport};
 pub use delete::{DeletePlan, DeleteReport, SweepReport};
 pub use error::{BackupError, Result};
 pub use inline::InlineReport;
+pub use onecopy_core::check::{CheckOptions, ExitStatus, FaceReport, Finding, FindingKind};
 pub use restore::{RestoreOptions, RestoreReport, RestoreTarget};
 pub use reverse::{ReversePlan, ReverseReport};
 pub use series::{BackupRecord, BackupState, SeriesRecord, SourceKind};
 pub use settle::{CopyReport, Settlement};
 pub use stats::StoreStats;
-pub use store::{BackupStore, OpenOptions, RecoveryReport};
+pub use store::{is_full, BackupStore, OpenOptions, RecoveryReport};

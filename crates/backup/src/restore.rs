@@ -21,6 +21,11 @@
 //! anything outside its target (see [`crate::tree::apply`] for how, and for what overwriting
 //! means). Not guaranteed: a failed restore leaves a partial target.
 //!
+//! Chunks a repair recorded as lost ([`crate::losses`]) are found before anything is
+//! written: an image or stream restore then fails naming the lost byte ranges, and a
+//! directory restore (or a tar archive of it) leaves out the files whose contents are lost,
+//! restores the rest, and fails naming them.
+//!
 //! [`RuntimeOptions::restore_window_bytes`]: crate::config::RuntimeOptions::restore_window_bytes
 //! [`RuntimeOptions::read_threads`]: crate::config::RuntimeOptions::read_threads
 
@@ -39,6 +44,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::error::{BackupError, IoContext, Result};
+use crate::losses;
 use crate::resolve::{resolve, ChunkSource, ResolveReport, SegmentCache};
 use crate::segment::ChunkStorage;
 use crate::series::{find_backup, SourceKind};
@@ -151,11 +157,16 @@ impl BackupStore {
             resolve_seconds: started.elapsed().as_secs_f64(),
             ..RestoreReport::default()
         };
+        let mut cache = SegmentCache::new();
+        let lost =
+            losses::stream_losses(&read, &sources, &self.state.damaged_segments, &mut cache)?;
+        let label = format!("backup {series}@{}", backup.version);
         let mut reader = StreamReader {
             store: self,
             view: &read,
             sources: &sources,
-            cache: SegmentCache::new(),
+            cache,
+            skip_lost: false,
         };
         let name = format!("{series}@{}", backup.version);
         match (backup.source, target) {
@@ -166,6 +177,17 @@ impl BackupStore {
                 let tree_range = backup
                     .tree
                     .ok_or_else(|| BackupError::corrupt(format!("backup {name}"), "no tree"))?;
+                let tree_end = tree_range.offset + tree_range.bytes;
+                if lost
+                    .iter()
+                    .any(|range| range.end > tree_range.offset && range.start < tree_end)
+                {
+                    return Err(BackupError::Lost {
+                        what: label,
+                        detail: "its directory tree is lost, so no file can be restored"
+                            .to_string(),
+                    });
+                }
                 let mut tree_bytes = Vec::with_capacity(tree_range.bytes as usize);
                 reader.copy(
                     tree_range.offset,
@@ -177,31 +199,53 @@ impl BackupStore {
                     },
                 )?;
                 let tree = Tree::decode(&tree_bytes)?;
+                let left_out = losses::exclude_lost_files(tree, &lost);
+                reader.skip_lost = !lost.is_empty();
                 match target {
                     RestoreTarget::Directory(root) => {
                         let apply_options = ApplyOptions {
                             backup: name,
                             overwrite: options.overwrite,
                         };
-                        let mut applier =
-                            TreeApplier::prepare(&root, tree, tree_range.offset, &apply_options)?;
+                        let mut applier = TreeApplier::prepare(
+                            &root,
+                            left_out.tree,
+                            tree_range.offset,
+                            &apply_options,
+                        )?;
                         reader.copy(0, tree_range.offset, &mut report, |offset, data| {
-                            applier.write(offset, data)
+                            losses::write_outside(
+                                &left_out.excluded,
+                                offset,
+                                data,
+                                |offset, data| applier.write(offset, data),
+                            )
                         })?;
                         report.tree = Some(applier.finish()?);
                     }
                     RestoreTarget::Archive(writer) => {
-                        tree.validate(tree_range.offset).map_err(|problem| {
-                            BackupError::corrupt_tree(&name, &problem.path, problem.detail)
-                        })?;
+                        left_out
+                            .tree
+                            .validate(tree_range.offset)
+                            .map_err(|problem| {
+                                BackupError::corrupt_tree(&name, &problem.path, problem.detail)
+                            })?;
                         let what = || "writing the tar archive".to_string();
-                        let mut archive = ArchiveWriter::new(writer, tree);
+                        let mut archive = ArchiveWriter::new(writer, left_out.tree);
                         reader.copy(0, tree_range.offset, &mut report, |offset, data| {
-                            archive.write(offset, data).context_io(what)
+                            losses::write_outside(
+                                &left_out.excluded,
+                                offset,
+                                data,
+                                |offset, data| archive.write(offset, data).context_io(what),
+                            )
                         })?;
                         archive.finish().context_io(what)?;
                     }
                     _ => unreachable!("matched above"),
+                }
+                if !left_out.paths.is_empty() {
+                    return Err(losses::lost_files_error(&label, &left_out.paths));
                 }
             }
             (_, RestoreTarget::Directory(root)) => {
@@ -216,6 +260,15 @@ impl BackupStore {
                     "backup {name} is an image or stream, not a directory: only a directory \
                      backup is restored as a tar archive"
                 )))
+            }
+            (_, RestoreTarget::File(_) | RestoreTarget::Writer(_)) if !lost.is_empty() => {
+                return Err(BackupError::Lost {
+                    what: label,
+                    detail: format!(
+                        "{} are lost; nothing was written",
+                        losses::describe_ranges(&losses::merged(&lost))
+                    ),
+                });
             }
             (_, RestoreTarget::File(path)) => {
                 let (file, regular) = open_target_file(&path, options.overwrite)?;
@@ -322,6 +375,8 @@ struct StreamReader<'a, V: CatalogView> {
     view: &'a V,
     sources: &'a [ChunkSource],
     cache: SegmentCache,
+    /// Lost chunks read as zeros instead of failing: only when the sink drops their bytes.
+    skip_lost: bool,
 }
 
 impl<V: CatalogView> StreamReader<'_, V> {
@@ -467,6 +522,15 @@ impl WindowPlanner {
                                 format!("segment {segment}"),
                                 format!("chunk {index} is referenced but was removed"),
                             ))
+                        }
+                        ChunkStorage::Lost if reader.skip_lost => {
+                            window.zero_bytes += chunk.raw_bytes as u64
+                        }
+                        ChunkStorage::Lost => {
+                            return Err(BackupError::Lost {
+                                what: format!("chunk {index} of segment {segment}"),
+                                detail: "its bytes were damaged".to_string(),
+                            })
                         }
                     }
                     chunk.raw_bytes

@@ -28,9 +28,10 @@
 //! head:      fingerprint [32] | state u8 | live references u32
 //! record:    "SEG2" | fingerprint [32] | state u8 | container+1 varint (0 = none) |
 //!            chunk count varint | chunk*
-//! chunk:     kind u8 (0 zero, 1 stored, 2 removed) | raw bytes varint |
+//! chunk:     kind u8 (0 zero, 1 stored, 2 removed, 3 lost) | raw bytes varint |
 //!            [stored: fingerprint [32] | direct references varint | offset varint |
 //!             stored bytes varint | flags varint | crc u32]
+//!            [lost: fingerprint [32] | direct references varint]
 //! container: "CNT1" | kind u8 (1 shared, 2 archival) | timestamp u64 | bytes u64 |
 //!            segment count u32 | segment id u64*
 //! ```
@@ -41,6 +42,11 @@
 //! chunks of a series are removed ones, so they are most of the catalog. That is 2-3 bytes
 //! against 41 in the first format, `SEG1` (fixed-width fields, every chunk with its
 //! fingerprint and reference count), which is still read.
+//!
+//! A **lost** chunk is one whose stored bytes a repair found damaged with no intact copy
+//! anywhere ([`crate::losses`]): it keeps its fingerprint and its references, so that reads of
+//! it fail naming the loss, reference counts stay right, and reverse deduplication can still
+//! point a backup at an intact copy the successor stores.
 
 use onecopy_core::catalog::IdTable;
 use onecopy_core::container::{ChunkLocation, ContainerId};
@@ -131,13 +137,16 @@ pub enum ChunkStorage {
     Stored(ChunkLocation),
     /// Removed by reverse deduplication or deletion; nothing may reference it directly.
     Removed,
+    /// Its stored bytes were damaged and no intact copy was found; a repair recorded the loss
+    /// ([`crate::losses`]). Referenced like a stored chunk; every read of it fails.
+    Lost,
 }
 
 /// One chunk of a segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SegmentChunk {
-    /// The fingerprint of a stored chunk. Zero and removed chunks do not keep theirs: read
-    /// back from the catalog, it is all zeros.
+    /// The fingerprint of a stored or lost chunk. Zero and removed chunks do not keep theirs:
+    /// read back from the catalog, it is all zeros.
     pub fingerprint: Fingerprint,
     pub raw_bytes: u32,
     pub storage: ChunkStorage,
@@ -187,6 +196,12 @@ impl SegmentRecord {
                     encoder.varint(location.flags.into());
                     encoder.u32(location.checksum);
                 }
+                ChunkStorage::Lost => {
+                    encoder.u8(3);
+                    encoder.varint(chunk.raw_bytes.into());
+                    encoder.fingerprint(&chunk.fingerprint);
+                    encoder.varint(chunk.direct_references.into());
+                }
             }
         }
         encoder.finish()
@@ -232,6 +247,10 @@ impl SegmentRecord {
                     )
                 }
                 (1, None) => return decoder.invalid("a stored chunk without a container"),
+                (3, _) => {
+                    let fingerprint = decoder.fingerprint()?;
+                    (ChunkStorage::Lost, fingerprint, decoder.varint_u32()?)
+                }
                 _ => return decoder.invalid(format!("unknown chunk kind {kind}")),
             };
             chunks.push(SegmentChunk {
@@ -282,7 +301,7 @@ impl SegmentRecord {
             };
             // As in the current format: only stored chunks keep their fingerprint.
             let fingerprint = match storage {
-                ChunkStorage::Stored(_) => fingerprint,
+                ChunkStorage::Stored(_) | ChunkStorage::Lost => fingerprint,
                 ChunkStorage::Zero | ChunkStorage::Removed => Fingerprint::ZERO,
             };
             chunks.push(SegmentChunk {
@@ -317,12 +336,26 @@ impl SegmentRecord {
             .sum()
     }
 
-    /// True when no chunk is stored any more.
+    /// True when no chunk is stored or lost any more: nothing can reference the segment.
     pub fn is_empty(&self) -> bool {
         !self
             .chunks
             .iter()
+            .any(|chunk| matches!(chunk.storage, ChunkStorage::Stored(_) | ChunkStorage::Lost))
+    }
+
+    /// True when some chunk is stored (the segment needs a container).
+    pub fn has_stored(&self) -> bool {
+        self.chunks
+            .iter()
             .any(|chunk| matches!(chunk.storage, ChunkStorage::Stored(_)))
+    }
+
+    /// True when some chunk is lost.
+    pub fn has_lost(&self) -> bool {
+        self.chunks
+            .iter()
+            .any(|chunk| chunk.storage == ChunkStorage::Lost)
     }
 }
 
@@ -412,6 +445,7 @@ mod tests {
                 ChunkStorage::Zero => 0,
                 ChunkStorage::Stored(_) => 1,
                 ChunkStorage::Removed => 2,
+                ChunkStorage::Lost => unreachable!("the first format has no lost chunks"),
             });
             encoder.u32(chunk.direct_references);
             if let ChunkStorage::Stored(location) = chunk.storage {
@@ -458,6 +492,12 @@ mod tests {
                     storage: ChunkStorage::Removed,
                     direct_references: 0,
                 },
+                SegmentChunk {
+                    fingerprint: Fingerprint([6; 32]),
+                    raw_bytes: 3000,
+                    storage: ChunkStorage::Lost,
+                    direct_references: 4,
+                },
             ],
         };
         let encoded = record.encode();
@@ -468,10 +508,13 @@ mod tests {
         forgetful.chunks[1].fingerprint = Fingerprint([2; 32]);
         forgetful.chunks[2].fingerprint = Fingerprint([4; 32]);
         assert_eq!(forgetful.encode(), encoded);
-        // Records written in the first format read the same.
+        // Records written in the first format read the same (it has no lost chunks).
+        forgetful.chunks.pop();
+        let mut without_lost = record.clone();
+        without_lost.chunks.pop();
         assert_eq!(
             SegmentRecord::decode(&encode_1(&forgetful), 1).unwrap(),
-            record
+            without_lost
         );
         let empty = SegmentRecord {
             fingerprint: Fingerprint([5; 32]),

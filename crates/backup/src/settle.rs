@@ -65,6 +65,9 @@ pub struct Settlement {
     pub removed_bytes: u64,
     pub copy_archival_bytes: u64,
     pub copy_shared_bytes: u64,
+    /// Containers that keep chunks this settlement removed (they stay allocated until
+    /// `compact` rewrites the container).
+    pub garbage_containers: BTreeSet<ContainerId>,
 }
 
 /// Plans the settlement of `candidates` (segments whose counts changed in `changes`).
@@ -89,14 +92,22 @@ pub(crate) fn plan_settlement(
             continue;
         }
         let record = changes.record_mut(view, segment)?;
+        let mut removed_any = false;
         for chunk in &mut record.chunks {
-            if let (ChunkStorage::Stored(location), 0) = (chunk.storage, chunk.direct_references) {
-                chunk.storage = ChunkStorage::Removed;
-                settlement.chunks_removed += 1;
-                settlement.removed_bytes += location.footprint_bytes();
+            match (chunk.storage, chunk.direct_references) {
+                (ChunkStorage::Stored(location), 0) => {
+                    chunk.storage = ChunkStorage::Removed;
+                    settlement.chunks_removed += 1;
+                    settlement.removed_bytes += location.footprint_bytes();
+                    removed_any = true;
+                }
+                // A lost chunk nothing references any more is simply gone.
+                (ChunkStorage::Lost, 0) => chunk.storage = ChunkStorage::Removed,
+                _ => {}
             }
         }
         let empty = record.is_empty();
+        let has_stored = record.has_stored();
         let container = record.container;
         let stored_bytes = record.stored_bytes();
         if transition {
@@ -107,6 +118,11 @@ pub(crate) fn plan_settlement(
         if empty {
             settlement.segments_died += 1;
             if let Some(dropped) = changes.delete_segment(view, segment)? {
+                settlement.dropped_containers.push(dropped);
+            }
+        } else if !has_stored {
+            // Only lost chunks are left: the segment needs no container any more.
+            if let Some(dropped) = changes.detach_segment(view, segment)? {
                 settlement.dropped_containers.push(dropped);
             }
         } else if transition {
@@ -120,6 +136,10 @@ pub(crate) fn plan_settlement(
             });
             moved.insert(segment);
             evacuate.insert(from);
+        } else if removed_any {
+            if let Some(container) = container {
+                settlement.garbage_containers.insert(container);
+            }
         }
     }
     for container in evacuate {
@@ -155,6 +175,9 @@ pub(crate) fn plan_settlement(
         .sort_by_key(|planned| (planned.from, planned.segment));
     settlement.dropped_containers.sort_unstable();
     settlement.dropped_containers.dedup();
+    for dropped in &settlement.dropped_containers {
+        settlement.garbage_containers.remove(dropped);
+    }
     Ok(settlement)
 }
 
@@ -350,9 +373,11 @@ pub(crate) struct SettlementRun {
 }
 
 /// The execution shared by deletion and reverse deduplication, in the write order: copy the
-/// segments `settlement` repackages, commit `changes` with the new store state, then drop
-/// index entries and containers ([`finish_settlement`]). `serial` is the store state the plan
-/// was made from; a plan made from another state is refused (`what` names it).
+/// segments `settlement` repackages, commit `changes` with the new store state (with the
+/// reserve released, so that the commit finds room on a full disk), then remove containers
+/// and index entries ([`finish_settlement`]) and write the reserve again. `serial` is the
+/// store state the plan was made from; a plan made from another state is refused (`what`
+/// names it).
 pub(crate) fn execute_settlement(
     store: &mut BackupStore,
     serial: u64,
@@ -367,13 +392,20 @@ pub(crate) fn execute_settlement(
         )));
     }
     let mut state = store.state.clone();
+    for (segment, record) in &changes.records {
+        if record.is_none() {
+            state.damaged_segments.remove(segment);
+        }
+    }
     let copy = copy_segments(store, settlement, changes, &mut state)?;
     let commit_started = Instant::now();
+    store.release_reserve()?;
     let mut write = store.catalog.write()?;
     changes.apply(&mut write)?;
     store.commit(write, state, &settlement.dropped_containers)?;
     let commit_seconds = commit_started.elapsed().as_secs_f64();
     let cleanup_seconds = finish_settlement(store, settlement)?;
+    store.restore_reserve();
     *changes = Changes::default();
     Ok(SettlementRun {
         copy,
@@ -382,19 +414,17 @@ pub(crate) fn execute_settlement(
     })
 }
 
-/// After the catalog commit: drops the settled segments from the index (then checkpoints it)
-/// and removes the dropped containers. Deletion order: recipe and records first (the
-/// commit), then the index, then the data.
+/// After the catalog commit: removes the dropped containers, then drops the settled
+/// segments from the index and checkpoints it. Deletion order: recipe and records first
+/// (the commit), then the data, then the index: the index names segments, not containers,
+/// and every hit is confirmed against the catalog, so the containers may go first, which
+/// frees their space before the index checkpoint needs any on a full disk.
 fn finish_settlement(store: &mut BackupStore, settlement: &Settlement) -> Result<f64> {
     let started = Instant::now();
-    for (fingerprint, segment) in &settlement.unindexed {
-        // Another shared segment may have the same fingerprint (after an index loss); only
-        // this segment's entry goes.
-        if store.index.lookup(&mut store.pages, fingerprint)? == Some(*segment) {
-            store.index.remove(&mut store.pages, fingerprint)?;
-        }
-    }
-    store.checkpoint_index(store.state.serial)?;
     store.remove_containers(&settlement.dropped_containers)?;
+    for (fingerprint, segment) in &settlement.unindexed {
+        store.index_remove(fingerprint, *segment);
+    }
+    store.checkpoint_index(store.state.serial);
     Ok(started.elapsed().as_secs_f64())
 }

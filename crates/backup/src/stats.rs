@@ -33,6 +33,9 @@ pub struct StoreStats {
     pub referenced_bytes: u64,
     /// Container bytes over referenced bytes.
     pub garbage_bytes: u64,
+    /// Bytes `backup compact` would free: removed chunks still in containers, with their
+    /// headers and trailer entries.
+    pub compactable_bytes: u64,
     /// 1 - container bytes / logical bytes.
     pub space_saving: f64,
     pub index_entries: u64,
@@ -84,9 +87,10 @@ impl BackupStore {
             container_bytes_archival: 0,
             referenced_bytes: 0,
             garbage_bytes: 0,
+            compactable_bytes: 0,
             space_saving: 0.0,
-            index_entries: self.index.len(),
-            index_memory_bytes: self.index.memory_bytes(),
+            index_entries: self.index.as_ref().map_or(0, |index| index.len()),
+            index_memory_bytes: self.index.as_ref().map_or(0, |index| index.memory_bytes()),
         };
         for record in self.series()? {
             stats.series += 1;
@@ -122,6 +126,8 @@ impl BackupStore {
                 }
             }
         }
+        stats.compactable_bytes =
+            crate::compact::plan_compact(&read, None, self.state.serial)?.reclaimable_bytes;
         let container_bytes = stats.container_bytes_shared + stats.container_bytes_archival;
         stats.garbage_bytes = container_bytes.saturating_sub(stats.referenced_bytes);
         if stats.logical_bytes > 0 {

@@ -4,10 +4,17 @@
 //!
 //! ```text
 //! catalog.redb       series, backups, recipes, segment heads and records, container records,
-//!                    and the store state (options, id counters, commit serial)
+//!                    recorded losses, and the store state (options, id counters, commit serial)
 //! meta/              page store holding the persisted segment index (fingerprint -> segment)
 //! containers/        the containers (core container format; trailer time stamp = paper 2's)
+//! reserve            room kept for the catalog commit that frees space on a full disk
 //! ```
+//!
+//! **Opening** verifies the catalog's page checksums (a verified copy in memory, which
+//! read-only opens keep and read from), so a damaged catalog is an error naming it rather than
+//! wrong records. The segment index is derived data (module `segment_index`): when it does
+//! not open or verify, a writable open throws it away and rebuilds it from the catalog, a
+//! read-only open goes on without it, and either says so in [`BackupStore::take_notices`].
 //!
 //! **Recovery** runs before the first change of every opened store ([`BackupStore::recover`]):
 //! containers with no catalog record (written by an interrupted command, or left behind by one
@@ -15,16 +22,24 @@
 //! the catalog when its checkpoint serial or size disagrees with the catalog's. The catalog is
 //! the truth; the index is derived data that may be ahead (segments of a backup whose recipe
 //! never committed) or behind (removals not yet checkpointed, or an index that was lost).
+//!
+//! **The reserve** is a file of [`RESERVE_BYTES_MIN`] or more bytes (see
+//! [`RuntimeOptions::reserve_bytes_min`]), written at creation and
+//! again whenever it is missing and there is room. Operations that free space (deletion,
+//! expiry, compaction, repair) remove it just before their catalog commit, so that the commit
+//! finds room even when containers filled the disk, and write it again once the containers
+//! they freed are gone. Creating a backup never touches it: a full disk makes `create` fail,
+//! never the deletion that would make room.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use onecopy_core::catalog::{Catalog, CatalogRead, CatalogView, CatalogWrite, NamedTable};
 use onecopy_core::container::{ContainerId, ContainerStore};
 use onecopy_core::fingerprint::Fingerprint;
-use onecopy_core::index::{FingerprintIndex, IndexKey};
-use onecopy_core::pages::{PageStore, PageStoreOptions};
+use onecopy_core::index::IndexKey;
 use onecopy_core::storage::{parent_directory, Storage};
+use onecopy_core::Error as CoreError;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{RuntimeOptions, StoreOptions};
@@ -33,15 +48,20 @@ use crate::segment::{
     ContainerRecord, SegmentHead, SegmentId, SegmentRecord, SegmentState, CONTAINERS, SEGMENTS,
     SEGMENT_HEADS,
 };
+use crate::segment_index::SegmentIndex;
 
 pub(crate) const STORE: NamedTable = NamedTable("store");
-const STATE_KEY: &str = "state";
+pub(crate) const STATE_KEY: &str = "state";
 /// Format of the backup store's records.
 pub const STORE_FORMAT: u32 = 1;
-const CATALOG_FILE: &str = "catalog.redb";
-const PAGES_DIRECTORY: &str = "meta";
-const CONTAINERS_DIRECTORY: &str = "containers";
-const INDEX_NAME: &str = "segments";
+pub(crate) const CATALOG_FILE: &str = "catalog.redb";
+pub(crate) const CONTAINERS_DIRECTORY: &str = "containers";
+/// The reserve file (see the module documentation).
+pub(crate) const RESERVE_FILE: &str = "reserve";
+/// Smallest reserve by default; it grows to an eighth of the catalog's size.
+pub const RESERVE_BYTES_MIN: u64 = 8 << 20;
+/// Largest reserve.
+pub const RESERVE_BYTES_MAX: u64 = 256 << 20;
 
 /// Counters and options kept in the catalog.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -58,6 +78,10 @@ pub(crate) struct StoreState {
     /// commit replaces the list (absent in states written before stop 9).
     #[serde(default)]
     pub containers_dropped: Vec<ContainerId>,
+    /// Segments with lost chunks ([`crate::losses`]): never deduplicated against, kept out of
+    /// the segment index. Absent in states written before losses were recorded.
+    #[serde(default)]
+    pub damaged_segments: BTreeSet<SegmentId>,
 }
 
 /// How to open a store.
@@ -67,8 +91,9 @@ pub struct OpenOptions {
     /// (`None` accepts whatever the store was created with).
     pub store: Option<StoreOptions>,
     pub runtime: RuntimeOptions,
-    /// Open the catalog for reading only (list, restore, stats): no disk flush at open or
-    /// close. Operations that change the store panic on such a store.
+    /// Open for reading only (list, restore, stats): nothing is written, at open or close,
+    /// and a damaged segment index is left alone. Operations that change the store panic on
+    /// such a store.
     pub read_only: bool,
 }
 
@@ -88,13 +113,15 @@ pub struct BackupStore {
     pub(crate) storage: Arc<dyn Storage>,
     pub(crate) catalog: Catalog,
     pub(crate) containers: ContainerStore,
-    pub(crate) pages: PageStore,
-    pub(crate) index: FingerprintIndex,
+    /// `None` while the store runs without a segment index (see the module documentation).
+    pub(crate) index: Option<SegmentIndex>,
     pub(crate) state: StoreState,
     pub(crate) runtime: RuntimeOptions,
-    /// Serial recorded by the index's last checkpoint.
-    index_serial: u64,
     recovered: bool,
+    /// What was wrong with the segment index when the store was opened, for `check`.
+    pub(crate) index_damage: Option<String>,
+    /// Messages for the user about derived data rebuilt or missing ([`Self::take_notices`]).
+    notices: Vec<String>,
 }
 
 impl std::fmt::Debug for BackupStore {
@@ -108,73 +135,135 @@ impl std::fmt::Debug for BackupStore {
 
 impl BackupStore {
     /// Opens the store kept in `storage`, creating it when empty. Opening changes nothing
-    /// but the creation of missing files; call [`recover`](Self::recover) (every mutating
-    /// operation does) to repair what an interrupted command left.
+    /// but the creation of missing files (none when read-only) and the rebuild of a damaged
+    /// segment index; call [`recover`](Self::recover) (every mutating operation does) to
+    /// repair what an interrupted command left.
+    ///
+    /// A damaged catalog is an error naming it ([`onecopy_core::Error::Corrupt`] inside
+    /// [`BackupError::Core`]); [`BackupStore::check_at`] reports and repairs it.
     pub fn open(storage: Arc<dyn Storage>, options: OpenOptions) -> Result<BackupStore> {
         if !storage.exists(CATALOG_FILE)? {
-            create_catalog(&storage, &options)?;
-        }
-        let catalog = if options.read_only {
-            Catalog::open_read_only(&storage, CATALOG_FILE)?
-        } else {
-            Catalog::open(&storage, CATALOG_FILE)?
-        };
-        let stored: Option<StoreState> = catalog.read()?.get_json(STORE, STATE_KEY)?;
-        let state = match stored {
-            Some(state) => {
-                if state.format != STORE_FORMAT {
-                    return Err(BackupError::InvalidArgument(format!(
-                        "the backup store has format {}, this onecopy reads format {STORE_FORMAT}",
-                        state.format
-                    )));
-                }
-                if let Some(wanted) = &options.store {
-                    if *wanted != state.options {
-                        return Err(BackupError::InvalidArgument(format!(
-                            "the backup store was created with {}; its options cannot change \
-                             (use another repository to try different ones)",
-                            serde_json::to_string(&state.options).expect("options serialise")
-                        )));
-                    }
-                }
-                state
+            if options.read_only {
+                return Err(BackupError::InvalidArgument(format!(
+                    "there is no backup store in {} yet; create a backup first",
+                    storage.describe()
+                )));
             }
-            None => {
+            // A new catalog over existing containers would make them all look like
+            // leftovers of an interrupted command, which recovery and repairs remove.
+            let containers = ContainerStore::new(
+                Arc::clone(&storage),
+                CONTAINERS_DIRECTORY,
+                onecopy_core::container::ContainerOptions::default(),
+            )?
+            .list()?;
+            if !containers.is_empty() {
                 return Err(BackupError::corrupt(
                     format!("backup store in {}", storage.describe()),
-                    "the catalog holds no store state",
-                ))
+                    format!(
+                        "its catalog ({CATALOG_FILE}) is missing while {} containers exist: \
+                         restore the catalog from a copy (a new one would drop every backup)",
+                        containers.len()
+                    ),
+                ));
             }
-        };
+            create_catalog(&storage, &options)?;
+        }
+        let catalog = open_catalog(&storage, options.read_only)?;
+        let state = load_state(&catalog, &storage)?;
+        if let Some(wanted) = &options.store {
+            if *wanted != state.options {
+                return Err(BackupError::InvalidArgument(format!(
+                    "the backup store was created with {}; its options cannot change \
+                     (use another repository to try different ones)",
+                    serde_json::to_string(&state.options).expect("options serialise")
+                )));
+            }
+        }
+        let mut store = BackupStore::with_catalog(storage, catalog, state, options.runtime)?;
+        store.open_index(options.read_only)?;
+        if !options.read_only {
+            store.restore_reserve();
+        }
+        Ok(store)
+    }
+
+    /// A store over an open catalog, without a segment index yet.
+    pub(crate) fn with_catalog(
+        storage: Arc<dyn Storage>,
+        catalog: Catalog,
+        state: StoreState,
+        runtime: RuntimeOptions,
+    ) -> Result<BackupStore> {
         let containers = ContainerStore::new(
             Arc::clone(&storage),
             CONTAINERS_DIRECTORY,
             state.options.container_options(),
         )?;
-        let (mut pages, user_state) = PageStore::open(
-            Arc::clone(&storage),
-            PAGES_DIRECTORY,
-            PageStoreOptions::default(),
-        )?;
-        let index_serial =
-            match user_state.as_slice() {
-                [] => 0,
-                bytes => u64::from_le_bytes(bytes.try_into().map_err(|_| {
-                    BackupError::corrupt("segment index checkpoint", "bad user state")
-                })?),
-            };
-        let index = FingerprintIndex::open(&mut pages, INDEX_NAME, options.runtime.index.clone())?;
         Ok(BackupStore {
             storage,
             catalog,
             containers,
-            pages,
-            index,
+            index: None,
             state,
-            runtime: options.runtime,
-            index_serial,
+            runtime,
             recovered: false,
+            index_damage: None,
+            notices: Vec::new(),
         })
+    }
+
+    /// Opens the segment index. Read-only: without verifying it and without creating
+    /// anything; a missing or unreadable index leaves the store without one. Writable: a
+    /// damaged index (pages failing their checksums, a broken structure, missing files) is
+    /// thrown away and recreated empty, and recovery fills it from the catalog.
+    pub(crate) fn open_index(&mut self, read_only: bool) -> Result<()> {
+        let options = self.runtime.index.clone();
+        let opened = if read_only && !SegmentIndex::exists(&self.storage)? {
+            Err(BackupError::corrupt(
+                "segment index in backup/meta",
+                "its files are missing",
+            ))
+        } else if read_only {
+            SegmentIndex::open(&self.storage, &options)
+        } else {
+            SegmentIndex::open(&self.storage, &options).and_then(|mut index| {
+                index.verify()?;
+                Ok(index)
+            })
+        };
+        match opened {
+            Ok(index) => self.index = Some(index),
+            Err(error) if read_only => self.index_damage = Some(error.to_string()),
+            Err(error) if is_full(&error) => self.notices.push(format!(
+                "the segment index could not be opened on a full disk ({error}); running \
+                 without it: new backups are not deduplicated against stored ones"
+            )),
+            Err(error) => {
+                self.index_damage = Some(error.to_string());
+                match SegmentIndex::recreate(&self.storage, &options) {
+                    Ok(index) => {
+                        self.notices.push(format!(
+                            "the segment index (derived data in backup/meta) was damaged \
+                             ({error}); rebuilding it from the catalog"
+                        ));
+                        self.index = Some(index);
+                    }
+                    Err(recreate_error) => self.notices.push(format!(
+                        "the segment index (derived data in backup/meta) was damaged \
+                         ({error}) and could not be rebuilt ({recreate_error}); running \
+                         without it: new backups are not deduplicated against stored ones"
+                    )),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Messages about derived data rebuilt or missing since the last call, for the user
+    /// (the command line prints them on standard error).
+    pub fn take_notices(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notices)
     }
 
     /// The options the store was created with.
@@ -188,7 +277,8 @@ impl BackupStore {
     }
 
     /// Removes containers no catalog record names and reconciles the segment index with the
-    /// catalog. Runs once per opened store; later calls return an empty report.
+    /// catalog. Runs once per opened store (again after an operation failed); later calls
+    /// return an empty report.
     ///
     /// Orphan containers come from two places only, so recovery looks there instead of
     /// listing every container (which made every mutating command, a deletion included,
@@ -196,8 +286,10 @@ impl BackupStore {
     /// ([`StoreState::containers_dropped`]), and containers of an operation that never
     /// committed. The latter hold ids from the committed `container_id_next` up, with no gap:
     /// ids are allocated one at a time and [`ContainerStore::create`] makes each name durable
-    /// before it returns, so probing upward until the first missing id finds them all.
-    /// `backup check` still lists every container and warns about any other file.
+    /// before it returns, so probing upward until the first missing id finds them all. They
+    /// are removed highest id first, each removal durable before the next, so that a crash
+    /// during recovery leaves a run without a gap again and the next recovery finds the rest.
+    /// `check` lists every container and reports (and `--repair` removes) any other file.
     pub fn recover(&mut self) -> Result<RecoveryReport> {
         if self.recovered {
             return Ok(RecoveryReport::default());
@@ -207,53 +299,99 @@ impl BackupStore {
             "a store opened read-only is never changed"
         );
         let mut report = RecoveryReport::default();
-        let mut orphans: Vec<ContainerId> = Vec::new();
+        let mut dropped: Vec<ContainerId> = Vec::new();
         for &id in &self.state.containers_dropped {
             if self.storage.exists(&self.containers.name(id))? {
-                orphans.push(id);
+                dropped.push(id);
             }
         }
+        self.remove_containers(&dropped)?;
+        let mut uncommitted = Vec::new();
         let mut id = self.state.container_id_next;
         while self.storage.exists(&self.containers.name(id))? {
-            orphans.push(id);
+            uncommitted.push(id);
             id += 1;
         }
-        self.remove_containers(&orphans)?;
-        report.orphan_containers_removed = orphans.len() as u64;
-        let read = self.catalog.read()?;
-        let expected = indexable_segments(&read)?;
-        if self.index_serial != self.state.serial || self.index.len() != expected.len() as u64 {
-            let (added, removed) = self.reconcile_index(&expected)?;
-            report.index_entries_added = added;
-            report.index_entries_removed = removed;
-            self.checkpoint_index(self.state.serial)?;
+        for &id in uncommitted.iter().rev() {
+            self.remove_containers(&[id])?;
+        }
+        report.orphan_containers_removed = (dropped.len() + uncommitted.len()) as u64;
+        let (added, removed) = self.reconcile_index_if_needed()?;
+        report.index_entries_added = added;
+        report.index_entries_removed = removed;
+        if self.index.is_some() {
+            // An index thrown away at open is whole again.
+            self.index_damage = None;
         }
         self.recovered = true;
         Ok(report)
     }
 
-    fn reconcile_index(
-        &mut self,
-        expected: &HashMap<Fingerprint, SegmentId>,
-    ) -> Result<(u64, u64)> {
-        let mut added = 0;
-        for (fingerprint, &id) in expected {
-            if self.index.lookup(&mut self.pages, fingerprint)? != Some(id) {
-                self.index.insert(&mut self.pages, fingerprint, id)?;
-                added += 1;
+    /// Reconciles the segment index with the catalog when its checkpoint serial or size
+    /// disagrees, and checkpoints it; rebuilds it from scratch when that fails. Returns the
+    /// entries added and removed.
+    pub(crate) fn reconcile_index_if_needed(&mut self) -> Result<(u64, u64)> {
+        let Some(index) = &self.index else {
+            return Ok((0, 0));
+        };
+        let expected = indexable_segments(&self.catalog.read()?, &self.state.damaged_segments)?;
+        if index.serial() == self.state.serial && index.len() == expected.len() as u64 {
+            return Ok((0, 0));
+        }
+        let serial = self.state.serial;
+        let index = self.index.as_mut().expect("checked above");
+        let reconciled = reconcile_index(index, &expected).and_then(|counts| {
+            index.checkpoint(serial)?;
+            Ok(counts)
+        });
+        match reconciled {
+            Ok(counts) => Ok(counts),
+            Err(error) if is_full(&error) => {
+                self.index_failed(&error, "reconciling it with the catalog");
+                Ok((0, 0))
+            }
+            Err(error) => {
+                self.index_failed(&error, "reconciling it with the catalog");
+                self.rebuild_index()?;
+                Ok((expected.len() as u64, 0))
             }
         }
-        let expected = by_index_key(expected);
-        let mut stale = Vec::new();
-        self.index.for_each_entry(&mut self.pages, |key, id| {
-            if expected.get(key) != Some(&id) {
-                stale.push(*key);
+    }
+
+    /// Throws the segment index away and builds it again from the catalog. A failure leaves
+    /// the store without an index (said in the notices) rather than failing the command.
+    pub(crate) fn rebuild_index(&mut self) -> Result<()> {
+        let expected = indexable_segments(&self.catalog.read()?, &self.state.damaged_segments)?;
+        let serial = self.state.serial;
+        let rebuilt =
+            SegmentIndex::recreate(&self.storage, &self.runtime.index).and_then(|mut index| {
+                for (fingerprint, &id) in &expected {
+                    index.insert(fingerprint, id)?;
+                }
+                index.checkpoint(serial)?;
+                Ok(index)
+            });
+        match rebuilt {
+            Ok(index) => self.index = Some(index),
+            Err(error) => {
+                self.index = None;
+                self.notices.push(format!(
+                    "the segment index could not be rebuilt ({error}); running without it: new \
+                     backups are not deduplicated against stored ones"
+                ));
             }
-        })?;
-        for key in &stale {
-            self.index.remove_key(&mut self.pages, key)?;
         }
-        Ok((added, stale.len() as u64))
+        Ok(())
+    }
+
+    /// Drops the segment index after `error` while `doing`: the store goes on without it
+    /// (derived data; the next open reconciles or rebuilds it) and the user is told.
+    pub(crate) fn index_failed(&mut self, error: &BackupError, doing: &str) {
+        self.index = None;
+        self.notices.push(format!(
+            "the segment index failed while {doing} ({error}); going on without it (the next \
+             command or `onecopy check --repair` rebuilds it from the catalog)"
+        ));
     }
 
     /// Removes containers and makes the removals durable by syncing the directories that held
@@ -272,24 +410,56 @@ impl BackupStore {
     }
 
     /// Makes the segment index durable, recording `serial`: the catalog serial it matches
-    /// (the current one, or the next when the index goes first, as in `create`).
-    pub(crate) fn checkpoint_index(&mut self, serial: u64) -> Result<()> {
-        self.index.prepare_checkpoint(&mut self.pages)?;
-        self.pages.checkpoint(&serial.to_le_bytes())?;
-        self.index_serial = serial;
-        Ok(())
+    /// (the current one, or the next when the index goes first, as in `create`). A failure
+    /// drops the index ([`Self::index_failed`]) instead of failing the operation.
+    pub(crate) fn checkpoint_index(&mut self, serial: u64) {
+        if let Some(index) = self.index.as_mut() {
+            if let Err(error) = index.checkpoint(serial) {
+                self.index_failed(&error, "checkpointing it");
+            }
+        }
+    }
+
+    /// Adds `fingerprint -> segment` to the index (nothing without one).
+    pub(crate) fn index_insert(&mut self, fingerprint: &Fingerprint, segment: SegmentId) {
+        if let Some(index) = self.index.as_mut() {
+            if let Err(error) = index.insert(fingerprint, segment) {
+                self.index_failed(&error, "adding a segment");
+            }
+        }
+    }
+
+    /// Removes the entry of `fingerprint` if it names `segment`.
+    pub(crate) fn index_remove(&mut self, fingerprint: &Fingerprint, segment: SegmentId) {
+        if let Some(index) = self.index.as_mut() {
+            if let Err(error) = index.remove_if(fingerprint, segment) {
+                self.index_failed(&error, "removing a segment");
+            }
+        }
     }
 
     /// The segment the index names for `fingerprint`, if the catalog confirms it is a shared
-    /// segment with that fingerprint (stale entries are treated as absent).
+    /// segment with that fingerprint and no lost chunks (stale entries are treated as absent;
+    /// without an index, everything is absent).
     pub(crate) fn lookup_segment(
         &mut self,
         read: &CatalogRead,
         fingerprint: &Fingerprint,
     ) -> Result<Option<SegmentId>> {
-        let Some(id) = self.index.lookup(&mut self.pages, fingerprint)? else {
+        let Some(index) = self.index.as_mut() else {
             return Ok(None);
         };
+        let id = match index.lookup(fingerprint) {
+            Ok(Some(id)) => id,
+            Ok(None) => return Ok(None),
+            Err(error) => {
+                self.index_failed(&error, "looking a segment up");
+                return Ok(None);
+            }
+        };
+        if self.state.damaged_segments.contains(&id) {
+            return Ok(None);
+        }
         Ok(load_head(read, id)?
             .filter(|head| head.fingerprint == *fingerprint && head.state == SegmentState::Shared)
             .map(|_| id))
@@ -319,6 +489,85 @@ impl BackupStore {
         assert!(self.recovered, "mutating operations run recover() first");
     }
 
+    /// Runs the mutating operation `what`. When it fails the store needs recovery again
+    /// before the next one (containers the failed operation wrote hold ids the next would
+    /// allocate, and the index may hold entries the catalog never confirmed), and recovery
+    /// runs at once, so that a full disk gets back the space of a failed attempt. A full file
+    /// system becomes [`BackupError::Full`].
+    pub(crate) fn mutate<T>(
+        &mut self,
+        what: &str,
+        operation: impl FnOnce(&mut BackupStore) -> Result<T>,
+    ) -> Result<T> {
+        let outcome = operation(self);
+        let Err(error) = outcome else {
+            return outcome;
+        };
+        self.recovered = false;
+        // Best effort: when it fails too, the next command's recovery finishes the job.
+        let _ = self.recover();
+        if is_full(&error) {
+            let hint = if what.starts_with("creating") {
+                "delete old backups (`onecopy backup expire` or `delete` work on a full disk), \
+                 then run `onecopy backup compact`"
+            } else {
+                "this operation repackages data still referenced and needs room for it: delete \
+                 the oldest backups first (their deletion needs no room), or free space"
+            };
+            return Err(BackupError::Full {
+                operation: what.to_string(),
+                detail: error.to_string(),
+                hint: hint.to_string(),
+            });
+        }
+        Err(error)
+    }
+
+    /// Removes the reserve file, to make room for a commit that frees space.
+    pub(crate) fn release_reserve(&self) -> Result<()> {
+        if self.storage.exists(RESERVE_FILE)? {
+            self.storage.remove(RESERVE_FILE)?;
+            self.storage.sync_directory("")?;
+        }
+        Ok(())
+    }
+
+    /// Writes the reserve file when it is missing or smaller than it should be. Best effort:
+    /// on a full disk the store goes on without it (said in the notices), and the next
+    /// writable open tries again.
+    pub(crate) fn restore_reserve(&mut self) {
+        if let Err(error) = self.write_reserve() {
+            let _ = self.storage.remove(RESERVE_FILE);
+            self.notices.push(format!(
+                "could not write the space reserve backup/{RESERVE_FILE} ({error}); deleting \
+                 backups on a full disk may fail until some space is free"
+            ));
+        }
+    }
+
+    fn write_reserve(&self) -> Result<()> {
+        let catalog_bytes = self.storage.open(CATALOG_FILE, false)?.len()?;
+        let minimum = self.runtime.reserve_bytes_min.min(RESERVE_BYTES_MAX);
+        let wanted = (catalog_bytes / 8).clamp(minimum, RESERVE_BYTES_MAX);
+        if self.storage.exists(RESERVE_FILE)?
+            && self.storage.open(RESERVE_FILE, false)?.len()? >= wanted
+        {
+            return Ok(());
+        }
+        let file = self.storage.open(RESERVE_FILE, true)?;
+        // Written, not merely sized: a sparse file reserves nothing.
+        let block = vec![0u8; 1 << 20];
+        let mut offset = file.len()?;
+        while offset < wanted {
+            let count = block.len().min((wanted - offset) as usize);
+            file.write_at(offset, &block[..count])?;
+            offset += count as u64;
+        }
+        file.sync_data()?;
+        self.storage.sync_directory("")?;
+        Ok(())
+    }
+
     /// The storage the store lives in (for statistics and tests).
     pub fn storage(&self) -> &Arc<dyn Storage> {
         &self.storage
@@ -340,6 +589,7 @@ fn create_catalog(storage: &Arc<dyn Storage>, options: &OpenOptions) -> Result<(
         segment_id_next: 1,
         container_id_next: 1,
         containers_dropped: Vec::new(),
+        damaged_segments: BTreeSet::new(),
         serial: 1,
     };
     let catalog = Catalog::open(storage, &temporary)?;
@@ -352,18 +602,90 @@ fn create_catalog(storage: &Arc<dyn Storage>, options: &OpenOptions) -> Result<(
     Ok(())
 }
 
-/// Shared segments by fingerprint: what the segment index must hold.
+/// Opens the catalog after verifying its pages: read-only opens read from the verified copy
+/// itself; writable ones open the file once the copy verified. A catalog too large for a
+/// copy is opened unverified.
+fn open_catalog(storage: &Arc<dyn Storage>, read_only: bool) -> Result<Catalog> {
+    match Catalog::open_verified_copy(storage, CATALOG_FILE) {
+        Ok(copy) if read_only => Ok(copy),
+        Ok(_) => Ok(Catalog::open(storage, CATALOG_FILE)?),
+        Err(CoreError::Limit(_)) if read_only => {
+            Ok(Catalog::open_read_only(storage, CATALOG_FILE)?)
+        }
+        Err(CoreError::Limit(_)) => Ok(Catalog::open(storage, CATALOG_FILE)?),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// The store state recorded in `catalog`.
+pub(crate) fn load_state(catalog: &Catalog, storage: &Arc<dyn Storage>) -> Result<StoreState> {
+    let state: StoreState = catalog.read()?.get_json(STORE, STATE_KEY)?.ok_or_else(|| {
+        BackupError::corrupt(
+            format!("backup store in {}", storage.describe()),
+            "the catalog holds no store state",
+        )
+    })?;
+    if state.format != STORE_FORMAT {
+        return Err(BackupError::InvalidArgument(format!(
+            "the backup store has format {}, this onecopy reads format {STORE_FORMAT}",
+            state.format
+        )));
+    }
+    Ok(state)
+}
+
+/// True when `error` says the file system is full.
+pub fn is_full(error: &BackupError) -> bool {
+    let source = match error {
+        BackupError::Core(CoreError::Io { source, .. }) => source,
+        BackupError::Io { source, .. } => source,
+        _ => return false,
+    };
+    source.raw_os_error() == Some(libc::ENOSPC) || source.kind() == std::io::ErrorKind::StorageFull
+}
+
+/// Shared segments by fingerprint, except the `damaged` ones: what the segment index must
+/// hold. A head that does not decode is left out (a missed deduplication at worst; `check`
+/// reports it and a repair rebuilds it).
 pub(crate) fn indexable_segments(
     view: &impl CatalogView,
+    damaged: &BTreeSet<SegmentId>,
 ) -> Result<HashMap<Fingerprint, SegmentId>> {
     let mut expected = HashMap::new();
     for (id, bytes) in view.range_id(SEGMENT_HEADS, 0, u64::MAX)? {
-        let head = SegmentHead::decode(&bytes, id)?;
-        if head.state == SegmentState::Shared {
+        let Ok(head) = SegmentHead::decode(&bytes, id) else {
+            continue;
+        };
+        if head.state == SegmentState::Shared && !damaged.contains(&id) {
             expected.entry(head.fingerprint).or_insert(id);
         }
     }
     Ok(expected)
+}
+
+/// Makes `index` hold exactly `expected`; returns the entries added and removed.
+fn reconcile_index(
+    index: &mut SegmentIndex,
+    expected: &HashMap<Fingerprint, SegmentId>,
+) -> Result<(u64, u64)> {
+    let mut added = 0;
+    for (fingerprint, &id) in expected {
+        if index.lookup(fingerprint)? != Some(id) {
+            index.insert(fingerprint, id)?;
+            added += 1;
+        }
+    }
+    let expected = by_index_key(expected);
+    let mut stale = Vec::new();
+    index.for_each_entry(|key, id| {
+        if expected.get(key) != Some(&id) {
+            stale.push(*key);
+        }
+    })?;
+    for key in &stale {
+        index.remove_key(key)?;
+    }
+    Ok((added, stale.len() as u64))
 }
 
 /// `expected` keyed as the index stores it: by the first 16 bytes of each fingerprint.

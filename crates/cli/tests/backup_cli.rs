@@ -17,8 +17,10 @@ fn run(command: &mut Command) -> Output {
     let output = command.output().expect("onecopy runs");
     assert!(
         output.status.success(),
-        "{command:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
+        "{command:?} failed ({}): {}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        String::from_utf8_lossy(&output.stdout)
     );
     output
 }

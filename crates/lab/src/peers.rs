@@ -358,9 +358,9 @@ impl PeerRepository {
         })
     }
 
-    /// Bytes of every file of the repository (caches excluded).
+    /// Bytes of every file of the repository (caches and onecopy's space reserve excluded).
     pub fn repository_bytes(&self) -> Result<u64> {
-        crate::paper2::measure::directory_bytes(&self.repository_path())
+        crate::paper2::measure::repository_bytes(&self.repository_path())
     }
 
     /// Copies the whole home (repository and caches) to `home`.

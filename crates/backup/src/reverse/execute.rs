@@ -30,7 +30,15 @@ pub struct ReverseReport {
 
 impl BackupStore {
     /// Executes `plan`, which must have been made from the current state of the store.
-    pub fn execute_reverse(&mut self, mut plan: ReversePlan) -> Result<ReverseReport> {
+    pub fn execute_reverse(&mut self, plan: ReversePlan) -> Result<ReverseReport> {
+        let what = format!(
+            "reverse-deduplicating backup {}@{}",
+            plan.series, plan.version
+        );
+        self.mutate(&what, |store| store.execute_reverse_unguarded(plan))
+    }
+
+    fn execute_reverse_unguarded(&mut self, mut plan: ReversePlan) -> Result<ReverseReport> {
         let started = Instant::now();
         let run = execute_settlement(
             self,

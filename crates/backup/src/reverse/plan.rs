@@ -123,7 +123,10 @@ impl BackupStore {
                                     "a live segment lost a chunk",
                                 ))
                             }
-                            ChunkStorage::Stored(_) => match following.get(&chunk.fingerprint) {
+                            // A lost chunk the successor stores intact heals here.
+                            ChunkStorage::Stored(_) | ChunkStorage::Lost => match following
+                                .get(&chunk.fingerprint)
+                            {
                                 Some(&ordinal) => ChunkReference::Indirect { raw_bytes, ordinal },
                                 None => {
                                     chunk.direct_references += 1;

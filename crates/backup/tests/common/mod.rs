@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use onecopy_backup::{
-    BackupSource, BackupStore, CreateOptions, CreateReport, DedupMode, OpenOptions, RestoreTarget,
-    RuntimeOptions, StoreOptions,
+    BackupSource, BackupStore, CheckOptions, CreateOptions, CreateReport, DedupMode, OpenOptions,
+    RestoreTarget, RuntimeOptions, StoreOptions,
 };
 use onecopy_core::storage::Storage;
 
@@ -25,6 +25,7 @@ pub fn small_options(mode: DedupMode) -> StoreOptions {
 pub fn small_runtime() -> RuntimeOptions {
     RuntimeOptions {
         restore_window_bytes: 96 << 10,
+        reserve_bytes_min: 64 << 10,
         ..RuntimeOptions::default()
     }
 }
@@ -43,6 +44,60 @@ pub fn open_with(storage: Arc<dyn Storage>, options: StoreOptions) -> BackupStor
         },
     )
     .expect("open store")
+}
+
+/// Container files of a store, sorted by id (storage names).
+pub fn container_files(storage: &Arc<dyn Storage>) -> Vec<String> {
+    let mut names = Vec::new();
+    for shard in 0..=0xffu32 {
+        names.extend(storage.list(&format!("containers/{shard:02x}")).unwrap());
+    }
+    names.sort_by_key(|name| name.rsplit('/').next().unwrap().to_string());
+    names
+}
+
+/// One chunk record found by walking a container from the front.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordAt {
+    /// Offset of its 48-byte header.
+    pub header: u64,
+    /// Offset and length of its stored bytes.
+    pub stored: u64,
+    pub stored_bytes: u64,
+}
+
+/// The chunk records of a sealed container, read from the front (header 64 bytes, then
+/// records of a 48-byte header and the stored bytes, until the trailer's first entry).
+pub fn container_records(storage: &Arc<dyn Storage>, name: &str) -> Vec<RecordAt> {
+    let file = storage.open(name, false).unwrap();
+    let length = file.len().unwrap();
+    let mut data = vec![0u8; length as usize];
+    file.read_at(0, &mut data).unwrap();
+    let footer = &data[data.len() - 32..];
+    let trailer_offset = u64::from_le_bytes(footer[8..16].try_into().unwrap());
+    let mut records = Vec::new();
+    let mut position = 64u64;
+    let header_bytes = onecopy_core::container::CHUNK_HEADER_BYTES as u64;
+    while position < trailer_offset {
+        let header = &data[position as usize..(position + header_bytes) as usize];
+        let stored_bytes = u32::from_le_bytes(header[32..36].try_into().unwrap()) as u64;
+        records.push(RecordAt {
+            header: position,
+            stored: position + header_bytes,
+            stored_bytes,
+        });
+        position += header_bytes + stored_bytes;
+    }
+    records
+}
+
+/// Flips the bits of `mask` in byte `offset` of file `name`.
+pub fn flip_byte(storage: &Arc<dyn Storage>, name: &str, offset: u64, mask: u8) {
+    let file = storage.open(name, false).unwrap();
+    let mut byte = [0u8];
+    file.read_at(offset, &mut byte).unwrap();
+    byte[0] ^= mask;
+    file.write_at(offset, &byte).unwrap();
 }
 
 /// A deterministic generator (SplitMix64).
@@ -154,7 +209,17 @@ pub fn restore_bytes(store: &BackupStore, series: &str, version: Option<u32>) ->
     bytes
 }
 
+/// Checks with every stored byte read and asserts that nothing but leftovers was found.
 pub fn assert_check_ok(store: &mut BackupStore) {
-    let report = store.check(Default::default()).expect("check runs");
-    assert!(report.is_ok(), "check failed: {:#?}", report.errors);
+    let report = store
+        .check(CheckOptions {
+            read_data: true,
+            repair: false,
+        })
+        .expect("check runs");
+    assert!(
+        report.is_clean(),
+        "check found problems: {:#?}",
+        report.findings
+    );
 }

@@ -24,7 +24,7 @@ use crate::output::{byte_progress, print_json};
 
 mod print;
 use crate::Cli;
-use print::{format_time, print_create, print_delete, print_delete_plan};
+use print::{format_time, print_create, print_delete, print_delete_plan, print_face_report};
 
 #[derive(Args, Debug)]
 pub struct BackupArgs {
@@ -149,11 +149,25 @@ pub enum BackupCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Verify that every recipe resolves and every checksum holds.
+    /// Check the backup store: records, reference counts, containers, the segment index.
+    /// Exit status 0 when clean, 1 when something needs `--repair`, 3 when data is lost.
     Check {
-        /// Check the records only, without reading stored chunks.
+        /// Also read every stored chunk: record headers, checksums and fingerprints.
         #[arg(long)]
-        metadata_only: bool,
+        read_data: bool,
+        /// Rebuild derived data, remove leftovers, rewrite damaged containers (taking damaged
+        /// chunks from intact copies where the store has one) and record what is lost.
+        #[arg(long)]
+        repair: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give back the space of removed chunks that deletions left in containers still in use
+    /// (rewrites those containers without them).
+    Compact {
+        /// Show what would be rewritten and freed without changing anything.
+        #[arg(long)]
+        dry_run: bool,
         #[arg(long)]
         json: bool,
     },
@@ -165,40 +179,21 @@ struct Opened {
     _lock: FaceLock,
 }
 
-/// The backup store's part of `onecopy check`, as a face report. Opening is part of the
-/// check: a store that cannot be opened is a finding.
+/// The backup store's part of `onecopy check`, as a face report: opening is part of the
+/// check, so damage that stops the store from opening is a finding, not an error.
 pub fn check_face(
     cli: &Cli,
     options: onecopy_core::check::CheckOptions,
 ) -> anyhow::Result<onecopy_core::check::FaceReport> {
-    use onecopy_core::check::{FaceReport, Finding, FindingKind};
-    let mut report = FaceReport::new("backup");
-    let mut opened = match open(cli, "check", None, RuntimeOptions::default()) {
-        Ok(opened) => opened,
-        Err(error) => {
-            report.push(Finding::new(
-                FindingKind::Damage,
-                "backup",
-                format!("the backup store cannot be opened: {error:#}"),
-            ));
-            return Ok(report);
-        }
+    let repository = Repository::open(&cli.repository_path())?;
+    let command = if options.repair {
+        "onecopy check --repair"
+    } else {
+        "onecopy check"
     };
-    let checked = opened.store.check(CheckOptions {
-        read_data: options.read_data,
-    })?;
-    report.count("backups", checked.backups);
-    report.count("segments", checked.segments);
-    report.count("containers", checked.containers);
-    report.count("chunks", checked.chunks_verified);
-    report.count("chunk_bytes", checked.bytes_verified);
-    for error in checked.errors {
-        report.push(Finding::new(FindingKind::Damage, "backup", error));
-    }
-    for warning in checked.warnings {
-        report.push(Finding::new(FindingKind::Leftover, "backup", warning));
-    }
-    Ok(report)
+    let _lock = repository.lock_face_waiting("backup", command, cli.lock_wait()?)?;
+    let storage = repository.face_storage("backup")?;
+    Ok(BackupStore::check_at(storage, options)?)
 }
 
 fn open(
@@ -229,7 +224,9 @@ fn open_with(
         cli.lock_wait()?,
     )?;
     let storage = repository.face_storage("backup")?;
-    let store = BackupStore::open(
+    // A face never used has no catalog yet: a first read creates the empty store.
+    let read_only = read_only && storage.exists("catalog.redb")?;
+    let mut store = BackupStore::open(
         storage,
         OpenOptions {
             store,
@@ -237,6 +234,9 @@ fn open_with(
             read_only,
         },
     )?;
+    for notice in store.take_notices() {
+        eprintln!("onecopy: backup: {notice}");
+    }
     Ok(Opened { store, _lock: lock })
 }
 
@@ -444,43 +444,63 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
                 stats.segments_shared, stats.segments_archival, stats.index_entries
             );
             println!(
-                "unreferenced      {} (container format and garbage)",
-                format_size(stats.garbage_bytes)
+                "unreferenced      {} (container format and garbage; `backup compact` frees {})",
+                format_size(stats.garbage_bytes),
+                format_size(stats.compactable_bytes)
             );
             println!("space saving      {:.1}%", stats.space_saving * 100.0);
             Ok(())
         }
         BackupCommand::Check {
-            metadata_only,
+            read_data,
+            repair,
             json,
         } => {
-            let mut opened = open(cli, "check", None, RuntimeOptions::default())?;
-            let report = opened.store.check(CheckOptions {
-                read_data: !metadata_only,
-            })?;
+            let report = check_face(
+                cli,
+                CheckOptions {
+                    repair: *repair,
+                    read_data: *read_data,
+                },
+            )?;
             if *json {
                 print_json(&report)?;
             } else {
-                for warning in &report.warnings {
-                    println!("warning: {warning}");
-                }
-                for error in &report.errors {
-                    println!("error: {error}");
-                }
-                println!(
-                    "checked {} backups of {} series, {} segments, {} containers, {} chunks ({}) in {:.1} s",
-                    report.backups,
-                    report.series,
-                    report.segments,
-                    report.containers,
-                    report.chunks_verified,
-                    format_size(report.bytes_verified),
-                    report.seconds
-                );
+                print_face_report(&report);
             }
-            if !report.is_ok() {
-                bail!("the backup store has {} errors", report.errors.len());
+            let code = report.status().code();
+            if code != 0 {
+                std::process::exit(code.into());
             }
+            Ok(())
+        }
+        BackupCommand::Compact { dry_run, json } => {
+            let mut opened = open(cli, "compact", None, RuntimeOptions::default())?;
+            let plan = opened.store.plan_compact()?;
+            if *dry_run {
+                return if *json {
+                    print_json(&plan)
+                } else {
+                    println!(
+                        "would rewrite {} containers, writing {} and freeing {}",
+                        plan.containers.len(),
+                        format_size(plan.rewrite_bytes),
+                        format_size(plan.reclaimable_bytes)
+                    );
+                    Ok(())
+                };
+            }
+            let report = opened.store.compact(plan)?;
+            if *json {
+                return print_json(&report);
+            }
+            println!(
+                "compacted in {:.2} s: {} containers rewritten, {} removed, {} freed",
+                report.seconds,
+                report.containers_rewritten,
+                report.containers_removed,
+                format_size(report.reclaimed_bytes)
+            );
             Ok(())
         }
     }

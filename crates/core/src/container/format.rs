@@ -66,6 +66,12 @@ impl ChunkHeader {
         debug_assert_eq!(out.len() - start, CHUNK_HEADER_BYTES);
     }
 
+    /// Decodes the record header at the front of `bytes` as stored in a container body;
+    /// `None` when it fails its checksum or cannot be a header.
+    pub fn parse(bytes: &[u8]) -> Option<ChunkHeader> {
+        ChunkHeader::decode(bytes, super::CHUNK_BYTES_MAX)
+    }
+
     /// Decodes a header; `None` when the bytes cannot be a header (a header checksum that
     /// does not match, unknown flags, a compressed size larger than the raw size allows, or
     /// sizes over `chunk_bytes_max`).

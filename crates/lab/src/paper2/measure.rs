@@ -444,7 +444,7 @@ impl StoreUnderTest {
         Ok(SpaceMeasure {
             container_bytes: stats.container_bytes_shared + stats.container_bytes_archival,
             referenced_bytes: stats.referenced_bytes,
-            repository_bytes: directory_bytes(&self.directory)?,
+            repository_bytes: repository_bytes(&self.directory)?,
         })
     }
 
@@ -520,6 +520,23 @@ pub struct DeleteMeasure {
     pub containers_removed: u64,
     pub scanned_bytes: u64,
     pub timing: Timing,
+}
+
+/// Bytes of the files of a repository or backup store under `directory`, without the backup
+/// store's space reserve (`reserve` in the store's directory, or in `backup/` of a
+/// repository): room kept for deletions on a full disk, not stored data, which would make
+/// every measured repository 8 MiB larger.
+pub fn repository_bytes(directory: &Path) -> Result<u64> {
+    let mut total = directory_bytes(directory)?;
+    for reserve in [
+        directory.join("reserve"),
+        directory.join("backup").join("reserve"),
+    ] {
+        if let Ok(metadata) = fs::symlink_metadata(&reserve) {
+            total = total.saturating_sub(metadata.len());
+        }
+    }
+    Ok(total)
 }
 
 /// Bytes of every regular file under `directory`.

@@ -1,6 +1,6 @@
 //! Human-readable output of `onecopy backup` commands.
 
-use onecopy_backup::CreateReport;
+use onecopy_backup::{CreateReport, FaceReport, FindingKind};
 use onecopy_core::units::{format_rate, format_size};
 
 pub fn print_create(report: &CreateReport) {
@@ -42,6 +42,9 @@ pub fn print_create(report: &CreateReport) {
     for deleted in &report.expire {
         print_delete(deleted);
     }
+    if let Some(reason) = &report.reverse_deferred {
+        println!("  warning: reverse deduplication left for later: {reason}");
+    }
     for warning in &report.warnings {
         eprintln!("warning: {}: {}", warning.path, warning.message);
     }
@@ -79,7 +82,66 @@ pub fn print_delete(report: &onecopy_backup::DeleteReport) {
             sweep.containers_rewritten
         );
     }
-    println!();
+    println!("; freed {}", format_size(report.freed_bytes));
+    if report.compactable_bytes > 0 {
+        println!(
+            "  {} of removed chunks stay in {} containers still in use; \
+             `onecopy backup compact` frees it",
+            format_size(report.compactable_bytes),
+            report.compactable_containers
+        );
+    }
+}
+
+/// A check's findings, one per line with what the repair did and what is lost, then a
+/// summary.
+pub fn print_face_report(report: &FaceReport) {
+    let checked: Vec<String> = report
+        .checked
+        .iter()
+        .map(|(kind, count)| format!("{count} {}", kind.replace('_', " ")))
+        .collect();
+    println!("{}: checked {}", report.face, checked.join(", "));
+    for finding in &report.findings {
+        let kind = match finding.kind {
+            FindingKind::Leftover => "leftover",
+            FindingKind::Derived => "derived data",
+            FindingKind::Damage => "damage",
+            FindingKind::Lost => "lost",
+        };
+        println!("{kind}: {}: {}", finding.object, finding.detail);
+        if let Some(repair) = &finding.repair {
+            println!("  repaired: {repair}");
+        }
+        for lost in &finding.lost {
+            println!("  lost: {lost}");
+        }
+    }
+    if report.findings_not_listed > 0 {
+        println!("... and {} more findings", report.findings_not_listed);
+    }
+    match report.status() {
+        onecopy_backup::ExitStatus::Clean if report.findings.is_empty() => {
+            println!("{}: no problems found", report.face)
+        }
+        onecopy_backup::ExitStatus::Clean => println!(
+            "{}: consistent ({})",
+            report.face,
+            if report.repaired {
+                "repaired"
+            } else {
+                "leftovers of interrupted commands only; the next change removes them"
+            }
+        ),
+        onecopy_backup::ExitStatus::Problems => println!(
+            "{}: problems found; run `onecopy backup check --repair`",
+            report.face
+        ),
+        onecopy_backup::ExitStatus::DataLost => println!(
+            "{}: consistent, but some data is lost (listed above)",
+            report.face
+        ),
+    }
 }
 
 /// `YYYY-MM-DD HH:MM:SS` in UTC (civil-from-days, proleptic Gregorian calendar).

@@ -1,0 +1,285 @@
+//! `backup compact`: giving back the space of removed chunks.
+//!
+//! Deleting a backup by time stamp (and reverse deduplication) removes chunks from the
+//! catalog, but a container whose other chunks are still referenced keeps them on disk: the
+//! container is immutable, so its space comes back only when the container is rewritten
+//! without them. Compaction does that, from the catalog alone:
+//!
+//! 1. **plan** (pure, [`BackupStore::plan_compact`]): for every container, the size it would
+//!    have rewritten with only its referenced chunks ([`sealed_container_bytes`], exact: the
+//!    format's fixed sizes); a container larger than that holds garbage, and the difference
+//!    is what compaction frees. Nothing is read but catalog records, so a deletion can say
+//!    exactly what a compaction would free ([`crate::DeleteReport::compactable_bytes`]).
+//! 2. **execute** ([`BackupStore::compact`]): containers are rewritten in batches of at most
+//!    [`COMPACT_BATCH_BYTES`] of new containers; each batch is synced, committed (with the
+//!    reserve released) and its old containers removed before the next starts, so compaction
+//!    needs room for one batch at most, and a crash leaves only what recovery removes.
+//!
+//! Every copied chunk is checked against its CRC (a damaged chunk stops compaction with an
+//! error pointing at `onecopy check --repair`, instead of being copied).
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use onecopy_core::catalog::CatalogView;
+use onecopy_core::container::format::{
+    FOOTER_BYTES, HEADER_BYTES, TRAILER_ENTRY_BYTES, TRAILER_TAIL_BYTES,
+};
+use onecopy_core::container::{ChunkHeader, ContainerId, CHUNK_HEADER_BYTES};
+use serde::Serialize;
+
+use crate::changes::Changes;
+use crate::error::Result;
+use crate::segment::{ChunkStorage, ContainerRecord, SegmentId, CONTAINERS};
+use crate::store::{load_segment, now_unix_ns, BackupStore, StoreState};
+
+/// New container bytes written per compaction commit.
+pub const COMPACT_BATCH_BYTES: u64 = 256 << 20;
+
+/// Size of a sealed container holding chunks of these stored sizes.
+pub fn sealed_container_bytes(stored_bytes: impl IntoIterator<Item = u32>) -> u64 {
+    let (count, bytes) = stored_bytes
+        .into_iter()
+        .fold((0u64, 0u64), |(count, bytes), stored| {
+            (count + 1, bytes + stored as u64)
+        });
+    HEADER_BYTES as u64
+        + count * CHUNK_HEADER_BYTES as u64
+        + bytes
+        + count * TRAILER_ENTRY_BYTES as u64
+        + TRAILER_TAIL_BYTES as u64
+        + FOOTER_BYTES as u64
+}
+
+/// One container a compaction rewrites (or removes, when nothing in it is referenced).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CompactContainer {
+    pub id: ContainerId,
+    /// Its size now.
+    pub bytes: u64,
+    /// Its size rewritten (0 when it is removed).
+    pub bytes_after: u64,
+    pub referenced_chunks: u64,
+}
+
+/// What a compaction will do.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CompactPlan {
+    pub containers: Vec<CompactContainer>,
+    /// Bytes the compaction frees: the containers' sizes minus their rewritten sizes.
+    pub reclaimable_bytes: u64,
+    /// Bytes it writes.
+    pub rewrite_bytes: u64,
+    #[serde(skip)]
+    pub(crate) serial: u64,
+}
+
+/// What a compaction did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CompactReport {
+    pub plan: CompactPlan,
+    pub containers_rewritten: u64,
+    pub containers_removed: u64,
+    pub reclaimed_bytes: u64,
+    pub commits: u64,
+    pub seconds: f64,
+}
+
+/// The chunks of container `id` that segment records reference, with where they are now:
+/// (segment, chunk index, header).
+pub(crate) fn referenced_chunks(
+    view: &impl CatalogView,
+    record: &ContainerRecord,
+    id: ContainerId,
+) -> Result<Vec<(SegmentId, usize, ChunkHeader, u32)>> {
+    let mut chunks = Vec::new();
+    for &segment in &record.segments {
+        let segment_record = load_segment(view, segment)?;
+        for (index, chunk) in segment_record.chunks.iter().enumerate() {
+            if let ChunkStorage::Stored(location) = chunk.storage {
+                if location.container == id {
+                    chunks.push((
+                        segment,
+                        index,
+                        ChunkHeader {
+                            fingerprint: chunk.fingerprint,
+                            stored_bytes: location.stored_bytes,
+                            raw_bytes: location.raw_bytes,
+                            flags: location.flags,
+                            checksum: location.checksum,
+                        },
+                        location.offset,
+                    ));
+                }
+            }
+        }
+    }
+    Ok(chunks)
+}
+
+/// Plans compaction of `only` (every container when `None`).
+pub(crate) fn plan_compact(
+    view: &impl CatalogView,
+    only: Option<&BTreeSet<ContainerId>>,
+    serial: u64,
+) -> Result<CompactPlan> {
+    let mut plan = CompactPlan {
+        serial,
+        ..CompactPlan::default()
+    };
+    let records: Vec<(ContainerId, Vec<u8>)> = match only {
+        None => view.range_id(CONTAINERS, 0, u64::MAX)?,
+        Some(ids) => ids
+            .iter()
+            .filter_map(|&id| {
+                view.get_id(CONTAINERS, id)
+                    .transpose()
+                    .map(|bytes| bytes.map(|bytes| (id, bytes)))
+            })
+            .collect::<onecopy_core::Result<_>>()?,
+    };
+    for (id, bytes) in records {
+        let record = ContainerRecord::decode(&bytes, id)?;
+        let chunks = referenced_chunks(view, &record, id)?;
+        let bytes_after = if chunks.is_empty() {
+            0
+        } else {
+            sealed_container_bytes(chunks.iter().map(|(_, _, header, _)| header.stored_bytes))
+        };
+        if record.bytes > bytes_after {
+            plan.reclaimable_bytes += record.bytes - bytes_after;
+            plan.rewrite_bytes += bytes_after;
+            plan.containers.push(CompactContainer {
+                id,
+                bytes: record.bytes,
+                bytes_after,
+                referenced_chunks: chunks.len() as u64,
+            });
+        }
+    }
+    Ok(plan)
+}
+
+impl BackupStore {
+    /// Plans a compaction of every container (reads catalog records only).
+    pub fn plan_compact(&self) -> Result<CompactPlan> {
+        plan_compact(&self.catalog.read()?, None, self.state.serial)
+    }
+
+    /// Executes `plan` (made from the current state); see the module documentation.
+    pub fn compact(&mut self, plan: CompactPlan) -> Result<CompactReport> {
+        self.mutate("compacting", |store| store.compact_unguarded(plan))
+    }
+
+    fn compact_unguarded(&mut self, plan: CompactPlan) -> Result<CompactReport> {
+        self.recover()?;
+        if plan.serial != self.state.serial {
+            return Err(crate::error::BackupError::InvalidArgument(
+                "the compaction plan is stale: make a new one".to_string(),
+            ));
+        }
+        let started = Instant::now();
+        let mut report = CompactReport {
+            plan: plan.clone(),
+            ..CompactReport::default()
+        };
+        let mut batch: Vec<&CompactContainer> = Vec::new();
+        let mut batch_bytes = 0;
+        for container in &plan.containers {
+            batch.push(container);
+            batch_bytes += container.bytes_after;
+            if batch_bytes >= COMPACT_BATCH_BYTES {
+                self.compact_batch(&batch, &mut report)?;
+                batch.clear();
+                batch_bytes = 0;
+            }
+        }
+        if !batch.is_empty() {
+            self.compact_batch(&batch, &mut report)?;
+        }
+        self.restore_reserve();
+        report.seconds = started.elapsed().as_secs_f64();
+        Ok(report)
+    }
+
+    /// Rewrites one batch: new containers synced, one commit, old containers removed.
+    fn compact_batch(
+        &mut self,
+        batch: &[&CompactContainer],
+        report: &mut CompactReport,
+    ) -> Result<()> {
+        let read = self.catalog.read()?;
+        let mut changes = Changes::default();
+        let mut state = self.state.clone();
+        let mut dropped = Vec::new();
+        for planned in batch {
+            let record = crate::store::load_container(&read, planned.id)?;
+            rewrite_container(self, &read, &mut changes, &mut state, planned.id, &record)?;
+            dropped.push(planned.id);
+            if planned.bytes_after == 0 {
+                report.containers_removed += 1;
+            } else {
+                report.containers_rewritten += 1;
+            }
+            report.reclaimed_bytes += planned.bytes - planned.bytes_after;
+        }
+        drop(read);
+        self.release_reserve()?;
+        let mut write = self.catalog.write()?;
+        changes.apply(&mut write)?;
+        self.commit(write, state, &dropped)?;
+        self.remove_containers(&dropped)?;
+        report.commits += 1;
+        Ok(())
+    }
+}
+
+/// Copies the referenced chunks of container `id` into a new container of the same kind and
+/// time stamp (none when nothing is referenced) and records the new locations in `changes`,
+/// with `id`'s record deleted. `state` allocates the new id. Returns the new container's id.
+pub(crate) fn rewrite_container(
+    store: &BackupStore,
+    view: &impl CatalogView,
+    changes: &mut Changes,
+    state: &mut StoreState,
+    id: ContainerId,
+    record: &ContainerRecord,
+) -> Result<Option<ContainerId>> {
+    changes.containers.insert(id, None);
+    let chunks = referenced_chunks(view, record, id)?;
+    if chunks.is_empty() {
+        // Its segments keep only lost or null chunks: they need no container any more.
+        for &segment in &record.segments {
+            let segment_record = changes.record_mut(view, segment)?;
+            if segment_record.container == Some(id) {
+                segment_record.container = None;
+            }
+        }
+        return Ok(None);
+    }
+    let new_id = state.container_id_next;
+    state.container_id_next += 1;
+    let mut writer = store
+        .containers
+        .create(new_id, now_unix_ns() / 1_000_000_000)?;
+    let file = store.containers.file(id)?;
+    let mut stored = Vec::new();
+    for (segment, index, header, offset) in chunks {
+        stored.resize(header.stored_bytes as usize, 0);
+        file.read_at(offset as u64, &mut stored)?;
+        // append_stored checks the CRC: damage stops the rewrite instead of being copied.
+        let moved = writer.append_stored(header, &stored)?;
+        let segment_record = changes.record_mut(view, segment)?;
+        segment_record.chunks[index].storage = ChunkStorage::Stored(moved);
+        segment_record.container = Some(new_id);
+    }
+    let sealed = writer.seal(record.timestamp)?;
+    changes.containers.insert(
+        new_id,
+        Some(ContainerRecord {
+            bytes: sealed.bytes,
+            ..record.clone()
+        }),
+    );
+    Ok(Some(new_id))
+}

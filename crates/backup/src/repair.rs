@@ -1,0 +1,859 @@
+//! `check --repair`: fixing what a check found.
+//!
+//! A repair acts on the findings of the check that just ran ([`crate::check`]), in the write
+//! order every operation keeps (data, then catalog, then index; removals after the commit
+//! that stops referring to them), so that a crash at any point leaves a store the next
+//! command recovers and the next repair finishes:
+//!
+//! 1. recovery ([`BackupStore::recover`]), then the leftovers: container files no record
+//!    names and temporary files are removed;
+//! 2. derived catalog records are rebuilt from primary ones and committed: segment heads and
+//!    their live reference counts from the live recipes, chunks' direct reference counts from
+//!    the archival recipes, container records from the segment records that place chunks in
+//!    them; backup records their series forgot are listed again, and series records that do
+//!    not decode are rebuilt from their backups' records. When some recipe cannot be read, no
+//!    count is lowered (a leak is better than releasing a chunk a backup may need);
+//! 3. every damaged container is rewritten: each chunk a segment record places in it is read
+//!    and verified (CRC, decompression, fingerprint); intact chunks are copied, a damaged one
+//!    is replaced by an intact copy with the same fingerprint stored anywhere else in the
+//!    store, and otherwise marked lost ([`crate::losses`]). New containers are synced, the
+//!    catalog commits, then the old files go;
+//! 4. what is lost is mapped to backups and files and recorded in the catalog (table
+//!    `losses`), with damage nothing can rebuild (an unreadable recipe, say), so that later
+//!    checks report it as lost rather than as new damage;
+//! 5. the segment index is rebuilt from the catalog.
+//!
+//! Commits release the space reserve first, so a repair works on a full disk as far as it
+//! frees space (rewriting a container needs room for its intact chunks).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use onecopy_core::catalog::CatalogView;
+use onecopy_core::check::{CheckOptions, FaceReport, Finding, FindingKind};
+use onecopy_core::container::{ChunkHeader, ContainerId, ContainerWriter};
+use onecopy_core::fingerprint::Fingerprint;
+use onecopy_core::storage::Storage;
+
+use crate::changes::Changes;
+use crate::check::{face_path, verify_chunk, Inspection, PlacedChunk, Problem, FACE};
+use crate::error::{BackupError, Result};
+use crate::losses::{self, put_losses, LossRecord};
+use crate::recipe::{ChunkReference, Recipe};
+use crate::resolve::{resolve, SegmentCache};
+use crate::segment::{
+    ChunkStorage, ContainerKind, ContainerRecord, SegmentHead, SegmentId, SegmentRecord,
+    CONTAINERS, SEGMENTS, SEGMENT_HEADS,
+};
+use crate::series::{BackupId, BackupRecord, SeriesRecord, BACKUPS, SERIES};
+use crate::store::{now_unix_ns, BackupStore, CATALOG_FILE};
+
+/// What the rewrite of one damaged container did.
+#[derive(Default)]
+struct Rewritten {
+    new_id: Option<ContainerId>,
+    copied: u64,
+    redirected: Vec<String>,
+    lost: Vec<(SegmentId, u32)>,
+}
+
+impl BackupStore {
+    /// Repairs what `inspection` found; see the module documentation.
+    pub(crate) fn repair(&mut self, inspection: Inspection) -> Result<FaceReport> {
+        self.mutate("repairing the backup store", |store| {
+            store.repair_unguarded(inspection)
+        })
+    }
+
+    fn repair_unguarded(&mut self, mut inspection: Inspection) -> Result<FaceReport> {
+        self.recover()?;
+        self.rewrite_catalog_header(&mut inspection)?;
+        self.remove_leftovers(&mut inspection)?;
+        self.rebuild_derived_records(&mut inspection)?;
+        let lost_chunks = self.rewrite_damaged_containers(&mut inspection)?;
+        self.record_losses(&mut inspection, &lost_chunks)?;
+        self.rebuild_index()?;
+        let index_state = if self.index.is_some() {
+            "rebuilt from the catalog"
+        } else {
+            "could not be rebuilt (see the notices); the store runs without it"
+        };
+        for (finding, problem) in &mut inspection.findings {
+            if *problem == Problem::Index && finding.repair.is_none() {
+                finding.repair = Some(index_state.to_string());
+            }
+        }
+        self.restore_reserve();
+        Ok(inspection.report(true))
+    }
+
+    /// Damage to the header of a catalog that opened: a commit writes the whole header again
+    /// from what redb holds in memory (the new commit goes into the damaged slot).
+    fn rewrite_catalog_header(&mut self, inspection: &mut Inspection) -> Result<()> {
+        if !inspection
+            .findings
+            .iter()
+            .any(|(_, problem)| *problem == Problem::CatalogHeader)
+        {
+            return Ok(());
+        }
+        let state = self.state.clone();
+        self.release_reserve()?;
+        let write = self.catalog.write()?;
+        self.commit(write, state, &[])?;
+        let left = onecopy_core::catalog::Catalog::inspect_header(&self.storage, CATALOG_FILE)?;
+        for (finding, problem) in &mut inspection.findings {
+            if *problem == Problem::CatalogHeader {
+                finding.repair = left.is_empty().then(|| {
+                    "rewritten by a commit from the header redb holds in memory".to_string()
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 1: leftover containers (highest id first, each removal durable before the next,
+    /// as in recovery) and temporary files.
+    fn remove_leftovers(&mut self, inspection: &mut Inspection) -> Result<()> {
+        let mut containers: Vec<ContainerId> = Vec::new();
+        let mut files = Vec::new();
+        for (_, problem) in &inspection.findings {
+            match problem {
+                Problem::LeftoverContainer(id) => containers.push(*id),
+                Problem::LeftoverFile(name) => files.push(name.clone()),
+                _ => {}
+            }
+        }
+        containers.sort_unstable();
+        for &id in containers.iter().rev() {
+            self.remove_containers(&[id])?;
+        }
+        for name in &files {
+            self.storage.remove(name)?;
+            self.storage
+                .sync_directory(onecopy_core::storage::parent_directory(name))?;
+        }
+        for (finding, problem) in &mut inspection.findings {
+            if matches!(
+                problem,
+                Problem::LeftoverContainer(_) | Problem::LeftoverFile(_)
+            ) {
+                finding.repair = Some("removed".to_string());
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 2: derived records, unlisted backups and undecodable series, in one commit.
+    fn rebuild_derived_records(&mut self, inspection: &mut Inspection) -> Result<()> {
+        let wanted = inspection.findings.iter().any(|(_, problem)| {
+            matches!(
+                problem,
+                Problem::DerivedCatalog | Problem::UnlistedBackup(_) | Problem::DamagedSeries(_)
+            )
+        });
+        if !wanted {
+            return Ok(());
+        }
+        let read = self.catalog.read()?;
+        let mut changes = Changes::default();
+        let mut series = self.repaired_series(&read, inspection)?;
+        for record in series.values_mut() {
+            changes.series.insert(record.name.clone(), record.clone());
+        }
+        let counts = count_references(&read, &series)?;
+        let complete = counts.complete && inspection.counts_complete;
+        let mut rewritten = (0u64, 0u64, 0u64);
+        let mut records: HashMap<SegmentId, SegmentRecord> = HashMap::new();
+        for (id, bytes) in read.range_id(SEGMENTS, 0, u64::MAX)? {
+            if let Ok(record) = SegmentRecord::decode(&bytes, id) {
+                records.insert(id, record);
+            }
+        }
+        let settle = |recorded: u32, counted: u32| {
+            if complete {
+                counted
+            } else {
+                recorded.max(counted)
+            }
+        };
+        for (&id, record) in &records {
+            let mut fixed = record.clone();
+            for (index, chunk) in fixed.chunks.iter_mut().enumerate() {
+                if matches!(chunk.storage, ChunkStorage::Stored(_) | ChunkStorage::Lost) {
+                    let counted = counts.direct.get(&(id, index as u32)).copied().unwrap_or(0);
+                    chunk.direct_references = settle(chunk.direct_references, counted);
+                }
+            }
+            if fixed != *record {
+                rewritten.1 += 1;
+                changes.records.insert(id, Some(fixed));
+            }
+            let stored_head = read
+                .get_id(SEGMENT_HEADS, id)?
+                .and_then(|bytes| SegmentHead::decode(&bytes, id).ok());
+            let counted = counts.live.get(&id).copied().unwrap_or(0);
+            let head = SegmentHead {
+                fingerprint: record.fingerprint,
+                state: record.state,
+                live_references: settle(
+                    stored_head.map_or(0, |head| head.live_references),
+                    counted,
+                ),
+            };
+            if stored_head != Some(head) {
+                rewritten.0 += 1;
+                changes.heads.insert(id, Some(head));
+            }
+        }
+        for (id, _) in read.range_id(SEGMENT_HEADS, 0, u64::MAX)? {
+            if !records.contains_key(&id) && !counts.live.contains_key(&id) {
+                rewritten.0 += 1;
+                changes.heads.insert(id, None);
+            }
+        }
+        // Container records from the segment records that place chunks in them.
+        let mut holding: BTreeMap<ContainerId, Vec<SegmentId>> = BTreeMap::new();
+        for (&id, record) in &records {
+            if let Some(container) = record.container {
+                holding.entry(container).or_default().push(id);
+            }
+        }
+        let mut dropped = Vec::new();
+        for (id, _) in read.range_id(CONTAINERS, 0, u64::MAX)? {
+            if !holding.contains_key(&id) {
+                rewritten.2 += 1;
+                changes.containers.insert(id, None);
+                dropped.push(id);
+            }
+        }
+        for (&id, segments) in &mut holding {
+            segments.sort_unstable();
+            let stored = read
+                .get_id(CONTAINERS, id)?
+                .and_then(|bytes| ContainerRecord::decode(&bytes, id).ok());
+            let file_bytes = self.containers.container_bytes(id).ok();
+            let expected = match &stored {
+                Some(record) => ContainerRecord {
+                    segments: segments.clone(),
+                    bytes: file_bytes.unwrap_or(record.bytes),
+                    ..record.clone()
+                },
+                None => {
+                    let timestamp = self
+                        .containers
+                        .read_contents(id)
+                        .map_or(0, |contents| contents.timestamp);
+                    ContainerRecord {
+                        kind: if timestamp == 0 {
+                            ContainerKind::Shared
+                        } else {
+                            ContainerKind::Archival
+                        },
+                        timestamp,
+                        bytes: file_bytes.unwrap_or(0),
+                        segments: segments.clone(),
+                    }
+                }
+            };
+            if stored.as_ref() != Some(&expected) {
+                rewritten.2 += 1;
+                changes.containers.insert(id, Some(expected));
+            }
+        }
+        drop(read);
+        let state = self.state.clone();
+        self.release_reserve()?;
+        let mut write = self.catalog.write()?;
+        changes.apply(&mut write)?;
+        self.commit(write, state, &dropped)?;
+        self.remove_containers(&dropped)?;
+        let counted = if complete {
+            String::new()
+        } else {
+            "; some recipes do not read, so no count was lowered".to_string()
+        };
+        for (finding, problem) in &mut inspection.findings {
+            let text = match problem {
+                Problem::DerivedCatalog => format!(
+                    "rebuilt from the recipes and segment records: {} segment heads, {} \
+                     segment records' chunk counts, {} container records{counted}",
+                    rewritten.0, rewritten.1, rewritten.2
+                ),
+                Problem::UnlistedBackup(_) => "listed in its series again".to_string(),
+                Problem::DamagedSeries(_) => "rebuilt from its backups' records (its live \
+                                              window and retention are the defaults again)"
+                    .to_string(),
+                _ => continue,
+            };
+            finding.repair = Some(text);
+        }
+        Ok(())
+    }
+
+    /// The series as they will be after the repair: the ones that decode, those rebuilt from
+    /// their backups' records, with unlisted backups listed again.
+    fn repaired_series(
+        &self,
+        read: &impl CatalogView,
+        inspection: &Inspection,
+    ) -> Result<BTreeMap<String, SeriesRecord>> {
+        let mut series: BTreeMap<String, SeriesRecord> = BTreeMap::new();
+        for (name, bytes) in read.list(SERIES)? {
+            if let Ok(record) = serde_json::from_slice::<SeriesRecord>(&bytes) {
+                series.insert(name, record);
+            }
+        }
+        let mut to_list: BTreeSet<BackupId> = BTreeSet::new();
+        let mut rebuild: BTreeSet<String> = BTreeSet::new();
+        for (_, problem) in &inspection.findings {
+            match problem {
+                Problem::UnlistedBackup(id) => {
+                    to_list.insert(*id);
+                }
+                Problem::DamagedSeries(name) => {
+                    rebuild.insert(name.clone());
+                }
+                _ => {}
+            }
+        }
+        let mut touched = BTreeSet::new();
+        for (id, bytes) in read.range_id(BACKUPS, 0, u64::MAX)? {
+            let Ok(record) = serde_json::from_slice::<BackupRecord>(&bytes) else {
+                continue;
+            };
+            if !to_list.contains(&id) && !rebuild.contains(&record.series) {
+                continue;
+            }
+            let entry = series.entry(record.series.clone()).or_insert_with(|| {
+                SeriesRecord::new(&record.series, crate::config::SeriesOptions::default())
+            });
+            entry.versions.insert(record.version, id);
+            entry.version_next = entry.version_next.max(record.version + 1);
+            touched.insert(record.series.clone());
+        }
+        series.retain(|name, _| touched.contains(name));
+        Ok(series)
+    }
+
+    /// Step 3: every damaged container rewritten. Returns the chunks marked lost, by the
+    /// container they were in.
+    fn rewrite_damaged_containers(
+        &mut self,
+        inspection: &mut Inspection,
+    ) -> Result<BTreeMap<ContainerId, Vec<(SegmentId, u32)>>> {
+        let damaged: BTreeSet<ContainerId> = inspection
+            .findings
+            .iter()
+            .filter_map(|(finding, problem)| match problem {
+                Problem::Container(id) if finding.repair.is_none() => Some(*id),
+                _ => None,
+            })
+            .collect();
+        if damaged.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let algorithm = self.state.options.fingerprint;
+        let read = self.catalog.read()?;
+        // Where each damaged container's chunks are now (step 2 may have committed, but it
+        // never moves chunks).
+        let mut placed: HashMap<ContainerId, Vec<PlacedChunk>> = HashMap::new();
+        let mut by_fingerprint: HashMap<Fingerprint, Vec<PlacedChunk>> = HashMap::new();
+        for (id, bytes) in read.range_id(SEGMENTS, 0, u64::MAX)? {
+            let Ok(record) = SegmentRecord::decode(&bytes, id) else {
+                continue;
+            };
+            for (index, chunk) in record.chunks.iter().enumerate() {
+                if let ChunkStorage::Stored(location) = chunk.storage {
+                    let placed_chunk = PlacedChunk {
+                        segment: id,
+                        index: index as u32,
+                        fingerprint: chunk.fingerprint,
+                        location,
+                    };
+                    if damaged.contains(&location.container) {
+                        placed
+                            .entry(location.container)
+                            .or_default()
+                            .push(placed_chunk);
+                    }
+                    by_fingerprint
+                        .entry(chunk.fingerprint)
+                        .or_default()
+                        .push(placed_chunk);
+                }
+            }
+        }
+        let mut changes = Changes::default();
+        let mut state = self.state.clone();
+        let mut outcomes: BTreeMap<ContainerId, Rewritten> = BTreeMap::new();
+        for &id in &damaged {
+            let chunks = placed.remove(&id).unwrap_or_default();
+            let record = crate::store::load_container(&read, id).ok();
+            let outcome = self.rewrite_container(
+                &read,
+                &mut changes,
+                &mut state,
+                id,
+                record.as_ref(),
+                &chunks,
+                &by_fingerprint,
+                algorithm,
+            )?;
+            outcomes.insert(id, outcome);
+        }
+        let mut dropped: Vec<ContainerId> = damaged
+            .iter()
+            .copied()
+            .filter(|&id| {
+                self.storage
+                    .exists(&self.containers.name(id))
+                    .unwrap_or(true)
+            })
+            .collect();
+        dropped.sort_unstable();
+        for outcome in outcomes.values() {
+            for &(segment, _) in &outcome.lost {
+                state.damaged_segments.insert(segment);
+            }
+        }
+        drop(read);
+        self.release_reserve()?;
+        let mut write = self.catalog.write()?;
+        changes.apply(&mut write)?;
+        self.commit(write, state, &dropped)?;
+        self.remove_containers(&dropped)?;
+        let mut lost_chunks = BTreeMap::new();
+        for (finding, problem) in &mut inspection.findings {
+            let Problem::Container(id) = problem else {
+                continue;
+            };
+            let Some(outcome) = outcomes.get(id) else {
+                continue;
+            };
+            let mut text = match outcome.new_id {
+                Some(new_id) => format!(
+                    "rewritten as container {new_id:016x} from its intact chunks ({} copied)",
+                    outcome.copied
+                ),
+                None => "dropped (none of its chunks could be kept)".to_string(),
+            };
+            if !outcome.redirected.is_empty() {
+                text += &format!(
+                    "; {} damaged chunks taken from intact copies elsewhere ({})",
+                    outcome.redirected.len(),
+                    outcome
+                        .redirected
+                        .iter()
+                        .take(5)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            if !outcome.lost.is_empty() {
+                text += &format!(
+                    "; {} chunks with no intact copy marked lost",
+                    outcome.lost.len()
+                );
+            }
+            finding.repair = Some(text);
+        }
+        for (id, outcome) in outcomes {
+            if !outcome.lost.is_empty() {
+                lost_chunks.insert(id, outcome.lost);
+            }
+        }
+        Ok(lost_chunks)
+    }
+
+    /// Rewrites container `id` from `chunks` (the stored chunks segment records place in
+    /// it): see step 3 of the module documentation.
+    #[allow(clippy::too_many_arguments)]
+    fn rewrite_container(
+        &self,
+        view: &impl CatalogView,
+        changes: &mut Changes,
+        state: &mut crate::store::StoreState,
+        id: ContainerId,
+        record: Option<&ContainerRecord>,
+        chunks: &[PlacedChunk],
+        by_fingerprint: &HashMap<Fingerprint, Vec<PlacedChunk>>,
+        algorithm: onecopy_core::fingerprint::FingerprintAlgorithm,
+    ) -> Result<Rewritten> {
+        let mut outcome = Rewritten::default();
+        let data = self.read_whole(id);
+        let timestamp = record
+            .map(|record| record.timestamp)
+            .or_else(|| {
+                self.containers
+                    .read_contents(id)
+                    .ok()
+                    .map(|contents| contents.timestamp)
+            })
+            .unwrap_or(0);
+        let kind = record.map_or(
+            if timestamp == 0 {
+                ContainerKind::Shared
+            } else {
+                ContainerKind::Archival
+            },
+            |record| record.kind,
+        );
+        let mut writer: Option<ContainerWriter> = None;
+        let mut kept_segments: BTreeSet<SegmentId> = BTreeSet::new();
+        let mut segments: BTreeSet<SegmentId> = BTreeSet::new();
+        for chunk in chunks {
+            segments.insert(chunk.segment);
+            let own = data.as_deref().and_then(|data| {
+                verify_chunk(data, chunk, algorithm).ok().map(|_| {
+                    let start = chunk.location.offset as usize;
+                    data[start..start + chunk.location.stored_bytes as usize].to_vec()
+                })
+            });
+            let source = match own {
+                Some(stored) => Some((*chunk, stored)),
+                None => self.intact_copy(chunk, by_fingerprint, algorithm),
+            };
+            let Some((from, stored)) = source else {
+                outcome.lost.push((chunk.segment, chunk.index));
+                let segment_record = changes.record_mut(view, chunk.segment)?;
+                segment_record.chunks[chunk.index as usize].storage = ChunkStorage::Lost;
+                continue;
+            };
+            if writer.is_none() {
+                let new_id = state.container_id_next;
+                state.container_id_next += 1;
+                writer = Some(
+                    self.containers
+                        .create(new_id, now_unix_ns() / 1_000_000_000)?,
+                );
+                outcome.new_id = Some(new_id);
+            }
+            let header = ChunkHeader {
+                fingerprint: chunk.fingerprint,
+                stored_bytes: from.location.stored_bytes,
+                raw_bytes: from.location.raw_bytes,
+                flags: from.location.flags,
+                checksum: from.location.checksum,
+            };
+            let location = writer
+                .as_mut()
+                .expect("created above")
+                .append_stored(header, &stored)?;
+            if from.location == chunk.location {
+                outcome.copied += 1;
+            } else {
+                outcome.redirected.push(format!(
+                    "chunk {} of segment {} from chunk {} of segment {} in container {:016x}",
+                    chunk.index, chunk.segment, from.index, from.segment, from.location.container
+                ));
+            }
+            let segment_record = changes.record_mut(view, chunk.segment)?;
+            segment_record.chunks[chunk.index as usize].storage = ChunkStorage::Stored(location);
+            kept_segments.insert(chunk.segment);
+        }
+        if let Some(record) = record {
+            segments.extend(record.segments.iter().copied());
+        }
+        for &segment in &segments {
+            let Ok(segment_record) = changes.record_mut(view, segment) else {
+                continue; // A record that does not decode: reported apart.
+            };
+            if segment_record.container != Some(id) {
+                continue;
+            }
+            segment_record.container = if kept_segments.contains(&segment) {
+                outcome.new_id
+            } else {
+                None
+            };
+        }
+        changes.containers.insert(id, None);
+        if let (Some(writer), Some(new_id)) = (writer, outcome.new_id) {
+            let sealed = writer.seal(timestamp)?;
+            changes.containers.insert(
+                new_id,
+                Some(ContainerRecord {
+                    kind,
+                    timestamp,
+                    bytes: sealed.bytes,
+                    segments: kept_segments.into_iter().collect(),
+                }),
+            );
+        }
+        Ok(outcome)
+    }
+
+    /// The whole file of container `id`, or `None` when it does not read.
+    fn read_whole(&self, id: ContainerId) -> Option<Vec<u8>> {
+        let file = self.containers.file(id).ok()?;
+        let length = file.len().ok()?;
+        let mut data = vec![0u8; length as usize];
+        file.read_at(0, &mut data).ok()?;
+        Some(data)
+    }
+
+    /// An intact copy of `chunk` (same fingerprint) stored elsewhere, verified (a copy in
+    /// another damaged container serves if its own bytes are intact), with its stored bytes.
+    fn intact_copy(
+        &self,
+        chunk: &PlacedChunk,
+        by_fingerprint: &HashMap<Fingerprint, Vec<PlacedChunk>>,
+        algorithm: onecopy_core::fingerprint::FingerprintAlgorithm,
+    ) -> Option<(PlacedChunk, Vec<u8>)> {
+        for candidate in by_fingerprint.get(&chunk.fingerprint)? {
+            if candidate.location == chunk.location {
+                continue;
+            }
+            let Ok(file) = self.containers.file(candidate.location.container) else {
+                continue;
+            };
+            let mut stored = vec![0u8; candidate.location.stored_bytes as usize];
+            if file
+                .read_at(candidate.location.offset as u64, &mut stored)
+                .is_err()
+            {
+                continue;
+            }
+            // Checked as a chunk at offset 0 of its own bytes.
+            let mut alone = *candidate;
+            alone.location.offset = 0;
+            if verify_chunk(&stored, &alone, algorithm).is_ok() {
+                return Some((*candidate, stored));
+            }
+        }
+        None
+    }
+
+    /// Step 4: what is lost, by backup and file, into the findings and the catalog.
+    fn record_losses(
+        &mut self,
+        inspection: &mut Inspection,
+        lost_chunks: &BTreeMap<ContainerId, Vec<(SegmentId, u32)>>,
+    ) -> Result<()> {
+        let unrepairable = inspection.findings.iter().any(|(finding, problem)| {
+            *problem == Problem::Unrepairable && finding.repair.is_none()
+        });
+        if lost_chunks.is_empty() && !unrepairable {
+            return Ok(());
+        }
+        let read = self.catalog.read()?;
+        // Every backup's lost chunks, by (segment, index), with its description per chunk set.
+        let all_lost: BTreeSet<(SegmentId, u32)> =
+            lost_chunks.values().flatten().copied().collect();
+        let mut lines_by_container: BTreeMap<ContainerId, Vec<String>> = BTreeMap::new();
+        if !all_lost.is_empty() {
+            let owner: HashMap<(SegmentId, u32), ContainerId> = lost_chunks
+                .iter()
+                .flat_map(|(&container, chunks)| {
+                    chunks.iter().map(move |&chunk| (chunk, container))
+                })
+                .collect();
+            let damaged_segments: BTreeSet<SegmentId> =
+                all_lost.iter().map(|&(segment, _)| segment).collect();
+            for (_, bytes) in read.list(SERIES)? {
+                let Ok(series) = serde_json::from_slice::<SeriesRecord>(&bytes) else {
+                    continue;
+                };
+                for (&version, &id) in &series.versions {
+                    let Ok(backup) = crate::series::load_backup(&read, id) else {
+                        continue;
+                    };
+                    let Ok((sources, _)) = resolve(&read, &series, &backup) else {
+                        continue;
+                    };
+                    let mut cache = SegmentCache::new();
+                    let lost =
+                        losses::stream_losses(&read, &sources, &damaged_segments, &mut cache)?;
+                    let label = format!("backup {}@{version}", series.name);
+                    let mut by_container: BTreeMap<ContainerId, Vec<losses::LostRange>> =
+                        BTreeMap::new();
+                    for range in lost {
+                        if let Some(&container) = owner.get(&(range.segment, range.index)) {
+                            by_container.entry(container).or_default().push(range);
+                        }
+                    }
+                    for (container, ranges) in by_container {
+                        lines_by_container.entry(container).or_default().extend(
+                            losses::describe_backup_losses(
+                                self, &read, &backup, &sources, &ranges, &label,
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        let now = now_unix_ns();
+        let mut records = Vec::new();
+        let mut described: BTreeSet<ContainerId> = BTreeSet::new();
+        for (finding, problem) in &mut inspection.findings {
+            match problem {
+                Problem::Container(id) => {
+                    let Some(chunks) = lost_chunks.get(id) else {
+                        continue;
+                    };
+                    // The container's lost data goes with its first finding.
+                    if !described.insert(*id) {
+                        continue;
+                    }
+                    let mut lines = lines_by_container.remove(id).unwrap_or_default();
+                    if lines.is_empty() {
+                        lines.push(format!(
+                            "{} chunks no backup references directly any more",
+                            chunks.len()
+                        ));
+                    }
+                    finding.lost = lines.clone();
+                    records.push(LossRecord {
+                        recorded_unix_ns: now,
+                        object: finding.object.clone(),
+                        damage: finding.detail.clone(),
+                        chunks: chunks.clone(),
+                        lost: lines,
+                    });
+                }
+                Problem::Unrepairable if finding.repair.is_none() => {
+                    finding.repair = Some(
+                        "nothing can rebuild it; recorded as lost (later checks list it as \
+                         lost)"
+                            .to_string(),
+                    );
+                    if finding.lost.is_empty() {
+                        finding
+                            .lost
+                            .push(format!("{} (unreadable)", finding.object));
+                    }
+                    records.push(LossRecord {
+                        recorded_unix_ns: now,
+                        object: finding.object.clone(),
+                        damage: finding.detail.clone(),
+                        chunks: Vec::new(),
+                        lost: finding.lost.clone(),
+                    });
+                }
+                _ => {}
+            }
+        }
+        drop(read);
+        if records.is_empty() {
+            return Ok(());
+        }
+        let state = self.state.clone();
+        let mut write = self.catalog.write()?;
+        put_losses(&mut write, &records)?;
+        self.commit(write, state, &[])
+    }
+}
+
+/// The references the recipes of `series` hold, counted again for a repair.
+fn count_references(
+    read: &impl CatalogView,
+    series: &BTreeMap<String, SeriesRecord>,
+) -> Result<crate::check::ReferenceCounts> {
+    let mut counts = crate::check::ReferenceCounts {
+        complete: true,
+        ..Default::default()
+    };
+    let mut all: BTreeMap<String, SeriesRecord> = BTreeMap::new();
+    for (name, bytes) in read.list(SERIES)? {
+        if let Ok(record) = serde_json::from_slice::<SeriesRecord>(&bytes) {
+            all.insert(name, record);
+        }
+    }
+    all.extend(
+        series
+            .iter()
+            .map(|(name, record)| (name.clone(), record.clone())),
+    );
+    for record in all.values() {
+        for &id in record.versions.values() {
+            let recipe = crate::series::load_backup(read, id)
+                .and_then(|backup| Recipe::load(read, backup.id, backup.recipe_parts));
+            let Ok(recipe) = recipe else {
+                counts.complete = false;
+                continue;
+            };
+            match recipe {
+                Recipe::Live(references) => {
+                    for reference in references {
+                        *counts.live.entry(reference.segment).or_insert(0) += 1;
+                    }
+                }
+                Recipe::Archival(references) => {
+                    for reference in references {
+                        if let ChunkReference::Direct { segment, index, .. } = reference {
+                            *counts.direct.entry((segment, index)).or_insert(0) += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(counts)
+}
+
+/// `check` of a face whose catalog does not open: the damage, named, and with a repair,
+/// what can be done about it. The repair puts right redb's super-header
+/// ([`Catalog::repair_header`]; the damaged file is kept beside it) and then checks and
+/// repairs the rest as usual. Damage inside the catalog's pages cannot be repaired: the
+/// records it held exist nowhere else (restore the catalog from a copy).
+///
+/// [`Catalog::repair_header`]: onecopy_core::catalog::Catalog::repair_header
+pub(crate) fn check_damaged_catalog(
+    storage: Arc<dyn Storage>,
+    options: CheckOptions,
+    error: BackupError,
+) -> Result<FaceReport> {
+    let object = face_path(CATALOG_FILE);
+    let detail = format!("the catalog does not open: {error}");
+    let unrepaired = |why: Option<String>| -> Result<FaceReport> {
+        let mut report = FaceReport::new(FACE);
+        let containers = onecopy_core::container::ContainerStore::new(
+            Arc::clone(&storage),
+            crate::store::CONTAINERS_DIRECTORY,
+            onecopy_core::container::ContainerOptions::default(),
+        )?;
+        report.count("container_files", containers.list()?.len() as u64);
+        let mut finding = Finding::new(FindingKind::Damage, &object, &detail);
+        if let Some(why) = why {
+            finding.detail += &format!(
+                "; the repair could not put it right ({why}): no backup can be listed or \
+                 restored until the catalog is restored from a copy"
+            );
+        }
+        report.push(finding);
+        Ok(report)
+    };
+    if !options.repair {
+        return unrepaired(None);
+    }
+    let repaired = match onecopy_core::catalog::Catalog::repair_header(&storage, CATALOG_FILE) {
+        Ok(repaired) if !repaired.repaired.is_empty() => repaired,
+        Ok(_) => return unrepaired(Some("its header is intact".to_string())),
+        Err(repair_error) if repair_error.is_corrupt() => {
+            return unrepaired(Some(repair_error.to_string()))
+        }
+        Err(repair_error) => return Err(repair_error.into()),
+    };
+    let mut store = BackupStore::open(Arc::clone(&storage), crate::store::OpenOptions::default())?;
+    let mut report = store.check(options)?;
+    let mut finding = Finding::new(FindingKind::Damage, &object, detail).repaired(format!(
+        "redb's header put right: {}{}",
+        repaired.repaired.join(", "),
+        repaired
+            .kept_as
+            .map(|kept| format!(" (the damaged file is kept as {})", face_path(&kept)))
+            .unwrap_or_default()
+    ));
+    if repaired.rolled_back {
+        finding = finding.with_lost([
+            "the catalog's last commit: what the last backup command did (a backup created, \
+             deleted or reverse-deduplicated) is undone"
+                .to_string(),
+        ]);
+    }
+    report.findings.insert(0, finding);
+    report.repaired = true;
+    Ok(report)
+}
