@@ -467,7 +467,7 @@ impl Replay<'_> {
         let mut lost_by_damage = Vec::new();
         for damage in &scan.damage {
             let blocks = damage.tag.as_ref().and_then(records::tag_blocks);
-            let lost = match &blocks {
+            let mut lost = match &blocks {
                 Some((volume, range)) => vec![format!(
                     "{} blocks {}-{}",
                     self.volume_label(*volume),
@@ -475,11 +475,23 @@ impl Replay<'_> {
                     range.end - 1
                 )],
                 None if damage.tag.is_some() => Vec::new(),
+                None if damage.cut => vec![format!(
+                    "the writes held from byte {} of {name} on (blocks unknown)",
+                    damage.offset
+                )],
                 None => vec![format!(
                     "the writes held in bytes {}..{} of {name} (blocks unknown)",
                     damage.offset, damage.end
                 )],
             };
+            if damage.cut && damage.tag.is_some() {
+                // The file ends inside this record: records after it, if there were any,
+                // are gone without a trace.
+                lost.push(format!(
+                    "the writes after byte {} of {name}, if there were any (blocks unknown)",
+                    damage.offset
+                ));
+            }
             let mut finding = Finding::new(
                 FindingKind::Damage,
                 format!("{name} at byte {}", damage.offset),
