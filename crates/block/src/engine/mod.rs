@@ -124,8 +124,10 @@ pub(crate) struct EngineState {
     pub(crate) volumes: VolumeStates,
     pub(crate) names: BTreeMap<String, VolumeId>,
     pub(crate) next_volume_id: VolumeId,
-    /// The generation the last checkpoint named before the current one: journals from it on
-    /// are kept (see [`CheckpointState::previous_journal_generation`]).
+    /// The generation the durable checkpoint names (the one the next checkpoint replaces as
+    /// the newest): journals from it on are kept by the next checkpoint (see
+    /// [`CheckpointState::previous_journal_generation`]). After an open that replayed
+    /// journals it is older than the journal being appended to.
     previous_generation: u64,
     pub(crate) counters: EngineCounters,
     pub(crate) copies: CopyDetector,
@@ -245,7 +247,7 @@ impl Engine {
         let saved = CheckpointState {
             chunk_store: state.chunks.state().clone(),
             journal_generation: current + 1,
-            previous_journal_generation: current,
+            previous_journal_generation: state.previous_generation,
             volumes: state
                 .volumes
                 .values()
