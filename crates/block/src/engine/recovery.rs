@@ -162,8 +162,8 @@ impl Engine {
             for damage in derived_damage {
                 let mut finding = Finding::new(
                     FindingKind::Derived,
-                    "block/meta/pages",
-                    format!("{damage} (derived data)"),
+                    format!("block/meta/pages: {}", damage.object),
+                    format!("{}: {} (derived data)", damage.table, damage.detail),
                 );
                 if !rebuilt.is_empty() {
                     finding = finding.repaired(rebuilt.join("; "));
