@@ -89,7 +89,11 @@ pub fn open_block(cli: &Cli, command: &str, args: &EngineArgs) -> anyhow::Result
     let repository = Repository::open(&path)?;
     let lock = repository.lock_face("block", command)?;
     let storage = repository.face_storage("block")?;
-    let stored = onecopy_block::engine::stored_config(storage.as_ref())?;
+    // Only runtime defaults depend on the configuration; opening the engine reports a
+    // damaged one (and uses the copy its checkpoint keeps).
+    let stored = onecopy_block::engine::stored_config(storage.as_ref())
+        .ok()
+        .flatten();
     let runtime = args.runtime(stored.as_ref().unwrap_or(&BlockConfig::default()))?;
     let engine = Engine::open(storage, None, runtime)
         .with_context(|| format!("opening the block device of {}", path.display()))?;

@@ -671,6 +671,9 @@ impl Engine {
         let moved = self.compact_containers(state, &damaged)?;
         self.checkpoint_locked(state)?;
         self.finish_deletions(state)?;
+        // A second checkpoint retires the manifest and journals from before the repair, so
+        // that a fallback from a damaged newest manifest never returns to the damage.
+        self.checkpoint_locked(state)?;
 
         let lost_total: usize = newly_lost.values().map(BTreeSet::len).sum();
         for finding in &mut report.findings {
