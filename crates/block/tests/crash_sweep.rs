@@ -10,7 +10,10 @@
 //! recovery: reopen (repair first when the case has damage), and check that every durable
 //! write reads back, that exactly the expected blocks are lost, and that `check` is clean or
 //! reports only the recorded losses. Where a crash can interrupt work the next open finishes
-//! (recovery, deletion), that next open is swept too.
+//! (recovery, deletion), that next open is swept too. After each repair and each reopen, a
+//! copy whose newest manifest is damaged must fall back to the same state: the older manifest
+//! and the journals every checkpoint keeps never lead back to older data or to the damage a
+//! repair dealt with.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

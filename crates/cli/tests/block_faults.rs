@@ -932,6 +932,14 @@ fn manifest_faults() {
                 delete(&path);
                 Expected::damage(name(&path))
             }),
+            case("both manifests, flipped bytes", move |_, repository| {
+                flip(&newest(repository), 100);
+                flip(&older(repository), 100);
+                Expected {
+                    unrepairable: true,
+                    ..Expected::damage("manifest")
+                }
+            }),
             case("both manifests, deleted", move |_, repository| {
                 let (first, second) = (newest(repository), older(repository));
                 delete(&first);
