@@ -186,7 +186,11 @@ fn open_locked(
 ) -> anyhow::Result<OpenBlock> {
     let path = repository.path();
     let storage = repository.face_storage("block")?;
-    let stored = onecopy_block::engine::stored_config(storage.as_ref())?;
+    // Only runtime defaults depend on the configuration; opening the engine reports a
+    // damaged one (and uses the copy its checkpoint keeps).
+    let stored = onecopy_block::engine::stored_config(storage.as_ref())
+        .ok()
+        .flatten();
     let runtime = args.runtime(stored.as_ref().unwrap_or(&BlockConfig::default()))?;
     let engine = Engine::open_with(storage, None, runtime, mode)
         .with_context(|| format!("opening the block device of {}", path.display()))?;

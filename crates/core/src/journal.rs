@@ -114,6 +114,9 @@ pub struct JournalDamage {
     pub end: u64,
     /// The damaged record's tag, when its header or footer is intact.
     pub tag: Option<RecordTag>,
+    /// The file is truncated within or right after this region: whatever records followed it
+    /// are lost too, and what they held is unknown.
+    pub cut: bool,
     /// What is wrong, for messages.
     pub detail: String,
 }
@@ -558,10 +561,13 @@ fn scan_file(file: Arc<dyn StorageFile>, name: String, generation: u64) -> Resul
     let mut prefix = records.len();
     let mut end = JournalEnd::Clean;
     for (index, (records_before, region)) in bad.iter().enumerate() {
+        // The file ends inside this region: a header that promises more bytes than the file
+        // has, or bad bytes up to the end (zeros at the cut do not count as written).
+        let cut = truncated && (region.past_end || region.end >= length);
         let proven = records[*records_before..]
             .iter()
             .any(|record| record.synced_end > region.offset)
-            || (truncated && region.end >= length);
+            || cut;
         let damaged = proven || !(region.past_end || has_zero_sector(&mut window, region)?);
         if index == 0 {
             prefix = *records_before;
@@ -571,7 +577,8 @@ fn scan_file(file: Arc<dyn StorageFile>, name: String, generation: u64) -> Resul
                 offset: region.offset,
                 end: region.end,
                 tag: region.tag,
-                detail: if truncated && region.end >= length {
+                cut,
+                detail: if cut {
                     format!("the file is truncated to {length} bytes of {} and the record at {} is cut", capacity.unwrap_or(0), region.offset)
                 } else {
                     format!(
@@ -590,11 +597,12 @@ fn scan_file(file: Arc<dyn StorageFile>, name: String, generation: u64) -> Resul
             break;
         }
     }
-    if truncated && !damage.iter().any(|damage| damage.end >= length) {
+    if truncated && !damage.iter().any(|damage| damage.cut) {
         damage.push(JournalDamage {
             offset: written_end.min(length),
             end: capacity.unwrap_or(length),
             tag: None,
+            cut: true,
             detail: format!(
                 "the file is truncated to {length} bytes of {}; records after offset {} may be \
                  lost",

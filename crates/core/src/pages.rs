@@ -237,18 +237,30 @@ impl PageStore {
             "the page cache needs room for a page"
         );
         let manifest_names = [join(directory, "manifest.0"), join(directory, "manifest.1")];
-        let open = |name: &str| -> Result<Arc<dyn StorageFile>> {
-            if read_only && !storage.exists(name)? {
-                return Err(Error::NotFound(format!("{name} in {}", storage.describe())));
+        // A missing file is created when writing; read-only, it stands in as an absent file
+        // whose every byte is missing, so a deleted file reads as damage, not as "never used".
+        let mut created = false;
+        let mut open = |name: &str| -> Result<(Arc<dyn StorageFile>, bool)> {
+            if storage.exists(name)? {
+                return Ok((storage.open(name, false)?, false));
             }
-            storage.open(name, !read_only)
+            if read_only {
+                return Ok((Arc::new(AbsentFile::new(name, storage.as_ref())), true));
+            }
+            created = true;
+            Ok((storage.open(name, true)?, true))
         };
-        let pages_file = open(&join(directory, "pages"))?;
-        let manifests = [open(&manifest_names[0])?, open(&manifest_names[1])?];
-        // Creation writes a valid empty manifest before anything else, so two empty manifest
-        // files mean creation never finished, while anything else without a valid manifest is
-        // corruption.
-        let fresh = manifests[0].len()? == 0 && manifests[1].len()? == 0;
+        let (pages_file, _) = open(&join(directory, "pages"))?;
+        let (manifest_0, missing_0) = open(&manifest_names[0])?;
+        let (manifest_1, missing_1) = open(&manifest_names[1])?;
+        if created {
+            storage.sync_directory(directory)?;
+        }
+        let manifests = [manifest_0, manifest_1];
+        // Creation writes a valid empty manifest before anything else, and pages only after
+        // it, so a store is new only when both manifests and the pages file are empty; any
+        // other store without a valid manifest is corruption.
+        let fresh = manifests[0].len()? == 0 && manifests[1].len()? == 0 && pages_file.len()? == 0;
         let mut store = PageStore {
             storage,
             directory: directory.to_string(),
@@ -265,7 +277,7 @@ impl PageStore {
             manifest_states: [ManifestState::Empty, ManifestState::Empty],
             read_only,
         };
-        let user_state = match store.read_newest_manifest()? {
+        let user_state = match store.read_newest_manifest([missing_0, missing_1])? {
             Some(manifest) => {
                 store.sequence = manifest.sequence;
                 store.current_manifest = manifest.file;
@@ -289,8 +301,14 @@ impl PageStore {
             }
             None => {
                 return Err(Error::corrupt(
-                    format!("page store {}", store.describe()),
-                    "neither manifest.0 nor manifest.1 holds a valid manifest",
+                    format!("{} and {}", manifest_names[0], manifest_names[1]),
+                    format!(
+                        "neither manifest holds a valid checkpoint ({}; {}), but the page \
+                         store {} holds pages",
+                        store.manifest_states[0].describe(),
+                        store.manifest_states[1].describe(),
+                        store.describe()
+                    ),
                 ))
             }
         };
@@ -756,7 +774,10 @@ impl PageStore {
         Ok((manifest, entries_at))
     }
 
-    fn read_newest_manifest(&mut self) -> Result<Option<Manifest>> {
+    /// Reads both manifests and returns the newest valid one. `missing` tells which files did
+    /// not exist: once a checkpoint of sequence 1 or later exists both files have been written,
+    /// so an empty or missing one is damage, not a store that never wrote it.
+    fn read_newest_manifest(&mut self, missing: [bool; 2]) -> Result<Option<Manifest>> {
         let mut newest: Option<Manifest> = None;
         for (index, file) in self.manifests.iter().enumerate() {
             // A torn or empty manifest is expected after a crash; the other one is used. The
@@ -778,6 +799,22 @@ impl PageStore {
                 Err(None) => ManifestState::Empty,
                 Err(Some(detail)) => ManifestState::Invalid { detail },
             };
+        }
+        if newest
+            .as_ref()
+            .is_some_and(|manifest| manifest.sequence >= 1)
+        {
+            for (state, missing) in self.manifest_states.iter_mut().zip(missing) {
+                if *state == ManifestState::Empty {
+                    *state = ManifestState::Invalid {
+                        detail: if missing {
+                            "the file is missing".to_string()
+                        } else {
+                            "the file is empty".to_string()
+                        },
+                    };
+                }
+            }
         }
         Ok(newest)
     }
@@ -809,6 +846,76 @@ impl PageStore {
         }
         self.free_slots = free;
         Ok(())
+    }
+}
+
+impl ManifestState {
+    /// The state in words, for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            ManifestState::Empty => "empty".to_string(),
+            ManifestState::Valid { sequence } => format!("valid, sequence {sequence}"),
+            ManifestState::Invalid { detail } => detail.clone(),
+        }
+    }
+}
+
+/// A file of a store opened read-only that does not exist: empty, and any read of it is
+/// damage, as a read past the end of any file is.
+#[derive(Debug)]
+struct AbsentFile {
+    name: String,
+    described: String,
+}
+
+impl AbsentFile {
+    fn new(name: &str, storage: &dyn Storage) -> AbsentFile {
+        AbsentFile {
+            name: name.to_string(),
+            described: format!("{name} in {}", storage.describe()),
+        }
+    }
+
+    fn refused(&self) -> Error {
+        Error::InvalidArgument(format!(
+            "{} does not exist and the store is open read-only",
+            self.described
+        ))
+    }
+}
+
+impl StorageFile for AbsentFile {
+    fn len(&self) -> Result<u64> {
+        Ok(0)
+    }
+
+    fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<()> {
+        if buffer.is_empty() {
+            return Ok(());
+        }
+        Err(Error::corrupt(
+            format!("file {}", self.described),
+            format!(
+                "{} bytes at offset {offset} are missing: the file does not exist",
+                buffer.len()
+            ),
+        ))
+    }
+
+    fn write_at(&self, _offset: u64, _data: &[u8]) -> Result<()> {
+        Err(self.refused())
+    }
+
+    fn set_len(&self, _length: u64) -> Result<()> {
+        Err(self.refused())
+    }
+
+    fn sync_data(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        &self.name
     }
 }
 

@@ -24,7 +24,7 @@
 //!
 //! [`ChunkStore::rebuild`]: onecopy_core::chunk_store::ChunkStore::rebuild
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use onecopy_core::check::{CheckOptions, FaceReport, Finding, FindingKind};
@@ -50,8 +50,17 @@ enum ChunkDamage {
     RecordPage,
     /// Its container file is missing.
     ContainerMissing(ContainerId),
+    /// Its container file ends before the chunk's bytes do.
+    ContainerCut(ContainerId),
     /// Its bytes fail their checksum or fingerprint.
     Data(String),
+}
+
+/// The chunks in use a missing or cut container lost, and the blocks that used them.
+#[derive(Default)]
+struct ContainerLoss {
+    chunks: u64,
+    blocks: Vec<(VolumeId, u64)>,
 }
 
 /// What a check found, before it is reported or repaired.
@@ -70,8 +79,10 @@ struct Analysis {
     bad_references: BTreeMap<VolumeId, Vec<(u64, ChunkId)>>,
     /// Blocks of damaged map pages, by volume.
     unmapped: BTreeMap<VolumeId, Vec<u64>>,
-    /// Sealed containers whose trailer, size or record headers are damaged.
+    /// Containers whose header, trailer, size or record headers are damaged.
     damaged_containers: BTreeMap<ContainerId, String>,
+    /// Containers that hold chunks in use, but the live writer's.
+    containers_in_use: BTreeSet<ContainerId>,
     /// With `read_data`: where each chunk in use lives, by container, to compare with the
     /// record headers in the container's body.
     locations: BTreeMap<ContainerId, Vec<(ChunkLocation, Option<Fingerprint>)>>,
@@ -156,6 +167,14 @@ impl Engine {
         report: &mut FaceReport,
     ) -> Result<()> {
         let files: HashSet<ContainerId> = state.chunks.containers().list()?.into_iter().collect();
+        let mut lengths: HashMap<ContainerId, u64> = HashMap::new();
+        // The container a read-write engine appends to may hold bytes not written yet; in a
+        // read-only or repair open, the one the last run appended to is like any other.
+        let live = state
+            .chunks
+            .state()
+            .open_container
+            .filter(|_| self.mode() == OpenMode::ReadWrite);
         let algorithm = self.config().fingerprint;
         let end = state.chunks.state().next_chunk_id;
         let mut data = Vec::new();
@@ -170,12 +189,30 @@ impl Engine {
             }
             report.count("chunks", 1);
             let container = record.location.container;
-            let open = state.chunks.state().open_container == Some(container);
-            if !open && !files.contains(&container) {
-                analysis
-                    .damaged_chunks
-                    .insert(id, ChunkDamage::ContainerMissing(container));
-                continue;
+            let open = live == Some(container);
+            if !open {
+                if !files.contains(&container) {
+                    analysis
+                        .damaged_chunks
+                        .insert(id, ChunkDamage::ContainerMissing(container));
+                    continue;
+                }
+                analysis.containers_in_use.insert(container);
+                let length = match lengths.get(&container) {
+                    Some(&length) => length,
+                    None => {
+                        let length = state.chunks.containers().container_bytes(container)?;
+                        lengths.insert(container, length);
+                        length
+                    }
+                };
+                let end = record.location.offset as u64 + record.location.stored_bytes as u64;
+                if end > length {
+                    analysis
+                        .damaged_chunks
+                        .insert(id, ChunkDamage::ContainerCut(container));
+                    continue;
+                }
             }
             if !options.read_data {
                 continue;
@@ -262,14 +299,21 @@ impl Engine {
         Ok(())
     }
 
-    /// Step 5, containers: every sealed one ends in its trailer at the size its seal
-    /// recorded.
+    /// Step 5, containers: every one in use starts with its header, and every sealed one
+    /// ends in its trailer at the size its seal recorded.
     fn analyse_containers(
         &self,
         state: &mut EngineState,
         analysis: &mut Analysis,
         report: &mut FaceReport,
     ) -> Result<()> {
+        for &id in &analysis.containers_in_use {
+            if state.chunks.containers().created_at(id)?.is_none() {
+                analysis
+                    .damaged_containers
+                    .insert(id, "its header (bytes 0..64) is damaged".to_string());
+            }
+        }
         if analysis
             .damaged_pages
             .iter()
@@ -286,8 +330,8 @@ impl Engine {
             report.count("containers", 1);
             match state.chunks.containers().verify_sealed(id, container.bytes) {
                 Ok(()) => {}
-                Err(error) if error.is_corrupt() => {
-                    analysis.damaged_containers.insert(id, error.to_string());
+                Err(Error::Corrupt { detail, .. }) => {
+                    analysis.damaged_containers.entry(id).or_insert(detail);
                 }
                 // A missing file was reported with the chunks that live in it.
                 Err(Error::NotFound(_)) => {}
@@ -398,24 +442,41 @@ impl Engine {
             report.push(finding);
         }
         let mut reported = HashSet::new();
+        // Chunks of a missing or cut container are reported with their container, once.
+        let mut by_container: BTreeMap<(ContainerId, bool), ContainerLoss> = BTreeMap::new();
         for (&chunk, damage) in &analysis.damaged_chunks {
             reported.insert(chunk);
+            let blocks = users.get(&chunk).cloned().unwrap_or_default();
             let (object, detail) = match damage {
                 // Reported with its page.
                 ChunkDamage::RecordPage => continue,
-                ChunkDamage::ContainerMissing(container) => (
-                    format!("chunk {chunk}"),
-                    format!(
-                        "its container block/{} is missing",
-                        state.chunks.containers().name(*container)
-                    ),
-                ),
+                ChunkDamage::ContainerMissing(container) | ChunkDamage::ContainerCut(container) => {
+                    let missing = matches!(damage, ChunkDamage::ContainerMissing(_));
+                    let entry = by_container.entry((*container, missing)).or_default();
+                    entry.chunks += 1;
+                    entry.blocks.extend(blocks);
+                    continue;
+                }
                 ChunkDamage::Data(detail) => (format!("chunk {chunk}"), detail.clone()),
             };
-            let blocks = users.get(&chunk).cloned().unwrap_or_default();
             report.push(
                 Finding::new(FindingKind::Damage, object, detail)
                     .with_lost(lost_blocks(&blocks, &name)),
+            );
+        }
+        for (&(container, missing), ContainerLoss { chunks, blocks }) in &by_container {
+            let detail = if missing {
+                format!("the container file is missing; {chunks} chunks in use were stored in it")
+            } else {
+                format!("the container file is cut short: {chunks} chunks in use lay past its end")
+            };
+            report.push(
+                Finding::new(
+                    FindingKind::Damage,
+                    format!("block/{}", state.chunks.containers().name(container)),
+                    detail,
+                )
+                .with_lost(lost_blocks(blocks, &name)),
             );
         }
         for (&chunk, blocks) in &users {
@@ -447,6 +508,10 @@ impl Engine {
             );
         }
         for (&container, detail) in &analysis.damaged_containers {
+            if by_container.contains_key(&(container, false)) {
+                // Reported as cut, with what it lost; a repair still moves what is left.
+                continue;
+            }
             report.push(Finding::new(
                 FindingKind::Damage,
                 format!("block/{}", state.chunks.containers().name(container)),
@@ -606,6 +671,9 @@ impl Engine {
         let moved = self.compact_containers(state, &damaged)?;
         self.checkpoint_locked(state)?;
         self.finish_deletions(state)?;
+        // A second checkpoint retires the manifest and journals from before the repair, so
+        // that a fallback from a damaged newest manifest never returns to the damage.
+        self.checkpoint_locked(state)?;
 
         let lost_total: usize = newly_lost.values().map(BTreeSet::len).sum();
         for finding in &mut report.findings {

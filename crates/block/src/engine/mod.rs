@@ -77,6 +77,11 @@ struct CheckpointState {
     volumes: Vec<VolumeRecord>,
     /// The id the next volume gets.
     next_volume_id: VolumeId,
+    /// A copy of `config.json`, which has no checksum of its own: should the file be damaged
+    /// or lost, this copy (covered by the manifest's) is used and rewrites it. Absent in
+    /// checkpoints written before the copy was kept.
+    #[serde(default)]
+    config: Option<BlockConfig>,
 }
 
 /// Counters of the request path since open.
@@ -125,8 +130,10 @@ pub(crate) struct EngineState {
     pub(crate) volumes: VolumeStates,
     pub(crate) names: BTreeMap<String, VolumeId>,
     pub(crate) next_volume_id: VolumeId,
-    /// The generation the last checkpoint named before the current one: journals from it on
-    /// are kept (see [`CheckpointState::previous_journal_generation`]).
+    /// The generation the durable checkpoint names (the one the next checkpoint replaces as
+    /// the newest): journals from it on are kept by the next checkpoint (see
+    /// [`CheckpointState::previous_journal_generation`]). After an open that replayed
+    /// journals it is older than the journal being appended to.
     previous_generation: u64,
     pub(crate) counters: EngineCounters,
     pub(crate) copies: CopyDetector,
@@ -262,26 +269,27 @@ impl Engine {
         let saved = CheckpointState {
             chunk_store: state.chunks.state().clone(),
             journal_generation: current + 1,
-            previous_journal_generation: current,
+            previous_journal_generation: state.previous_generation,
             volumes: state
                 .volumes
                 .values()
                 .map(|volume| (*volume.record).clone())
                 .collect(),
             next_volume_id: state.next_volume_id,
+            config: Some(self.config.clone()),
         };
         let bytes = serde_json::to_vec(&saved).expect("checkpoint state serialises");
         state.chunks.prepare_checkpoint(&mut state.pages)?;
         state.pages.checkpoint(&bytes)?;
-        // The manifest this one replaced named `previous_generation`: falling back to the
-        // other manifest now needs only the journals from `current` on.
+        // The other manifest now is the one that was durable before, which names
+        // `previous_generation`: falling back to it needs the journals from there on.
         let storage = self.storage.as_ref();
         for generation in Journal::generations(storage, META_DIRECTORY)? {
-            if generation < current {
+            if generation < state.previous_generation {
                 Journal::remove(storage, META_DIRECTORY, generation)?;
             }
         }
-        state.previous_generation = current;
+        state.previous_generation = current + 1;
         // Containers retired two checkpoints ago are referenced by no journal that a fallback
         // could replay any more.
         state.chunks.remove_retired_containers(&mut state.pages)?;
@@ -486,16 +494,7 @@ pub(crate) fn load_or_create_config(
     config_for_new: Option<BlockConfig>,
 ) -> Result<BlockConfig> {
     if let Some(stored) = stored_config(storage)? {
-        if let Some(wanted) = config_for_new {
-            if wanted != stored {
-                return Err(Error::InvalidArgument(format!(
-                    "the block device of this repository was created with {} fingerprints and \
-                     {} containers; these settings cannot change",
-                    stored.fingerprint,
-                    onecopy_core::units::format_size(stored.containers.container_bytes)
-                )));
-            }
-        }
+        refuse_other_config(&stored, config_for_new.as_ref())?;
         return Ok(stored);
     }
     let config = config_for_new.unwrap_or_default();
@@ -503,4 +502,20 @@ pub(crate) fn load_or_create_config(
     let bytes = serde_json::to_vec_pretty(&config).expect("config serialises");
     write_atomically(storage, CONFIG_FILE, &bytes)?;
     Ok(config)
+}
+
+/// Refuses a configuration `wanted` for a block face created with `stored`.
+pub(crate) fn refuse_other_config(
+    stored: &BlockConfig,
+    wanted: Option<&BlockConfig>,
+) -> Result<()> {
+    match wanted {
+        Some(wanted) if wanted != stored => Err(Error::InvalidArgument(format!(
+            "the block device of this repository was created with {} fingerprints and {} \
+             containers; these settings cannot change",
+            stored.fingerprint,
+            onecopy_core::units::format_size(stored.containers.container_bytes)
+        ))),
+        _ => Ok(()),
+    }
 }

@@ -31,16 +31,18 @@ use parking_lot::Mutex;
 
 use onecopy_core::check::{Finding, FindingKind};
 use onecopy_core::chunk_store::{ChunkStore, ChunkStoreOptions};
+use onecopy_core::container::ContainerOptions;
 use onecopy_core::container::ContainerStore;
 use onecopy_core::journal::{Journal, JournalEnd, JournalScan, ScannedRecord};
 use onecopy_core::pages::{ManifestState, PageStore, PageStoreOptions};
-use onecopy_core::storage::{is_full, Storage};
+use onecopy_core::storage::{is_full, join, write_atomically, Storage};
 use onecopy_core::{Error, Result};
 
 use super::space::{release_reserve_file, reserve_exists, SpaceGuard};
 use super::{
-    apply_change, load_or_create_config, set_map_entry, set_volume, stored_config, CheckpointState,
-    Engine, EngineCounters, EngineState, VolumeStates, LOST_CHUNK, META_DIRECTORY,
+    apply_change, load_or_create_config, refuse_other_config, set_map_entry, set_volume,
+    stored_config, CheckpointState, Engine, EngineCounters, EngineState, VolumeStates, CONFIG_FILE,
+    LOST_CHUNK, META_DIRECTORY,
 };
 use crate::cache::ContentCache;
 use crate::config::{BlockConfig, RuntimeOptions};
@@ -79,11 +81,22 @@ impl Engine {
         mode: OpenMode,
     ) -> Result<Arc<Engine>> {
         let read_only = mode == OpenMode::ReadOnly;
-        let config = if read_only {
-            stored_config(storage.as_ref())?
-                .ok_or_else(|| Error::NotFound("the block device (never used)".to_string()))?
+        // A face without a checkpoint is new, unless it holds data: then its checkpoints are
+        // lost, and nothing may be created over what is left.
+        let new_face = !has_checkpoint(storage.as_ref())?;
+        if new_face {
+            refuse_data_without_checkpoint(&storage)?;
+            if read_only {
+                return Err(Error::NotFound("the block device (never used)".to_string()));
+            }
+        }
+        let created_config = if new_face {
+            Some(load_or_create_config(
+                storage.as_ref(),
+                config_for_new.clone(),
+            )?)
         } else {
-            load_or_create_config(storage.as_ref(), config_for_new)?
+            None
         };
         let options = PageStoreOptions {
             cache_pages: runtime.metadata_cache_pages,
@@ -107,6 +120,17 @@ impl Engine {
                 )
             })?
         };
+        let mut findings = Vec::new();
+        let config = match created_config {
+            Some(config) => config,
+            None => reconcile_config(
+                storage.as_ref(),
+                saved.config.as_ref(),
+                config_for_new.as_ref(),
+                read_only,
+                &mut findings,
+            )?,
+        };
         let containers = Arc::new(ContainerStore::with_write_behind(
             storage.clone(),
             "containers",
@@ -126,9 +150,14 @@ impl Engine {
             set_volume(&mut pages, &mut volumes, record.clone());
         }
 
-        let mut findings = Vec::new();
-        let generations =
-            journals_to_replay(storage.as_ref(), &pages, &saved, fresh, &mut findings)?;
+        let generations = journals_to_replay(
+            storage.as_ref(),
+            &pages,
+            &saved,
+            fresh,
+            mode != OpenMode::ReadWrite,
+            &mut findings,
+        )?;
         let mut replay = Replay {
             mode,
             pages: &mut pages,
@@ -163,8 +192,8 @@ impl Engine {
             for damage in derived_damage {
                 let mut finding = Finding::new(
                     FindingKind::Derived,
-                    "block/meta/pages",
-                    format!("{damage} (derived data)"),
+                    format!("block/meta/pages: {}", damage.object),
+                    format!("{}: {} (derived data)", damage.table, damage.detail),
                 );
                 if !rebuilt.is_empty() {
                     finding = finding.repaired(rebuilt.join("; "));
@@ -276,13 +305,107 @@ impl Engine {
     }
 }
 
+/// True when a manifest file holds anything: the face has been checkpointed at least once
+/// (creation writes an empty manifest before anything else).
+fn has_checkpoint(storage: &dyn Storage) -> Result<bool> {
+    for name in ["manifest.0", "manifest.1"] {
+        let name = join(META_DIRECTORY, name);
+        if storage.exists(&name)? && storage.open(&name, false)?.len()? > 0 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Refuses to open a face without a checkpoint that holds data: its manifests are lost, and
+/// opening it as a new face would hand out its container ids again and remove its containers
+/// as leftovers.
+fn refuse_data_without_checkpoint(storage: &Arc<dyn Storage>) -> Result<()> {
+    let mut held = Vec::new();
+    let pages = join(META_DIRECTORY, "pages");
+    if storage.exists(&pages)? && storage.open(&pages, false)?.len()? > 0 {
+        held.push("metadata pages");
+    }
+    if !Journal::generations(storage.as_ref(), META_DIRECTORY)?.is_empty() {
+        held.push("journals");
+    }
+    let containers = ContainerStore::new(
+        Arc::clone(storage),
+        "containers",
+        ContainerOptions::default(),
+    )?;
+    if !containers.list()?.is_empty() {
+        held.push("containers");
+    }
+    if held.is_empty() {
+        return Ok(());
+    }
+    Err(Error::corrupt(
+        format!("block/{META_DIRECTORY}/manifest.0 and block/{META_DIRECTORY}/manifest.1"),
+        format!(
+            "both manifests are missing or empty, but the block device holds {}: which chunks \
+             the volumes' blocks use is recorded only in the checkpoints, so the block device \
+             can be neither opened nor rebuilt, and nothing was changed; restore block/meta \
+             from a backup of the repository (the chunk data in block/containers is untouched)",
+            held.join(", ")
+        ),
+    ))
+}
+
+/// The configuration of an existing face: `config.json`, checked against the copy the
+/// checkpoint keeps, which wins (the manifest's checksum covers it; the file has none). A
+/// damaged, missing or different file is reported and, unless read-only, rewritten.
+fn reconcile_config(
+    storage: &dyn Storage,
+    saved: Option<&BlockConfig>,
+    wanted: Option<&BlockConfig>,
+    read_only: bool,
+    findings: &mut Vec<Finding>,
+) -> Result<BlockConfig> {
+    let stored = stored_config(storage);
+    let Some(saved) = saved else {
+        // A checkpoint written before the copy was kept: the file is all there is.
+        let config = stored?.ok_or_else(|| {
+            Error::corrupt(
+                format!("block/{CONFIG_FILE}"),
+                "the file is missing, and the checkpoint keeps no copy of it",
+            )
+        })?;
+        refuse_other_config(&config, wanted)?;
+        return Ok(config);
+    };
+    refuse_other_config(saved, wanted)?;
+    let problem = match stored {
+        Ok(Some(stored)) if stored == *saved => return Ok(saved.clone()),
+        Ok(Some(_)) => "it differs from the copy the checkpoint keeps".to_string(),
+        Ok(None) => "the file is missing".to_string(),
+        Err(Error::Corrupt { detail, .. }) => format!("it does not decode ({detail})"),
+        Err(error) => return Err(error),
+    };
+    let mut finding = Finding::new(
+        FindingKind::Damage,
+        format!("block/{CONFIG_FILE}"),
+        format!("{problem}; the copy the checkpoint keeps is used, so nothing is lost"),
+    );
+    if !read_only {
+        let bytes = serde_json::to_vec_pretty(saved).expect("config serialises");
+        write_atomically(storage, CONFIG_FILE, &bytes)?;
+        finding = finding.repaired("rewritten from the copy the checkpoint keeps");
+    }
+    findings.push(finding);
+    Ok(saved.clone())
+}
+
 /// The journal generations to replay after the checkpoint `saved`, in order, and findings
-/// about the manifests and stray journals.
+/// about the manifests and stray journals. With `check_previous`, the journal a fallback to
+/// the older manifest would replay is checked too: its damage loses nothing now, but it would
+/// make a damaged newest manifest lossy.
 fn journals_to_replay(
     storage: &dyn Storage,
     pages: &PageStore,
     saved: &CheckpointState,
     fresh: bool,
+    check_previous: bool,
     findings: &mut Vec<Finding>,
 ) -> Result<Vec<u64>> {
     let present = Journal::generations(storage, META_DIRECTORY)?;
@@ -347,7 +470,57 @@ fn journals_to_replay(
             ));
         }
     }
+    let previous = saved.previous_journal_generation;
+    // Journal generations start at 1; 0 is a face that has no previous checkpoint yet.
+    if check_previous && !fresh && generations.len() == 1 && previous != 0 && previous < current {
+        if let Some(finding) = previous_journal_finding(storage, previous)? {
+            findings.push(finding);
+        }
+    }
     Ok(generations)
+}
+
+/// Damage to journal `generation`, the one a fallback to the older manifest replays: it was
+/// synced whole before the newest checkpoint, so anything but intact records is damage.
+fn previous_journal_finding(storage: &dyn Storage, generation: u64) -> Result<Option<Finding>> {
+    let name = format!("block/{}", Journal::file_name(META_DIRECTORY, generation));
+    let consequence = "nothing is lost, but a damaged newest manifest could not fall back to \
+                       the older one without loss until the next checkpoint makes this journal \
+                       unnecessary";
+    let scan = match Journal::scan(storage, META_DIRECTORY, generation) {
+        Ok(scan) => scan,
+        Err(Error::NotFound(_)) => {
+            return Ok(Some(Finding::new(
+                FindingKind::Damage,
+                name,
+                format!("the journal the older manifest names is missing; {consequence}"),
+            )))
+        }
+        Err(error) => return Err(error),
+    };
+    let (object, problem) = if let Some(damage) = scan.damage.first() {
+        (
+            format!("{name} at byte {}", damage.offset),
+            format!(
+                "{} (bytes {}..{})",
+                damage.detail, damage.offset, damage.end
+            ),
+        )
+    } else if let JournalEnd::Torn { offset, bytes } = scan.end {
+        (
+            format!("{name} at byte {offset}"),
+            format!("{bytes} bytes at offset {offset} fail their checks"),
+        )
+    } else if scan.header_damaged {
+        (name, "the file header (bytes 0..64) is damaged".to_string())
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(Finding::new(
+        FindingKind::Damage,
+        object,
+        format!("{problem}; {consequence}"),
+    )))
 }
 
 /// Replays journals into the tables; see the module documentation.
@@ -490,7 +663,7 @@ impl Replay<'_> {
         let mut lost_by_damage = Vec::new();
         for damage in &scan.damage {
             let blocks = damage.tag.as_ref().and_then(records::tag_blocks);
-            let lost = match &blocks {
+            let mut lost = match &blocks {
                 Some((volume, range)) => vec![format!(
                     "{} blocks {}-{}",
                     self.volume_label(*volume),
@@ -498,11 +671,23 @@ impl Replay<'_> {
                     range.end - 1
                 )],
                 None if damage.tag.is_some() => Vec::new(),
+                None if damage.cut => vec![format!(
+                    "the writes held from byte {} of {name} on (blocks unknown)",
+                    damage.offset
+                )],
                 None => vec![format!(
                     "the writes held in bytes {}..{} of {name} (blocks unknown)",
                     damage.offset, damage.end
                 )],
             };
+            if damage.cut && damage.tag.is_some() {
+                // The file ends inside this record: records after it, if there were any,
+                // are gone without a trace.
+                lost.push(format!(
+                    "the writes after byte {} of {name}, if there were any (blocks unknown)",
+                    damage.offset
+                ));
+            }
             let mut finding = Finding::new(
                 FindingKind::Damage,
                 format!("{name} at byte {}", damage.offset),

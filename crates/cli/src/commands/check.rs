@@ -39,7 +39,10 @@ pub fn run(cli: &Cli, args: &CheckArgs) -> anyhow::Result<u8> {
         read_data: args.read_data,
     };
     let mut reports = vec![check_privacy(&repository, options)?];
-    if repository.path().join("block").join("config.json").exists() {
+    // A block face exists once its configuration or its metadata does: a check must not
+    // skip a face whose config.json is lost.
+    let block = repository.path().join("block");
+    if block.join("config.json").exists() || block.join("meta").exists() {
         reports.push(check_block(cli, &repository, options)?);
     }
     if repository.path().join("backup").exists() {
@@ -94,7 +97,12 @@ fn check_block(
         }
     };
     let storage = repository.face_storage("block")?;
-    let stored = onecopy_block::engine::stored_config(storage.as_ref())?.unwrap_or_default();
+    // Only runtime defaults depend on the configuration; a damaged one is reported by the
+    // check itself.
+    let stored = onecopy_block::engine::stored_config(storage.as_ref())
+        .ok()
+        .flatten()
+        .unwrap_or_default();
     let mode = if options.repair {
         OpenMode::Repair
     } else {
@@ -110,9 +118,13 @@ fn check_block(
         Ok(engine) => engine.check(options)?,
         Err(error) => {
             let mut report = FaceReport::new("block");
+            let object = match &error {
+                onecopy_core::Error::Corrupt { what, .. } => what.clone(),
+                _ => "block".to_string(),
+            };
             report.push(Finding::new(
                 FindingKind::Damage,
-                "block",
+                object,
                 format!("the block device cannot be opened: {error}"),
             ));
             report

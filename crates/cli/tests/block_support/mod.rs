@@ -160,6 +160,29 @@ impl TestRepository {
         test
     }
 
+    /// A copy of `source`'s repository in a new temporary directory (sparse files stay
+    /// sparse), so that several tests start from one prepared repository.
+    pub fn copy_of(source: &TestRepository) -> TestRepository {
+        let directory = tempfile::Builder::new()
+            .prefix("onecopy-e2e-")
+            .tempdir()
+            .expect("temporary directory");
+        let repository = directory.path().join("repository");
+        run(
+            "cp",
+            &[
+                "-a",
+                "--sparse=always",
+                source.repository.to_str().expect("utf-8 path"),
+                repository.to_str().expect("utf-8 path"),
+            ],
+        );
+        TestRepository {
+            directory,
+            repository,
+        }
+    }
+
     /// The temporary directory of this test (for sockets, images and mount points).
     pub fn directory(&self) -> &Path {
         self.directory.path()

@@ -130,7 +130,7 @@ pub struct ChunkStore {
     scratch: Vec<u8>,
     /// Derived tables found damaged (at open or in use) and reset, for the owner to report
     /// and rebuild ([`ChunkStore::take_derived_damage`]).
-    derived_damage: Vec<String>,
+    derived_damage: Vec<DerivedDamage>,
     /// A page of the container table was reset: its records are zeros until
     /// [`ChunkStore::rebuild_container_table_only`], and live figures saturate meanwhile.
     container_table_damaged: bool,
@@ -167,7 +167,7 @@ impl ChunkStore {
                 Ok(_) => {}
                 Err(error) if error.is_corrupt() => {
                     pages.overwrite(container_area, page)?;
-                    derived_damage.push(format!("container table: {error}"));
+                    derived_damage.push(DerivedDamage::new("container table", error));
                     container_table_damaged = true;
                 }
                 Err(error) => return Err(error),
@@ -176,7 +176,8 @@ impl ChunkStore {
         let (index, index_damage) =
             FingerprintIndex::open_or_reset(pages, "index", options.index.clone())?;
         let index_reset = index_damage.is_some();
-        derived_damage.extend(index_damage.map(|error| format!("fingerprint index: {error}")));
+        derived_damage
+            .extend(index_damage.map(|error| DerivedDamage::new("fingerprint index", error)));
         let mut state = state;
         if state.next_chunk_id == 0 {
             state.next_chunk_id = 1;
@@ -200,7 +201,7 @@ impl ChunkStore {
 
     /// Damage to derived tables found since the last call (at open, or reset in use), for
     /// the owner's report; each was reset, and [`Self::rebuild_damaged`] rebuilds them.
-    pub fn take_derived_damage(&mut self) -> Vec<String> {
+    pub fn take_derived_damage(&mut self) -> Vec<DerivedDamage> {
         std::mem::take(&mut self.derived_damage)
     }
 
@@ -237,7 +238,7 @@ impl ChunkStore {
                     .expect("the container table exists");
                 pages.overwrite(area, page)?;
                 self.derived_damage
-                    .push(format!("container table: {error}"));
+                    .push(DerivedDamage::new("container table", error));
                 self.container_table_damaged = true;
                 Ok(ContainerRecord::default())
             }
@@ -942,6 +943,31 @@ impl ChunkStore {
         changes: &mut Vec<ChunkChange>,
     ) -> Result<()> {
         self.push_applied(pages, change, changes)
+    }
+}
+
+/// A derived table found damaged and reset ([`ChunkStore::take_derived_damage`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DerivedDamage {
+    /// The table: `container table` or `fingerprint index`.
+    pub table: String,
+    /// What was damaged, precisely (the page of an area, for checksum failures).
+    pub object: String,
+    /// What is wrong with it.
+    pub detail: String,
+}
+
+impl DerivedDamage {
+    fn new(table: &str, error: Error) -> DerivedDamage {
+        let (object, detail) = match error {
+            Error::Corrupt { what, detail } => (what, detail),
+            other => (table.to_string(), other.to_string()),
+        };
+        DerivedDamage {
+            table: table.to_string(),
+            object,
+            detail,
+        }
     }
 }
 

@@ -112,7 +112,7 @@ impl ChunkStore {
             ChunkRecord::default().encode(self.chunks.get_mut(pages, id)?);
         }
 
-        let container_end = self.rebuild_container_table(pages, &live, &mut report)?;
+        let container_end = self.rebuild_container_table(pages, &live, false, &mut report)?;
         self.rebuild_index(pages, next_chunk_id, &mut report)?;
 
         self.state.next_chunk_id = next_chunk_id;
@@ -126,11 +126,14 @@ impl ChunkStore {
     }
 
     /// Rewrites the container table from the container files and `live` (bytes and count
-    /// of the chunks in use, by container); returns the next container id.
+    /// of the chunks in use, by container); returns the next container id. `incomplete`
+    /// says some chunk records could not be read: no container is retired then, since chunks
+    /// of those records may live in any of them (a repair decides).
     fn rebuild_container_table(
         &mut self,
         pages: &mut PageStore,
         live: &HashMap<ContainerId, (u64, u32)>,
+        incomplete: bool,
         report: &mut RebuildReport,
     ) -> Result<ContainerId> {
         let files = self.containers.list()?;
@@ -146,7 +149,7 @@ impl ChunkStore {
             let (live_bytes, live_chunks) = live.get(&id).copied().unwrap_or_default();
             let record = if files.binary_search(&id).is_ok() {
                 let file = self.inspect_container(id)?;
-                let state = if live_chunks == 0 {
+                let state = if live_chunks == 0 && !incomplete {
                     ContainerState::Retired
                 } else if file.sealed_bytes.is_some() {
                     ContainerState::Sealed
@@ -195,7 +198,14 @@ impl ChunkStore {
     ) -> Result<()> {
         self.index.clear(pages)?;
         for id in 1..next_chunk_id {
-            let mut record = self.record(pages, id)?;
+            // A damaged page of the chunk table (found when the index alone is rebuilt at
+            // open) leaves its chunks out: a repair rebuilds the index again once it has
+            // dealt with them.
+            let mut record = match self.record(pages, id) {
+                Ok(record) => record,
+                Err(error) if error.is_corrupt() => continue,
+                Err(error) => return Err(error),
+            };
             if !record.in_use || !record.indexed {
                 continue;
             }
@@ -220,8 +230,17 @@ impl ChunkStore {
     pub fn rebuild_container_table_only(&mut self, pages: &mut PageStore) -> Result<u64> {
         let mut live: HashMap<ContainerId, (u64, u32)> = HashMap::new();
         let (mut chunks, mut raw, mut stored) = (0, 0, 0);
+        let mut incomplete = false;
         for id in 1..self.state.next_chunk_id {
-            let record = self.record(pages, id)?;
+            // A damaged page of the chunk table: its chunks are left for a repair.
+            let record = match self.record(pages, id) {
+                Ok(record) => record,
+                Err(error) if error.is_corrupt() => {
+                    incomplete = true;
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
             if !record.in_use {
                 continue;
             }
@@ -235,7 +254,7 @@ impl ChunkStore {
         }
         let mut report = RebuildReport::default();
         let open = self.state.open_container;
-        let container_end = self.rebuild_container_table(pages, &live, &mut report)?;
+        let container_end = self.rebuild_container_table(pages, &live, incomplete, &mut report)?;
         if let Some(open) = open {
             // The open container stays open: the writer appends to it.
             let mut record = self.container_record(pages, open)?;

@@ -221,6 +221,34 @@ fn truncation_and_header_damage_are_reported() {
     ));
 }
 
+/// Goal: a journal cut inside a record whose bytes before the cut end in zeros is still a cut
+/// record (damage naming its tag, records after it unknown), never a torn tail dropped in
+/// silence. Method: a record whose payload is mostly zeros, cut in the zeros.
+#[test]
+fn truncation_in_zeros_of_a_record_names_its_tag() {
+    let storage = SimulatedStorage::new();
+    let shared: Arc<dyn Storage> = Arc::new(storage.clone());
+    let mut journal = Journal::create(shared, DIRECTORY, 3, 1 << 20).unwrap();
+    let mut zeros = vec![0u8; 4000];
+    zeros[0] = 1;
+    journal.append(&tag(0), &payload(0)).unwrap();
+    let cut_record = FILE_HEADER_BYTES + journal.bytes();
+    journal.append(&tag(1), &zeros).unwrap();
+    journal.append(&tag(2), &payload(2)).unwrap();
+    journal.sync().unwrap();
+    let name = Journal::file_name(DIRECTORY, 3);
+    let file = storage.open(&name, false).unwrap();
+    file.set_len(cut_record + RECORD_HEADER_BYTES as u64 + 2000)
+        .unwrap();
+    let scan = Journal::scan(&storage, DIRECTORY, 3).unwrap();
+    assert_eq!(scan.damage.len(), 1, "{:?}", scan.damage);
+    assert_eq!(scan.damage[0].offset, cut_record);
+    assert_eq!(scan.damage[0].tag, Some(tag(1)));
+    assert!(scan.damage[0].cut);
+    assert_eq!(scan.end, JournalEnd::Clean);
+    assert_eq!(replayed(&scan).len(), 1);
+}
+
 /// Goal: records larger than the capacity grow the file, and the grown file scans whole.
 #[test]
 fn records_past_the_capacity_grow_the_file() {
