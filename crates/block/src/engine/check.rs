@@ -274,11 +274,18 @@ impl Engine {
                     continue;
                 }
                 if chunk == LOST_CHUNK {
-                    analysis
-                        .recorded_lost
-                        .entry(record.id)
-                        .or_default()
-                        .push(block);
+                    // Blocks this open's salvage marked are reported with their journal damage.
+                    let salvaged = self
+                        .salvaged_lost
+                        .get(&record.id)
+                        .is_some_and(|blocks| blocks.contains(&block));
+                    if !salvaged {
+                        analysis
+                            .recorded_lost
+                            .entry(record.id)
+                            .or_default()
+                            .push(block);
+                    }
                     continue;
                 }
                 let usable = chunk < end
@@ -704,7 +711,8 @@ impl Engine {
                 FindingKind::Lost => None,
             };
         }
-        report.count("blocks_marked_lost", lost_total as u64);
+        let salvaged: usize = self.salvaged_lost.values().map(BTreeSet::len).sum();
+        report.count("blocks_marked_lost", (lost_total + salvaged) as u64);
         Ok(())
     }
 

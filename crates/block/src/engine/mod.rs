@@ -157,6 +157,8 @@ pub struct Engine {
     /// What opening found: damage and leftovers in manifests and journals, what a repair
     /// salvaged and lost. Reported by [`Engine::check`].
     open_findings: Vec<Finding>,
+    /// Blocks the salvage of this open marked lost (reported in `open_findings`).
+    salvaged_lost: std::collections::BTreeMap<VolumeId, std::collections::BTreeSet<u64>>,
     pub(crate) state: Mutex<EngineState>,
     pub(crate) content_cache: ContentCache,
     /// Container bytes appended under the lock, written after it is released

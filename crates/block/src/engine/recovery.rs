@@ -252,6 +252,7 @@ impl Engine {
             runtime,
             mode,
             open_findings: findings,
+            salvaged_lost: lost,
             state: Mutex::new(EngineState {
                 pages,
                 journal,
@@ -547,9 +548,8 @@ impl Replay<'_> {
             return Err(Error::corrupt(
                 finding.object,
                 format!(
-                    "{}; the block device does not serve older data as if it were current: \
-                     run `onecopy check` to see the damage and `onecopy check --repair` to \
-                     recover what can be recovered",
+                    "{}; the block device does not serve older data as if it were current, \
+                     and `onecopy check --repair` recovers what can be recovered",
                     finding.detail
                 ),
             ));
