@@ -523,12 +523,24 @@ impl BackupStore {
         Err(error)
     }
 
-    /// Removes the reserve file, to make room for a commit that frees space.
+    /// Removes the reserve file, to make room for a commit that frees space, when the disk
+    /// is short of room for that commit: with plenty of room (more than twice the reserve
+    /// free), or on a storage that cannot tell its free space, the reserve stays, and the
+    /// commit costs no removal and no rewrite of it.
     pub(crate) fn release_reserve(&self) -> Result<()> {
-        if self.storage.exists(RESERVE_FILE)? {
-            self.storage.remove(RESERVE_FILE)?;
-            self.storage.sync_directory("")?;
+        if !self.storage.exists(RESERVE_FILE)? {
+            return Ok(());
         }
+        let reserve_bytes = self.storage.open(RESERVE_FILE, false)?.len()?;
+        let plenty = self
+            .storage
+            .available_bytes()?
+            .is_none_or(|free| free > 2 * reserve_bytes.max(RESERVE_BYTES_MIN));
+        if plenty {
+            return Ok(());
+        }
+        self.storage.remove(RESERVE_FILE)?;
+        self.storage.sync_directory("")?;
         Ok(())
     }
 
