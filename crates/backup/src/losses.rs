@@ -82,29 +82,7 @@ pub(crate) fn put_losses(write: &mut CatalogWrite, records: &[LossRecord]) -> Re
 
 /// A unix time in nanoseconds as `YYYY-MM-DD HH:MM:SS UTC`, for messages.
 pub fn format_time(unix_ns: u64) -> String {
-    let seconds = unix_ns / 1_000_000_000;
-    let (days, rest) = (seconds / 86_400, seconds % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rest / 3600,
-        rest / 60 % 60,
-        rest % 60
-    )
+    format!("{} UTC", onecopy_core::units::format_time(unix_ns))
 }
 
 /// A lost chunk of a backup's stream.

@@ -73,6 +73,33 @@ pub fn format_rate(bytes_per_second: f64) -> String {
     format!("{value:.2} {}", UNITS[unit])
 }
 
+/// A unix time in nanoseconds as `YYYY-MM-DD HH:MM:SS` in UTC (civil date from days since
+/// 1970-01-01, proleptic Gregorian calendar; Howard Hinnant's algorithm).
+pub fn format_time(unix_ns: u64) -> String {
+    let seconds = (unix_ns / 1_000_000_000) as i64;
+    let (days, rest) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
+    let shifted = days + 719_468;
+    let era = shifted.div_euclid(146_097);
+    let day_of_era = shifted.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
 /// Parses a duration into nanoseconds: `0`, `250ns`, `10us` (or `10µs`), `1.5ms`, `2s`.
 pub fn parse_duration_ns(text: &str) -> Result<u64> {
     let trimmed = text.trim();

@@ -707,24 +707,9 @@ impl ChunkStore {
                     record.encode(self.chunks.get_mut(pages, id)?);
                 }
             }
-            ChunkChange::ContainerOpened { id, created_at } => {
-                self.state.next_container_id = self.state.next_container_id.max(id + 1);
-                self.state.open_container = Some(id);
-                let record = ContainerRecord {
-                    state: ContainerState::Open,
-                    created_at,
-                    ..ContainerRecord::default()
-                };
-                record.encode(self.container_records.get_mut(pages, id)?);
-            }
-            ChunkChange::ContainerSealed { id, bytes } => {
-                if self.state.open_container == Some(id) {
-                    self.state.open_container = None;
-                }
-                let mut record = self.container_record(pages, id)?;
-                record.state = ContainerState::Sealed;
-                record.bytes = bytes;
-                record.encode(self.container_records.get_mut(pages, id)?);
+            // Containers are opened and sealed in id order whatever was lost before.
+            ChunkChange::ContainerOpened { .. } | ChunkChange::ContainerSealed { .. } => {
+                self.apply(pages, change)?;
             }
             ChunkChange::Referenced { .. }
             | ChunkChange::Released { .. }
