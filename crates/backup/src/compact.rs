@@ -101,13 +101,7 @@ pub(crate) fn referenced_chunks(
                     chunks.push((
                         segment,
                         index,
-                        ChunkHeader {
-                            fingerprint: chunk.fingerprint,
-                            stored_bytes: location.stored_bytes,
-                            raw_bytes: location.raw_bytes,
-                            flags: location.flags,
-                            checksum: location.checksum,
-                        },
+                        location.header(chunk.fingerprint),
                         location.offset,
                     ));
                 }

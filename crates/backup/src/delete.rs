@@ -28,7 +28,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use onecopy_core::catalog::CatalogView;
-use onecopy_core::container::{ChunkHeader, ContainerId};
+use onecopy_core::container::ContainerId;
 use serde::Serialize;
 
 use crate::changes::Changes;
@@ -399,13 +399,7 @@ impl BackupStore {
                             "a chunk lies past its end",
                         )
                     })?;
-                let header = ChunkHeader {
-                    fingerprint,
-                    stored_bytes: location.stored_bytes,
-                    raw_bytes: location.raw_bytes,
-                    flags: location.flags,
-                    checksum: location.checksum,
-                };
+                let header = location.header(fingerprint);
                 let moved = writer.append_stored(header, stored)?;
                 let segment_record = changes.record_mut(&read, segment)?;
                 segment_record.chunks[index].storage = ChunkStorage::Stored(moved);

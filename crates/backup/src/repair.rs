@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use onecopy_core::catalog::CatalogView;
 use onecopy_core::check::{CheckOptions, FaceReport, Finding, FindingKind};
-use onecopy_core::container::{ChunkHeader, ContainerId, ContainerWriter};
+use onecopy_core::container::{ContainerId, ContainerWriter};
 use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::storage::Storage;
 
@@ -530,13 +530,7 @@ impl BackupStore {
                 );
                 outcome.new_id = Some(new_id);
             }
-            let header = ChunkHeader {
-                fingerprint: chunk.fingerprint,
-                stored_bytes: from.location.stored_bytes,
-                raw_bytes: from.location.raw_bytes,
-                flags: from.location.flags,
-                checksum: from.location.checksum,
-            };
+            let header = from.location.header(chunk.fingerprint);
             let location = writer
                 .as_mut()
                 .expect("created above")

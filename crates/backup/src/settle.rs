@@ -233,16 +233,9 @@ fn copy_segments(
                     .iter()
                     .enumerate()
                     .filter_map(|(index, chunk)| match chunk.storage {
-                        ChunkStorage::Stored(location) => Some((
-                            index as u32,
-                            ChunkHeader {
-                                fingerprint: chunk.fingerprint,
-                                stored_bytes: location.stored_bytes,
-                                raw_bytes: location.raw_bytes,
-                                flags: location.flags,
-                                checksum: location.checksum,
-                            },
-                        )),
+                        ChunkStorage::Stored(location) => {
+                            Some((index as u32, location.header(chunk.fingerprint)))
+                        }
                         _ => None,
                     })
                     .collect();

@@ -66,6 +66,28 @@ impl ChunkHeader {
         debug_assert_eq!(out.len() - start, CHUNK_HEADER_BYTES);
     }
 
+    /// The fields in which this header differs from `expected`, by name ("fingerprint",
+    /// "stored size", "raw size", "flags", "checksum"); empty when they agree.
+    pub fn differences(&self, expected: &ChunkHeader) -> Vec<&'static str> {
+        let mut differing = Vec::new();
+        if self.fingerprint != expected.fingerprint {
+            differing.push("fingerprint");
+        }
+        if self.stored_bytes != expected.stored_bytes {
+            differing.push("stored size");
+        }
+        if self.raw_bytes != expected.raw_bytes {
+            differing.push("raw size");
+        }
+        if self.flags != expected.flags {
+            differing.push("flags");
+        }
+        if self.checksum != expected.checksum {
+            differing.push("checksum");
+        }
+        differing
+    }
+
     /// Decodes the record header at the front of `bytes` as stored in a container body;
     /// `None` when it fails its checksum or cannot be a header.
     pub fn parse(bytes: &[u8]) -> Option<ChunkHeader> {
