@@ -788,7 +788,7 @@ fn needs_repair((finding, problem): &(Finding, Problem)) -> bool {
 pub(crate) fn is_catalog_damage(error: &BackupError) -> bool {
     matches!(
         error,
-        BackupError::Core(CoreError::Corrupt { .. } | CoreError::Catalog(_))
+        BackupError::Core(CoreError::Corrupt { .. } | CoreError::Catalog { .. })
             | BackupError::Corrupt { .. }
     )
 }

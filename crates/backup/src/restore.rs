@@ -43,7 +43,7 @@ use onecopy_core::container::{
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::error::{BackupError, IoContext, Result};
+use crate::error::{BackupError, Result};
 use crate::losses;
 use crate::resolve::{resolve, ChunkSource, ResolveReport, SegmentCache};
 use crate::segment::ChunkStorage;
@@ -52,6 +52,7 @@ use crate::store::BackupStore;
 use crate::tree::apply::{ApplyOptions, ApplyReport, TreeApplier};
 use crate::tree::archive::ArchiveWriter;
 use crate::tree::Tree;
+use onecopy_core::error::IoContext;
 
 /// Two chunks of one container are read together when at most this many bytes lie between.
 const READ_GAP_BYTES_MAX: u64 = 64 << 10;
@@ -237,7 +238,7 @@ impl BackupStore {
                                 &left_out.excluded,
                                 offset,
                                 data,
-                                |offset, data| archive.write(offset, data).context_io(what),
+                                |offset, data| Ok(archive.write(offset, data).context_io(what)?),
                             )
                         })?;
                         archive.finish().context_io(what)?;
@@ -278,7 +279,7 @@ impl BackupStore {
                     } else {
                         file.write_all_at(data, offset)
                     };
-                    written.context_io(|| format!("writing {}", path.display()))
+                    Ok(written.context_io(|| format!("writing {}", path.display()))?)
                 })?;
                 if regular {
                     file.set_len(backup.logical_bytes)
@@ -289,9 +290,9 @@ impl BackupStore {
             }
             (_, RestoreTarget::Writer(mut writer)) => {
                 reader.copy(0, backup.logical_bytes, &mut report, |_, data| {
-                    writer
+                    Ok(writer
                         .write_all(data)
-                        .context_io(|| "writing the restored stream".to_string())
+                        .context_io(|| "writing the restored stream".to_string())?)
                 })?;
                 writer
                     .flush()

@@ -648,10 +648,8 @@ pub(crate) fn load_state(catalog: &Catalog, storage: &Arc<dyn Storage>) -> Resul
 
 /// True when `error` says the file system is full.
 pub fn is_full(error: &BackupError) -> bool {
-    let source = match error {
-        BackupError::Core(CoreError::Io { source, .. }) => source,
-        BackupError::Io { source, .. } => source,
-        _ => return false,
+    let BackupError::Core(CoreError::Io { source, .. }) = error else {
+        return false;
     };
     source.raw_os_error() == Some(libc::ENOSPC) || source.kind() == std::io::ErrorKind::StorageFull
 }

@@ -53,8 +53,9 @@ impl IdTable {
     }
 }
 
-fn catalog_error(error: impl std::fmt::Display) -> Error {
-    Error::Catalog(error.to_string())
+/// An error of redb, kept as the source.
+fn catalog_error(error: impl Into<redb::Error>) -> Error {
+    Error::catalog("", error)
 }
 
 /// Largest catalog [`Catalog::open_verified_copy`] copies into memory.
@@ -98,10 +99,10 @@ impl Catalog {
             .set_cache_size(CACHE_BYTES)
             .create_with_backend(CatalogBackend { file: file.clone() })
             .map_err(|error| {
-                Error::Catalog(format!(
-                    "opening catalog {name} in {}: {error}",
-                    storage.describe()
-                ))
+                Error::catalog(
+                    format!("opening catalog {name} in {}", storage.describe()),
+                    error,
+                )
             })?;
         let catalog = Catalog {
             database: Database::Writable(database),
@@ -125,10 +126,13 @@ impl Catalog {
             Ok(database) => database,
             Err(redb::DatabaseError::RepairAborted) => return Catalog::open(storage, name),
             Err(error) => {
-                return Err(Error::Catalog(format!(
-                    "opening catalog {name} in {} for reading: {error}",
-                    storage.describe()
-                )))
+                return Err(Error::catalog(
+                    format!(
+                        "opening catalog {name} in {} for reading",
+                        storage.describe()
+                    ),
+                    error,
+                ))
             }
         };
         let catalog = Catalog {
@@ -195,7 +199,10 @@ impl Catalog {
         // The schema table is part of the verified trees; a catalog without one was never
         // initialised.
         catalog.check_schema().map_err(|error| match error {
-            Error::Catalog(detail) => Error::corrupt(what(), detail),
+            error @ Error::Catalog { .. } => {
+                let detail = error.to_string();
+                Error::corrupt(what(), detail.trim_start_matches("catalog: "))
+            }
             other => other,
         })?;
         Ok(catalog)
@@ -241,8 +248,8 @@ impl Catalog {
     fn writable(&self) -> Result<&redb::Database> {
         match &self.database {
             Database::Writable(database) => Ok(database),
-            Database::ReadOnly(_) | Database::VerifiedCopy(_) => Err(Error::Catalog(
-                "the catalog was opened read-only; this operation changes it".into(),
+            Database::ReadOnly(_) | Database::VerifiedCopy(_) => Err(Error::catalog_refused(
+                "the catalog was opened read-only; this operation changes it",
             )),
         }
     }
@@ -262,7 +269,7 @@ impl Catalog {
             }
         };
         match stored {
-            Some(version) if version > SCHEMA_VERSION => Err(Error::Catalog(format!(
+            Some(version) if version > SCHEMA_VERSION => Err(Error::catalog_refused(format!(
                 "the catalog has schema version {version}, newer than this onecopy \
                  understands ({SCHEMA_VERSION}); upgrade onecopy"
             ))),
@@ -299,8 +306,8 @@ impl Catalog {
         match &mut self.database {
             Database::Writable(database) => database.check_integrity().map_err(catalog_error),
             Database::VerifiedCopy(_) => Ok(true),
-            Database::ReadOnly(_) => Err(Error::Catalog(
-                "verifying the catalog needs it opened for writing (a repair may follow)".into(),
+            Database::ReadOnly(_) => Err(Error::catalog_refused(
+                "verifying the catalog needs it opened for writing (a repair may follow)",
             )),
         }
     }
@@ -430,7 +437,12 @@ impl CatalogWrite {
         key: &str,
         value: &T,
     ) -> Result<()> {
-        let bytes = serde_json::to_vec(value).map_err(catalog_error)?;
+        let bytes = serde_json::to_vec(value).map_err(|error| {
+            Error::InvalidArgument(format!(
+                "catalog record {}/{key} cannot be stored as JSON: {error}",
+                table.0
+            ))
+        })?;
         self.put(table, key, &bytes)
     }
 
@@ -756,10 +768,9 @@ fn template_header() -> Result<[u8; HEADER_BYTES]> {
             .iter()
             .any(|&at| slot_valid(&header[at..at + SLOT_BYTES]));
     if !layout_known {
-        return Err(Error::Catalog(
+        return Err(Error::catalog_refused(
             "this build's redb writes a header the catalog repair does not know; \
-             the header was left as it is"
-                .to_string(),
+             the header was left as it is",
         ));
     }
     Ok(header)
@@ -995,6 +1006,31 @@ mod tests {
         assert_eq!(simulated.sync_count(), syncs_before, "nothing was synced");
         let missing = Catalog::open_read_only(&storage, "absent.redb");
         assert!(matches!(missing, Err(Error::NotFound(_))));
+    }
+
+    /// Goal: a catalog error keeps redb's error as its source, for programs that walk the
+    /// chain, and says what was being done. Method: open a file of garbage as a catalog; a
+    /// write to a read-only catalog is refused without a source.
+    #[test]
+    fn catalog_errors_keep_the_redb_source() {
+        let storage: Arc<dyn Storage> = Arc::new(SimulatedStorage::new());
+        let file = storage.open("garbage.redb", true).unwrap();
+        file.write_at(0, &[0x5a; 8192]).unwrap();
+        drop(file);
+        let error = Catalog::open_read_only(&storage, "garbage.redb").unwrap_err();
+        assert!(matches!(error, Error::Catalog { .. }), "{error:?}");
+        let source = std::error::Error::source(&error).expect("redb's error is the source");
+        assert!(source.downcast_ref::<redb::Error>().is_some(), "{source:?}");
+        assert!(error.to_string().contains("garbage.redb"), "{error}");
+
+        let catalog = Catalog::open(&storage, "catalog.redb").unwrap();
+        drop(catalog);
+        let catalog = Catalog::open_read_only(&storage, "catalog.redb").unwrap();
+        let Err(refused) = catalog.write() else {
+            panic!("a read-only catalog refuses writes");
+        };
+        assert!(matches!(refused, Error::Catalog { source: None, .. }));
+        assert!(refused.to_string().contains("read-only"), "{refused}");
     }
 
     /// Goal: a verified copy reads what the file holds and writes nothing to it; a damaged
