@@ -26,6 +26,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use onecopy_core::error::IoContext;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LabError, Result};
@@ -132,8 +133,7 @@ impl PeerRepository {
                 home.display()
             )));
         }
-        fs::create_dir_all(home)
-            .map_err(|error| LabError::io(format!("creating {}", home.display()), error))?;
+        fs::create_dir_all(home).context_io(|| format!("creating {}", home.display()))?;
         let repository = PeerRepository {
             tool,
             home: home.to_path_buf(),
@@ -247,8 +247,7 @@ impl PeerRepository {
         source: &Path,
         target: &Path,
     ) -> Result<(ToolRun, PathBuf)> {
-        fs::create_dir_all(target)
-            .map_err(|error| LabError::io(format!("creating {}", target.display()), error))?;
+        fs::create_dir_all(target).context_io(|| format!("creating {}", target.display()))?;
         let mut command = self.command();
         let root = match self.tool {
             Tool::Onecopy => {
@@ -375,8 +374,8 @@ impl PeerRepository {
 
     /// Removes the home.
     pub fn destroy(self) -> Result<()> {
-        fs::remove_dir_all(&self.home)
-            .map_err(|error| LabError::io(format!("removing {}", self.home.display()), error))
+        Ok(fs::remove_dir_all(&self.home)
+            .context_io(|| format!("removing {}", self.home.display()))?)
     }
 
     fn onecopy_versions(&self) -> Result<Vec<u64>> {
@@ -475,8 +474,8 @@ pub(crate) fn run_plain(command: &mut Command, what: &str) -> Result<String> {
 
 /// Runs `command` under `/usr/bin/time`; returns its measures and standard output.
 pub fn run_timed(command: &mut Command, what: &str) -> Result<(ToolRun, String)> {
-    let measures = tempfile::NamedTempFile::new()
-        .map_err(|error| LabError::io("creating a file for /usr/bin/time", error))?;
+    let measures =
+        tempfile::NamedTempFile::new().context_io(|| "creating a file for /usr/bin/time")?;
     let mut timed = Command::new(TIME_PROGRAM);
     timed
         .arg("-f")
@@ -499,8 +498,8 @@ pub fn run_timed(command: &mut Command, what: &str) -> Result<(ToolRun, String)>
     let stdout = run_plain(&mut timed, what)?;
     // /usr/bin/time reports wall time in hundredths of a second; ours has microseconds.
     let seconds = started.elapsed().as_secs_f64();
-    let text = fs::read_to_string(measures.path())
-        .map_err(|error| LabError::io("reading /usr/bin/time's output", error))?;
+    let text =
+        fs::read_to_string(measures.path()).context_io(|| "reading /usr/bin/time's output")?;
     let mut run = parse_time_output(&text).ok_or_else(|| LabError::Command {
         command: what.to_string(),
         detail: format!("unexpected /usr/bin/time output {text:?}"),
@@ -544,10 +543,10 @@ pub fn compare_trees(expected: &Path, actual: &Path) -> Result<Option<String>> {
         if left.file_name() != right.file_name() {
             return Ok(Some(format!("{:?} against {:?}", left, right)));
         }
-        let left_metadata = fs::symlink_metadata(&left)
-            .map_err(|error| LabError::io(format!("inspecting {}", left.display()), error))?;
+        let left_metadata =
+            fs::symlink_metadata(&left).context_io(|| format!("inspecting {}", left.display()))?;
         let right_metadata = fs::symlink_metadata(&right)
-            .map_err(|error| LabError::io(format!("inspecting {}", right.display()), error))?;
+            .context_io(|| format!("inspecting {}", right.display()))?;
         if left_metadata.file_type() != right_metadata.file_type() {
             return Ok(Some(format!("{}: kind differs", right.display())));
         }
@@ -560,10 +559,10 @@ pub fn compare_trees(expected: &Path, actual: &Path) -> Result<Option<String>> {
                 return Ok(Some(format!("{}: link target differs", right.display())));
             }
         } else {
-            let left_bytes = fs::read(&left)
-                .map_err(|error| LabError::io(format!("reading {}", left.display()), error))?;
-            let right_bytes = fs::read(&right)
-                .map_err(|error| LabError::io(format!("reading {}", right.display()), error))?;
+            let left_bytes =
+                fs::read(&left).context_io(|| format!("reading {}", left.display()))?;
+            let right_bytes =
+                fs::read(&right).context_io(|| format!("reading {}", right.display()))?;
             if left_bytes != right_bytes {
                 return Ok(Some(format!("{}: content differs", right.display())));
             }
@@ -574,10 +573,10 @@ pub fn compare_trees(expected: &Path, actual: &Path) -> Result<Option<String>> {
 
 fn list_sorted(directory: &Path) -> Result<Vec<PathBuf>> {
     let mut entries: Vec<PathBuf> = fs::read_dir(directory)
-        .map_err(|error| LabError::io(format!("listing {}", directory.display()), error))?
+        .context_io(|| format!("listing {}", directory.display()))?
         .map(|entry| entry.map(|entry| entry.path()))
         .collect::<std::io::Result<_>>()
-        .map_err(|error| LabError::io(format!("listing {}", directory.display()), error))?;
+        .context_io(|| format!("listing {}", directory.display()))?;
     entries.sort();
     Ok(entries)
 }

@@ -664,14 +664,7 @@ fn write_results(directory: &Path, results: &Paper1Results) -> Result<()> {
 
 /// Reads a `results.json` written by [`run_experiment`] (to redraw figures).
 pub fn read_results(path: &Path) -> Result<Paper1Results> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| LabError::io(format!("reading {}", path.display()), error))?;
-    serde_json::from_str(&text).map_err(|error| {
-        LabError::io(
-            format!("parsing {}", path.display()),
-            std::io::Error::other(error),
-        )
-    })
+    crate::results::read_json(path)
 }
 
 #[cfg(test)]

@@ -19,14 +19,17 @@
 //! `/usr/bin/time` ([`crate::peers`]), which also gives its CPU time and peak memory.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use super::measure::{copy_tree, drop_page_cache};
 use super::typescript::Release;
+use onecopy_core::error::IoContext;
+
 use crate::error::{LabError, Result};
 use crate::peers::{compare_trees, PeerRepository, Tool, ToolRun, Which};
+use crate::results::remove_directory_if_present;
 
 /// Name of the staged directory every tool backs up.
 const STAGE_NAME: &str = "typescript";
@@ -175,8 +178,7 @@ pub fn run_comparison(
     log: &mut dyn FnMut(&str),
 ) -> Result<ComparisonResults> {
     assert!(!releases.is_empty(), "a comparison needs releases");
-    fs::create_dir_all(work)
-        .map_err(|error| LabError::io(format!("creating {}", work.display()), error))?;
+    fs::create_dir_all(work).context_io(|| format!("creating {}", work.display()))?;
     let stage_parent = work.join("stage");
     let stage = stage_parent.join(STAGE_NAME);
     let mut results = ComparisonResults {
@@ -200,7 +202,7 @@ pub fn run_comparison(
     }
     for (index, release) in releases.iter().enumerate() {
         let version = index as u32 + 1;
-        remove_if_present(&stage)?;
+        remove_directory_if_present(&stage)?;
         copy_tree(&release.tree, &stage)?;
         let logical_bytes = super::measure::directory_bytes(&stage)?;
         for repository in &repositories {
@@ -210,11 +212,11 @@ pub fn run_comparison(
             let mut restores = Vec::with_capacity(TIMED_REPEATS);
             for _ in 0..TIMED_REPEATS {
                 let target = work.join("restore");
-                remove_if_present(&target)?;
+                remove_directory_if_present(&target)?;
                 drop_page_cache();
                 let (run, root) = repository.restore(Which::Newest, &stage, &target)?;
                 verify(repository.tool, &release.tree, &root)?;
-                remove_if_present(&target)?;
+                remove_directory_if_present(&target)?;
                 restores.push(run);
             }
             let restore_newest = fastest_run(restores);
@@ -258,7 +260,7 @@ pub fn run_comparison(
             line.join(", ")
         ));
     }
-    remove_if_present(&stage)?;
+    remove_directory_if_present(&stage)?;
     let final_onecopy = repositories
         .iter()
         .find(|repository| repository.tool == Tool::Onecopy);
@@ -270,13 +272,13 @@ pub fn run_comparison(
         let target = work.join("restore");
         let check = FlatnessCheck::measure(1, releases.len() as u32, |side| {
             let (repository, release) = sides[side];
-            remove_if_present(&target)?;
+            remove_directory_if_present(&target)?;
             drop_page_cache();
             let (run, root) = repository.restore(Which::Newest, &stage, &target)?;
             verify(repository.tool, &release.tree, &root)?;
             Ok(run)
         })?;
-        remove_if_present(&target)?;
+        remove_directory_if_present(&target)?;
         log(&format!(
             "peers: onecopy restore of the newest, after release {} against after release 1: \
              {:.2}x (median of {FLATNESS_PAIRS} alternating pairs)",
@@ -303,19 +305,18 @@ pub fn run_comparison(
     }
     for repository in &repositories {
         let target = work.join("restore");
-        remove_if_present(&target)?;
+        remove_directory_if_present(&target)?;
         drop_page_cache();
         let source_path = stage.clone();
         let (run, root) = repository.restore(Which::Oldest, &source_path, &target)?;
         verify(repository.tool, &releases[0].tree, &root)?;
-        remove_if_present(&target)?;
+        remove_directory_if_present(&target)?;
         results.restore_oldest.push((repository.tool, run));
     }
     for repository in repositories {
         repository.destroy()?;
     }
-    fs::remove_dir_all(work)
-        .map_err(|error| LabError::io(format!("removing {}", work.display()), error))?;
+    fs::remove_dir_all(work).context_io(|| format!("removing {}", work.display()))?;
     Ok(results)
 }
 
@@ -364,7 +365,7 @@ fn delete_on_copy(repository: &PeerRepository, backups: u32, work: &Path) -> Res
 /// Deletes the oldest backup from a fresh copy of the repository (cold cache), timed.
 fn delete_once(repository: &PeerRepository, backups: u32, work: &Path) -> Result<PeerDeletion> {
     let copy_home = work.join(format!("deletion-{}", repository.tool));
-    remove_if_present(&copy_home)?;
+    remove_directory_if_present(&copy_home)?;
     let copy = repository.copy_to(&copy_home)?;
     let repository_bytes = copy.repository_bytes()?;
     drop_page_cache();
@@ -391,14 +392,6 @@ fn verify(tool: Tool, expected: &Path, restored: &Path) -> Result<()> {
             command: format!("{tool} restore"),
             detail: format!("the restored tree differs from the release: {difference}"),
         }),
-    }
-}
-
-fn remove_if_present(path: &PathBuf) -> Result<()> {
-    match fs::remove_dir_all(path) {
-        Ok(()) => Ok(()),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(error) => Err(LabError::io(format!("removing {}", path.display()), error)),
     }
 }
 

@@ -16,6 +16,7 @@ use onecopy_backup::{
     BackupSource, BackupStore, CreateOptions, DedupMode, DeleteMethod, OpenOptions, RestoreTarget,
     RuntimeOptions, SeriesOptions, StoreOptions,
 };
+use onecopy_core::error::IoContext;
 use onecopy_core::storage::LocalStorage;
 use serde::{Deserialize, Serialize};
 
@@ -500,8 +501,8 @@ impl StoreUnderTest {
     /// Closes and removes the store.
     pub fn destroy(mut self) -> Result<()> {
         self.close();
-        fs::remove_dir_all(&self.directory)
-            .map_err(|error| LabError::io(format!("removing {}", self.directory.display()), error))
+        Ok(fs::remove_dir_all(&self.directory)
+            .context_io(|| format!("removing {}", self.directory.display()))?)
     }
 }
 
@@ -542,13 +543,12 @@ pub fn repository_bytes(directory: &Path) -> Result<u64> {
 /// Bytes of every regular file under `directory`.
 pub fn directory_bytes(directory: &Path) -> Result<u64> {
     let mut total = 0;
-    let entries = fs::read_dir(directory)
-        .map_err(|error| LabError::io(format!("listing {}", directory.display()), error))?;
+    let entries =
+        fs::read_dir(directory).context_io(|| format!("listing {}", directory.display()))?;
     for entry in entries {
-        let entry = entry
-            .map_err(|error| LabError::io(format!("listing {}", directory.display()), error))?;
+        let entry = entry.context_io(|| format!("listing {}", directory.display()))?;
         let metadata = fs::symlink_metadata(entry.path())
-            .map_err(|error| LabError::io(format!("inspecting {:?}", entry.path()), error))?;
+            .context_io(|| format!("inspecting {:?}", entry.path()))?;
         if metadata.is_dir() {
             total += directory_bytes(&entry.path())?;
         } else if metadata.is_file() {
@@ -560,28 +560,24 @@ pub fn directory_bytes(directory: &Path) -> Result<u64> {
 
 /// Copies a directory tree of regular files and directories.
 pub fn copy_tree(source: &Path, target: &Path) -> Result<()> {
-    fs::create_dir_all(target)
-        .map_err(|error| LabError::io(format!("creating {}", target.display()), error))?;
-    let entries = fs::read_dir(source)
-        .map_err(|error| LabError::io(format!("listing {}", source.display()), error))?;
+    fs::create_dir_all(target).context_io(|| format!("creating {}", target.display()))?;
+    let entries = fs::read_dir(source).context_io(|| format!("listing {}", source.display()))?;
     for entry in entries {
-        let entry =
-            entry.map_err(|error| LabError::io(format!("listing {}", source.display()), error))?;
+        let entry = entry.context_io(|| format!("listing {}", source.display()))?;
         let destination = target.join(entry.file_name());
         let kind = entry
             .file_type()
-            .map_err(|error| LabError::io(format!("inspecting {:?}", entry.path()), error))?;
+            .context_io(|| format!("inspecting {:?}", entry.path()))?;
         if kind.is_dir() {
             copy_tree(&entry.path(), &destination)?;
         } else if kind.is_symlink() {
-            let link = fs::read_link(entry.path())
-                .map_err(|error| LabError::io(format!("reading {:?}", entry.path()), error))?;
-            std::os::unix::fs::symlink(&link, &destination).map_err(|error| {
-                LabError::io(format!("linking {}", destination.display()), error)
-            })?;
+            let link =
+                fs::read_link(entry.path()).context_io(|| format!("reading {:?}", entry.path()))?;
+            std::os::unix::fs::symlink(&link, &destination)
+                .context_io(|| format!("linking {}", destination.display()))?;
         } else {
             fs::copy(entry.path(), &destination)
-                .map_err(|error| LabError::io(format!("copying {:?}", entry.path()), error))?;
+                .context_io(|| format!("copying {:?}", entry.path()))?;
         }
     }
     Ok(())
