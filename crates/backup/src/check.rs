@@ -50,7 +50,7 @@ use crate::losses::{self, load_losses, LostRange};
 use crate::recipe::{ChunkReference, Recipe};
 use crate::resolve::{resolve, ChunkSource, SegmentCache};
 use crate::segment::{
-    ChunkStorage, ContainerKind, ContainerRecord, SegmentHead, SegmentId, SegmentRecord,
+    ChunkStorage, ContainerKind, SegmentContainer, SegmentHead, SegmentId, SegmentRecord,
     SegmentState, CONTAINERS, SEGMENTS, SEGMENT_HEADS,
 };
 use crate::series::{BackupId, BackupRecord, SeriesRecord, BACKUPS, SERIES};
@@ -130,7 +130,7 @@ pub(crate) struct Inspection {
     /// Stored chunks by container, from the segment records.
     pub placed: HashMap<ContainerId, Vec<PlacedChunk>>,
     /// The container records that decode.
-    pub container_records: HashMap<ContainerId, ContainerRecord>,
+    pub container_records: HashMap<ContainerId, SegmentContainer>,
     /// False when some recipe could not be read: counts from the recipes are then lower
     /// bounds, and a repair never lowers a recorded count.
     pub counts_complete: bool,
@@ -443,10 +443,10 @@ impl BackupStore {
                 }
             }
         }
-        let mut container_records: HashMap<ContainerId, ContainerRecord> = HashMap::new();
+        let mut container_records: HashMap<ContainerId, SegmentContainer> = HashMap::new();
         for (id, bytes) in read.range_id(CONTAINERS, 0, u64::MAX)? {
             inspection.count("containers", 1);
-            match ContainerRecord::decode(&bytes, id) {
+            match SegmentContainer::decode(&bytes, id) {
                 Ok(record) => {
                     container_records.insert(id, record);
                 }
@@ -994,7 +994,7 @@ pub(crate) fn verify_container(
     containers: &ContainerStore,
     algorithm: FingerprintAlgorithm,
     id: ContainerId,
-    record: Option<&ContainerRecord>,
+    record: Option<&SegmentContainer>,
     chunks: &[PlacedChunk],
     read_data: bool,
 ) -> Result<ContainerVerdict> {

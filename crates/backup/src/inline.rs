@@ -38,7 +38,7 @@ use crate::error::{BackupError, Result};
 use crate::recipe::SegmentReference;
 use crate::reuse::PredecessorChunks;
 use crate::segment::{
-    ChunkStorage, ContainerKind, ContainerRecord, SegmentChunk, SegmentId, SegmentRecord,
+    ChunkStorage, ContainerKind, SegmentChunk, SegmentContainer, SegmentId, SegmentRecord,
     SegmentState,
 };
 use crate::store::{BackupStore, StoreState};
@@ -100,7 +100,7 @@ pub(crate) struct InlineOutcome {
     pub new_segments: Vec<(SegmentId, SegmentRecord)>,
     /// Live references gained, per segment (new and existing).
     pub references: HashMap<SegmentId, u32>,
-    pub containers: Vec<(ContainerId, ContainerRecord)>,
+    pub containers: Vec<(ContainerId, SegmentContainer)>,
     /// The store state with the ids allocated.
     pub state: StoreState,
     pub report: InlineReport,
@@ -510,7 +510,7 @@ impl PathState {
             self.outcome.report.containers_written += 1;
             self.outcome.containers.push((
                 id,
-                ContainerRecord {
+                SegmentContainer {
                     kind: ContainerKind::Shared,
                     timestamp: 0,
                     bytes: sealed.bytes,

@@ -369,9 +369,11 @@ pub enum ContainerKind {
     Archival,
 }
 
-/// The catalog's record of a container.
+/// The catalog's record of a container of the backup store: its kind, its time stamp and the
+/// segments it holds (the core's chunk store keeps a different, fixed-size
+/// `chunk_store::records::ContainerRecord` for the block device's containers).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ContainerRecord {
+pub struct SegmentContainer {
     pub kind: ContainerKind,
     /// Paper 2's container time stamp (unix nanoseconds; 0 for shared containers).
     pub timestamp: u64,
@@ -381,7 +383,7 @@ pub struct ContainerRecord {
     pub segments: Vec<SegmentId>,
 }
 
-impl ContainerRecord {
+impl SegmentContainer {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut encoder = Encoder::with_capacity(32 + self.segments.len() * 8);
         encoder.bytes.extend_from_slice(b"CNT1");
@@ -417,7 +419,7 @@ impl ContainerRecord {
             segments.push(decoder.u64()?);
         }
         decoder.finish()?;
-        Ok(ContainerRecord {
+        Ok(SegmentContainer {
             kind,
             timestamp,
             bytes,
@@ -541,14 +543,14 @@ mod tests {
             live_references: 7,
         };
         assert_eq!(SegmentHead::decode(&head.encode(), 1).unwrap(), head);
-        let container = ContainerRecord {
+        let container = SegmentContainer {
             kind: ContainerKind::Archival,
             timestamp: 123,
             bytes: 4096,
             segments: vec![1, 5, 9],
         };
         assert_eq!(
-            ContainerRecord::decode(&container.encode(), 1).unwrap(),
+            SegmentContainer::decode(&container.encode(), 1).unwrap(),
             container
         );
     }

@@ -33,7 +33,7 @@ use serde::Serialize;
 
 use crate::changes::Changes;
 use crate::error::{BackupError, Result};
-use crate::segment::{ChunkStorage, ContainerKind, ContainerRecord, SegmentId, SegmentState};
+use crate::segment::{ChunkStorage, ContainerKind, SegmentContainer, SegmentId, SegmentState};
 use crate::store::{now_unix_ns, BackupStore, StoreState};
 
 /// Source containers read at once while copying.
@@ -348,7 +348,7 @@ fn seal(
     segments.sort_unstable();
     changes.containers.insert(
         id,
-        Some(ContainerRecord {
+        Some(SegmentContainer {
             kind,
             timestamp: stamp,
             bytes: sealed.bytes,

@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{RuntimeOptions, StoreOptions};
 use crate::error::{BackupError, Result};
 use crate::segment::{
-    ContainerRecord, SegmentHead, SegmentId, SegmentRecord, SegmentState, CONTAINERS, SEGMENTS,
+    SegmentContainer, SegmentHead, SegmentId, SegmentRecord, SegmentState, CONTAINERS, SEGMENTS,
     SEGMENT_HEADS,
 };
 use crate::segment_index::SegmentIndex;
@@ -721,11 +721,11 @@ pub(crate) fn load_segment(view: &impl CatalogView, id: SegmentId) -> Result<Seg
     SegmentRecord::decode(&bytes, id)
 }
 
-pub(crate) fn load_container(view: &impl CatalogView, id: ContainerId) -> Result<ContainerRecord> {
+pub(crate) fn load_container(view: &impl CatalogView, id: ContainerId) -> Result<SegmentContainer> {
     let bytes = view
         .get_id(CONTAINERS, id)?
         .ok_or_else(|| BackupError::corrupt(format!("container {id:016x}"), "record missing"))?;
-    ContainerRecord::decode(&bytes, id)
+    SegmentContainer::decode(&bytes, id)
 }
 
 /// Current time in unix nanoseconds.
