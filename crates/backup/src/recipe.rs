@@ -258,7 +258,7 @@ impl Recipe {
 }
 
 fn header(encoder: &mut Encoder, kind: u8, entries: usize) {
-    encoder.bytes.extend_from_slice(MAGIC);
+    encoder.raw(MAGIC);
     encoder.u8(kind);
     encoder.u32(entries as u32);
 }
@@ -429,7 +429,7 @@ mod tests {
     /// A part in the first format, `RCP1`, as stops before the second wrote it.
     fn encode_part_1(recipe: &Recipe) -> Vec<u8> {
         let mut encoder = Encoder::default();
-        encoder.bytes.extend_from_slice(MAGIC_1);
+        encoder.raw(MAGIC_1);
         match recipe {
             Recipe::Live(entries) => {
                 encoder.u8(KIND_LIVE);

@@ -166,7 +166,7 @@ pub struct SegmentRecord {
 impl SegmentRecord {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut encoder = Encoder::with_capacity(64 + self.chunks.len() * 8);
-        encoder.bytes.extend_from_slice(SEGMENT_MAGIC);
+        encoder.raw(SEGMENT_MAGIC);
         encoder.fingerprint(&self.fingerprint);
         encoder.u8(self.state.code());
         encoder.varint(self.container.map_or(0, |id| id + 1));
@@ -386,7 +386,7 @@ pub struct SegmentContainer {
 impl SegmentContainer {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut encoder = Encoder::with_capacity(32 + self.segments.len() * 8);
-        encoder.bytes.extend_from_slice(b"CNT1");
+        encoder.raw(b"CNT1");
         encoder.u8(match self.kind {
             ContainerKind::Shared => 1,
             ContainerKind::Archival => 2,
@@ -435,7 +435,7 @@ mod tests {
     /// A record in the first format, `SEG1`, as stops before the second wrote it.
     fn encode_1(record: &SegmentRecord) -> Vec<u8> {
         let mut encoder = Encoder::default();
-        encoder.bytes.extend_from_slice(SEGMENT_MAGIC_1);
+        encoder.raw(SEGMENT_MAGIC_1);
         encoder.fingerprint(&record.fingerprint);
         encoder.u8(record.state.code());
         encoder.u64(record.container.unwrap_or(NO_CONTAINER));
@@ -532,9 +532,7 @@ mod tests {
         damaged[40] ^= 1;
         assert!(SegmentRecord::decode(&damaged, 1).is_err());
         let mut encoder = Encoder::default();
-        encoder
-            .bytes
-            .extend_from_slice(&encoded[..encoded.len() - 4]);
+        encoder.raw(&encoded[..encoded.len() - 4]);
         encoder.u8(0); // a chunk more than the count says
         assert!(SegmentRecord::decode(&encoder.finish(), 1).is_err());
         let head = SegmentHead {

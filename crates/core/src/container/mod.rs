@@ -28,6 +28,7 @@ pub use format::{ChunkHeader, CHUNK_COMPRESSED, CHUNK_HEADER_BYTES, CHUNK_UNFING
 pub use write_behind::{WriteBehind, QUEUED_BYTES_MAX};
 pub use writer::{ContainerWriter, SealedContainer};
 
+use crate::bytes::{u32_at, u64_at};
 use crate::fingerprint::Fingerprint;
 use crate::storage::{Storage, StorageFile};
 use crate::{Error, Result};
@@ -553,7 +554,7 @@ fn decode_trailer(id: ContainerId, footer: &Footer, trailer: &[u8]) -> Option<Co
     }
     let mut chunks = Vec::with_capacity(count);
     for entry in trailer[..count * TRAILER_ENTRY_BYTES].chunks_exact(TRAILER_ENTRY_BYTES) {
-        let offset = u32::from_le_bytes(entry[..4].try_into().ok()?);
+        let offset = u32_at(entry, 0);
         let header = ChunkHeader::decode(&entry[4..], CHUNK_BYTES_MAX)?;
         chunks.push(StoredChunk {
             fingerprint: header.fingerprint,
@@ -568,8 +569,8 @@ fn decode_trailer(id: ContainerId, footer: &Footer, trailer: &[u8]) -> Option<Co
         });
     }
     let tail = &trailer[count * TRAILER_ENTRY_BYTES..];
-    let timestamp = u64::from_le_bytes(tail[..8].try_into().ok()?);
-    let stored_count = u32::from_le_bytes(tail[8..12].try_into().ok()?);
+    let timestamp = u64_at(tail, 0);
+    let stored_count = u32_at(tail, 8);
     (stored_count == footer.chunk_count).then_some(ContainerContents { timestamp, chunks })
 }
 

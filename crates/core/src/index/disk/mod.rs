@@ -41,6 +41,7 @@
 //! lookups compare the key. Format 2 puts 170 entries in a page instead of 102, so the index
 //! needs 40% fewer bucket pages, and its directory, held in memory, is that much smaller.
 
+use crate::bytes::{u16_at, u32_at, u64_at};
 use crate::fingerprint::{Fingerprint, FINGERPRINT_BYTES};
 use crate::pages::{AreaId, Page, PageStore, PAGE_BYTES};
 use crate::{Error, Result};
@@ -62,7 +63,7 @@ impl IndexKey {
     /// The hash that places the key: its first 8 bytes, as [`Fingerprint::prefix_u64`].
     #[inline]
     fn hash(&self) -> u64 {
-        u64::from_le_bytes(self.0[..8].try_into().expect("8 bytes"))
+        u64_at(&self.0, 0)
     }
 
     /// The key of `fingerprint`.
@@ -175,10 +176,10 @@ impl Bucket<'_> {
         self.0[0] as u32
     }
     fn count(&self) -> usize {
-        u16::from_le_bytes([self.0[2], self.0[3]]) as usize
+        u16_at(self.0, 2) as usize
     }
     fn shared_bits(&self) -> u64 {
-        u64::from_le_bytes(self.0[8..16].try_into().expect("8 bytes"))
+        u64_at(self.0, 8)
     }
     #[inline]
     fn entry(&self, slot: usize) -> &[u8] {
@@ -204,11 +205,11 @@ impl Bucket<'_> {
 
 /// The value of an entry: its last 8 bytes, whatever the layout.
 fn entry_value(entry: &[u8]) -> u64 {
-    u64::from_le_bytes(entry[entry.len() - 8..].try_into().expect("8 bytes"))
+    u64_at(entry, entry.len() - 8)
 }
 
 fn entry_hash(entry: &[u8]) -> u64 {
-    u64::from_le_bytes(entry[..8].try_into().expect("8 bytes"))
+    u64_at(entry, 0)
 }
 
 fn write_bucket_header(
@@ -283,10 +284,8 @@ impl DiskIndex {
             index.write_header(pages)?;
             return Ok(index);
         }
-        let field = |offset: usize| {
-            u64::from_le_bytes(header[offset..offset + 8].try_into().expect("8 bytes"))
-        };
-        index.global_depth = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
+        let field = |offset: usize| u64_at(&header[..], offset);
+        index.global_depth = u32_at(&header[..], 8);
         index.len = field(16);
         index.bucket_pages = field(24);
         index.change_count = field(32);
@@ -312,7 +311,7 @@ impl DiskIndex {
             let take = (slots - directory.len()).min(DIRECTORY_SLOTS_PER_PAGE);
             pages.read_once(self.directory_area, page, |content| {
                 for bytes in content[..take * 4].chunks_exact(4) {
-                    directory.push(u32::from_le_bytes(bytes.try_into().expect("4 bytes")));
+                    directory.push(u32_at(bytes, 0));
                 }
             })?;
             page += 1;
