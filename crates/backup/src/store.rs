@@ -75,12 +75,10 @@ pub(crate) struct StoreState {
     pub serial: u64,
     /// Containers the last commit dropped from the catalog. They are removed right after the
     /// commit; a crash before that leaves files that [`BackupStore::recover`] removes. Each
-    /// commit replaces the list (absent in states written before stop 9).
-    #[serde(default)]
+    /// commit replaces the list.
     pub containers_dropped: Vec<ContainerId>,
     /// Segments with lost chunks ([`crate::losses`]): never deduplicated against, kept out of
-    /// the segment index. Absent in states written before losses were recorded.
-    #[serde(default)]
+    /// the segment index.
     pub damaged_segments: BTreeSet<SegmentId>,
 }
 

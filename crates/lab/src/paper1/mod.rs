@@ -147,7 +147,6 @@ pub struct Scale {
     pub copy_flush_bytes: u64,
     /// Copy runs with hints on use every hint source, not only prefetch (paper 1 §5.4.4 had
     /// the metadata and journal hints off; this shows what they add).
-    #[serde(default)]
     pub copy_all_hints: bool,
 }
 

@@ -67,13 +67,10 @@ pub struct ComparisonResults {
     pub deletions: Vec<PeerDeletion>,
     pub cold_cache: bool,
     /// onecopy's restore of the newest backup after the first and after the last release,
-    /// timed alternately at the end (absent in results of earlier runs).
-    #[serde(default)]
+    /// timed alternately at the end.
     pub flatness: Option<FlatnessCheck>,
     /// onecopy's deletion of the oldest backup from a copy of its repository kept at the
-    /// first deletion checkpoint and from the final repository, timed alternately at the end
-    /// (absent in results of earlier runs).
-    #[serde(default)]
+    /// first deletion checkpoint and from the final repository, timed alternately at the end.
     pub deletion_flatness: Option<FlatnessCheck>,
 }
 
