@@ -26,9 +26,10 @@ pub const SCHEMA_VERSION: u64 = 1;
 /// Memory redb may use for its page cache.
 const CACHE_BYTES: usize = 16 << 20;
 /// A catalog up to this size is read ahead whole by [`Catalog::read_ahead`] (`posix_fadvise`
-/// WILLNEED), in one sequential read the disk serves at full speed: a cold `backup create`
-/// otherwise waited 10.3-12.9 ms for 21 scattered reads of a 1.8 MB catalog before its inline
-/// phase, and 1.5-2.2 ms with the read-ahead. Larger catalogs are read page by page.
+/// WILLNEED), in one sequential read the disk serves at full speed, rather than in the
+/// scattered reads a cold `backup create` would otherwise wait for before its inline phase
+/// (docs/BENCHMARKS.md, "Backup store", gives the times). Larger catalogs are read page by
+/// page.
 const READ_AHEAD_BYTES_MAX: u64 = 64 << 20;
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("catalog.meta");
@@ -71,8 +72,8 @@ pub struct Catalog {
 
 /// How the catalog is open. Read-only opening exists because opening for writing costs disk
 /// flushes even when nothing changes: redb records its allocator state and a clean-shutdown
-/// header when a writable database closes (four flushes, 3-4 ms each on our machines), which
-/// is most of the time a small restore or a `list` takes.
+/// header when a writable database closes (four flushes), which is most of the time a small
+/// restore or a `list` takes.
 enum Database {
     Writable(redb::Database),
     ReadOnly(redb::ReadOnlyDatabase),
@@ -152,7 +153,7 @@ impl Catalog {
     /// redb panic. A catalog whose checks fail is [`Error::Corrupt`] naming the file and what
     /// redb found; a missing file is [`Error::NotFound`]; a catalog larger than
     /// [`VERIFIED_COPY_BYTES_MAX`] is [`Error::Limit`]. Cost: one sequential read of the file
-    /// and about 2 ms of checking per MB (measured on a 4, 32 and 256 MB catalog).
+    /// and a check that grows linearly with its size (docs/BENCHMARKS.md).
     pub fn open_verified_copy(storage: &Arc<dyn Storage>, name: &str) -> Result<Catalog> {
         let file = storage.open(name, false)?;
         let length = file.len()?;
@@ -212,8 +213,7 @@ impl Catalog {
     /// [`READ_AHEAD_BYTES_MAX`]); best effort, a failure changes only speed. For operations
     /// that read much of the catalog (a backup's predecessor, a restore, a check). Opening
     /// does not do it: a command that reads a few records (a deletion) would then wait for
-    /// reads that grow with the repository, 1.5 ms for a 3 MB catalog against 0.6 ms for
-    /// 1.1 MB, measured cold with `strace -T`.
+    /// reads that grow with the repository.
     pub fn read_ahead(&self) {
         let Some(file) = &self.file else {
             return; // A verified copy is in memory already.

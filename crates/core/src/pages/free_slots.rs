@@ -1,8 +1,7 @@
 //! Free slots of the `pages` file.
 
-/// Free slots of the `pages` file, one bit each. A list of `u32` cost 4 bytes per free slot,
-/// and a shadow-paged file keeps many: by the RAM benchmark's page-table figures, about one
-/// for every two or three live pages.
+/// Free slots of the `pages` file, one bit each: a list of `u32` would cost 4 bytes per free
+/// slot, and a shadow-paged file keeps many (docs/BENCHMARKS.md, "RAM per TB").
 #[derive(Debug, Default)]
 pub(super) struct FreeSlots {
     words: Vec<u64>,

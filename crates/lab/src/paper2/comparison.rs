@@ -78,12 +78,9 @@ pub struct ComparisonResults {
 /// series, so that both sides see the machine in the same state: the restore of the newest
 /// backup (from a copy of the repository kept after the first release, and from the final
 /// one), and the deletion of the oldest (from copies of a copy kept at the first deletion
-/// checkpoint, and of the final repository). Timed along the series instead, both drifted
-/// with the machine: restores of a run of onecopy alone measured 0.136 s first and 0.112 s
-/// last, a run beside restic and borg 0.124 s and 0.169 s, while outside the lab a
-/// 24-release repository restored its newest backup as fast as a 3-release one holding the
-/// same release; deletions in one run took 6, 7, 8 and 9 ms at 6, 12, 18 and 24 backups,
-/// while alternating cold deletions outside the lab took 10-14 ms at both 6 and 24.
+/// checkpoint, and of the final repository). Timed along the series instead, both would
+/// drift with the machine over the minutes between them, by more than the 10% the flatness
+/// goals allow (docs/LAB.md, paper 2, gives examples).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FlatnessCheck {
     /// Versions (restores) or backups (deletions) in the young repository.
@@ -318,21 +315,17 @@ pub fn run_comparison(
 }
 
 /// Timed runs of each restore and deletion, of every tool alike; the fastest is reported.
-/// Sub-second commands on this two-core virtual machine vary by tens of percent from run to
-/// run, and the variation only ever adds time: the same restore of the same repository, cold
-/// cache each time, took 0.10 to 0.15 s over 12 runs, in two clusters, its CPU time varying
-/// with it. Medians of three still landed in either cluster and gave false verdicts on the
-/// flatness goals; the fastest of five estimates the work a command needs.
+/// Sub-second commands on a small virtual machine vary by tens of percent from run to run,
+/// in clusters, and the variation only ever adds time, so a median of a few runs can land in
+/// either cluster; the fastest of five estimates the work a command needs.
 const TIMED_REPEATS: usize = 5;
 
 /// Alternating pairs of runs in [`FlatnessCheck`]. A pair's two runs go back to back, so the
 /// ratio within a pair cancels the machine's drift; the median of the ratios discards the
-/// pairs one noisy run spoiled. (In the first alternating run, 5 pairs: the fastest of each
-/// side gave 1.10x, their medians 0.92x: the single fastest run is too noisy a statistic for
-/// a 10% criterion.) Every other pair runs the final repository first, so that whatever a
+/// pairs one noisy run spoiled; the single fastest run of each side is too noisy a statistic
+/// for a 10% criterion. Every other pair runs the final repository first, so that whatever a
 /// run leaves behind for the next (writeback of its copy, its removal) weighs on both sides
-/// alike. (The first run of the deletion check, young side always first, measured 1.11x: 7
-/// of 11 pairs slower on the final repository.)
+/// alike rather than always on the second.
 const FLATNESS_PAIRS: usize = 11;
 
 /// Most a [`FlatnessCheck`]'s median pair ratio may be for the operation to count as flat:
