@@ -163,6 +163,14 @@ impl HostSnapshot {
     }
 }
 
+/// The one-minute load average (0 if unreadable).
+pub fn load_average() -> f64 {
+    fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| parse_load_average(&text))
+        .map_or(0.0, |averages| averages[0])
+}
+
 /// The three load averages at the start of a `/proc/loadavg` line.
 pub fn parse_load_average(text: &str) -> Option<[f64; 3]> {
     let mut fields = text.split_whitespace().map(str::parse::<f64>);

@@ -16,19 +16,20 @@
 //! backup deleted alternately from copies of a copy kept at the first deletion checkpoint and
 //! of the final repository ([`FlatnessCheck`]); then each tool restores its oldest backup
 //! (timed, compared) and the repository sizes are read. Every command runs under
-//! `/usr/bin/time` ([`crate::peers`]), which also gives its CPU time and peak memory.
+//! `/usr/bin/time` ([`super::peers`]), which also gives its CPU time and peak memory.
 
 use std::fs;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::measure::{copy_tree, drop_page_cache};
+use super::files::{compare_trees, copy_tree};
+use super::measure::drop_page_cache;
 use super::typescript::Release;
 use onecopy_core::error::IoContext;
 
+use super::peers::{PeerRepository, Tool, ToolRun, Which};
 use crate::error::{LabError, Result};
-use crate::peers::{compare_trees, PeerRepository, Tool, ToolRun, Which};
 use crate::results::remove_directory_if_present;
 
 /// Name of the staged directory every tool backs up.
@@ -198,7 +199,7 @@ pub fn run_comparison(
         let version = index as u32 + 1;
         remove_directory_if_present(&stage)?;
         copy_tree(&release.tree, &stage)?;
-        let logical_bytes = super::measure::directory_bytes(&stage)?;
+        let logical_bytes = super::files::directory_bytes(&stage)?;
         for repository in &repositories {
             drop_page_cache();
             let (backup, reverse_seconds) =

@@ -165,7 +165,7 @@ pub fn run_dataset(
             (names, spec.weeks)
         }
         DatasetSource::Releases(releases) => {
-            results.content_bytes = super::measure::directory_bytes(&releases[0].tree)?;
+            results.content_bytes = super::files::directory_bytes(&releases[0].tree)?;
             results.version_names = releases
                 .iter()
                 .map(|release| release.version.clone())

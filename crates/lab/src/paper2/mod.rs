@@ -30,7 +30,9 @@
 pub mod comparison;
 pub mod experiments;
 pub mod figures;
+pub mod files;
 pub mod measure;
+pub mod peers;
 pub mod synthetic;
 pub mod tables;
 pub mod typescript;
@@ -47,8 +49,8 @@ use self::measure::StoreConfig;
 use self::synthetic::SyntheticSpec;
 use onecopy_core::error::IoContext;
 
+use self::peers::Tool;
 use crate::error::{LabError, Result};
-use crate::peers::Tool;
 use crate::results::remove_directory_if_present;
 use crate::results::{write_json, write_text, HostSnapshot};
 

@@ -30,8 +30,8 @@ use std::process::{Command, Stdio};
 use onecopy_core::error::IoContext;
 use serde::{Deserialize, Serialize};
 
+use super::peers::run_plain;
 use crate::error::{LabError, Result};
-use crate::peers::run_plain;
 use crate::results::create_directory;
 
 /// File-system block size of the images (debugfs reports block numbers in these units).

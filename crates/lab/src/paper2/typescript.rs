@@ -16,8 +16,8 @@ use std::process::Command;
 
 use onecopy_core::error::IoContext;
 
+use super::peers::run_plain;
 use crate::error::{LabError, Result};
-use crate::peers::run_plain;
 use crate::results::create_directory;
 
 /// The npm package of the real series.

@@ -359,12 +359,12 @@ impl PeerRepository {
 
     /// Bytes of every file of the repository (caches and onecopy's space reserve excluded).
     pub fn repository_bytes(&self) -> Result<u64> {
-        crate::paper2::measure::repository_bytes(&self.repository_path())
+        super::files::repository_bytes(&self.repository_path())
     }
 
     /// Copies the whole home (repository and caches) to `home`.
     pub fn copy_to(&self, home: &Path) -> Result<PeerRepository> {
-        crate::paper2::measure::copy_tree(&self.home, home)?;
+        super::files::copy_tree(&self.home, home)?;
         Ok(PeerRepository {
             tool: self.tool,
             home: home.to_path_buf(),
@@ -493,7 +493,7 @@ pub fn run_timed(command: &mut Command, what: &str) -> Result<(ToolRun, String)>
     if let Some(directory) = command.get_current_dir() {
         timed.current_dir(directory);
     }
-    let load_average = crate::paper2::measure::load_average();
+    let load_average = crate::results::load_average();
     let started = std::time::Instant::now();
     let stdout = run_plain(&mut timed, what)?;
     // /usr/bin/time reports wall time in hundredths of a second; ours has microseconds.
@@ -526,64 +526,10 @@ pub fn parse_time_output(text: &str) -> Option<ToolRun> {
     })
 }
 
-/// Compares two directory trees: same names, kinds, file contents and link targets.
-/// Returns the first difference found.
-pub fn compare_trees(expected: &Path, actual: &Path) -> Result<Option<String>> {
-    let mut expected_entries = list_sorted(expected)?;
-    let mut actual_entries = list_sorted(actual)?;
-    if expected_entries.len() != actual_entries.len() {
-        return Ok(Some(format!(
-            "{}: {} entries, expected {}",
-            actual.display(),
-            actual_entries.len(),
-            expected_entries.len()
-        )));
-    }
-    for (left, right) in expected_entries.drain(..).zip(actual_entries.drain(..)) {
-        if left.file_name() != right.file_name() {
-            return Ok(Some(format!("{:?} against {:?}", left, right)));
-        }
-        let left_metadata =
-            fs::symlink_metadata(&left).context_io(|| format!("inspecting {}", left.display()))?;
-        let right_metadata = fs::symlink_metadata(&right)
-            .context_io(|| format!("inspecting {}", right.display()))?;
-        if left_metadata.file_type() != right_metadata.file_type() {
-            return Ok(Some(format!("{}: kind differs", right.display())));
-        }
-        if left_metadata.is_dir() {
-            if let Some(difference) = compare_trees(&left, &right)? {
-                return Ok(Some(difference));
-            }
-        } else if left_metadata.is_symlink() {
-            if fs::read_link(&left).ok() != fs::read_link(&right).ok() {
-                return Ok(Some(format!("{}: link target differs", right.display())));
-            }
-        } else {
-            let left_bytes =
-                fs::read(&left).context_io(|| format!("reading {}", left.display()))?;
-            let right_bytes =
-                fs::read(&right).context_io(|| format!("reading {}", right.display()))?;
-            if left_bytes != right_bytes {
-                return Ok(Some(format!("{}: content differs", right.display())));
-            }
-        }
-    }
-    Ok(None)
-}
-
-fn list_sorted(directory: &Path) -> Result<Vec<PathBuf>> {
-    let mut entries: Vec<PathBuf> = fs::read_dir(directory)
-        .context_io(|| format!("listing {}", directory.display()))?
-        .map(|entry| entry.map(|entry| entry.path()))
-        .collect::<std::io::Result<_>>()
-        .context_io(|| format!("listing {}", directory.display()))?;
-    entries.sort();
-    Ok(entries)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::paper2::files::compare_trees;
 
     /// Goal: /usr/bin/time's output is parsed, failures included; method: a normal line and
     /// one preceded by the exit-status line time prints for failed commands.
@@ -598,25 +544,6 @@ mod tests {
                 .expect("parses");
         assert_eq!(failed.max_rss_bytes, 900 * 1024);
         assert!(parse_time_output("garbage").is_none());
-    }
-
-    /// Goal: tree comparison finds content, name and kind differences; method: a tree, an
-    /// identical copy, then one change of each kind.
-    #[test]
-    fn trees_compare() {
-        let directory = tempfile::tempdir().expect("temporary directory");
-        let left = directory.path().join("left");
-        fs::create_dir_all(left.join("sub")).expect("directory");
-        fs::write(left.join("sub/a"), b"alpha").expect("file");
-        std::os::unix::fs::symlink("sub/a", left.join("link")).expect("link");
-        let right = directory.path().join("right");
-        crate::paper2::measure::copy_tree(&left, &right).expect("copy");
-        assert_eq!(compare_trees(&left, &right).expect("compare"), None);
-        fs::write(right.join("sub/a"), b"alphA").expect("file");
-        assert!(compare_trees(&left, &right).expect("compare").is_some());
-        fs::write(right.join("sub/a"), b"alpha").expect("file");
-        fs::write(right.join("extra"), b"").expect("file");
-        assert!(compare_trees(&left, &right).expect("compare").is_some());
     }
 
     /// Goal: each installed tool backs up, restores byte-exact and deletes its oldest backup;
