@@ -28,7 +28,7 @@ const CACHE_BYTES: usize = 16 << 20;
 /// A catalog up to this size is read ahead whole by [`Catalog::read_ahead`] (`posix_fadvise`
 /// WILLNEED), in one sequential read the disk serves at full speed, rather than in the
 /// scattered reads a cold `backup create` would otherwise wait for before its inline phase
-/// (docs/BENCHMARKS.md, "Backup store", gives the times). Larger catalogs are read page by
+/// (docs/BENCHMARKS.md, "Figures the design refers to", gives the times). Larger catalogs are read page by
 /// page.
 const READ_AHEAD_BYTES_MAX: u64 = 64 << 20;
 

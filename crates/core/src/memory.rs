@@ -4,7 +4,7 @@
 //! the buffers it frees stay in the allocator's free lists, counted in the process's resident
 //! memory, unless they are handed back. A block server that is idle after opening would
 //! otherwise hold memory it does not use that grows with the stored data (docs/BENCHMARKS.md,
-//! "RAM per TiB", gives the size).
+//! "Figures the design refers to", gives the size).
 //!
 //! glibc also moves its threshold for serving allocations from fresh mappings instead of the
 //! heap: freeing a mapped block of n bytes raises it to n (up to 32 MiB). Once the open has

@@ -5,7 +5,7 @@
 //! write buffer to the container file (a 1 MiB `pwrite`, most of it the kernel allocating
 //! and copying pages), syncing a container when it is sealed and syncing the shard directory
 //! of a new one would all run under that lock, where the other worker cannot run its locked
-//! work meanwhile (docs/BENCHMARKS.md, "Block device", gives the share of time). With a
+//! work meanwhile (docs/BENCHMARKS.md, "Figures the design refers to"). With a
 //! `WriteBehind`:
 //!
 //! - a full write buffer is *queued* instead of written; whoever appended it runs the queue

@@ -305,7 +305,8 @@ impl FingerprintIndex {
     /// Warms, for every fingerprint, the bucket page an insert of it would change (its
     /// header, then the line it would append to), if the page is in memory. For a batch of
     /// new chunks, about to be inserted: the first touch of a random bucket page is most of
-    /// an insert's time (docs/BENCHMARKS.md, "Block device"). Changes nothing.
+    /// an insert's time (docs/BENCHMARKS.md, "Figures the design refers to"). Changes
+    /// nothing.
     pub fn warm_buckets(&self, pages: &PageStore, fingerprints: &[Fingerprint]) {
         for append in [false, true] {
             for fingerprint in fingerprints {

@@ -1,7 +1,7 @@
 //! Free slots of the `pages` file.
 
 /// Free slots of the `pages` file, one bit each: a list of `u32` would cost 4 bytes per free
-/// slot, and a shadow-paged file keeps many (docs/BENCHMARKS.md, "RAM per TiB").
+/// slot, and a shadow-paged file keeps many (docs/BENCHMARKS.md, "Figures the design refers to").
 #[derive(Debug, Default)]
 pub(super) struct FreeSlots {
     words: Vec<u64>,
