@@ -2,7 +2,7 @@
 //! little-endian fields ([`onecopy_core::bytes`]), then a CRC-32C of the bytes before it,
 //! checked by [`Decoder::new_checked`] before any field is read.
 
-use onecopy_core::bytes::{ByteReader, ByteWriter};
+use onecopy_core::bytes::{u32_at, ByteReader, ByteWriter};
 use onecopy_core::fingerprint::{Fingerprint, FINGERPRINT_BYTES};
 
 use crate::error::{BackupError, Result};
@@ -74,7 +74,7 @@ impl<'a> Decoder<'a> {
             return Err(BackupError::corrupt(what, "too short"));
         }
         let (body, tail) = bytes.split_at(bytes.len() - 4);
-        let stored = u32::from_le_bytes(tail.try_into().expect("4 bytes"));
+        let stored = u32_at(tail, 0);
         if crc32c::crc32c(body) != stored {
             return Err(BackupError::corrupt(what, "checksum mismatch"));
         }

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{de::DeserializeOwned, Serialize};
 
+use crate::bytes::u64_at;
 use crate::storage::{Storage, StorageFile};
 use crate::{Error, Result};
 
@@ -509,7 +510,8 @@ const HEADER_SLOTS: [usize; 2] = [64, 192];
 const HEADER_BYTES: usize = 320;
 const SLOT_BYTES: usize = 128;
 const SLOT_CHECKED_BYTES: usize = 112;
-const SLOT_TRANSACTION: std::ops::Range<usize> = 104..112;
+/// Byte offset of a commit slot's transaction id (u64).
+const SLOT_TRANSACTION: usize = 104;
 const SLOT_FORMAT_VERSION: u8 = 3;
 const GOD_PRIMARY_SLOT_1: u8 = 1;
 const GOD_RECOVERY_REQUIRED: u8 = 2;
@@ -580,11 +582,7 @@ impl Catalog {
         let primary = usize::from(header[HEADER_GOD_BYTE] & GOD_PRIMARY_SLOT_1 != 0);
         let transaction = |index: usize| {
             let at = HEADER_SLOTS[index];
-            u64::from_le_bytes(
-                header[at..at + SLOT_BYTES][SLOT_TRANSACTION]
-                    .try_into()
-                    .expect("8"),
-            )
+            u64_at(&header[at..at + SLOT_BYTES], SLOT_TRANSACTION)
         };
         let both_valid = HEADER_SLOTS
             .iter()
@@ -679,8 +677,7 @@ impl Catalog {
                     .repaired
                     .push(format!("a damaged byte of commit slot {index}"));
             }
-            transaction[index] =
-                u64::from_le_bytes(slot[SLOT_TRANSACTION].try_into().expect("8 bytes"));
+            transaction[index] = u64_at(slot, SLOT_TRANSACTION);
         }
         let current_primary = usize::from(header[HEADER_GOD_BYTE] & GOD_PRIMARY_SLOT_1 != 0);
         let primary = match valid {
