@@ -99,7 +99,7 @@ def main(path):
                   f"{row['stored_bytes'] / 1e6:.3f} MB stored, {row['distinct_chunks']} distinct chunks")
 
     steps = [r for r in rows if r["kind"] == "ram-step"]
-    # Runs since stop 13 measure the empty volume first: the fixed part of a reopened server.
+    # A run may measure the empty volume first: the fixed part of a reopened server.
     empty = next((step for step in steps if step["written_bytes"] == 0), None)
     steps = [step for step in steps if step["written_bytes"] > 0]
     stats_rows = [r for r in rows if r["kind"] == "ram-stats"]
@@ -137,7 +137,7 @@ def main(path):
                           f"with an empty volume ({empty[key] / 1e6:.2f} MB): {grown / 1e6:.2f} MB = "
                           f"{grown / last['written_bytes'] * TIB / 1e9:.3f} GB per TiB "
                           f"({grown / last['written_bytes'] * 1e12 / 1e9:.3f} GB per TB)")
-            # The engine's own parts at each step (runs before stop 11 did not record them).
+            # The engine's own parts at each step, when the run recorded them.
             if all("stats_path" in step for step in (first, last)):
                 before, after = (json.load(open(step["stats_path"]))["engine"]
                                  for step in (first, last))

@@ -209,8 +209,8 @@ fi
 # This machine is a VM whose host backs guest memory when the guest first touches it, and
 # takes it back when the guest frees it: the balloon driver reports free 2 MiB blocks to the
 # host about two seconds after they are freed (free page reporting). Writing such pages runs
-# at a fraction of the speed of pages the guest holds (stop 13: dd of 2 GiB into tmpfs
-# 2.5 GB/s, again after removing the file 1.9 GB/s, again after 15 s idle 0.40 GB/s). Every
+# at a fraction of the speed of pages the guest holds (docs/BENCHMARKS.md gives the dd
+# figures). Every
 # server that takes new tmpfs pages pays it (onecopy appends to containers; nbdkit file fills
 # its sparse file in the 1 MiB job), by amounts that depend on timing. So the servers phase
 # stops the reporting for the run (order 11: no free block is that large; restored at exit)

@@ -61,7 +61,7 @@ pub fn run_pass(
     progress: &dyn Progress,
 ) -> Result<ChunkerReport, AnalyzeError> {
     let started = Instant::now();
-    let headroom = spec.max_chunk_bytes();
+    let headroom = spec.chunk_bytes_max();
     let (block_sender, block_receiver) = bounded::<Message>(BLOCKS_IN_FLIGHT);
     let (recycle_sender, recycle_receiver) = bounded::<Block>(BLOCKS_IN_FLIGHT);
     let mut seen = SeenSet::new();
@@ -170,7 +170,7 @@ fn attach_carry(carry: &[u8], block: &mut Block) {
 
 /// Cuts every piece of `block`; a new chunker starts at every source's first byte.
 fn cut_block(spec: &ChunkerSpec, chunker: &mut Box<dyn Chunker>, block: Block) -> CutBlock {
-    let max = spec.max_chunk_bytes();
+    let max = spec.chunk_bytes_max();
     let mut chunks = Vec::with_capacity(block.filled / 2048 + 16);
     let mut carry = 0..0;
     let piece_count = block.pieces.len();

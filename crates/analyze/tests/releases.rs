@@ -13,25 +13,20 @@ fn test_data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/test-data")
 }
 
-/// The paths of both releases with `suffix` (".tar" or "" for the unpacked tree), or `None`
-/// (after saying why) when the data is missing and not required.
-fn release_paths(suffix: &str) -> Option<Vec<PathBuf>> {
+/// The paths of both releases with `suffix` (".tar" or "" for the unpacked tree). Fails the
+/// test, saying what to run, when the data is missing.
+fn release_paths(suffix: &str) -> Vec<PathBuf> {
     let paths: Vec<PathBuf> = RELEASES
         .iter()
         .map(|release| test_data_dir().join(format!("{release}{suffix}")))
         .collect();
     if let Some(missing) = paths.iter().find(|path| !path.exists()) {
-        let message = format!(
-            "test data {} is missing; run scripts/fetch-test-data.sh",
+        panic!(
+            "test data {} is missing: run scripts/fetch-test-data.sh (scripts/setup.sh runs it)",
             missing.display()
         );
-        if std::env::var("ONECOPY_REQUIRE_TEST_DATA").as_deref() == Ok("1") {
-            panic!("{message} (ONECOPY_REQUIRE_TEST_DATA=1)");
-        }
-        eprintln!("skipping: {message}");
-        return None;
     }
-    Some(paths)
+    paths
 }
 
 fn unique_bytes(paths: &[PathBuf]) -> Vec<(String, u64, u64)> {
@@ -74,16 +69,12 @@ fn assert_content_defined_wins(paths: &[PathBuf]) {
 /// analysis of both tarballs per chunker.
 #[test]
 fn content_defined_beats_fixed_on_release_tarballs() {
-    if let Some(paths) = release_paths(".tar") {
-        assert_content_defined_wins(&paths);
-    }
+    assert_content_defined_wins(&release_paths(".tar"));
 }
 
 /// Goal: the same on the unpacked trees, where files that changed between releases have
 /// insertions and deletions inside them; method: as above, on the two directories.
 #[test]
 fn content_defined_beats_fixed_on_release_trees() {
-    if let Some(paths) = release_paths("") {
-        assert_content_defined_wins(&paths);
-    }
+    assert_content_defined_wins(&release_paths(""));
 }

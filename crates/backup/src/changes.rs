@@ -13,7 +13,7 @@ use onecopy_core::container::ContainerId;
 use crate::error::{BackupError, Result};
 use crate::recipe::Recipe;
 use crate::segment::{
-    ContainerRecord, SegmentHead, SegmentId, SegmentRecord, CONTAINERS, SEGMENTS, SEGMENT_HEADS,
+    SegmentContainer, SegmentHead, SegmentId, SegmentRecord, CONTAINERS, SEGMENTS, SEGMENT_HEADS,
 };
 use crate::series::{encode_backup, BackupId, BackupRecord, SeriesRecord, BACKUPS, SERIES};
 use crate::store::{load_container, load_head, load_segment};
@@ -23,7 +23,7 @@ use crate::store::{load_container, load_head, load_segment};
 pub struct Changes {
     pub heads: BTreeMap<SegmentId, Option<SegmentHead>>,
     pub records: BTreeMap<SegmentId, Option<SegmentRecord>>,
-    pub containers: BTreeMap<ContainerId, Option<ContainerRecord>>,
+    pub containers: BTreeMap<ContainerId, Option<SegmentContainer>>,
     pub backups: BTreeMap<BackupId, Option<BackupRecord>>,
     /// New recipes (with the part count of the one replaced), or removal of `parts` parts.
     pub recipes: BTreeMap<BackupId, (Option<Recipe>, u32)>,
@@ -85,7 +85,7 @@ impl Changes {
         &mut self,
         view: &impl CatalogView,
         id: ContainerId,
-    ) -> Result<&mut ContainerRecord> {
+    ) -> Result<&mut SegmentContainer> {
         if let std::collections::btree_map::Entry::Vacant(entry) = self.containers.entry(id) {
             entry.insert(Some(load_container(view, id)?));
         }

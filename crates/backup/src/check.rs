@@ -38,7 +38,7 @@ use onecopy_core::catalog::CatalogView;
 use onecopy_core::check::{CheckOptions, FaceReport, Finding, FindingKind};
 use onecopy_core::container::format::HEADER_BYTES;
 use onecopy_core::container::{
-    ChunkHeader, ChunkLocation, ContainerId, ContainerStore, CHUNK_HEADER_BYTES,
+    codec, ChunkHeader, ChunkLocation, ContainerId, ContainerStore, CHUNK_HEADER_BYTES,
 };
 use onecopy_core::fingerprint::{Fingerprint, FingerprintAlgorithm};
 use onecopy_core::storage::Storage;
@@ -49,9 +49,8 @@ use crate::error::{BackupError, Result};
 use crate::losses::{self, load_losses, LostRange};
 use crate::recipe::{ChunkReference, Recipe};
 use crate::resolve::{resolve, ChunkSource, SegmentCache};
-use crate::restore::decode_chunk;
 use crate::segment::{
-    ChunkStorage, ContainerKind, ContainerRecord, SegmentHead, SegmentId, SegmentRecord,
+    ChunkStorage, ContainerKind, SegmentContainer, SegmentHead, SegmentId, SegmentRecord,
     SegmentState, CONTAINERS, SEGMENTS, SEGMENT_HEADS,
 };
 use crate::series::{BackupId, BackupRecord, SeriesRecord, BACKUPS, SERIES};
@@ -131,7 +130,7 @@ pub(crate) struct Inspection {
     /// Stored chunks by container, from the segment records.
     pub placed: HashMap<ContainerId, Vec<PlacedChunk>>,
     /// The container records that decode.
-    pub container_records: HashMap<ContainerId, ContainerRecord>,
+    pub container_records: HashMap<ContainerId, SegmentContainer>,
     /// False when some recipe could not be read: counts from the recipes are then lower
     /// bounds, and a repair never lowers a recorded count.
     pub counts_complete: bool,
@@ -444,10 +443,10 @@ impl BackupStore {
                 }
             }
         }
-        let mut container_records: HashMap<ContainerId, ContainerRecord> = HashMap::new();
+        let mut container_records: HashMap<ContainerId, SegmentContainer> = HashMap::new();
         for (id, bytes) in read.range_id(CONTAINERS, 0, u64::MAX)? {
             inspection.count("containers", 1);
-            match ContainerRecord::decode(&bytes, id) {
+            match SegmentContainer::decode(&bytes, id) {
                 Ok(record) => {
                     container_records.insert(id, record);
                 }
@@ -789,7 +788,7 @@ fn needs_repair((finding, problem): &(Finding, Problem)) -> bool {
 pub(crate) fn is_catalog_damage(error: &BackupError) -> bool {
     matches!(
         error,
-        BackupError::Core(CoreError::Corrupt { .. } | CoreError::Catalog(_))
+        BackupError::Core(CoreError::Corrupt { .. } | CoreError::Catalog { .. })
             | BackupError::Corrupt { .. }
     )
 }
@@ -995,7 +994,7 @@ pub(crate) fn verify_container(
     containers: &ContainerStore,
     algorithm: FingerprintAlgorithm,
     id: ContainerId,
-    record: Option<&ContainerRecord>,
+    record: Option<&SegmentContainer>,
     chunks: &[PlacedChunk],
     read_data: bool,
 ) -> Result<ContainerVerdict> {
@@ -1119,7 +1118,7 @@ pub(crate) fn verify_container(
         let start = chunk.location.offset as usize;
         let intact = data
             .get(start..start + chunk.location.stored_bytes as usize)
-            .is_some_and(|stored| crc32c::crc32c(stored) == chunk.location.checksum);
+            .is_some_and(|stored| codec::verify(&chunk.location, stored).is_ok());
         if !intact || record_header_differs(&data, chunk).is_some() {
             garbage_damaged.push(format!("offset {}", chunk.location.offset));
         }
@@ -1143,23 +1142,7 @@ fn record_header_differs(data: &[u8], chunk: &PlacedChunk) -> Option<String> {
     let Some(header) = ChunkHeader::parse(bytes) else {
         return Some("the header's own checksum".to_string());
     };
-    let location = chunk.location;
-    let mut differing = Vec::new();
-    if header.fingerprint != chunk.fingerprint {
-        differing.push("fingerprint");
-    }
-    if header.stored_bytes != location.stored_bytes {
-        differing.push("stored size");
-    }
-    if header.raw_bytes != location.raw_bytes {
-        differing.push("raw size");
-    }
-    if header.flags != location.flags {
-        differing.push("flags");
-    }
-    if header.checksum != location.checksum {
-        differing.push("checksum");
-    }
+    let differing = header.differences(&chunk.location.header(chunk.fingerprint));
     (!differing.is_empty()).then(|| differing.join(", "))
 }
 
@@ -1175,8 +1158,8 @@ pub(crate) fn verify_chunk(
     let Some(stored) = data.get(start..start + location.stored_bytes as usize) else {
         return Err("its bytes lie past the end of the file".to_string());
     };
-    let raw = decode_chunk(&location, stored).map_err(|error| match error {
-        BackupError::Corrupt { detail, .. } => detail,
+    let raw = codec::decode_to_vec(&location, stored).map_err(|error| match error {
+        CoreError::Corrupt { detail, .. } => detail,
         other => other.to_string(),
     })?;
     if algorithm.hash(&raw) != chunk.fingerprint {

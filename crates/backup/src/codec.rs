@@ -1,64 +1,69 @@
-//! Little-endian encoding helpers for the binary records (recipes, segments, containers,
-//! trees). Every binary record ends with a CRC-32C of the bytes before it, checked by
-//! [`Decoder::new_checked`] before any field is read.
+//! The binary records of the backup store (recipes, segments, containers, trees): the core's
+//! little-endian fields ([`onecopy_core::bytes`]), then a CRC-32C of the bytes before it,
+//! checked by [`Decoder::new_checked`] before any field is read.
 
+use onecopy_core::bytes::{u32_at, ByteReader, ByteWriter};
 use onecopy_core::fingerprint::{Fingerprint, FINGERPRINT_BYTES};
 
 use crate::error::{BackupError, Result};
 
-/// Appends fields to a byte vector.
+/// Appends fields to a record ([`ByteWriter`]), then its checksum.
 #[derive(Default)]
 pub(crate) struct Encoder {
-    pub bytes: Vec<u8>,
+    writer: ByteWriter,
 }
 
 impl Encoder {
     pub fn with_capacity(capacity: usize) -> Self {
         Encoder {
-            bytes: Vec::with_capacity(capacity),
+            writer: ByteWriter::with_capacity(capacity),
         }
+    }
+    /// Appends bytes as they are (a magic number).
+    pub fn raw(&mut self, value: &[u8]) {
+        self.writer.bytes(value);
     }
     pub fn u8(&mut self, value: u8) {
-        self.bytes.push(value);
+        self.writer.u8(value);
     }
     pub fn u32(&mut self, value: u32) {
-        self.bytes.extend_from_slice(&value.to_le_bytes());
+        self.writer.u32(value);
     }
     pub fn u64(&mut self, value: u64) {
-        self.bytes.extend_from_slice(&value.to_le_bytes());
+        self.writer.u64(value);
     }
     pub fn i64(&mut self, value: i64) {
-        self.bytes.extend_from_slice(&value.to_le_bytes());
+        self.writer.i64(value);
     }
     pub fn fingerprint(&mut self, value: &Fingerprint) {
-        self.bytes.extend_from_slice(&value.0);
+        self.writer.bytes(&value.0);
     }
-    /// An unsigned LEB128 integer: 7 bits per byte, low bits first, the high bit set on every
-    /// byte but the last (1 byte below 128, at most 10).
-    pub fn varint(&mut self, mut value: u64) {
-        while value >= 0x80 {
-            self.bytes.push(value as u8 | 0x80);
-            value >>= 7;
-        }
-        self.bytes.push(value as u8);
+    /// An unsigned LEB128 integer ([`ByteWriter::varint`]).
+    pub fn varint(&mut self, value: u64) {
+        self.writer.varint(value);
     }
     /// A length-prefixed byte string.
     pub fn blob(&mut self, value: &[u8]) {
         self.u32(u32::try_from(value.len()).expect("blobs are under 4 GiB"));
-        self.bytes.extend_from_slice(value);
+        self.writer.bytes(value);
+    }
+    /// Bytes so far.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.writer.len()
     }
     /// Appends the CRC-32C of everything so far and returns the record.
     pub fn finish(mut self) -> Vec<u8> {
-        let checksum = crc32c::crc32c(&self.bytes);
+        let checksum = crc32c::crc32c(self.writer.as_slice());
         self.u32(checksum);
-        self.bytes
+        self.writer.into_bytes()
     }
 }
 
-/// Reads fields; every read fails with a [`BackupError::Corrupt`] naming the record.
+/// Reads fields ([`ByteReader`]); every read fails with a [`BackupError::Corrupt`] naming
+/// the record.
 pub(crate) struct Decoder<'a> {
-    bytes: &'a [u8],
-    position: usize,
+    reader: ByteReader<'a>,
     what: &'a str,
 }
 
@@ -69,60 +74,51 @@ impl<'a> Decoder<'a> {
             return Err(BackupError::corrupt(what, "too short"));
         }
         let (body, tail) = bytes.split_at(bytes.len() - 4);
-        let stored = u32::from_le_bytes(tail.try_into().expect("4 bytes"));
+        let stored = u32_at(tail, 0);
         if crc32c::crc32c(body) != stored {
             return Err(BackupError::corrupt(what, "checksum mismatch"));
         }
         Ok(Decoder {
-            bytes: body,
-            position: 0,
+            reader: ByteReader::new(body),
             what,
         })
     }
 
+    fn truncated<T>(&self, field: Option<T>) -> Result<T> {
+        field.ok_or_else(|| BackupError::corrupt(self.what, "truncated"))
+    }
     fn take(&mut self, count: usize) -> Result<&'a [u8]> {
-        let end = self
-            .position
-            .checked_add(count)
-            .filter(|&end| end <= self.bytes.len())
-            .ok_or_else(|| BackupError::corrupt(self.what, "truncated"))?;
-        let slice = &self.bytes[self.position..end];
-        self.position = end;
-        Ok(slice)
+        let field = self.reader.take(count);
+        self.truncated(field)
     }
     pub fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
+        let field = self.reader.u8();
+        self.truncated(field)
     }
     pub fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+        let field = self.reader.u32();
+        self.truncated(field)
     }
     pub fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+        let field = self.reader.u64();
+        self.truncated(field)
     }
     pub fn i64(&mut self) -> Result<i64> {
-        Ok(i64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+        let field = self.reader.i64();
+        self.truncated(field)
     }
     pub fn fingerprint(&mut self) -> Result<Fingerprint> {
         Ok(Fingerprint(
             self.take(FINGERPRINT_BYTES)?.try_into().expect("32"),
         ))
     }
-    /// An integer written by [`Encoder::varint`]; rejects forms that do not fit a
-    /// `u64` (more than 10 bytes, or bits past the 64th).
+    /// An integer written by [`Encoder::varint`]; rejects forms that are truncated or do not
+    /// fit a `u64` (more than 10 bytes, or bits past the 64th).
     pub fn varint(&mut self) -> Result<u64> {
-        let mut value = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = self.u8()?;
-            let bits = u64::from(byte & 0x7f);
-            if shift == 63 && bits > 1 {
-                return self.invalid("integer overflows 64 bits");
-            }
-            value |= bits << shift;
-            if byte & 0x80 == 0 {
-                return Ok(value);
-            }
+        match self.reader.varint() {
+            Some(value) => Ok(value),
+            None => self.invalid("integer truncated, longer than 10 bytes or past 64 bits"),
         }
-        self.invalid("integer longer than 10 bytes")
     }
     /// A [`varint`](Self::varint) that must fit 32 bits.
     pub fn varint_u32(&mut self) -> Result<u32> {
@@ -135,7 +131,7 @@ impl<'a> Decoder<'a> {
     }
     /// Fails unless every byte was read.
     pub fn finish(self) -> Result<()> {
-        if self.position == self.bytes.len() {
+        if self.reader.is_empty() {
             Ok(())
         } else {
             Err(BackupError::corrupt(self.what, "trailing bytes"))
@@ -187,7 +183,7 @@ mod tests {
         for (&value, &length) in values.iter().zip(&lengths) {
             let mut encoder = Encoder::default();
             encoder.varint(value);
-            assert_eq!(encoder.bytes.len(), length, "{value}");
+            assert_eq!(encoder.len(), length, "{value}");
             let bytes = encoder.finish();
             let mut decoder = Decoder::new_checked(&bytes, "test").unwrap();
             assert_eq!(decoder.varint().unwrap(), value);
@@ -202,7 +198,7 @@ mod tests {
         ];
         for bytes in malformed {
             let mut encoder = Encoder::default();
-            encoder.bytes.extend_from_slice(bytes);
+            encoder.raw(bytes);
             let record = encoder.finish();
             let mut decoder = Decoder::new_checked(&record, "test").unwrap();
             assert!(decoder.varint().is_err(), "{bytes:?}");

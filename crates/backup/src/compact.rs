@@ -30,7 +30,7 @@ use serde::Serialize;
 
 use crate::changes::Changes;
 use crate::error::Result;
-use crate::segment::{ChunkStorage, ContainerRecord, SegmentId, CONTAINERS};
+use crate::segment::{ChunkStorage, SegmentContainer, SegmentId, CONTAINERS};
 use crate::store::{load_segment, now_unix_ns, BackupStore, StoreState};
 
 /// New container bytes written per compaction commit.
@@ -89,7 +89,7 @@ pub struct CompactReport {
 /// (segment, chunk index, header).
 pub(crate) fn referenced_chunks(
     view: &impl CatalogView,
-    record: &ContainerRecord,
+    record: &SegmentContainer,
     id: ContainerId,
 ) -> Result<Vec<(SegmentId, usize, ChunkHeader, u32)>> {
     let mut chunks = Vec::new();
@@ -101,13 +101,7 @@ pub(crate) fn referenced_chunks(
                     chunks.push((
                         segment,
                         index,
-                        ChunkHeader {
-                            fingerprint: chunk.fingerprint,
-                            stored_bytes: location.stored_bytes,
-                            raw_bytes: location.raw_bytes,
-                            flags: location.flags,
-                            checksum: location.checksum,
-                        },
+                        location.header(chunk.fingerprint),
                         location.offset,
                     ));
                 }
@@ -139,7 +133,7 @@ pub(crate) fn plan_compact(
             .collect::<onecopy_core::Result<_>>()?,
     };
     for (id, bytes) in records {
-        let record = ContainerRecord::decode(&bytes, id)?;
+        let record = SegmentContainer::decode(&bytes, id)?;
         let chunks = referenced_chunks(view, &record, id)?;
         let bytes_after = if chunks.is_empty() {
             0
@@ -243,7 +237,7 @@ pub(crate) fn rewrite_container(
     changes: &mut Changes,
     state: &mut StoreState,
     id: ContainerId,
-    record: &ContainerRecord,
+    record: &SegmentContainer,
 ) -> Result<Option<ContainerId>> {
     changes.containers.insert(id, None);
     let chunks = referenced_chunks(view, record, id)?;
@@ -276,7 +270,7 @@ pub(crate) fn rewrite_container(
     let sealed = writer.seal(record.timestamp)?;
     changes.containers.insert(
         new_id,
-        Some(ContainerRecord {
+        Some(SegmentContainer {
             bytes: sealed.bytes,
             ..record.clone()
         }),

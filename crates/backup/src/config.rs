@@ -93,9 +93,7 @@ pub struct StoreOptions {
     pub segment_bytes: usize,
     /// Average chunk size (min and max are half and twice).
     pub chunk_bytes: usize,
-    /// The rolling hash that finds chunk and segment boundaries. Stores created before the
-    /// choice existed used Rabin, so that is what a record without the field means.
-    #[serde(default = "rolling_hash_of_older_stores")]
+    /// The rolling hash that finds chunk and segment boundaries.
     pub rolling_hash: RollingHash,
     /// A container is sealed when the next segment would not fit.
     pub container_bytes: u64,
@@ -104,10 +102,6 @@ pub struct StoreOptions {
     pub fingerprint: FingerprintAlgorithm,
     /// Used by `delete` and `expire` unless the caller picks one.
     pub delete_method: DeleteMethod,
-}
-
-fn rolling_hash_of_older_stores() -> RollingHash {
-    RollingHash::Rabin
 }
 
 impl Default for StoreOptions {
@@ -266,19 +260,16 @@ impl Default for RuntimeOptions {
 mod tests {
     use super::*;
 
-    // Goal: a store recorded before the rolling hash could be chosen keeps chunking with Rabin,
-    // so its new backups still find the old ones' chunks; method: drop the field from the
-    // recorded JSON and read it back.
+    /// Goal: recorded options name their rolling hash; a record without one is refused
+    /// rather than read as some default, which would chunk new backups differently from the
+    /// old ones. Method: drop the field from the recorded JSON and read it back.
     #[test]
-    fn stores_without_a_rolling_hash_use_rabin() {
+    fn options_without_a_rolling_hash_are_refused() {
         let mut recorded = serde_json::to_value(StoreOptions::default()).unwrap();
         assert_eq!(recorded["rolling_hash"], "gear", "new stores use gear");
+        let options: StoreOptions = serde_json::from_value(recorded.clone()).unwrap();
+        assert_eq!(options, StoreOptions::default());
         recorded.as_object_mut().unwrap().remove("rolling_hash");
-        let options: StoreOptions = serde_json::from_value(recorded).unwrap();
-        assert_eq!(options.rolling_hash, RollingHash::Rabin);
-        assert_eq!(
-            options.chunker_spec().unwrap().to_string(),
-            "segment:4MiB/4096"
-        );
+        assert!(serde_json::from_value::<StoreOptions>(recorded).is_err());
     }
 }

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::config::{DedupMode, DeleteMethod, SeriesOptions};
 use crate::delete::DeleteReport;
-use crate::error::{BackupError, IoContext, Result};
+use crate::error::{BackupError, Result};
 use crate::inline::{self, InlineReport, Progress};
 use crate::recipe::Recipe;
 use crate::reuse::PredecessorChunks;
@@ -31,6 +31,7 @@ use crate::series::{
 };
 use crate::store::{load_head, now_unix_ns, BackupStore, RecoveryReport};
 use crate::tree::capture::{walk, FileWarning, ReadObserver, TreeReader};
+use onecopy_core::error::IoContext;
 
 /// What to back up.
 pub enum BackupSource {

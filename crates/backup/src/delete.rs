@@ -28,7 +28,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use onecopy_core::catalog::CatalogView;
-use onecopy_core::container::{ChunkHeader, ContainerId};
+use onecopy_core::container::ContainerId;
 use serde::Serialize;
 
 use crate::changes::Changes;
@@ -36,7 +36,7 @@ use crate::compact::plan_compact;
 use crate::config::DeleteMethod;
 use crate::error::{BackupError, Result};
 use crate::recipe::{ChunkReference, Recipe};
-use crate::segment::{ChunkStorage, ContainerRecord, CONTAINERS};
+use crate::segment::{ChunkStorage, SegmentContainer, CONTAINERS};
 use crate::series::{load_backup, load_series, BackupState};
 use crate::settle::{execute_settlement, plan_settlement, CopyReport, Settlement};
 use crate::store::{load_segment, now_unix_ns, BackupStore};
@@ -56,6 +56,17 @@ pub struct DeletePlan {
     pub(crate) serial: u64,
     #[serde(skip)]
     pub(crate) changes: Changes,
+}
+
+/// What expiring a series will do: the versions [`BackupStore::expire`] deletes, oldest
+/// first, so that `keep` remain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ExpirePlan {
+    pub series: String,
+    /// Backups kept: the newest ones.
+    pub keep: u32,
+    /// Versions to delete, oldest first (empty when no more than `keep` exist).
+    pub versions: Vec<u32>,
 }
 
 /// What a sweep did.
@@ -257,7 +268,7 @@ impl BackupStore {
             let mut bytes = 0;
             for &id in &plan.settlement.dropped_containers {
                 if let Some(record) = read.get_id(CONTAINERS, id)? {
-                    bytes += ContainerRecord::decode(&record, id)?.bytes;
+                    bytes += SegmentContainer::decode(&record, id)?.bytes;
                 }
             }
             bytes
@@ -308,15 +319,10 @@ impl BackupStore {
         self.execute_delete(plan, method)
     }
 
-    /// Deletes the oldest backups of `series` until `keep` remain (the series' retention
-    /// window when `keep` is `None`).
-    pub fn expire(
-        &mut self,
-        series: &str,
-        keep: Option<u32>,
-        method: Option<DeleteMethod>,
-    ) -> Result<Vec<DeleteReport>> {
-        self.recover()?;
+    /// Plans the expiry of `series`: the oldest backups to delete until `keep` remain (the
+    /// series' retention window when `keep` is `None`). Reads only; `expire --dry-run` shows
+    /// this plan and [`BackupStore::expire`] carries it out.
+    pub fn plan_expire(&self, series: &str, keep: Option<u32>) -> Result<ExpirePlan> {
         let record = load_series(&self.catalog.read()?, series)?;
         let keep = keep.or(record.options.retention).ok_or_else(|| {
             BackupError::InvalidArgument(format!(
@@ -328,14 +334,35 @@ impl BackupStore {
                 "keep at least one backup".to_string(),
             ));
         }
-        let expired: Vec<u32> = record
+        let versions: Vec<u32> = record
             .versions
             .keys()
             .copied()
             .take(record.versions.len().saturating_sub(keep as usize))
             .collect();
+        assert!(
+            record.versions.len() - versions.len() == (keep as usize).min(record.versions.len()),
+            "the newest `keep` backups stay"
+        );
+        Ok(ExpirePlan {
+            series: series.to_string(),
+            keep,
+            versions,
+        })
+    }
+
+    /// Deletes the oldest backups of `series` until `keep` remain (the series' retention
+    /// window when `keep` is `None`): carries out [`BackupStore::plan_expire`]'s plan.
+    pub fn expire(
+        &mut self,
+        series: &str,
+        keep: Option<u32>,
+        method: Option<DeleteMethod>,
+    ) -> Result<Vec<DeleteReport>> {
+        self.recover()?;
+        let plan = self.plan_expire(series, keep)?;
         let mut reports = Vec::new();
-        for version in expired {
+        for version in plan.versions {
             reports.push(self.delete(series, version, method)?);
         }
         Ok(reports)
@@ -356,7 +383,7 @@ impl BackupStore {
         let mut state = self.state.clone();
         let mut dropped: Vec<ContainerId> = Vec::new();
         for (id, bytes) in read.range_id(CONTAINERS, 0, u64::MAX)? {
-            let record = ContainerRecord::decode(&bytes, id)?;
+            let record = SegmentContainer::decode(&bytes, id)?;
             let file = self.containers.file(id)?;
             let length = file.len()?;
             let mut data = vec![0u8; length as usize];
@@ -399,13 +426,7 @@ impl BackupStore {
                             "a chunk lies past its end",
                         )
                     })?;
-                let header = ChunkHeader {
-                    fingerprint,
-                    stored_bytes: location.stored_bytes,
-                    raw_bytes: location.raw_bytes,
-                    flags: location.flags,
-                    checksum: location.checksum,
-                };
+                let header = location.header(fingerprint);
                 let moved = writer.append_stored(header, stored)?;
                 let segment_record = changes.record_mut(&read, segment)?;
                 segment_record.chunks[index].storage = ChunkStorage::Stored(moved);
@@ -415,7 +436,7 @@ impl BackupStore {
             report.reclaimed_bytes -= sealed.bytes;
             changes.containers.insert(
                 new_id,
-                Some(ContainerRecord {
+                Some(SegmentContainer {
                     bytes: sealed.bytes,
                     ..record
                 }),

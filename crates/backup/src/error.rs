@@ -9,16 +9,11 @@ use std::io;
 /// Errors returned by the backup store.
 #[derive(Debug, thiserror::Error)]
 pub enum BackupError {
-    /// An error of the engine core (storage, containers, catalog, index).
+    /// An error of the engine core (storage, containers, catalog, index), and every I/O
+    /// error, on the repository or on a backup source or restore target
+    /// ([`onecopy_core::Error::Io`], whose context names the file).
     #[error(transparent)]
     Core(#[from] onecopy_core::Error),
-    /// An I/O error on a backup source or restore target (not the repository).
-    #[error("{context}: {source}")]
-    Io {
-        context: String,
-        #[source]
-        source: io::Error,
-    },
     /// A stored record failed its checksum or format check.
     #[error("corrupt {what}: {detail} (run `onecopy backup check`)")]
     Corrupt { what: String, detail: String },
@@ -84,12 +79,9 @@ pub enum BackupError {
 pub type Result<T, E = BackupError> = std::result::Result<T, E>;
 
 impl BackupError {
-    /// Wraps an I/O error on a source or target with what was being done.
+    /// Wraps an I/O error with what was being done (an [`onecopy_core::Error::Io`]).
     pub fn io(context: impl Into<String>, source: io::Error) -> Self {
-        BackupError::Io {
-            context: context.into(),
-            source,
-        }
+        BackupError::Core(onecopy_core::Error::io(context, source))
     }
 
     /// Reports a tree entry that a restore must not create.
@@ -114,15 +106,4 @@ impl BackupError {
 /// bytes that are not printable ASCII.
 pub fn escape_path(path: &[u8]) -> String {
     format!("\"{}\"", path.escape_ascii())
-}
-
-/// Adds context to I/O results on sources and targets.
-pub(crate) trait IoContext<T> {
-    fn context_io<F: FnOnce() -> String>(self, context: F) -> Result<T>;
-}
-
-impl<T> IoContext<T> for io::Result<T> {
-    fn context_io<F: FnOnce() -> String>(self, context: F) -> Result<T> {
-        self.map_err(|source| BackupError::io(context(), source))
-    }
 }

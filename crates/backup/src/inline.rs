@@ -27,8 +27,7 @@ use std::time::Instant;
 use crossbeam_channel::bounded;
 use onecopy_core::chunking::ChunkReader;
 use onecopy_core::container::{
-    is_zero, ChunkHeader, ChunkLocation, ContainerId, ContainerWriter, CHUNK_COMPRESSED,
-    CHUNK_HEADER_BYTES,
+    codec, is_zero, ChunkLocation, ContainerId, ContainerWriter, Encoded, CHUNK_HEADER_BYTES,
 };
 use onecopy_core::fingerprint::{Fingerprint, FingerprintAlgorithm};
 use rayon::prelude::*;
@@ -37,9 +36,9 @@ use serde::Serialize;
 use crate::config::DedupMode;
 use crate::error::{BackupError, Result};
 use crate::recipe::SegmentReference;
-use crate::reuse::{PredecessorChunks, Reused};
+use crate::reuse::PredecessorChunks;
 use crate::segment::{
-    ChunkStorage, ContainerKind, ContainerRecord, SegmentChunk, SegmentId, SegmentRecord,
+    ChunkStorage, ContainerKind, SegmentChunk, SegmentContainer, SegmentId, SegmentRecord,
     SegmentState,
 };
 use crate::store::{BackupStore, StoreState};
@@ -101,7 +100,7 @@ pub(crate) struct InlineOutcome {
     pub new_segments: Vec<(SegmentId, SegmentRecord)>,
     /// Live references gained, per segment (new and existing).
     pub references: HashMap<SegmentId, u32>,
-    pub containers: Vec<(ContainerId, ContainerRecord)>,
+    pub containers: Vec<(ContainerId, SegmentContainer)>,
     /// The store state with the ids allocated.
     pub state: StoreState,
     pub report: InlineReport,
@@ -116,9 +115,9 @@ struct Batch {
 
 /// Stored form of a chunk of a new segment.
 enum StoredForm {
+    /// A null chunk: never written.
     Zero,
-    Raw,
-    Compressed(Vec<u8>),
+    Stored(Encoded),
 }
 
 /// Runs the inline phase over `source`. `load_predecessor` builds the map of chunks whose
@@ -355,10 +354,7 @@ impl PathState {
                 let Some(form) = form else { continue };
                 self.outcome.report.reused_chunks += 1;
                 self.outcome.report.reused_raw_bytes += slices[new_chunks[position]].len() as u64;
-                prepared[position] = Some(match form {
-                    Reused::Raw => StoredForm::Raw,
-                    Reused::Compressed(bytes) => StoredForm::Compressed(bytes),
-                });
+                prepared[position] = Some(StoredForm::Stored(form));
             }
         }
         let forms: Vec<StoredForm> = prepared
@@ -368,7 +364,7 @@ impl PathState {
             .map(|(ready, &chunk)| match ready {
                 Some(form) => Ok(form),
                 None if hashed[chunk].1 => Ok(StoredForm::Zero),
-                None => compress(slices[chunk], level),
+                None => Ok(StoredForm::Stored(codec::encode(slices[chunk], level)?)),
             })
             .collect::<Result<_>>()?;
         self.outcome.report.compress_seconds += start.elapsed().as_secs_f64();
@@ -440,8 +436,9 @@ impl PathState {
             .zip(forms)
             .map(|(chunk, form)| match form {
                 StoredForm::Zero => 0,
-                StoredForm::Raw => (slices[chunk].len() + CHUNK_HEADER_BYTES) as u64,
-                StoredForm::Compressed(bytes) => (bytes.len() + CHUNK_HEADER_BYTES) as u64,
+                StoredForm::Stored(encoded) => {
+                    (encoded.stored(slices[chunk]).len() + CHUNK_HEADER_BYTES) as u64
+                }
             })
             .sum();
         let mut container = None;
@@ -451,7 +448,7 @@ impl PathState {
         let mut chunks = Vec::with_capacity(range.len());
         for (chunk, form) in range.zip(forms) {
             let data = slices[chunk];
-            let (stored, flags): (&[u8], u32) = match form {
+            let encoded = match form {
                 StoredForm::Zero => {
                     chunks.push(SegmentChunk {
                         fingerprint: hashed[chunk].0,
@@ -461,18 +458,10 @@ impl PathState {
                     });
                     continue;
                 }
-                StoredForm::Raw => (data, 0),
-                StoredForm::Compressed(bytes) => (bytes, CHUNK_COMPRESSED),
-            };
-            let header = ChunkHeader {
-                fingerprint: hashed[chunk].0,
-                stored_bytes: stored.len() as u32,
-                raw_bytes: data.len() as u32,
-                flags,
-                checksum: crc32c::crc32c(stored),
+                StoredForm::Stored(encoded) => encoded,
             };
             let (writer, _) = self.open.as_mut().expect("room_for opened a container");
-            let location = writer.append_stored(header, stored)?;
+            let location = writer.append_encoded(&hashed[chunk].0, data, encoded)?;
             self.outcome.report.new_raw_bytes += data.len() as u64;
             self.outcome.report.new_stored_bytes += location.footprint_bytes();
             chunks.push(SegmentChunk {
@@ -521,7 +510,7 @@ impl PathState {
             self.outcome.report.containers_written += 1;
             self.outcome.containers.push((
                 id,
-                ContainerRecord {
+                SegmentContainer {
                     kind: ContainerKind::Shared,
                     timestamp: 0,
                     bytes: sealed.bytes,
@@ -531,34 +520,4 @@ impl PathState {
         }
         Ok(())
     }
-}
-
-thread_local! {
-    static COMPRESSOR: std::cell::RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// Compresses a chunk with the thread's zstd context; keeps it raw unless that saves an
-/// eighth of its size (the rule of the core container writer).
-fn compress(data: &[u8], level: Option<i32>) -> Result<StoredForm> {
-    let Some(level) = level else {
-        return Ok(StoredForm::Raw);
-    };
-    COMPRESSOR.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        if cell.as_ref().is_none_or(|(cached, _)| *cached != level) {
-            let compressor = zstd::bulk::Compressor::new(level)
-                .map_err(|error| BackupError::io("creating a zstd compressor", error))?;
-            *cell = Some((level, compressor));
-        }
-        let (_, compressor) = cell.as_mut().expect("set above");
-        let compressed = compressor
-            .compress(data)
-            .map_err(|error| BackupError::io("compressing a chunk", error))?;
-        Ok(if compressed.len() <= data.len() - data.len() / 8 {
-            StoredForm::Compressed(compressed)
-        } else {
-            StoredForm::Raw
-        })
-    })
 }

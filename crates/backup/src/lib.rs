@@ -112,7 +112,7 @@ pub mod tree;
 pub use compact::{CompactPlan, CompactReport};
 pub use config::{DedupMode, DeleteMethod, RuntimeOptions, SeriesOptions, StoreOptions};
 pub use create::{BackupSource, CreateOptions, CreateReport};
-pub use delete::{DeletePlan, DeleteReport, SweepReport};
+pub use delete::{DeletePlan, DeleteReport, ExpirePlan, SweepReport};
 pub use error::{BackupError, Result};
 pub use inline::InlineReport;
 pub use onecopy_core::check::{CheckOptions, ExitStatus, FaceReport, Finding, FindingKind};

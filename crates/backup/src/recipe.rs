@@ -28,8 +28,7 @@
 //! as the step from the ordinal the previous indirect reference of the part would be followed
 //! by (the first one's predecessor is taken as -1), zigzag-encoded: runs of chunks that also
 //! follow each other in the next backup, which reverse deduplication mostly finds, cost 1
-//! byte each. Parts in the first format, `RCP1` (fixed-width: u64 segment ids and ordinals,
-//! u32 sizes and indexes), are still read.
+//! byte each.
 
 use onecopy_core::catalog::{CatalogView, CatalogWrite, IdTable};
 
@@ -43,10 +42,8 @@ pub(crate) const RECIPES: IdTable = IdTable("recipes");
 pub const PART_ENTRIES_MAX: usize = 1 << 16;
 /// Bits of a recipe key that number the part.
 const PART_BITS: u32 = 20;
-/// Magic of recipe parts as written now.
+/// Magic of recipe parts.
 const MAGIC: &[u8; 4] = b"RCP2";
-/// Magic of the first, fixed-width format of recipe parts, still read.
-const MAGIC_1: &[u8; 4] = b"RCP1";
 const KIND_LIVE: u8 = 1;
 const KIND_ARCHIVAL: u8 = 2;
 
@@ -258,7 +255,7 @@ impl Recipe {
 }
 
 fn header(encoder: &mut Encoder, kind: u8, entries: usize) {
-    encoder.bytes.extend_from_slice(MAGIC);
+    encoder.raw(MAGIC);
     encoder.u8(kind);
     encoder.u32(entries as u32);
 }
@@ -271,19 +268,13 @@ fn decode_part(
 ) -> Result<u8> {
     let mut decoder = Decoder::new_checked(bytes, what)?;
     let magic = [decoder.u8()?, decoder.u8()?, decoder.u8()?, decoder.u8()?];
-    let first_format = &magic == MAGIC_1;
-    if !first_format && &magic != MAGIC {
+    if &magic != MAGIC {
         return decoder.invalid("bad magic");
     }
     let kind = decoder.u8()?;
     let count = decoder.u32()? as usize;
     if count > PART_ENTRIES_MAX {
         return decoder.invalid(format!("{count} entries exceed the part limit"));
-    }
-    if first_format {
-        decode_entries_1(&mut decoder, kind, count, live, archival)?;
-        decoder.finish()?;
-        return Ok(kind);
     }
     match kind {
         KIND_LIVE => {
@@ -331,48 +322,6 @@ fn zigzag(step: u64) -> u64 {
 
 fn unzigzag(value: u64) -> u64 {
     (value >> 1) ^ (value & 1).wrapping_neg()
-}
-
-/// The entries of a part in the first format, `RCP1`.
-fn decode_entries_1(
-    decoder: &mut Decoder<'_>,
-    kind: u8,
-    count: usize,
-    live: &mut Vec<SegmentReference>,
-    archival: &mut Vec<ChunkReference>,
-) -> Result<()> {
-    match kind {
-        KIND_LIVE => {
-            for _ in 0..count {
-                live.push(SegmentReference {
-                    segment: decoder.u64()?,
-                    chunk_count: decoder.u32()?,
-                    raw_bytes: decoder.u64()?,
-                });
-            }
-        }
-        KIND_ARCHIVAL => {
-            for _ in 0..count {
-                let tag = decoder.u8()?;
-                let raw_bytes = decoder.u32()?;
-                archival.push(match tag {
-                    0 => ChunkReference::Zero { raw_bytes },
-                    1 => ChunkReference::Direct {
-                        raw_bytes,
-                        segment: decoder.u64()?,
-                        index: decoder.u32()?,
-                    },
-                    2 => ChunkReference::Indirect {
-                        raw_bytes,
-                        ordinal: decoder.u64()?,
-                    },
-                    _ => return decoder.invalid(format!("unknown reference tag {tag}")),
-                });
-            }
-        }
-        _ => return decoder.invalid(format!("unknown recipe kind {kind}")),
-    }
-    Ok(())
 }
 
 fn part_key(backup: u64, part: u32) -> u64 {
@@ -426,51 +375,6 @@ mod tests {
         }
     }
 
-    /// A part in the first format, `RCP1`, as stops before the second wrote it.
-    fn encode_part_1(recipe: &Recipe) -> Vec<u8> {
-        let mut encoder = Encoder::default();
-        encoder.bytes.extend_from_slice(MAGIC_1);
-        match recipe {
-            Recipe::Live(entries) => {
-                encoder.u8(KIND_LIVE);
-                encoder.u32(entries.len() as u32);
-                for entry in entries {
-                    encoder.u64(entry.segment);
-                    encoder.u32(entry.chunk_count);
-                    encoder.u64(entry.raw_bytes);
-                }
-            }
-            Recipe::Archival(entries) => {
-                encoder.u8(KIND_ARCHIVAL);
-                encoder.u32(entries.len() as u32);
-                for entry in entries {
-                    match *entry {
-                        ChunkReference::Zero { raw_bytes } => {
-                            encoder.u8(0);
-                            encoder.u32(raw_bytes);
-                        }
-                        ChunkReference::Direct {
-                            raw_bytes,
-                            segment,
-                            index,
-                        } => {
-                            encoder.u8(1);
-                            encoder.u32(raw_bytes);
-                            encoder.u64(segment);
-                            encoder.u32(index);
-                        }
-                        ChunkReference::Indirect { raw_bytes, ordinal } => {
-                            encoder.u8(2);
-                            encoder.u32(raw_bytes);
-                            encoder.u64(ordinal);
-                        }
-                    }
-                }
-            }
-        }
-        encoder.finish()
-    }
-
     fn decode_one(part: &[u8]) -> Result<Recipe> {
         let (mut live, mut archival) = (Vec::new(), Vec::new());
         let kind = decode_part(part, "part", &mut live, &mut archival)?;
@@ -482,10 +386,10 @@ mod tests {
     }
 
     /// Goal: indirect ordinals round-trip whatever their order (forwards, backwards, gaps
-    /// of every size, the extremes); runs of consecutive ordinals cost a byte each; parts in
-    /// the first format read the same.
+    /// of every size, the extremes); runs of consecutive ordinals cost a byte each; a part
+    /// under another magic (`RCP1`, a format that was never released) is refused.
     #[test]
-    fn ordinal_steps_and_first_format() {
+    fn ordinal_steps_and_other_magic() {
         let ordinals = [
             0,
             1,
@@ -521,14 +425,21 @@ mod tests {
         let parts = archival.encode_parts();
         assert_eq!(parts.len(), 1);
         assert_eq!(decode_one(&parts[0]).unwrap(), archival);
-        assert_eq!(decode_one(&encode_part_1(&archival)).unwrap(), archival);
+        // A well-formed `RCP1` part: one live entry of fixed-width fields.
+        let mut other_magic = Encoder::default();
+        other_magic.raw(b"RCP1");
+        other_magic.u8(KIND_LIVE);
+        other_magic.u32(1);
+        other_magic.u64(7);
+        other_magic.u32(2);
+        other_magic.u64(8192);
+        assert!(decode_one(&other_magic.finish()).is_err());
         let live = Recipe::Live(vec![SegmentReference {
             segment: u64::MAX,
             chunk_count: u32::MAX,
             raw_bytes: u64::MAX,
         }]);
         assert_eq!(decode_one(&live.encode_parts()[0]).unwrap(), live);
-        assert_eq!(decode_one(&encode_part_1(&live)).unwrap(), live);
 
         // A run of consecutive ordinals of 4 KiB chunks: tag, 2-byte size, 1-byte step.
         let run = Recipe::Archival(

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use onecopy_core::catalog::CatalogView;
 use onecopy_core::check::{CheckOptions, FaceReport, Finding, FindingKind};
-use onecopy_core::container::{ChunkHeader, ContainerId, ContainerWriter};
+use onecopy_core::container::{ContainerId, ContainerWriter};
 use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::storage::Storage;
 
@@ -42,7 +42,7 @@ use crate::losses::{self, put_losses, LossRecord};
 use crate::recipe::{ChunkReference, Recipe};
 use crate::resolve::{resolve, SegmentCache};
 use crate::segment::{
-    ChunkStorage, ContainerKind, ContainerRecord, SegmentHead, SegmentId, SegmentRecord,
+    ChunkStorage, ContainerKind, SegmentContainer, SegmentHead, SegmentId, SegmentRecord,
     CONTAINERS, SEGMENTS, SEGMENT_HEADS,
 };
 use crate::series::{BackupId, BackupRecord, SeriesRecord, BACKUPS, SERIES};
@@ -231,10 +231,10 @@ impl BackupStore {
             segments.sort_unstable();
             let stored = read
                 .get_id(CONTAINERS, id)?
-                .and_then(|bytes| ContainerRecord::decode(&bytes, id).ok());
+                .and_then(|bytes| SegmentContainer::decode(&bytes, id).ok());
             let file_bytes = self.containers.container_bytes(id).ok();
             let expected = match &stored {
-                Some(record) => ContainerRecord {
+                Some(record) => SegmentContainer {
                     segments: segments.clone(),
                     bytes: file_bytes.unwrap_or(record.bytes),
                     ..record.clone()
@@ -244,7 +244,7 @@ impl BackupStore {
                         .containers
                         .read_contents(id)
                         .map_or(0, |contents| contents.timestamp);
-                    ContainerRecord {
+                    SegmentContainer {
                         kind: if timestamp == 0 {
                             ContainerKind::Shared
                         } else {
@@ -476,7 +476,7 @@ impl BackupStore {
         changes: &mut Changes,
         state: &mut crate::store::StoreState,
         id: ContainerId,
-        record: Option<&ContainerRecord>,
+        record: Option<&SegmentContainer>,
         chunks: &[PlacedChunk],
         by_fingerprint: &HashMap<Fingerprint, Vec<PlacedChunk>>,
         algorithm: onecopy_core::fingerprint::FingerprintAlgorithm,
@@ -530,13 +530,7 @@ impl BackupStore {
                 );
                 outcome.new_id = Some(new_id);
             }
-            let header = ChunkHeader {
-                fingerprint: chunk.fingerprint,
-                stored_bytes: from.location.stored_bytes,
-                raw_bytes: from.location.raw_bytes,
-                flags: from.location.flags,
-                checksum: from.location.checksum,
-            };
+            let header = from.location.header(chunk.fingerprint);
             let location = writer
                 .as_mut()
                 .expect("created above")
@@ -574,7 +568,7 @@ impl BackupStore {
             let sealed = writer.seal(timestamp)?;
             changes.containers.insert(
                 new_id,
-                Some(ContainerRecord {
+                Some(SegmentContainer {
                     kind,
                     timestamp,
                     bytes: sealed.bytes,

@@ -38,12 +38,12 @@ use std::time::Instant;
 use crossbeam_channel::bounded;
 use onecopy_core::catalog::CatalogView;
 use onecopy_core::container::{
-    is_zero, ChunkLocation, ContainerId, ContainerStore, CHUNK_COMPRESSED, CHUNK_HEADER_BYTES,
+    codec, is_zero, ChunkLocation, ContainerId, ContainerStore, CHUNK_HEADER_BYTES,
 };
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::error::{BackupError, IoContext, Result};
+use crate::error::{BackupError, Result};
 use crate::losses;
 use crate::resolve::{resolve, ChunkSource, ResolveReport, SegmentCache};
 use crate::segment::ChunkStorage;
@@ -52,6 +52,7 @@ use crate::store::BackupStore;
 use crate::tree::apply::{ApplyOptions, ApplyReport, TreeApplier};
 use crate::tree::archive::ArchiveWriter;
 use crate::tree::Tree;
+use onecopy_core::error::IoContext;
 
 /// Two chunks of one container are read together when at most this many bytes lie between.
 const READ_GAP_BYTES_MAX: u64 = 64 << 10;
@@ -237,7 +238,7 @@ impl BackupStore {
                                 &left_out.excluded,
                                 offset,
                                 data,
-                                |offset, data| archive.write(offset, data).context_io(what),
+                                |offset, data| Ok(archive.write(offset, data).context_io(what)?),
                             )
                         })?;
                         archive.finish().context_io(what)?;
@@ -278,7 +279,7 @@ impl BackupStore {
                     } else {
                         file.write_all_at(data, offset)
                     };
-                    written.context_io(|| format!("writing {}", path.display()))
+                    Ok(written.context_io(|| format!("writing {}", path.display()))?)
                 })?;
                 if regular {
                     file.set_len(backup.logical_bytes)
@@ -289,9 +290,9 @@ impl BackupStore {
             }
             (_, RestoreTarget::Writer(mut writer)) => {
                 reader.copy(0, backup.logical_bytes, &mut report, |_, data| {
-                    writer
+                    Ok(writer
                         .write_all(data)
-                        .context_io(|| "writing the restored stream".to_string())
+                        .context_io(|| "writing the restored stream".to_string())?)
                 })?;
                 writer
                     .flush()
@@ -652,66 +653,12 @@ fn read_span(containers: &ContainerStore, span: &SpanRead) -> Result<DecodedSpan
         let from = (location.offset as u64 - span.start) as usize;
         let stored = &bytes[from..from + location.stored_bytes as usize];
         let length = location.raw_bytes as usize;
-        decode_chunk_into(&location, stored, &mut decoded.raw[into..into + length])?;
+        codec::decode(&location, stored, &mut decoded.raw[into..into + length])?;
         decoded.chunks.push((window_offset, length));
         into += length;
     }
     assert_eq!(into, raw_total, "the span's chunks fill its buffer");
     Ok(decoded)
-}
-
-thread_local! {
-    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// Checks a chunk's stored bytes against its CRC and decodes them into `raw`, which has the
-/// chunk's raw size.
-fn decode_chunk_into(location: &ChunkLocation, stored: &[u8], raw: &mut [u8]) -> Result<()> {
-    assert_eq!(raw.len(), location.raw_bytes as usize);
-    let what = || {
-        format!(
-            "chunk at offset {} of container {:016x}",
-            location.offset, location.container
-        )
-    };
-    if crc32c::crc32c(stored) != location.checksum {
-        return Err(BackupError::corrupt(what(), "checksum mismatch"));
-    }
-    if location.flags & CHUNK_COMPRESSED == 0 {
-        if stored.len() != raw.len() {
-            return Err(BackupError::corrupt(what(), "raw chunk of the wrong size"));
-        }
-        raw.copy_from_slice(stored);
-        return Ok(());
-    }
-    let written = DECOMPRESSOR.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        if cell.is_none() {
-            *cell = Some(
-                zstd::bulk::Decompressor::new()
-                    .map_err(|error| BackupError::io("creating a zstd decompressor", error))?,
-            );
-        }
-        cell.as_mut()
-            .expect("set above")
-            .decompress_to_buffer(stored, raw)
-            .map_err(|error| BackupError::corrupt(what(), error.to_string()))
-    })?;
-    if written != raw.len() {
-        return Err(BackupError::corrupt(
-            what(),
-            "decompressed to the wrong size",
-        ));
-    }
-    Ok(())
-}
-
-/// Checks a chunk's stored bytes against its CRC and returns its raw bytes.
-pub(crate) fn decode_chunk(location: &ChunkLocation, stored: &[u8]) -> Result<Vec<u8>> {
-    let mut raw = vec![0; location.raw_bytes as usize];
-    decode_chunk_into(location, stored, &mut raw)?;
-    Ok(raw)
 }
 
 const _: () = assert!(CHUNK_HEADER_BYTES as u64 <= READ_GAP_BYTES_MAX);

@@ -20,7 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use onecopy_core::catalog::CatalogView;
-use onecopy_core::container::{ChunkLocation, ContainerId, ContainerStore, CHUNK_COMPRESSED};
+use onecopy_core::container::{codec, ChunkLocation, ContainerId, ContainerStore, Encoded};
 use onecopy_core::fingerprint::Fingerprint;
 use rayon::prelude::*;
 
@@ -50,19 +50,11 @@ struct Span {
 }
 
 /// The answers of one span and the bytes it read.
-type SpanAnswers = (Vec<(usize, Option<Reused>)>, u64);
+type SpanAnswers = (Vec<(usize, Option<Encoded>)>, u64);
 
 /// Locations of the stored chunks of a series' newest backup, by fingerprint.
 pub(crate) struct PredecessorChunks {
     locations: HashMap<Fingerprint, ChunkLocation>,
-}
-
-/// How a chunk found in the predecessor is stored again.
-pub(crate) enum Reused {
-    /// The predecessor stored it raw (compression did not pay): store it raw, untried.
-    Raw,
-    /// Its compressed bytes, read back and checked.
-    Compressed(Vec<u8>),
 }
 
 impl PredecessorChunks {
@@ -132,17 +124,19 @@ impl PredecessorChunks {
     }
 
     /// Reads the stored form of `wanted` chunks (caller's index, location); returns the index
-    /// with its reused form, or `None` when the read or the checksum failed. Also returns the
-    /// bytes read.
+    /// with its stored form to store again, or `None` when the read or the checksum failed.
+    /// A chunk the predecessor stores raw (compression did not pay) is stored raw again,
+    /// untried and unread; a compressed one comes with its frame, read back and checked. Also
+    /// returns the bytes read.
     pub(crate) fn read(
         containers: &ContainerStore,
         wanted: &[(usize, ChunkLocation)],
-    ) -> (Vec<(usize, Option<Reused>)>, u64) {
+    ) -> (Vec<(usize, Option<Encoded>)>, u64) {
         let mut results = Vec::with_capacity(wanted.len());
         let mut by_container: HashMap<ContainerId, Vec<(usize, ChunkLocation)>> = HashMap::new();
         for &(index, location) in wanted {
-            if location.flags & CHUNK_COMPRESSED == 0 {
-                results.push((index, Some(Reused::Raw)));
+            if !location.is_compressed() {
+                results.push((index, Some(Encoded::Raw)));
             } else {
                 by_container
                     .entry(location.container)
@@ -191,8 +185,8 @@ impl PredecessorChunks {
                         }
                         let from = (location.offset as u64 - start) as usize;
                         let stored = &bytes[from..from + location.stored_bytes as usize];
-                        let intact = crc32c::crc32c(stored) == location.checksum;
-                        (index, intact.then(|| Reused::Compressed(stored.to_vec())))
+                        let intact = codec::verify(&location, stored).is_ok();
+                        (index, intact.then(|| Encoded::Compressed(stored.to_vec())))
                     })
                     .collect();
                 (decoded, if ok { end - start } else { 0 })

@@ -39,9 +39,8 @@
 //! `varint` is unsigned LEB128 ([`crate::codec`]). A zero or removed chunk keeps only its
 //! size: nothing looks its fingerprint up (reverse deduplication matches stored chunks, and
 //! a removed chunk can never be referenced directly), and after reverse deduplication most
-//! chunks of a series are removed ones, so they are most of the catalog. That is 2-3 bytes
-//! against 41 in the first format, `SEG1` (fixed-width fields, every chunk with its
-//! fingerprint and reference count), which is still read.
+//! chunks of a series are removed ones, so they are most of the catalog: 2-3 bytes each,
+//! where fixed-width fields with every chunk's fingerprint and reference count would take 41.
 //!
 //! A **lost** chunk is one whose stored bytes a repair found damaged with no intact copy
 //! anywhere ([`crate::losses`]): it keeps its fingerprint and its references, so that reads of
@@ -62,12 +61,8 @@ pub(crate) const SEGMENT_HEADS: IdTable = IdTable("segment_heads");
 pub(crate) const SEGMENTS: IdTable = IdTable("segments");
 pub(crate) const CONTAINERS: IdTable = IdTable("containers");
 
-/// `SEG1` records' container field for "no container".
-const NO_CONTAINER: u64 = u64::MAX;
-/// Magic of segment records as written now.
+/// Magic of segment records.
 const SEGMENT_MAGIC: &[u8; 4] = b"SEG2";
-/// Magic of the first format of segment records, still read.
-const SEGMENT_MAGIC_1: &[u8; 4] = b"SEG1";
 
 /// Whether a segment may still be deduplicated against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,7 +161,7 @@ pub struct SegmentRecord {
 impl SegmentRecord {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut encoder = Encoder::with_capacity(64 + self.chunks.len() * 8);
-        encoder.bytes.extend_from_slice(SEGMENT_MAGIC);
+        encoder.raw(SEGMENT_MAGIC);
         encoder.fingerprint(&self.fingerprint);
         encoder.u8(self.state.code());
         encoder.varint(self.container.map_or(0, |id| id + 1));
@@ -211,9 +206,6 @@ impl SegmentRecord {
         let what = format!("record of segment {id}");
         let mut decoder = Decoder::new_checked(bytes, &what)?;
         let magic = [decoder.u8()?, decoder.u8()?, decoder.u8()?, decoder.u8()?];
-        if &magic == SEGMENT_MAGIC_1 {
-            return Self::decode_1(decoder);
-        }
         if &magic != SEGMENT_MAGIC {
             return decoder.invalid("bad magic");
         }
@@ -252,57 +244,6 @@ impl SegmentRecord {
                     (ChunkStorage::Lost, fingerprint, decoder.varint_u32()?)
                 }
                 _ => return decoder.invalid(format!("unknown chunk kind {kind}")),
-            };
-            chunks.push(SegmentChunk {
-                fingerprint,
-                raw_bytes,
-                storage,
-                direct_references,
-            });
-        }
-        decoder.finish()?;
-        Ok(SegmentRecord {
-            fingerprint,
-            state,
-            container,
-            chunks,
-        })
-    }
-
-    /// The rest of a record in the first format, `SEG1`, after its magic.
-    fn decode_1(mut decoder: Decoder<'_>) -> Result<Self> {
-        let fingerprint = decoder.fingerprint()?;
-        let code = decoder.u8()?;
-        let state = SegmentState::decode(&decoder, code)?;
-        let container = match decoder.u64()? {
-            NO_CONTAINER => None,
-            id => Some(id),
-        };
-        let count = decoder.u32()? as usize;
-        let mut chunks = Vec::with_capacity(count.min(1 << 20));
-        for _ in 0..count {
-            let fingerprint = decoder.fingerprint()?;
-            let raw_bytes = decoder.u32()?;
-            let kind = decoder.u8()?;
-            let direct_references = decoder.u32()?;
-            let storage = match (kind, container) {
-                (0, _) => ChunkStorage::Zero,
-                (1, Some(container)) => ChunkStorage::Stored(ChunkLocation {
-                    container,
-                    offset: decoder.u32()?,
-                    stored_bytes: decoder.u32()?,
-                    raw_bytes,
-                    flags: decoder.u32()?,
-                    checksum: decoder.u32()?,
-                }),
-                (1, None) => return decoder.invalid("a stored chunk without a container"),
-                (2, _) => ChunkStorage::Removed,
-                _ => return decoder.invalid(format!("unknown chunk kind {kind}")),
-            };
-            // As in the current format: only stored chunks keep their fingerprint.
-            let fingerprint = match storage {
-                ChunkStorage::Stored(_) | ChunkStorage::Lost => fingerprint,
-                ChunkStorage::Zero | ChunkStorage::Removed => Fingerprint::ZERO,
             };
             chunks.push(SegmentChunk {
                 fingerprint,
@@ -369,9 +310,11 @@ pub enum ContainerKind {
     Archival,
 }
 
-/// The catalog's record of a container.
+/// The catalog's record of a container of the backup store: its kind, its time stamp and the
+/// segments it holds (the core's chunk store keeps a different, fixed-size
+/// `chunk_store::records::ContainerRecord` for the block device's containers).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ContainerRecord {
+pub struct SegmentContainer {
     pub kind: ContainerKind,
     /// Paper 2's container time stamp (unix nanoseconds; 0 for shared containers).
     pub timestamp: u64,
@@ -381,10 +324,10 @@ pub struct ContainerRecord {
     pub segments: Vec<SegmentId>,
 }
 
-impl ContainerRecord {
+impl SegmentContainer {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut encoder = Encoder::with_capacity(32 + self.segments.len() * 8);
-        encoder.bytes.extend_from_slice(b"CNT1");
+        encoder.raw(b"CNT1");
         encoder.u8(match self.kind {
             ContainerKind::Shared => 1,
             ContainerKind::Archival => 2,
@@ -417,7 +360,7 @@ impl ContainerRecord {
             segments.push(decoder.u64()?);
         }
         decoder.finish()?;
-        Ok(ContainerRecord {
+        Ok(SegmentContainer {
             kind,
             timestamp,
             bytes,
@@ -429,34 +372,6 @@ impl ContainerRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A record in the first format, `SEG1`, as stops before the second wrote it.
-    fn encode_1(record: &SegmentRecord) -> Vec<u8> {
-        let mut encoder = Encoder::default();
-        encoder.bytes.extend_from_slice(SEGMENT_MAGIC_1);
-        encoder.fingerprint(&record.fingerprint);
-        encoder.u8(record.state.code());
-        encoder.u64(record.container.unwrap_or(NO_CONTAINER));
-        encoder.u32(record.chunks.len() as u32);
-        for chunk in &record.chunks {
-            encoder.fingerprint(&chunk.fingerprint);
-            encoder.u32(chunk.raw_bytes);
-            encoder.u8(match chunk.storage {
-                ChunkStorage::Zero => 0,
-                ChunkStorage::Stored(_) => 1,
-                ChunkStorage::Removed => 2,
-                ChunkStorage::Lost => unreachable!("the first format has no lost chunks"),
-            });
-            encoder.u32(chunk.direct_references);
-            if let ChunkStorage::Stored(location) = chunk.storage {
-                encoder.u32(location.offset);
-                encoder.u32(location.stored_bytes);
-                encoder.u32(location.flags);
-                encoder.u32(location.checksum);
-            }
-        }
-        encoder.finish()
-    }
 
     /// Goal: records of every chunk kind round-trip; heads and containers too.
     #[test]
@@ -508,14 +423,16 @@ mod tests {
         forgetful.chunks[1].fingerprint = Fingerprint([2; 32]);
         forgetful.chunks[2].fingerprint = Fingerprint([4; 32]);
         assert_eq!(forgetful.encode(), encoded);
-        // Records written in the first format read the same (it has no lost chunks).
-        forgetful.chunks.pop();
-        let mut without_lost = record.clone();
-        without_lost.chunks.pop();
-        assert_eq!(
-            SegmentRecord::decode(&encode_1(&forgetful), 1).unwrap(),
-            without_lost
-        );
+        // Only `SEG2` records are read: a record under another magic (`SEG1`, a format that
+        // was never released) is refused, checksum intact or not.
+        // Here: a well-formed `SEG1` record of no chunks and no container.
+        let mut other_magic = Encoder::default();
+        other_magic.raw(b"SEG1");
+        other_magic.fingerprint(&Fingerprint([5; 32]));
+        other_magic.u8(SegmentState::Archival.code());
+        other_magic.u64(u64::MAX);
+        other_magic.u32(0);
+        assert!(SegmentRecord::decode(&other_magic.finish(), 1).is_err());
         let empty = SegmentRecord {
             fingerprint: Fingerprint([5; 32]),
             state: SegmentState::Archival,
@@ -523,16 +440,13 @@ mod tests {
             chunks: vec![record.chunks[2]],
         };
         assert_eq!(SegmentRecord::decode(&empty.encode(), 2).unwrap(), empty);
-        assert_eq!(SegmentRecord::decode(&encode_1(&empty), 2).unwrap(), empty);
         // Damage inside the checksum is caught; a record that lies about its chunks is an
         // error, not a wrong record.
         let mut damaged = encoded.clone();
         damaged[40] ^= 1;
         assert!(SegmentRecord::decode(&damaged, 1).is_err());
         let mut encoder = Encoder::default();
-        encoder
-            .bytes
-            .extend_from_slice(&encoded[..encoded.len() - 4]);
+        encoder.raw(&encoded[..encoded.len() - 4]);
         encoder.u8(0); // a chunk more than the count says
         assert!(SegmentRecord::decode(&encoder.finish(), 1).is_err());
         let head = SegmentHead {
@@ -541,14 +455,14 @@ mod tests {
             live_references: 7,
         };
         assert_eq!(SegmentHead::decode(&head.encode(), 1).unwrap(), head);
-        let container = ContainerRecord {
+        let container = SegmentContainer {
             kind: ContainerKind::Archival,
             timestamp: 123,
             bytes: 4096,
             segments: vec![1, 5, 9],
         };
         assert_eq!(
-            ContainerRecord::decode(&container.encode(), 1).unwrap(),
+            SegmentContainer::decode(&container.encode(), 1).unwrap(),
             container
         );
     }

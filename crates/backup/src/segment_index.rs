@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::index::{FingerprintIndex, IndexKey, IndexOptions};
-use onecopy_core::pages::{PageStore, PageStoreOptions};
+use onecopy_core::pages::{inspect_manifest, PageStore, PageStoreOptions};
 use onecopy_core::storage::{join, Storage};
 
 use crate::error::{BackupError, Result};
@@ -73,10 +73,8 @@ impl SegmentIndex {
     }
 
     /// The manifest files that exist but do not hold a valid manifest, with what is wrong
-    /// (layout of `onecopy_core::pages`: "OCPAGES1" | sequence u64 | body length u64 |
-    /// crc32c(body) u32 | zeros u32 | body). An empty file is one never written yet.
-    /// Checkpoints alternate between the files, so the sequence number in `manifest.N` is
-    /// N modulo 2 and the two differ by one: the sequence field is outside the checksum.
+    /// ([`inspect_manifest`]). An empty file is one never written yet. The two sequence
+    /// numbers differ by one: checkpoints alternate between the files.
     pub(crate) fn damaged_manifests(storage: &Arc<dyn Storage>) -> Result<Vec<(String, String)>> {
         let mut damaged = Vec::new();
         let mut sequences = Vec::new();
@@ -92,28 +90,9 @@ impl SegmentIndex {
             }
             let mut bytes = vec![0u8; length as usize];
             file.read_at(0, &mut bytes)?;
-            let problem = if length < 32 || &bytes[..8] != b"OCPAGES1" {
-                Some("no manifest header")
-            } else if u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")) != length - 32
-            {
-                Some("its length disagrees with its header")
-            } else if bytes[28..32] != [0; 4] {
-                Some("bytes its header leaves zero are not")
-            } else if crc32c::crc32c(&bytes[32..])
-                != u32::from_le_bytes(bytes[24..28].try_into().expect("4 bytes"))
-            {
-                Some("its checksum does not match")
-            } else {
-                None
-            };
-            let sequence = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
-            let problem = problem.or_else(|| {
-                (sequence % 2 != file_index as u64)
-                    .then_some("its sequence number belongs to the other file")
-            });
-            match problem {
-                Some(problem) => damaged.push((name, problem.to_string())),
-                None => sequences.push(sequence),
+            match inspect_manifest(&bytes, file_index) {
+                Err(problem) => damaged.push((name, problem.to_string())),
+                Ok(sequence) => sequences.push(sequence),
             }
         }
         if let [first, second] = sequences[..] {

@@ -33,7 +33,7 @@ use serde::Serialize;
 
 use crate::changes::Changes;
 use crate::error::{BackupError, Result};
-use crate::segment::{ChunkStorage, ContainerKind, ContainerRecord, SegmentId, SegmentState};
+use crate::segment::{ChunkStorage, ContainerKind, SegmentContainer, SegmentId, SegmentState};
 use crate::store::{now_unix_ns, BackupStore, StoreState};
 
 /// Source containers read at once while copying.
@@ -233,16 +233,9 @@ fn copy_segments(
                     .iter()
                     .enumerate()
                     .filter_map(|(index, chunk)| match chunk.storage {
-                        ChunkStorage::Stored(location) => Some((
-                            index as u32,
-                            ChunkHeader {
-                                fingerprint: chunk.fingerprint,
-                                stored_bytes: location.stored_bytes,
-                                raw_bytes: location.raw_bytes,
-                                flags: location.flags,
-                                checksum: location.checksum,
-                            },
-                        )),
+                        ChunkStorage::Stored(location) => {
+                            Some((index as u32, location.header(chunk.fingerprint)))
+                        }
                         _ => None,
                     })
                     .collect();
@@ -355,7 +348,7 @@ fn seal(
     segments.sort_unstable();
     changes.containers.insert(
         id,
-        Some(ContainerRecord {
+        Some(SegmentContainer {
             kind,
             timestamp: stamp,
             bytes: sealed.bytes,

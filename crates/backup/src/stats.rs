@@ -6,8 +6,8 @@ use serde::Serialize;
 use crate::config::StoreOptions;
 use crate::error::Result;
 use crate::segment::{
-    ContainerKind, ContainerRecord, SegmentHead, SegmentRecord, SegmentState, CONTAINERS, SEGMENTS,
-    SEGMENT_HEADS,
+    ContainerKind, SegmentContainer, SegmentHead, SegmentRecord, SegmentState, CONTAINERS,
+    SEGMENTS, SEGMENT_HEADS,
 };
 use crate::series::{load_backup, load_series, BackupRecord, BackupState, SeriesRecord, SERIES};
 use crate::store::BackupStore;
@@ -114,7 +114,7 @@ impl BackupStore {
             stats.referenced_bytes += SegmentRecord::decode(&bytes, id)?.stored_bytes();
         }
         for (id, bytes) in read.range_id(CONTAINERS, 0, u64::MAX)? {
-            let record = ContainerRecord::decode(&bytes, id)?;
+            let record = SegmentContainer::decode(&bytes, id)?;
             match record.kind {
                 ContainerKind::Shared => {
                     stats.containers_shared += 1;

@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{RuntimeOptions, StoreOptions};
 use crate::error::{BackupError, Result};
 use crate::segment::{
-    ContainerRecord, SegmentHead, SegmentId, SegmentRecord, SegmentState, CONTAINERS, SEGMENTS,
+    SegmentContainer, SegmentHead, SegmentId, SegmentRecord, SegmentState, CONTAINERS, SEGMENTS,
     SEGMENT_HEADS,
 };
 use crate::segment_index::SegmentIndex;
@@ -75,12 +75,10 @@ pub(crate) struct StoreState {
     pub serial: u64,
     /// Containers the last commit dropped from the catalog. They are removed right after the
     /// commit; a crash before that leaves files that [`BackupStore::recover`] removes. Each
-    /// commit replaces the list (absent in states written before stop 9).
-    #[serde(default)]
+    /// commit replaces the list.
     pub containers_dropped: Vec<ContainerId>,
     /// Segments with lost chunks ([`crate::losses`]): never deduplicated against, kept out of
-    /// the segment index. Absent in states written before losses were recorded.
-    #[serde(default)]
+    /// the segment index.
     pub damaged_segments: BTreeSet<SegmentId>,
 }
 
@@ -648,10 +646,8 @@ pub(crate) fn load_state(catalog: &Catalog, storage: &Arc<dyn Storage>) -> Resul
 
 /// True when `error` says the file system is full.
 pub fn is_full(error: &BackupError) -> bool {
-    let source = match error {
-        BackupError::Core(CoreError::Io { source, .. }) => source,
-        BackupError::Io { source, .. } => source,
-        _ => return false,
+    let BackupError::Core(CoreError::Io { source, .. }) = error else {
+        return false;
     };
     source.raw_os_error() == Some(libc::ENOSPC) || source.kind() == std::io::ErrorKind::StorageFull
 }
@@ -723,11 +719,11 @@ pub(crate) fn load_segment(view: &impl CatalogView, id: SegmentId) -> Result<Seg
     SegmentRecord::decode(&bytes, id)
 }
 
-pub(crate) fn load_container(view: &impl CatalogView, id: ContainerId) -> Result<ContainerRecord> {
+pub(crate) fn load_container(view: &impl CatalogView, id: ContainerId) -> Result<SegmentContainer> {
     let bytes = view
         .get_id(CONTAINERS, id)?
         .ok_or_else(|| BackupError::corrupt(format!("container {id:016x}"), "record missing"))?;
-    ContainerRecord::decode(&bytes, id)
+    SegmentContainer::decode(&bytes, id)
 }
 
 /// Current time in unix nanoseconds.

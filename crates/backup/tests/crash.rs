@@ -222,8 +222,8 @@ fn leave_orphan_containers(storage: &Arc<dyn Storage>, count: u64) {
 
 /// Goal: recovery is idempotent and complete after a crash at any point of itself: the
 /// orphan containers of an interrupted create are all removed by the next command, which
-/// then allocates their ids again without "already exists" (the removal used to go in
-/// ascending order and the next probe stopped at the first id already removed). Method:
+/// then allocates their ids again without "already exists" (removing in ascending order
+/// would leave a gap at which the next probe stops). Method:
 /// leave four orphans, run recovery and a create that needs several containers with a crash
 /// after every sync (torn writes), reopen, create again, check and restore.
 #[test]

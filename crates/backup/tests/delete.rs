@@ -154,3 +154,35 @@ fn conventional_mode_round_trip() {
     assert_restores(&store, &images, &[4, 5]);
     assert_check_ok(&mut store);
 }
+
+/// Goal: `plan_expire` names exactly the versions `expire` then deletes, changes nothing, and
+/// refuses what `expire` refuses (keeping none, no window). Method: plan twice, compare with
+/// the reports of the expiry that follows.
+#[test]
+fn expire_carries_out_its_plan() {
+    let images = images(15, 5);
+    let mut store = store_with(DedupMode::Revdedup, &images);
+    let plan = store.plan_expire("vm", Some(2)).unwrap();
+    assert_eq!(plan.versions, vec![1, 2, 3]);
+    assert_eq!(plan.keep, 2);
+    assert_eq!(
+        store.plan_expire("vm", Some(2)).unwrap(),
+        plan,
+        "planning changes nothing"
+    );
+    assert_eq!(store.list(Some("vm")).unwrap().len(), 5);
+    assert!(store.plan_expire("vm", Some(0)).is_err());
+    assert!(
+        store.plan_expire("vm", None).is_err(),
+        "no retention window"
+    );
+    assert!(store
+        .plan_expire("vm", Some(9))
+        .unwrap()
+        .versions
+        .is_empty());
+    let reports = store.expire("vm", Some(2), None).unwrap();
+    let deleted: Vec<u32> = reports.iter().map(|report| report.plan.version).collect();
+    assert_eq!(deleted, plan.versions);
+    assert_restores(&store, &images, &[4, 5]);
+}

@@ -38,13 +38,9 @@ impl BlockConfig {
     }
 }
 
-/// Target false-positive rate of the block device's fingerprint filter. Paper 1 §4.2.2 uses
-/// 1%, but at 4 KiB blocks a 1% blocked Bloom filter alone costs 1.24 bytes per chunk, the
-/// whole memory budget of 0.3 GB per TB of stored data (1.23 bytes per chunk) that the block
-/// device is held to, with the index directory and the metadata page tables (0.33 bytes per
-/// chunk) still to pay. At 5% the filter costs 0.79 bytes per entry of capacity; a false
-/// positive costs a unique block one index bucket read, served from the metadata cache
-/// while the index is small. The lab's paper 1 runs set the paper's 1%.
+/// Target false-positive rate of the block device's fingerprint filter: 5%, not paper 1's
+/// 1%, so that the filter fits the block device's memory budget (docs/DESIGN.md, "Membership
+/// filter", gives the reasoning). The lab's paper 1 runs set the paper's 1%.
 pub const FILTER_FALSE_POSITIVE_RATE: f64 = 0.05;
 
 /// Settings of one running engine; they can differ between runs.

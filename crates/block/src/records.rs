@@ -13,9 +13,9 @@
 
 use std::ops::Range;
 
+use onecopy_core::bytes::{u32_at, u64_at, ByteReader};
 use onecopy_core::chunk_store::{ChunkChange, ChunkId};
 use onecopy_core::journal::{RecordTag, TAG_BYTES};
-use onecopy_core::pages::ByteReader;
 use onecopy_core::{Error, Result};
 
 use crate::volume::{VolumeId, VolumeRecord};
@@ -100,16 +100,16 @@ pub fn tag(changes: &[BlockChange]) -> RecordTag {
 
 /// The volume and blocks a record's tag names; `None` for the zero tag.
 pub fn tag_blocks(tag: &RecordTag) -> Option<(VolumeId, Range<u64>)> {
-    let volume = u32::from_le_bytes(tag[..4].try_into().expect("4 bytes"));
-    let first = u64::from_le_bytes(tag[4..12].try_into().expect("8 bytes"));
-    let count = u32::from_le_bytes(tag[12..16].try_into().expect("4 bytes"));
+    let volume = u32_at(tag, 0);
+    let first = u64_at(tag, 4);
+    let count = u32_at(tag, 12);
     (volume != 0 && count > 0).then(|| (volume, first..first.saturating_add(count as u64)))
 }
 
 /// Decodes a journal record payload.
 pub fn decode(payload: &[u8]) -> Result<Vec<BlockChange>> {
     let malformed = || Error::corrupt("block journal record", "malformed");
-    let mut reader = ByteReader { bytes: payload };
+    let mut reader = ByteReader::new(payload);
     let count = reader.u32().ok_or_else(malformed)? as usize;
     // Each change takes at least 5 bytes, which bounds the allocation for corrupt counts.
     if count > payload.len() / 5 {
@@ -136,7 +136,7 @@ pub fn decode(payload: &[u8]) -> Result<Vec<BlockChange>> {
             _ => return Err(malformed()),
         }
     }
-    if !reader.bytes.is_empty() {
+    if !reader.is_empty() {
         return Err(malformed());
     }
     Ok(changes)

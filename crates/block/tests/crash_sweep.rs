@@ -378,7 +378,7 @@ fn crash_during_recovery() {
 fn crash_during_orphan_removal() {
     let storage = SimulatedStorage::new();
     let (engine, model) = two_volumes(&storage);
-    let next = engine.stats().store.next_container_id;
+    let next = engine.stats().store.container_id_next;
     engine.shutdown().unwrap();
     drop(engine);
     let base = storage.crash(CrashMode::Clean);

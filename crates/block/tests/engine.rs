@@ -499,7 +499,7 @@ fn crash_recovery_case(
             let before = storage.sync_count();
             run_until_crash(&engine, volume.id, &steps, volume_bytes);
             // Every container but the last one opened was sealed.
-            sealed += engine.stats().store.next_container_id.saturating_sub(2);
+            sealed += engine.stats().store.container_id_next.saturating_sub(2);
             (before, storage.sync_count())
         };
         for crash_at in total_syncs.0 + 1..=total_syncs.1 {

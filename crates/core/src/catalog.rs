@@ -18,6 +18,7 @@ use std::sync::Arc;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{de::DeserializeOwned, Serialize};
 
+use crate::bytes::u64_at;
 use crate::storage::{Storage, StorageFile};
 use crate::{Error, Result};
 
@@ -26,9 +27,10 @@ pub const SCHEMA_VERSION: u64 = 1;
 /// Memory redb may use for its page cache.
 const CACHE_BYTES: usize = 16 << 20;
 /// A catalog up to this size is read ahead whole by [`Catalog::read_ahead`] (`posix_fadvise`
-/// WILLNEED), in one sequential read the disk serves at full speed: a cold `backup create`
-/// otherwise waited 10.3-12.9 ms for 21 scattered reads of a 1.8 MB catalog before its inline
-/// phase, and 1.5-2.2 ms with the read-ahead. Larger catalogs are read page by page.
+/// WILLNEED), in one sequential read the disk serves at full speed, rather than in the
+/// scattered reads a cold `backup create` would otherwise wait for before its inline phase
+/// (docs/BENCHMARKS.md, "Figures the design refers to", gives the times). Larger catalogs are read page by
+/// page.
 const READ_AHEAD_BYTES_MAX: u64 = 64 << 20;
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("catalog.meta");
@@ -53,8 +55,9 @@ impl IdTable {
     }
 }
 
-fn catalog_error(error: impl std::fmt::Display) -> Error {
-    Error::Catalog(error.to_string())
+/// An error of redb, kept as the source.
+fn catalog_error(error: impl Into<redb::Error>) -> Error {
+    Error::catalog("", error)
 }
 
 /// Largest catalog [`Catalog::open_verified_copy`] copies into memory.
@@ -70,8 +73,8 @@ pub struct Catalog {
 
 /// How the catalog is open. Read-only opening exists because opening for writing costs disk
 /// flushes even when nothing changes: redb records its allocator state and a clean-shutdown
-/// header when a writable database closes (four flushes, 3-4 ms each on our machines), which
-/// is most of the time a small restore or a `list` takes.
+/// header when a writable database closes (four flushes), which is most of the time a small
+/// restore or a `list` takes.
 enum Database {
     Writable(redb::Database),
     ReadOnly(redb::ReadOnlyDatabase),
@@ -98,10 +101,10 @@ impl Catalog {
             .set_cache_size(CACHE_BYTES)
             .create_with_backend(CatalogBackend { file: file.clone() })
             .map_err(|error| {
-                Error::Catalog(format!(
-                    "opening catalog {name} in {}: {error}",
-                    storage.describe()
-                ))
+                Error::catalog(
+                    format!("opening catalog {name} in {}", storage.describe()),
+                    error,
+                )
             })?;
         let catalog = Catalog {
             database: Database::Writable(database),
@@ -125,10 +128,13 @@ impl Catalog {
             Ok(database) => database,
             Err(redb::DatabaseError::RepairAborted) => return Catalog::open(storage, name),
             Err(error) => {
-                return Err(Error::Catalog(format!(
-                    "opening catalog {name} in {} for reading: {error}",
-                    storage.describe()
-                )))
+                return Err(Error::catalog(
+                    format!(
+                        "opening catalog {name} in {} for reading",
+                        storage.describe()
+                    ),
+                    error,
+                ))
             }
         };
         let catalog = Catalog {
@@ -148,7 +154,7 @@ impl Catalog {
     /// redb panic. A catalog whose checks fail is [`Error::Corrupt`] naming the file and what
     /// redb found; a missing file is [`Error::NotFound`]; a catalog larger than
     /// [`VERIFIED_COPY_BYTES_MAX`] is [`Error::Limit`]. Cost: one sequential read of the file
-    /// and about 2 ms of checking per MB (measured on a 4, 32 and 256 MB catalog).
+    /// and a check that grows linearly with its size (docs/BENCHMARKS.md).
     pub fn open_verified_copy(storage: &Arc<dyn Storage>, name: &str) -> Result<Catalog> {
         let file = storage.open(name, false)?;
         let length = file.len()?;
@@ -195,7 +201,10 @@ impl Catalog {
         // The schema table is part of the verified trees; a catalog without one was never
         // initialised.
         catalog.check_schema().map_err(|error| match error {
-            Error::Catalog(detail) => Error::corrupt(what(), detail),
+            error @ Error::Catalog { .. } => {
+                let detail = error.to_string();
+                Error::corrupt(what(), detail.trim_start_matches("catalog: "))
+            }
             other => other,
         })?;
         Ok(catalog)
@@ -205,8 +214,7 @@ impl Catalog {
     /// [`READ_AHEAD_BYTES_MAX`]); best effort, a failure changes only speed. For operations
     /// that read much of the catalog (a backup's predecessor, a restore, a check). Opening
     /// does not do it: a command that reads a few records (a deletion) would then wait for
-    /// reads that grow with the repository, 1.5 ms for a 3 MB catalog against 0.6 ms for
-    /// 1.1 MB, measured cold with `strace -T`.
+    /// reads that grow with the repository.
     pub fn read_ahead(&self) {
         let Some(file) = &self.file else {
             return; // A verified copy is in memory already.
@@ -241,8 +249,8 @@ impl Catalog {
     fn writable(&self) -> Result<&redb::Database> {
         match &self.database {
             Database::Writable(database) => Ok(database),
-            Database::ReadOnly(_) | Database::VerifiedCopy(_) => Err(Error::Catalog(
-                "the catalog was opened read-only; this operation changes it".into(),
+            Database::ReadOnly(_) | Database::VerifiedCopy(_) => Err(Error::catalog_refused(
+                "the catalog was opened read-only; this operation changes it",
             )),
         }
     }
@@ -262,7 +270,7 @@ impl Catalog {
             }
         };
         match stored {
-            Some(version) if version > SCHEMA_VERSION => Err(Error::Catalog(format!(
+            Some(version) if version > SCHEMA_VERSION => Err(Error::catalog_refused(format!(
                 "the catalog has schema version {version}, newer than this onecopy \
                  understands ({SCHEMA_VERSION}); upgrade onecopy"
             ))),
@@ -299,8 +307,8 @@ impl Catalog {
         match &mut self.database {
             Database::Writable(database) => database.check_integrity().map_err(catalog_error),
             Database::VerifiedCopy(_) => Ok(true),
-            Database::ReadOnly(_) => Err(Error::Catalog(
-                "verifying the catalog needs it opened for writing (a repair may follow)".into(),
+            Database::ReadOnly(_) => Err(Error::catalog_refused(
+                "verifying the catalog needs it opened for writing (a repair may follow)",
             )),
         }
     }
@@ -430,7 +438,12 @@ impl CatalogWrite {
         key: &str,
         value: &T,
     ) -> Result<()> {
-        let bytes = serde_json::to_vec(value).map_err(catalog_error)?;
+        let bytes = serde_json::to_vec(value).map_err(|error| {
+            Error::InvalidArgument(format!(
+                "catalog record {}/{key} cannot be stored as JSON: {error}",
+                table.0
+            ))
+        })?;
         self.put(table, key, &bytes)
     }
 
@@ -497,7 +510,8 @@ const HEADER_SLOTS: [usize; 2] = [64, 192];
 const HEADER_BYTES: usize = 320;
 const SLOT_BYTES: usize = 128;
 const SLOT_CHECKED_BYTES: usize = 112;
-const SLOT_TRANSACTION: std::ops::Range<usize> = 104..112;
+/// Byte offset of a commit slot's transaction id (u64).
+const SLOT_TRANSACTION: usize = 104;
 const SLOT_FORMAT_VERSION: u8 = 3;
 const GOD_PRIMARY_SLOT_1: u8 = 1;
 const GOD_RECOVERY_REQUIRED: u8 = 2;
@@ -568,11 +582,7 @@ impl Catalog {
         let primary = usize::from(header[HEADER_GOD_BYTE] & GOD_PRIMARY_SLOT_1 != 0);
         let transaction = |index: usize| {
             let at = HEADER_SLOTS[index];
-            u64::from_le_bytes(
-                header[at..at + SLOT_BYTES][SLOT_TRANSACTION]
-                    .try_into()
-                    .expect("8"),
-            )
+            u64_at(&header[at..at + SLOT_BYTES], SLOT_TRANSACTION)
         };
         let both_valid = HEADER_SLOTS
             .iter()
@@ -667,8 +677,7 @@ impl Catalog {
                     .repaired
                     .push(format!("a damaged byte of commit slot {index}"));
             }
-            transaction[index] =
-                u64::from_le_bytes(slot[SLOT_TRANSACTION].try_into().expect("8 bytes"));
+            transaction[index] = u64_at(slot, SLOT_TRANSACTION);
         }
         let current_primary = usize::from(header[HEADER_GOD_BYTE] & GOD_PRIMARY_SLOT_1 != 0);
         let primary = match valid {
@@ -756,10 +765,9 @@ fn template_header() -> Result<[u8; HEADER_BYTES]> {
             .iter()
             .any(|&at| slot_valid(&header[at..at + SLOT_BYTES]));
     if !layout_known {
-        return Err(Error::Catalog(
+        return Err(Error::catalog_refused(
             "this build's redb writes a header the catalog repair does not know; \
-             the header was left as it is"
-                .to_string(),
+             the header was left as it is",
         ));
     }
     Ok(header)
@@ -995,6 +1003,31 @@ mod tests {
         assert_eq!(simulated.sync_count(), syncs_before, "nothing was synced");
         let missing = Catalog::open_read_only(&storage, "absent.redb");
         assert!(matches!(missing, Err(Error::NotFound(_))));
+    }
+
+    /// Goal: a catalog error keeps redb's error as its source, for programs that walk the
+    /// chain, and says what was being done. Method: open a file of garbage as a catalog; a
+    /// write to a read-only catalog is refused without a source.
+    #[test]
+    fn catalog_errors_keep_the_redb_source() {
+        let storage: Arc<dyn Storage> = Arc::new(SimulatedStorage::new());
+        let file = storage.open("garbage.redb", true).unwrap();
+        file.write_at(0, &[0x5a; 8192]).unwrap();
+        drop(file);
+        let error = Catalog::open_read_only(&storage, "garbage.redb").unwrap_err();
+        assert!(matches!(error, Error::Catalog { .. }), "{error:?}");
+        let source = std::error::Error::source(&error).expect("redb's error is the source");
+        assert!(source.downcast_ref::<redb::Error>().is_some(), "{source:?}");
+        assert!(error.to_string().contains("garbage.redb"), "{error}");
+
+        let catalog = Catalog::open(&storage, "catalog.redb").unwrap();
+        drop(catalog);
+        let catalog = Catalog::open_read_only(&storage, "catalog.redb").unwrap();
+        let Err(refused) = catalog.write() else {
+            panic!("a read-only catalog refuses writes");
+        };
+        assert!(matches!(refused, Error::Catalog { source: None, .. }));
+        assert!(refused.to_string().contains("read-only"), "{refused}");
     }
 
     /// Goal: a verified copy reads what the file holds and writes nothing to it; a damaged

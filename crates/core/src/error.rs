@@ -9,7 +9,9 @@ use std::io;
 /// Errors returned by the engine core.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// An I/O operation on the repository failed.
+    /// An I/O operation failed: on the repository, or on what a face reads or writes for the
+    /// user (a backup's source, a restore's target). `context` says what was being done, on
+    /// which file.
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -37,9 +39,15 @@ pub enum Error {
     /// A configured limit was reached.
     #[error("limit reached: {0}")]
     Limit(String),
-    /// The embedded catalog reported an error.
-    #[error("catalog: {0}")]
-    Catalog(String),
+    /// The embedded catalog (redb) reported an error, or refused an operation (`source` is
+    /// then `None`): a write on a catalog opened read-only, a schema newer than this build.
+    #[error("catalog: {}", catalog_message(.context, .source.as_ref()))]
+    Catalog {
+        /// What was being done; empty when redb's message says it all.
+        context: String,
+        #[source]
+        source: Option<redb::Error>,
+    },
     /// Another process holds the lock of a face of the repository.
     #[error(
         "{face} is in use by another onecopy process ({holder}); wait for it to finish, stop \
@@ -73,19 +81,47 @@ impl Error {
         }
     }
 
+    /// Wraps an error of the catalog's database with what was being done (may be empty).
+    pub fn catalog(context: impl Into<String>, source: impl Into<redb::Error>) -> Self {
+        Error::Catalog {
+            context: context.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// The catalog refused an operation; `detail` says why and what to do.
+    pub fn catalog_refused(detail: impl Into<String>) -> Self {
+        Error::Catalog {
+            context: detail.into(),
+            source: None,
+        }
+    }
+
     /// True when the error is a checksum or format failure of stored data.
     pub fn is_corrupt(&self) -> bool {
         matches!(self, Error::Corrupt { .. })
     }
 }
 
+/// The text of a catalog error: its context, then redb's message.
+fn catalog_message(context: &str, source: Option<&redb::Error>) -> String {
+    match (context.is_empty(), source) {
+        (_, None) => context.to_string(),
+        (true, Some(source)) => source.to_string(),
+        (false, Some(source)) => format!("{context}: {source}"),
+    }
+}
+
 /// Adds context to I/O results: `file.read(..).context_io(|| format!("reading {name}"))`.
+/// The one way every crate of the workspace wraps an I/O error: the backup store's and the
+/// lab's errors convert from [`Error`] and keep it (with its source) whole.
 pub trait IoContext<T> {
-    fn context_io<F: FnOnce() -> String>(self, context: F) -> Result<T>;
+    /// Maps the error to [`Error::Io`] with `context()`: what was being done, on which file.
+    fn context_io<C: Into<String>, F: FnOnce() -> C>(self, context: F) -> Result<T>;
 }
 
 impl<T> IoContext<T> for io::Result<T> {
-    fn context_io<F: FnOnce() -> String>(self, context: F) -> Result<T> {
+    fn context_io<C: Into<String>, F: FnOnce() -> C>(self, context: F) -> Result<T> {
         self.map_err(|source| Error::io(context(), source))
     }
 }

@@ -50,6 +50,7 @@
 
 use std::sync::Arc;
 
+use crate::bytes::{u32_at, u64_at};
 use crate::storage::{join, Storage, StorageFile};
 use crate::{Error, Result};
 
@@ -371,12 +372,12 @@ fn decode_file_header(bytes: &[u8], generation: u64) -> Option<u64> {
     if bytes.len() < FILE_HEADER_BYTES as usize || &bytes[..8] != FILE_MAGIC {
         return None;
     }
-    let crc = u32::from_le_bytes(bytes[24..28].try_into().ok()?);
+    let crc = u32_at(bytes, 24);
     if crc32c::crc32c(&bytes[..24]) != crc {
         return None;
     }
-    let stated = u64::from_le_bytes(bytes[8..16].try_into().ok()?);
-    (stated == generation).then(|| u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")))
+    let stated = u64_at(bytes, 8);
+    (stated == generation).then(|| u64_at(bytes, 16))
 }
 
 fn header_crc(generation: u64, header: &[u8]) -> u32 {
@@ -424,13 +425,13 @@ fn decode_header(generation: u64, at: u64, bytes: &[u8]) -> Option<(u32, u64, Re
     if bytes.len() < RECORD_HEADER_BYTES {
         return None;
     }
-    let length = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"));
-    let synced_end = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+    let length = u32_at(bytes, 0);
+    let synced_end = u64_at(bytes, 8);
     // Cheap plausibility first: resynchronising tries this at every offset.
     if length as usize > RECORD_BYTES_MAX || synced_end > at || synced_end < FILE_HEADER_BYTES {
         return None;
     }
-    let crc = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
+    let crc = u32_at(bytes, 4);
     if header_crc(generation, &bytes[..RECORD_HEADER_BYTES]) != crc {
         return None;
     }
@@ -443,13 +444,14 @@ fn decode_header(generation: u64, at: u64, bytes: &[u8]) -> Option<(u32, u64, Re
 
 /// The tag of a footer that passes its own check, with its stated payload length.
 fn decode_footer(generation: u64, footer: &[u8]) -> Option<(RecordTag, u32)> {
-    let crc = u32::from_le_bytes(footer[20..24].try_into().ok()?);
+    assert_eq!(footer.len(), RECORD_FOOTER_BYTES, "a whole footer");
+    let crc = u32_at(footer, 20);
     if footer_crc(generation, footer) != crc {
         return None;
     }
     Some((
         footer[..TAG_BYTES].try_into().expect("16 bytes"),
-        u32::from_le_bytes(footer[16..20].try_into().expect("4 bytes")),
+        u32_at(footer, 16),
     ))
 }
 
@@ -462,7 +464,7 @@ fn decode_record(generation: u64, at: u64, bytes: &[u8]) -> Option<ScannedRecord
     }
     let footer = &bytes[RECORD_HEADER_BYTES + length as usize..total];
     let (footer_tag, footer_length) = decode_footer(generation, footer)?;
-    let record_crc = u32::from_le_bytes(footer[24..28].try_into().expect("4 bytes"));
+    let record_crc = u32_at(footer, 24);
     let expected = crc32c::crc32c_append(
         crc32c::crc32c(&generation.to_le_bytes()),
         &bytes[..total - 4],

@@ -13,8 +13,11 @@
 //! 6. [`pages`] and [`journal`] make the metadata crash-safe; [`catalog`] keeps named objects
 //!    (volumes, series, recipes) in an embedded transactional store.
 //!
+//! [`bytes`] reads and writes the little-endian fields of every on-disk format.
+//!
 //! `docs/DESIGN.md` at the top of the repository gives the on-disk formats and write ordering.
 
+pub mod bytes;
 pub mod catalog;
 pub mod check;
 pub mod chunk_store;

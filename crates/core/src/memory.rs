@@ -3,19 +3,17 @@
 //! Opening a repository reads and decodes whole manifests, page tables and saved filters;
 //! the buffers it frees stay in the allocator's free lists, counted in the process's resident
 //! memory, unless they are handed back. A block server that is idle after opening would
-//! otherwise hold memory it does not use that grows with the stored data (measured: the RSS
-//! of a reopened server fell by 0.25 MB at 1.0 million chunks and by 0.58 MB at 3.1 million,
-//! about 0.18 bytes per chunk, after `malloc_trim`).
+//! otherwise hold memory it does not use that grows with the stored data (docs/BENCHMARKS.md,
+//! "Figures the design refers to", gives the size).
 //!
 //! glibc also moves its threshold for serving allocations from fresh mappings instead of the
-//! heap: freeing a mapped block of n bytes raises it to n (up to 32 MiB). Once the open had
-//! freed large decode buffers, later large tables could come from the heap, where a zeroed
+//! heap: freeing a mapped block of n bytes raises it to n (up to 32 MiB). Once the open has
+//! freed large decode buffers, later large tables can come from the heap, where a zeroed
 //! allocation is written (recycled memory must be cleared) and so resident at once, while a
-//! fresh mapping is zero pages that become resident only when used. Which happened depended
-//! on the order of earlier allocations: the same 17.18 GB of data reopened with 5.7 MB or
-//! 6.7 MB of anonymous memory, for the same heap bytes in use, depending on how it had been
-//! written (stop 13).
-//! [`map_large_allocations`] fixes the threshold.
+//! fresh mapping is zero pages that become resident only when used. Which happens would
+//! depend on the order of the allocations before, so the resident memory of the same
+//! repository would depend on how it was written. [`map_large_allocations`] fixes the
+//! threshold.
 
 /// Allocations of at least this many bytes get their own mapping (see
 /// [`map_large_allocations`]). Large enough that the block server's per-request buffers
@@ -24,9 +22,9 @@
 pub const MAPPED_ALLOCATION_BYTES: usize = 256 << 10;
 
 /// Free memory at the top of a heap that glibc keeps instead of returning it at once. Fixing
-/// the mapping threshold also fixes this one, at 128 KiB unless set; the server's worker
-/// threads then returned a few pages per request (about one `madvise` per 1 MiB write).
-/// glibc's own rule would have set it to twice the mapping threshold.
+/// the mapping threshold also fixes this one, at 128 KiB unless set, at which the server's
+/// worker threads would return a few pages per request (about one `madvise` per 1 MiB
+/// write). This is glibc's own rule: twice the mapping threshold.
 pub const HEAP_TOP_KEPT_BYTES: usize = 4 * MAPPED_ALLOCATION_BYTES;
 
 /// Serves allocations of [`MAPPED_ALLOCATION_BYTES`] or more from their own mappings, always,

@@ -7,7 +7,7 @@
 //! - [`paper1`]: paper 1 §5, file-system hints for inline deduplication (metadata, journal
 //!   and copy workloads at injected index latencies, LRU and ARC, hints on and off);
 //! - [`paper2`]: paper 2 §4, RevDedup against conventional deduplication on synthetic and
-//!   real backup series, and [`peers`]: restic and borg run on the same series.
+//!   real backup series, and [`paper2::peers`]: restic and borg run on the same series.
 //! - [`trace`]: block traces with content digests (the FIU format of paper 4);
 //! - [`trace_replay`]: paper 4 §4.1, content- vs sector-addressed caches over a trace.
 //!
@@ -18,7 +18,6 @@ pub mod error;
 pub mod mount;
 pub mod paper1;
 pub mod paper2;
-pub mod peers;
 pub mod plot;
 pub mod results;
 pub mod trace;

@@ -25,10 +25,12 @@ use std::time::{Duration, Instant};
 
 use onecopy_block::export::EngineExports;
 use onecopy_block::{BlockConfig, Engine, HintSettings, RuntimeOptions, VolumeStats};
+use onecopy_core::error::IoContext;
 use onecopy_core::repository::Repository;
 use onecopy_nbd::{silent_event_sink, ListenAddress, Server, ServerConfig};
 
 use crate::error::{LabError, Result};
+use crate::results::create_directory;
 
 /// Name of the one volume of a testbed.
 pub const VOLUME_NAME: &str = "lab";
@@ -126,13 +128,10 @@ impl Testbed {
         let directory = tempfile::Builder::new()
             .prefix("onecopy-lab-")
             .tempdir_in(&options.parent_directory)
-            .map_err(|error| {
-                LabError::io(
-                    format!(
-                        "creating a temporary directory in {}",
-                        options.parent_directory.display()
-                    ),
-                    error,
+            .context_io(|| {
+                format!(
+                    "creating a temporary directory in {}",
+                    options.parent_directory.display()
                 )
             })?;
         let root = directory.path().to_path_buf();
@@ -187,7 +186,7 @@ impl Testbed {
         let disk = self.fuse_directory.join("disk");
         let log_path = root.join("nbdfuse.log");
         let log = fs::File::create(&log_path)
-            .map_err(|error| LabError::io(format!("creating {}", log_path.display()), error))?;
+            .context_io(|| format!("creating {}", log_path.display()))?;
         let uri = format!("nbd+unix:///{VOLUME_NAME}?socket={}", socket.display());
         let child = Command::new("nbdfuse")
             .arg(&disk)
@@ -382,8 +381,7 @@ impl Drop for Testbed {
 
 /// `syncfs(2)` on the file system holding `path`.
 pub fn sync_file_system(path: &Path) -> Result<()> {
-    let directory = fs::File::open(path)
-        .map_err(|error| LabError::io(format!("opening {}", path.display()), error))?;
+    let directory = fs::File::open(path).context_io(|| format!("opening {}", path.display()))?;
     use std::os::fd::AsRawFd;
     // SAFETY: syncfs takes a descriptor we own for the duration of the call.
     let status = unsafe { libc::syncfs(directory.as_raw_fd()) };
@@ -461,11 +459,6 @@ fn wait_for_detach(device: &str) {
     while Path::new(&backing_file).exists() && started.elapsed() < ATTACH_TIMEOUT {
         std::thread::sleep(POLL_INTERVAL);
     }
-}
-
-fn create_directory(path: &Path) -> Result<()> {
-    fs::create_dir_all(path)
-        .map_err(|error| LabError::io(format!("creating {}", path.display()), error))
 }
 
 /// Waits for a child we started to exit; kills it (by its own pid) after `timeout`.

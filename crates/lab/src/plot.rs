@@ -34,8 +34,16 @@ const MARGIN_LEFT: f64 = 62.0;
 const MARGIN_RIGHT: f64 = 12.0;
 const MARGIN_TOP: f64 = 44.0;
 const MARGIN_BOTTOM: f64 = 44.0;
-/// Height of the figure title band.
+/// Height of the figure title band holding one line of title; each further line of a title
+/// too wide for the canvas adds [`TITLE_LINE`].
 const TITLE_BAND: f64 = 30.0;
+const TITLE_LINE: f64 = 20.0;
+/// Space kept clear at each side of a title.
+const TITLE_PADDING: f64 = 10.0;
+/// Most entries in one column of a legend; more go to further columns.
+const LEGEND_ROWS_MAX: usize = 4;
+/// Clear space between the highest value and the legend above it.
+const LEGEND_GAP: f64 = 6.0;
 
 /// How values map to the vertical (or, for lines, horizontal) axis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,12 +121,15 @@ impl Figure {
         }
     }
 
-    /// The figure as a standalone SVG document.
+    /// The figure as a standalone SVG document. A title wider than the canvas is wrapped at
+    /// spaces onto as many lines as it needs, so no text leaves the canvas.
     pub fn to_svg(&self) -> String {
         assert!(self.columns > 0, "a figure needs at least one column");
         let rows = self.panels.len().div_ceil(self.columns).max(1);
         let width = self.panel_width as f64 * self.columns as f64;
-        let height = TITLE_BAND + self.panel_height as f64 * rows as f64;
+        let title_lines = wrap_text(&self.title, width - 2.0 * TITLE_PADDING, TITLE_FONT, true);
+        let title_band = TITLE_BAND + TITLE_LINE * (title_lines.len() as f64 - 1.0);
+        let height = title_band + self.panel_height as f64 * rows as f64;
         let mut svg = String::new();
         let _ = writeln!(
             svg,
@@ -128,19 +139,21 @@ impl Figure {
             svg,
             r#"<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>"#
         );
-        text(
-            &mut svg,
-            width / 2.0,
-            20.0,
-            TITLE_FONT,
-            "middle",
-            "bold",
-            &self.title,
-        );
+        for (line, content) in title_lines.iter().enumerate() {
+            text(
+                &mut svg,
+                width / 2.0,
+                20.0 + TITLE_LINE * line as f64,
+                TITLE_FONT,
+                "middle",
+                "bold",
+                content,
+            );
+        }
         for (index, panel) in self.panels.iter().enumerate() {
             let frame = Frame {
                 left: (index % self.columns) as f64 * self.panel_width as f64,
-                top: TITLE_BAND + (index / self.columns) as f64 * self.panel_height as f64,
+                top: title_band + (index / self.columns) as f64 * self.panel_height as f64,
                 width: self.panel_width as f64,
                 height: self.panel_height as f64,
             };
@@ -314,6 +327,32 @@ pub fn escape(text: &str) -> String {
     escaped
 }
 
+/// Estimated width in pixels of `content` at font size `size`: no font is embedded, so this
+/// takes a generous average character width of the generic sans-serif family.
+fn text_width(content: &str, size: f64, bold: bool) -> f64 {
+    let average = if bold { 0.64 } else { 0.58 };
+    content.chars().count() as f64 * size * average
+}
+
+/// `content` split at spaces into lines no wider than `width` (by [`text_width`]); a single
+/// word wider than `width` gets a line of its own.
+fn wrap_text(content: &str, width: f64, size: f64, bold: bool) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in content.split(' ') {
+        match lines.last_mut() {
+            Some(line) if text_width(&format!("{line} {word}"), size, bold) <= width => {
+                line.push(' ');
+                line.push_str(word);
+            }
+            _ => lines.push(word.to_string()),
+        }
+    }
+    if lines.is_empty() {
+        lines.push(String::new());
+    }
+    lines
+}
+
 fn text(svg: &mut String, x: f64, y: f64, size: f64, anchor: &str, weight: &str, content: &str) {
     let _ = writeln!(
         svg,
@@ -333,11 +372,15 @@ fn draw_frame(
 ) {
     let (left, right) = (frame.plot_left(), frame.plot_right());
     let (top, bottom) = (frame.plot_top(), frame.plot_bottom());
+    // A panel title too wide for its panel is set smaller, so that it stays inside it.
+    let room = frame.width - 2.0 * TITLE_PADDING;
+    let title_font =
+        PANEL_TITLE_FONT.min(PANEL_TITLE_FONT * room / text_width(title, PANEL_TITLE_FONT, true));
     text(
         svg,
-        (left + right) / 2.0,
+        frame.left + frame.width / 2.0,
         frame.top + 18.0,
-        PANEL_TITLE_FONT,
+        title_font,
         "middle",
         "bold",
         title,
@@ -385,49 +428,82 @@ fn draw_frame(
     );
 }
 
+/// How a legend is laid out: entries fill columns of at most [`LEGEND_ROWS_MAX`] rows, left to
+/// right.
+struct LegendLayout {
+    columns: usize,
+    rows: usize,
+    column_width: f64,
+}
+
+impl LegendLayout {
+    fn new(names: &[&str]) -> LegendLayout {
+        let longest = names
+            .iter()
+            .map(|name| text_width(name, LABEL_FONT, false))
+            .fold(0.0, f64::max);
+        let columns = names.len().div_ceil(LEGEND_ROWS_MAX).max(1);
+        LegendLayout {
+            columns,
+            rows: names.len().div_ceil(columns),
+            column_width: 26.0 + longest,
+        }
+    }
+
+    fn row_height() -> f64 {
+        LABEL_FONT + 4.0
+    }
+
+    fn width(&self) -> f64 {
+        self.column_width * self.columns as f64
+    }
+
+    /// Height of the legend box, and so of the room kept for it above the data.
+    fn height(&self) -> f64 {
+        Self::row_height() * self.rows as f64 + 4.0
+    }
+}
+
 /// A legend in the top-right corner of the plot area, one entry per series name.
 fn draw_legend(svg: &mut String, frame: &Frame, names: &[&str], lines: bool) {
     if names.is_empty() {
         return;
     }
-    let longest = names
-        .iter()
-        .map(|name| name.chars().count())
-        .max()
-        .unwrap_or(0);
-    let width = 26.0 + longest as f64 * LABEL_FONT * 0.6;
-    let row = LABEL_FONT + 4.0;
-    let x = frame.plot_right() - width - 4.0;
+    let layout = LegendLayout::new(names);
+    let row = LegendLayout::row_height();
+    let x = frame.plot_right() - layout.width() - 4.0;
     let y = frame.plot_top() + 4.0;
     let _ = writeln!(
         svg,
-        r##"<rect x="{x:.1}" y="{y:.1}" width="{width:.1}" height="{:.1}" fill="white" fill-opacity="0.85" stroke="#999999"/>"##,
-        row * names.len() as f64 + 4.0
+        r##"<rect x="{x:.1}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="white" fill-opacity="0.85" stroke="#999999"/>"##,
+        layout.width(),
+        layout.height()
     );
     for (index, name) in names.iter().enumerate() {
         let colour = PALETTE[index % PALETTE.len()];
-        let row_y = y + 2.0 + row * index as f64;
+        let entry_x = x + layout.column_width * (index / layout.rows) as f64;
+        let row_y = y + 2.0 + row * (index % layout.rows) as f64;
         if lines {
             let _ = writeln!(
                 svg,
                 r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{colour}" stroke-width="2"/>"#,
-                x + 4.0,
+                entry_x + 4.0,
                 row_y + row / 2.0,
-                x + 18.0,
+                entry_x + 18.0,
                 row_y + row / 2.0
             );
         } else {
             let _ = writeln!(
                 svg,
                 r#"<rect x="{:.1}" y="{:.1}" width="12" height="{:.1}" fill="{colour}"/>"#,
-                x + 5.0,
+                entry_x + 5.0,
                 row_y + 2.0,
                 row - 4.0
             );
         }
         text(
             svg,
-            x + 22.0,
+            entry_x + 22.0,
             row_y + row - 3.0,
             LABEL_FONT,
             "start",
@@ -437,15 +513,41 @@ fn draw_legend(svg: &mut String, frame: &Frame, names: &[&str], lines: bool) {
     }
 }
 
-/// The axis with one more tick step (a power of ten on a log axis) above the data, where the
-/// legend sits.
-fn with_legend_room(mut axis: Axis) -> Axis {
-    match axis.scale {
-        AxisScale::Linear => axis.maximum += axis.ticks[1] - axis.ticks[0],
-        AxisScale::Log10 => axis.maximum *= 10.0,
+/// The axis extended by whole tick steps (powers of ten on a log axis) until the highest of
+/// `values` lies below a legend of `names` in the top of a plot `plot_height` pixels tall,
+/// so that the legend covers no data. At least one step is added.
+fn with_legend_room(
+    mut axis: Axis,
+    values: impl IntoIterator<Item = f64>,
+    names: &[&str],
+    plot_height: f64,
+) -> Axis {
+    let highest = values
+        .into_iter()
+        .filter(|value| value.is_finite() && (axis.scale == AxisScale::Linear || *value > 0.0))
+        .fold(f64::NEG_INFINITY, f64::max);
+    let legend = if names.is_empty() {
+        0.0
+    } else {
+        LegendLayout::new(names).height() + LEGEND_GAP
+    };
+    // A legend taller than most of the plot would squeeze the data flat; past that point it
+    // may cover some, which the values' tooltips still show.
+    let free = (1.0 - legend / plot_height).max(0.25);
+    let step = axis.ticks[1] - axis.ticks[0];
+    loop {
+        match axis.scale {
+            AxisScale::Linear => axis.maximum += step,
+            AxisScale::Log10 => axis.maximum *= 10.0,
+        }
+        axis.ticks.push(axis.maximum);
+        let fits = axis
+            .fraction(highest)
+            .is_none_or(|fraction| fraction <= free);
+        if fits || axis.ticks.len() > 64 {
+            return axis;
+        }
     }
-    axis.ticks.push(axis.maximum);
-    axis
 }
 
 fn draw_bars(svg: &mut String, frame: &Frame, panel: &BarPanel) {
@@ -458,11 +560,23 @@ fn draw_bars(svg: &mut String, frame: &Frame, panel: &BarPanel) {
         );
     }
     // Room above the tallest bar for the legend.
-    let values = panel
+    let values = || {
+        panel
+            .series
+            .iter()
+            .flat_map(|series| series.values.iter().copied())
+    };
+    let names: Vec<&str> = panel
         .series
         .iter()
-        .flat_map(|series| series.values.iter().copied());
-    let axis = with_legend_room(Axis::covering(panel.y_scale, values));
+        .map(|series| series.name.as_str())
+        .collect();
+    let axis = with_legend_room(
+        Axis::covering(panel.y_scale, values()),
+        values(),
+        &names,
+        frame.plot_bottom() - frame.plot_top(),
+    );
     draw_frame(
         svg,
         frame,
@@ -517,18 +631,23 @@ fn draw_bars(svg: &mut String, frame: &Frame, panel: &BarPanel) {
             }
         }
     }
-    let names: Vec<&str> = panel
-        .series
-        .iter()
-        .map(|series| series.name.as_str())
-        .collect();
     draw_legend(svg, frame, &names, false);
 }
 
 fn draw_lines(svg: &mut String, frame: &Frame, panel: &LinePanel) {
     let points = || panel.series.iter().flat_map(|series| series.points.iter());
     let x_axis = Axis::covering(panel.x_scale, points().map(|point| point.0));
-    let y_axis = with_legend_room(Axis::covering(panel.y_scale, points().map(|point| point.1)));
+    let names: Vec<&str> = panel
+        .series
+        .iter()
+        .map(|series| series.name.as_str())
+        .collect();
+    let y_axis = with_legend_room(
+        Axis::covering(panel.y_scale, points().map(|point| point.1)),
+        points().map(|point| point.1),
+        &names,
+        frame.plot_bottom() - frame.plot_top(),
+    );
     draw_frame(
         svg,
         frame,
@@ -586,11 +705,6 @@ fn draw_lines(svg: &mut String, frame: &Frame, panel: &LinePanel) {
             );
         }
     }
-    let names: Vec<&str> = panel
-        .series
-        .iter()
-        .map(|series| series.name.as_str())
-        .collect();
     draw_legend(svg, frame, &names, true);
 }
 
@@ -718,5 +832,89 @@ mod tests {
             r#"width="{}" height="{expected_height}""#,
             2 * PANEL_WIDTH_DEFAULT
         )));
+    }
+
+    /// The numbers of attribute `name` in the elements of `svg` that start with `start`.
+    fn attribute_values(svg: &str, start: &str, name: &str) -> Vec<f64> {
+        svg.lines()
+            .filter(|line| line.starts_with(start))
+            .map(|line| {
+                let at = line.find(&format!(" {name}=\"")).expect("attribute") + name.len() + 3;
+                let end = at + line[at..].find('"').expect("closing quote");
+                line[at..end].parse().expect("a number")
+            })
+            .collect()
+    }
+
+    /// Goal: a figure title wider than its canvas is wrapped onto lines that each fit, and
+    /// the panels move down to make room, so no title is cut off at either side. Method: a
+    /// one-panel figure with a title of about twice the panel's width.
+    #[test]
+    fn long_titles_wrap_inside_the_canvas() {
+        let mut figure = sample_figure();
+        figure.columns = 1;
+        figure.panels.truncate(1);
+        figure.title = "Fig. 7: reverse deduplication throughput of every week, SG1 (MB/s)".into();
+        let svg = figure.to_svg();
+        let title_lines: Vec<&str> = svg
+            .lines()
+            .filter(|line| line.contains(&format!(r#"font-size="{TITLE_FONT}""#)))
+            .collect();
+        assert!(title_lines.len() >= 2, "{title_lines:?}");
+        for line in &title_lines {
+            let content = &line[line.find('>').unwrap() + 1..line.rfind("</text>").unwrap()];
+            let width = text_width(content, TITLE_FONT, true);
+            assert!(
+                width <= PANEL_WIDTH_DEFAULT as f64 - 2.0 * TITLE_PADDING,
+                "{content:?} is {width} px wide"
+            );
+        }
+        let expected_height =
+            TITLE_BAND + TITLE_LINE * (title_lines.len() - 1) as f64 + PANEL_HEIGHT_DEFAULT as f64;
+        assert!(svg.contains(&format!(r#"height="{expected_height}""#)));
+    }
+
+    /// Goal: the legend of a bar panel covers no bar, however many series it lists. Method:
+    /// seven series of nearly equal values (the storage-saving figure's shape); every bar top
+    /// lies below the legend box.
+    #[test]
+    fn legends_cover_no_bars() {
+        let series = (0..7)
+            .map(|index| BarSeries {
+                name: format!("rev-{index}M +reverse"),
+                values: vec![92.0, 90.0 + index as f64, -2.0],
+            })
+            .collect();
+        let mut figure = Figure::new("saving", 1);
+        figure.panel_width = 900;
+        figure.panels.push(Panel::Bars(BarPanel {
+            title: "saving after the last backup".into(),
+            x_label: "dataset".into(),
+            y_label: "saving (%)".into(),
+            y_scale: AxisScale::Linear,
+            categories: vec!["sg1".into(), "sg2".into(), "gp".into()],
+            series,
+            value_labels: false,
+        }));
+        let svg = figure.to_svg();
+        let legend_top = attribute_values(&svg, r#"<rect"#, "y")
+            .into_iter()
+            .zip(attribute_values(&svg, r#"<rect"#, "height"))
+            .zip(svg.lines().filter(|line| line.starts_with("<rect")))
+            .find(|(_, line)| line.contains("#999999"))
+            .map(|((y, height), _)| y + height)
+            .expect("a legend box");
+        let bar_tops: Vec<f64> = svg
+            .lines()
+            .filter(|line| line.starts_with("<rect") && line.contains("<title>"))
+            .map(|line| attribute_values(line, "<rect", "y")[0])
+            .collect();
+        assert_eq!(bar_tops.len(), 21);
+        for top in bar_tops {
+            assert!(
+                top > legend_top,
+                "a bar top at {top} is under the legend (to {legend_top})"
+            );
+        }
     }
 }

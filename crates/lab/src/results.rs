@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
 
+use onecopy_core::error::IoContext;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LabError, Result};
@@ -101,14 +102,37 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     write_text(path, &(text + "\n"))
 }
 
+/// Reads the JSON document at `path` (written by [`write_json`]).
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = fs::read_to_string(path).context_io(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).map_err(|error| {
+        LabError::io(
+            format!("parsing {}", path.display()),
+            std::io::Error::other(error),
+        )
+    })
+}
+
+/// Removes the directory tree at `path`; one that is not there is not an error.
+pub fn remove_directory_if_present(path: &Path) -> Result<()> {
+    match fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(LabError::io(format!("removing {}", path.display()), error)),
+    }
+}
+
 /// Writes `text` to `path`, creating the parent directory.
 pub fn write_text(path: &Path, text: &str) -> Result<()> {
     if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent)
-            .map_err(|error| LabError::io(format!("creating {}", parent.display()), error))?;
+        fs::create_dir_all(parent).context_io(|| format!("creating {}", parent.display()))?;
     }
-    fs::write(path, text)
-        .map_err(|error| LabError::io(format!("writing {}", path.display()), error))
+    Ok(fs::write(path, text).context_io(|| format!("writing {}", path.display()))?)
+}
+
+/// Creates `path` and its missing parents.
+pub fn create_directory(path: &Path) -> Result<()> {
+    Ok(fs::create_dir_all(path).context_io(|| format!("creating {}", path.display()))?)
 }
 
 /// What the host was doing, taken before or after a run.
@@ -137,6 +161,14 @@ impl HostSnapshot {
                 .unwrap_or_default(),
         }
     }
+}
+
+/// The one-minute load average (0 if unreadable).
+pub fn load_average() -> f64 {
+    fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| parse_load_average(&text))
+        .map_or(0.0, |averages| averages[0])
 }
 
 /// The three load averages at the start of a `/proc/loadavg` line.

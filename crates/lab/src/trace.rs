@@ -16,6 +16,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use onecopy_core::error::IoContext;
+
 use crate::error::{LabError, Result};
 
 /// Sectors per 4 KiB page.
@@ -162,8 +164,8 @@ fn parse_digest(text: &str) -> std::result::Result<Digest, String> {
 
 /// Reads a whole trace; the error names the file and line of the first bad record.
 pub fn read_trace(path: &Path) -> Result<Vec<TraceRecord>> {
-    let text = fs::read_to_string(path)
-        .map_err(|error| LabError::io(format!("reading trace {}", path.display()), error))?;
+    let text =
+        fs::read_to_string(path).context_io(|| format!("reading trace {}", path.display()))?;
     parse_trace(&text, path)
 }
 

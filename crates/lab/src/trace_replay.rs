@@ -27,6 +27,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use onecopy_block::{BlockConfig, Engine, HintSettings, RuntimeOptions};
+use onecopy_core::error::IoContext;
 use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::index::cache::{Cache, CachePolicy, EntryCache};
 use onecopy_core::storage::{LocalStorage, Storage};
@@ -171,12 +172,8 @@ pub fn replay_engine(
     directory: &Path,
 ) -> Result<(Hits, u64)> {
     let block_bytes = accesses.block_bytes as usize;
-    let scratch = tempfile::tempdir_in(directory).map_err(|error| {
-        LabError::io(
-            format!("creating a directory in {}", directory.display()),
-            error,
-        )
-    })?;
+    let scratch = tempfile::tempdir_in(directory)
+        .context_io(|| format!("creating a directory in {}", directory.display()))?;
     let storage: Arc<dyn Storage> = Arc::new(
         LocalStorage::create(scratch.path())
             .map_err(|error| LabError::engine("creating engine storage", error))?,

@@ -1,6 +1,6 @@
 //! The testbed end to end: engine + NBD server + nbdfuse + loop device + ext4, then teardown.
-//! Needs root and the tools of scripts/setup.sh; without them the tests print a note and
-//! pass, unless ONECOPY_REQUIRE_TESTBED=1 makes their absence a failure.
+//! Needs root, /dev/fuse and the tools of scripts/setup.sh; without them the tests fail
+//! saying what is missing.
 
 use std::fs;
 use std::path::Path;
@@ -8,23 +8,24 @@ use std::path::Path;
 use onecopy_block::{HintSettings, RuntimeOptions};
 use onecopy_lab::mount::{require_program, run, FileSystemOptions, Testbed, TestbedOptions};
 
-fn testbed_available() -> bool {
+/// Fails the test, saying what is missing, unless the testbed can run here.
+fn require_testbed() {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    let tools = ["nbdfuse", "losetup", "fusermount3", "mkfs.ext4", "mount"]
-        .iter()
-        .all(|program| require_program(program).is_ok());
-    let fuse = Path::new("/dev/fuse").exists();
-    if root && tools && fuse {
-        return true;
-    }
-    if std::env::var("ONECOPY_REQUIRE_TESTBED").as_deref() == Ok("1") {
-        panic!("the testbed needs root, /dev/fuse and scripts/setup.sh's tools");
-    }
-    eprintln!(
-        "note: skipping the testbed test (needs root, /dev/fuse, nbdfuse, losetup, mkfs.ext4)"
+    assert!(
+        root,
+        "the testbed mounts a file system and must run as root"
     );
-    false
+    for program in ["nbdfuse", "losetup", "fusermount3", "mkfs.ext4", "mount"] {
+        assert!(
+            require_program(program).is_ok(),
+            "{program} is not installed: run scripts/setup.sh"
+        );
+    }
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "/dev/fuse is missing: nbdfuse needs the fuse module (modprobe fuse)"
+    );
 }
 
 fn options(parent: &Path) -> TestbedOptions {
@@ -55,9 +56,7 @@ fn loop_backing_files() -> String {
 /// a remount, and teardown leaves no mount, loop device or directory behind.
 #[test]
 fn ext4_on_a_volume_round_trips_and_tears_down() {
-    if !testbed_available() {
-        return;
-    }
+    require_testbed();
     let parent = tempfile::tempdir().unwrap();
     let mut testbed = Testbed::attach(&options(parent.path())).unwrap();
     let file = testbed.mount_point().join("hello.bin");
@@ -87,9 +86,7 @@ fn ext4_on_a_volume_round_trips_and_tears_down() {
 /// detaches everything.
 #[test]
 fn dropping_a_testbed_tears_it_down() {
-    if !testbed_available() {
-        return;
-    }
+    require_testbed();
     let parent = tempfile::tempdir().unwrap();
     let testbed = Testbed::attach(&options(parent.path())).unwrap();
     let mount_point = testbed.mount_point().to_path_buf();

@@ -51,7 +51,8 @@ use super::beneath::{
     unlink_at, Beneath,
 };
 use super::{EntryKind, Tree, TreeEntry};
-use crate::error::{escape_path, BackupError, IoContext, Result};
+use crate::error::{escape_path, BackupError, Result};
+use onecopy_core::error::IoContext;
 
 /// Names shown in a message about a target, at most.
 const NAMES_SHOWN: usize = 5;

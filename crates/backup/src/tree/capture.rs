@@ -44,8 +44,9 @@ use serde::Serialize;
 
 use super::beneath::{is_regular, stat_fd, Beneath};
 use super::{EntryKind, Extent, Tree, TreeEntry};
-use crate::error::{BackupError, IoContext, Result};
+use crate::error::{BackupError, Result};
 use crate::series::TreeRange;
+use onecopy_core::error::IoContext;
 
 /// Largest buffer for the names of a file's extended attributes.
 const XATTR_BYTES_MAX: usize = 1 << 20;

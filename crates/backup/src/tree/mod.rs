@@ -119,7 +119,7 @@ impl Tree {
     /// Encodes the tree.
     pub fn encode(&self) -> Vec<u8> {
         let mut encoder = Encoder::with_capacity(64 + self.entries.len() * 96);
-        encoder.bytes.extend_from_slice(b"TRE1");
+        encoder.raw(b"TRE1");
         encoder.u32(self.entries.len() as u32);
         for entry in &self.entries {
             encoder.blob(&entry.path);

@@ -176,7 +176,7 @@ impl Engine {
             .open_container
             .filter(|_| self.mode() == OpenMode::ReadWrite);
         let algorithm = self.config().fingerprint;
-        let end = state.chunks.state().next_chunk_id;
+        let end = state.chunks.state().chunk_id_next;
         let mut data = Vec::new();
         for id in 1..end {
             if analysis.damaged_record_ids.contains(&id) {
@@ -252,7 +252,7 @@ impl Engine {
         analysis: &mut Analysis,
         report: &mut FaceReport,
     ) -> Result<()> {
-        let end = state.chunks.state().next_chunk_id;
+        let end = state.chunks.state().chunk_id_next;
         analysis.counted = vec![0u32; end as usize];
         for record in volumes {
             let map = state.volumes[&record.id].map;
@@ -329,7 +329,7 @@ impl Engine {
             // The table is rebuilt by a repair; its records cannot be trusted here.
             return Ok(());
         }
-        for id in 1..state.chunks.state().next_container_id {
+        for id in 1..state.chunks.state().container_id_next {
             let container = state.chunks.container_record(&mut state.pages, id)?;
             if container.state != ContainerState::Sealed {
                 continue;
@@ -539,7 +539,7 @@ impl Engine {
         report: &mut FaceReport,
     ) -> Result<()> {
         let chunk_pages_damaged = !analysis.damaged_record_ids.is_empty();
-        let end = state.chunks.state().next_chunk_id;
+        let end = state.chunks.state().chunk_id_next;
         let mut references_wrong = 0u64;
         let mut unreferenced = 0u64;
         let mut index_missing = 0u64;

@@ -151,7 +151,7 @@ impl Engine {
         loop {
             let mut state = self.state.lock();
             self.check_usable(&state)?;
-            let end = state.chunks.state().next_chunk_id;
+            let end = state.chunks.state().chunk_id_next;
             if next >= end {
                 break;
             }

@@ -78,9 +78,8 @@ struct CheckpointState {
     /// The id the next volume gets.
     next_volume_id: VolumeId,
     /// A copy of `config.json`, which has no checksum of its own: should the file be damaged
-    /// or lost, this copy (covered by the manifest's) is used and rewrites it. Absent in
-    /// checkpoints written before the copy was kept.
-    #[serde(default)]
+    /// or lost, this copy (covered by the manifest's) is used and rewrites it. `None` only
+    /// in the state of a store that has no checkpoint yet.
     config: Option<BlockConfig>,
 }
 

@@ -864,7 +864,7 @@ fn leftover_containers(
     read_only: bool,
     findings: &mut Vec<Finding>,
 ) -> Result<()> {
-    let next = chunks.state().next_container_id;
+    let next = chunks.state().container_id_next;
     let orphans: Vec<u64> = containers
         .list()?
         .into_iter()

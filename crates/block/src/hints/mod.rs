@@ -121,7 +121,8 @@ const COPY_FRACTION_MIN: f64 = 0.25;
 #[derive(Debug, Default)]
 pub struct CopyDetector {
     /// Every read and every deduplicated write probes this set: hashed by the fingerprint's
-    /// own first bytes, not SipHash (2% of a unique overwrite's server time, stop 13).
+    /// own first bytes, not SipHash, which would be a visible share of a unique overwrite's
+    /// server time.
     recent: HashSet<Fingerprint, FingerprintBuildHasher>,
     order: VecDeque<Fingerprint>,
     window_writes: u64,

@@ -8,8 +8,8 @@ use clap::{Args, Subcommand};
 use onecopy_core::index::cache::CachePolicy;
 use onecopy_core::units::{parse_duration_ns, parse_size};
 use onecopy_lab::paper1::{self, Paper1Options, Scale, Workload, PAPER_LATENCIES_NS};
+use onecopy_lab::paper2::peers::Tool;
 use onecopy_lab::paper2::{self, Dataset, Paper2Options};
-use onecopy_lab::peers::Tool;
 use onecopy_lab::trace::read_trace;
 use onecopy_lab::trace_replay::{run_trace_experiment, CACHE_BLOCKS_DEFAULT};
 

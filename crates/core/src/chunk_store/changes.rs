@@ -4,9 +4,9 @@
 //! option is a presence byte followed by 32 bytes when present; a location is container u64,
 //! offset u32, stored bytes u32, raw bytes u32, flags u32, checksum u32.
 
+use crate::bytes::ByteReader;
 use crate::container::{ChunkLocation, ContainerId};
 use crate::fingerprint::Fingerprint;
-use crate::pages::ByteReader;
 use crate::{Error, Result};
 
 use super::ChunkId;

@@ -50,11 +50,11 @@ pub type ChunkId = u64;
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChunkStoreState {
     /// Next never-used chunk id.
-    pub next_chunk_id: ChunkId,
+    pub chunk_id_next: ChunkId,
     /// Head of the list of freed chunk ids (linked through their records); 0 when empty.
     pub free_head: ChunkId,
     /// Next container id to allocate.
-    pub next_container_id: ContainerId,
+    pub container_id_next: ContainerId,
     /// The container receiving appends.
     pub open_container: Option<ContainerId>,
     /// Chunks in use.
@@ -179,9 +179,9 @@ impl ChunkStore {
         derived_damage
             .extend(index_damage.map(|error| DerivedDamage::new("fingerprint index", error)));
         let mut state = state;
-        if state.next_chunk_id == 0 {
-            state.next_chunk_id = 1;
-            state.next_container_id = 1;
+        if state.chunk_id_next == 0 {
+            state.chunk_id_next = 1;
+            state.container_id_next = 1;
         }
         Ok(ChunkStore {
             containers,
@@ -472,11 +472,11 @@ impl ChunkStore {
     /// by a repair, and replay accepts either id).
     fn next_free_id(&mut self, pages: &mut PageStore) -> Result<ChunkId> {
         if self.state.free_head == ZERO_CHUNK {
-            return Ok(self.state.next_chunk_id);
+            return Ok(self.state.chunk_id_next);
         }
         match self.record(pages, self.state.free_head) {
             Ok(_) => Ok(self.state.free_head),
-            Err(error) if error.is_corrupt() => Ok(self.state.next_chunk_id),
+            Err(error) if error.is_corrupt() => Ok(self.state.chunk_id_next),
             Err(error) => Err(error),
         }
     }
@@ -495,7 +495,7 @@ impl ChunkStore {
             }
         }
         self.seal_open_container(pages, changes)?;
-        let id = self.state.next_container_id;
+        let id = self.state.container_id_next;
         let created_at = unix_seconds();
         self.writer = Some(self.containers.create(id, created_at)?);
         self.push_applied(
@@ -569,14 +569,14 @@ impl ChunkStore {
             } => {
                 if id == self.state.free_head && id != ZERO_CHUNK {
                     self.state.free_head = self.record(pages, id)?.next_free;
-                } else if id == self.state.next_chunk_id {
-                    self.state.next_chunk_id += 1;
+                } else if id == self.state.chunk_id_next {
+                    self.state.chunk_id_next += 1;
                 } else {
                     return Err(Error::corrupt(
                         format!("journal record storing chunk {id}"),
                         format!(
                             "the next free ids are {} and {}",
-                            self.state.free_head, self.state.next_chunk_id
+                            self.state.free_head, self.state.chunk_id_next
                         ),
                     ));
                 }
@@ -636,7 +636,7 @@ impl ChunkStore {
                 self.index.insert(pages, &fingerprint, id)?;
             }
             ChunkChange::ContainerOpened { id, created_at } => {
-                self.state.next_container_id = id + 1;
+                self.state.container_id_next = id + 1;
                 self.state.open_container = Some(id);
                 let record = ContainerRecord {
                     state: ContainerState::Open,
@@ -689,7 +689,7 @@ impl ChunkStore {
                     next_free: ZERO_CHUNK,
                 };
                 record.encode(self.chunks.get_mut(pages, id)?);
-                self.state.next_chunk_id = self.state.next_chunk_id.max(id + 1);
+                self.state.chunk_id_next = self.state.chunk_id_next.max(id + 1);
             }
             ChunkChange::Relocated { id, location } => {
                 let mut record = self.record(pages, id)?;
@@ -889,7 +889,7 @@ impl ChunkStore {
     /// that journal is gone.
     pub fn remove_retired_containers(&mut self, pages: &mut PageStore) -> Result<u64> {
         let mut removed = 0;
-        for id in 1..self.state.next_container_id {
+        for id in 1..self.state.container_id_next {
             let mut record = self.container_record_for_update(pages, id)?;
             match record.state {
                 ContainerState::Retired => record.state = ContainerState::Expired,

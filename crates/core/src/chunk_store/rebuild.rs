@@ -53,7 +53,7 @@ impl ChunkStore {
     pub fn rebuild(&mut self, pages: &mut PageStore, counted: &[u32]) -> Result<RebuildReport> {
         assert!(self.writer.is_none(), "a rebuild runs before any append");
         let mut report = RebuildReport::default();
-        let end = self.state.next_chunk_id.max(counted.len() as u64).max(1);
+        let end = self.state.chunk_id_next.max(counted.len() as u64).max(1);
         let mut live: HashMap<ContainerId, (u64, u32)> = HashMap::new();
         let mut highest_in_use = 0;
         let mut live_raw_bytes = 0;
@@ -94,9 +94,9 @@ impl ChunkStore {
         }
 
         // The free list: every id below the new end that is not in use, lowest first.
-        let next_chunk_id = highest_in_use + 1;
+        let chunk_id_next = highest_in_use + 1;
         let mut free_head = 0;
-        for id in (1..next_chunk_id).rev() {
+        for id in (1..chunk_id_next).rev() {
             let record = self.record(pages, id)?;
             if record.in_use {
                 continue;
@@ -108,16 +108,16 @@ impl ChunkStore {
             free.encode(self.chunks.get_mut(pages, id)?);
             free_head = id;
         }
-        for id in next_chunk_id..end {
+        for id in chunk_id_next..end {
             ChunkRecord::default().encode(self.chunks.get_mut(pages, id)?);
         }
 
         let container_end = self.rebuild_container_table(pages, &live, false, &mut report)?;
-        self.rebuild_index(pages, next_chunk_id, &mut report)?;
+        self.rebuild_index(pages, chunk_id_next, &mut report)?;
 
-        self.state.next_chunk_id = next_chunk_id;
+        self.state.chunk_id_next = chunk_id_next;
         self.state.free_head = free_head;
-        self.state.next_container_id = container_end;
+        self.state.container_id_next = container_end;
         self.state.open_container = None;
         self.state.live_chunks = report.chunks_in_use;
         self.state.live_raw_bytes = live_raw_bytes;
@@ -143,7 +143,7 @@ impl ChunkStore {
             .chain(live.keys().copied())
             .max()
             .map_or(1, |highest| highest + 1)
-            .max(self.state.next_container_id);
+            .max(self.state.container_id_next);
         for id in 1..container_end {
             let old = self.container_record(pages, id)?;
             let (live_bytes, live_chunks) = live.get(&id).copied().unwrap_or_default();
@@ -189,15 +189,15 @@ impl ChunkStore {
     }
 
     /// Empties the fingerprint index and inserts every indexed chunk in use below
-    /// `next_chunk_id`; a chunk whose fingerprint another already holds stays, unindexed.
+    /// `chunk_id_next`; a chunk whose fingerprint another already holds stays, unindexed.
     fn rebuild_index(
         &mut self,
         pages: &mut PageStore,
-        next_chunk_id: ChunkId,
+        chunk_id_next: ChunkId,
         report: &mut RebuildReport,
     ) -> Result<()> {
         self.index.clear(pages)?;
-        for id in 1..next_chunk_id {
+        for id in 1..chunk_id_next {
             // A damaged page of the chunk table (found when the index alone is rebuilt at
             // open) leaves its chunks out: a repair rebuilds the index again once it has
             // dealt with them.
@@ -231,7 +231,7 @@ impl ChunkStore {
         let mut live: HashMap<ContainerId, (u64, u32)> = HashMap::new();
         let (mut chunks, mut raw, mut stored) = (0, 0, 0);
         let mut incomplete = false;
-        for id in 1..self.state.next_chunk_id {
+        for id in 1..self.state.chunk_id_next {
             // A damaged page of the chunk table: its chunks are left for a repair.
             let record = match self.record(pages, id) {
                 Ok(record) => record,
@@ -261,7 +261,7 @@ impl ChunkStore {
             record.state = ContainerState::Open;
             record.encode(self.container_records.get_mut(pages, open)?);
         }
-        self.state.next_container_id = container_end;
+        self.state.container_id_next = container_end;
         self.state.live_chunks = chunks;
         self.state.live_raw_bytes = raw;
         self.state.live_stored_bytes = stored;
@@ -273,7 +273,7 @@ impl ChunkStore {
     /// found damaged (it is derived data).
     pub fn rebuild_index_only(&mut self, pages: &mut PageStore) -> Result<u64> {
         let mut report = RebuildReport::default();
-        self.rebuild_index(pages, self.state.next_chunk_id, &mut report)?;
+        self.rebuild_index(pages, self.state.chunk_id_next, &mut report)?;
         Ok(report.index_entries)
     }
 

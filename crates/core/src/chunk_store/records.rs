@@ -17,6 +17,7 @@
 //! 32..40  created (unix seconds)
 //! ```
 
+use crate::bytes::{u16_at, u32_at, u64_at};
 use crate::container::ChunkLocation;
 use crate::fingerprint::Fingerprint;
 
@@ -45,18 +46,10 @@ pub struct ChunkRecord {
     pub next_free: ChunkId,
 }
 
-fn u32_at(bytes: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
-}
-
 impl ChunkRecord {
     pub(crate) fn decode(bytes: &[u8]) -> ChunkRecord {
         assert_eq!(bytes.len(), CHUNK_RECORD_BYTES);
-        let state = u16::from_le_bytes([bytes[54], bytes[55]]);
+        let state = u16_at(bytes, 54);
         let in_use = state & STATE_IN_USE != 0;
         let indexed = state & STATE_INDEXED != 0;
         let mut fingerprint = Fingerprint::ZERO;
@@ -79,7 +72,7 @@ impl ChunkRecord {
                 offset: u32_at(bytes, 40),
                 stored_bytes: u32_at(bytes, 44),
                 raw_bytes: u32_at(bytes, 48),
-                flags: u16::from_le_bytes([bytes[52], bytes[53]]) as u32,
+                flags: u16_at(bytes, 52) as u32,
                 checksum: u32_at(bytes, 56),
             },
             references: u32_at(bytes, 60),

@@ -240,12 +240,12 @@ fn changes_round_trip() {
     for change in &changes {
         change.encode(&mut bytes);
     }
-    let mut reader = crate::pages::ByteReader { bytes: &bytes };
+    let mut reader = crate::bytes::ByteReader::new(&bytes);
     for change in &changes {
         assert_eq!(&ChunkChange::decode(&mut reader).unwrap(), change);
     }
-    assert!(reader.bytes.is_empty());
-    assert!(ChunkChange::decode(&mut crate::pages::ByteReader { bytes: &[77] }).is_err());
+    assert!(reader.is_empty());
+    assert!(ChunkChange::decode(&mut crate::bytes::ByteReader::new(&[77])).is_err());
 }
 
 /// Goal: replay treats a seal whose trailer did not reach the media as not durable, and a

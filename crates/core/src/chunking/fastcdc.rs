@@ -181,7 +181,7 @@ impl Chunker for FastCdcChunker {
         cut(len)
     }
 
-    fn max_chunk_bytes(&self) -> usize {
+    fn chunk_bytes_max(&self) -> usize {
         self.sizes.bytes_max
     }
 

@@ -38,7 +38,7 @@ impl Chunker for FixedChunker {
         }
     }
 
-    fn max_chunk_bytes(&self) -> usize {
+    fn chunk_bytes_max(&self) -> usize {
         self.chunk_bytes
     }
 

@@ -92,15 +92,15 @@ pub struct Chunk<'a> {
 pub trait Chunker: Send {
     /// Length of the next chunk at the start of `data`.
     ///
-    /// Contract: `data` holds at least [`max_chunk_bytes`](Chunker::max_chunk_bytes) bytes
+    /// Contract: `data` holds at least [`chunk_bytes_max`](Chunker::chunk_bytes_max) bytes
     /// unless `end_of_stream` is true, in which case `data` is all that is left of the stream.
-    /// The returned length is at least 1 and at most `min(data.len(), max_chunk_bytes())` for
+    /// The returned length is at least 1 and at most `min(data.len(), chunk_bytes_max())` for
     /// non-empty `data`. At end of stream the two-level chunker ends a segment when the last
     /// chunk reaches the end of `data`.
     fn next_cut(&mut self, data: &[u8], end_of_stream: bool) -> Cut;
 
     /// The longest chunk this chunker produces.
-    fn max_chunk_bytes(&self) -> usize;
+    fn chunk_bytes_max(&self) -> usize;
 
     /// Everything besides the bytes that the next cut depends on: two chunkers built from the
     /// same spec, at the same stream position and with equal states, cut the rest of the stream
@@ -112,11 +112,11 @@ pub trait Chunker: Send {
 
 /// Checks the [`Chunker::next_cut`] contract on entry; every chunker calls it.
 #[inline]
-fn assert_cut_input(data: &[u8], end_of_stream: bool, max_chunk_bytes: usize) {
+fn assert_cut_input(data: &[u8], end_of_stream: bool, chunk_bytes_max: usize) {
     assert!(!data.is_empty(), "next_cut needs at least one byte");
     assert!(
-        end_of_stream || data.len() >= max_chunk_bytes,
-        "next_cut needs max_chunk_bytes ({max_chunk_bytes}) of data before the end of stream, got {}",
+        end_of_stream || data.len() >= chunk_bytes_max,
+        "next_cut needs chunk_bytes_max ({chunk_bytes_max}) of data before the end of stream, got {}",
         data.len()
     );
 }

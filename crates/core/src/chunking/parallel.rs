@@ -125,7 +125,7 @@ pub fn chunk_and_fingerprint_parallel(
 fn piece_alignment_bytes(spec: &ChunkerSpec) -> usize {
     match *spec {
         ChunkerSpec::Segment { segment, .. } => segment.bytes_max,
-        _ => spec.max_chunk_bytes(),
+        _ => spec.chunk_bytes_max(),
     }
 }
 

@@ -175,7 +175,7 @@ impl Chunker for RabinChunker {
         }
     }
 
-    fn max_chunk_bytes(&self) -> usize {
+    fn chunk_bytes_max(&self) -> usize {
         self.sizes.bytes_max
     }
 

@@ -30,7 +30,7 @@ pub struct ChunkReader<R> {
 impl<R: Read> ChunkReader<R> {
     /// A reader with the default buffer size (see [`READ_BUFFER_BYTES_DEFAULT`]).
     pub fn new(reader: R, chunker: Box<dyn Chunker>) -> Self {
-        let buffer_bytes = READ_BUFFER_BYTES_DEFAULT.max(2 * chunker.max_chunk_bytes());
+        let buffer_bytes = READ_BUFFER_BYTES_DEFAULT.max(2 * chunker.chunk_bytes_max());
         Self::with_buffer_bytes(reader, chunker, buffer_bytes)
     }
 
@@ -38,7 +38,7 @@ impl<R: Read> ChunkReader<R> {
     /// chunk (twice that or more avoids many small refills).
     pub fn with_buffer_bytes(reader: R, chunker: Box<dyn Chunker>, buffer_bytes: usize) -> Self {
         assert!(
-            buffer_bytes >= chunker.max_chunk_bytes(),
+            buffer_bytes >= chunker.chunk_bytes_max(),
             "the buffer must hold a maximum-size chunk"
         );
         ChunkReader {
@@ -55,7 +55,7 @@ impl<R: Read> ChunkReader<R> {
     /// The next chunk, or `None` at the end of the stream. Read errors are returned as they
     /// come (interrupted reads are retried); after an error the reader should be dropped.
     pub fn next_chunk(&mut self) -> io::Result<Option<Chunk<'_>>> {
-        if self.end - self.start < self.chunker.max_chunk_bytes() && !self.end_of_stream {
+        if self.end - self.start < self.chunker.chunk_bytes_max() && !self.end_of_stream {
             self.fill()?;
         }
         if self.start == self.end {

@@ -180,7 +180,7 @@ impl Chunker for SegmentChunker {
         Cut { len, ends_segment }
     }
 
-    fn max_chunk_bytes(&self) -> usize {
+    fn chunk_bytes_max(&self) -> usize {
         self.chunk.bytes_max
     }
 

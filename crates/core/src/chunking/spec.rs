@@ -80,7 +80,7 @@ impl ChunkerSpec {
     }
 
     /// The longest chunk the built chunker produces.
-    pub fn max_chunk_bytes(&self) -> usize {
+    pub fn chunk_bytes_max(&self) -> usize {
         match *self {
             ChunkerSpec::Fixed { chunk_bytes } => chunk_bytes,
             ChunkerSpec::FastCdc(sizes) | ChunkerSpec::Rabin(sizes) => sizes.bytes_max,

@@ -190,7 +190,7 @@ proptest! {
         let expected = cuts(&spec, &data);
         let reader = ChoppyReader { data: &data, sizes: read_sizes, calls: 0 };
         let chunker = spec.build();
-        let buffer_bytes = chunker.max_chunk_bytes() + buffer_extra;
+        let buffer_bytes = chunker.chunk_bytes_max() + buffer_extra;
         let mut stream = ChunkReader::with_buffer_bytes(reader, chunker, buffer_bytes);
         let mut streamed = Vec::new();
         while let Some(chunk) = stream.next_chunk().unwrap() {

@@ -19,8 +19,8 @@
 //! checksum: a changed fingerprint, size or flag is damage, found by a scan, never a chunk
 //! described wrongly.
 
+use crate::bytes::{le32, u32_at, u64_at, ByteReader};
 use crate::fingerprint::{Fingerprint, FINGERPRINT_BYTES};
-use crate::pages::ByteReader;
 
 pub(crate) const HEADER_MAGIC: &[u8; 8] = b"OCCNTR01";
 pub(crate) const FOOTER_MAGIC: &[u8; 8] = b"OCCNTEND";
@@ -66,6 +66,28 @@ impl ChunkHeader {
         debug_assert_eq!(out.len() - start, CHUNK_HEADER_BYTES);
     }
 
+    /// The fields in which this header differs from `expected`, by name ("fingerprint",
+    /// "stored size", "raw size", "flags", "checksum"); empty when they agree.
+    pub fn differences(&self, expected: &ChunkHeader) -> Vec<&'static str> {
+        let mut differing = Vec::new();
+        if self.fingerprint != expected.fingerprint {
+            differing.push("fingerprint");
+        }
+        if self.stored_bytes != expected.stored_bytes {
+            differing.push("stored size");
+        }
+        if self.raw_bytes != expected.raw_bytes {
+            differing.push("raw size");
+        }
+        if self.flags != expected.flags {
+            differing.push("flags");
+        }
+        if self.checksum != expected.checksum {
+            differing.push("checksum");
+        }
+        differing
+    }
+
     /// Decodes the record header at the front of `bytes` as stored in a container body;
     /// `None` when it fails its checksum or cannot be a header.
     pub fn parse(bytes: &[u8]) -> Option<ChunkHeader> {
@@ -77,16 +99,11 @@ impl ChunkHeader {
     /// sizes over `chunk_bytes_max`).
     pub(crate) fn decode(bytes: &[u8], chunk_bytes_max: u32) -> Option<ChunkHeader> {
         let covered = bytes.get(..CHUNK_HEADER_BYTES - 4)?;
-        let stored_checksum = u32::from_le_bytes(
-            bytes
-                .get(CHUNK_HEADER_BYTES - 4..CHUNK_HEADER_BYTES)?
-                .try_into()
-                .ok()?,
-        );
+        let stored_checksum = le32(bytes, CHUNK_HEADER_BYTES - 4)?;
         if crc32c::crc32c(covered) != stored_checksum {
             return None;
         }
-        let mut reader = ByteReader { bytes: covered };
+        let mut reader = ByteReader::new(covered);
         let fingerprint = Fingerprint(reader.take(FINGERPRINT_BYTES)?.try_into().ok()?);
         let header = ChunkHeader {
             fingerprint,
@@ -116,14 +133,10 @@ pub(crate) fn encode_header(id: u64, created_unix_seconds: u64) -> [u8; HEADER_B
 
 /// Decodes a container header into (container id, created unix seconds).
 pub(crate) fn decode_header(bytes: &[u8; HEADER_BYTES]) -> Option<(u64, u64)> {
-    let version = u32::from_le_bytes(bytes[8..12].try_into().ok()?);
-    if &bytes[..8] != HEADER_MAGIC || version != FORMAT_VERSION {
+    if &bytes[..8] != HEADER_MAGIC || u32_at(bytes, 8) != FORMAT_VERSION {
         return None;
     }
-    Some((
-        u64::from_le_bytes(bytes[16..24].try_into().ok()?),
-        u64::from_le_bytes(bytes[24..32].try_into().ok()?),
-    ))
+    Some((u64_at(bytes, 16), u64_at(bytes, 24)))
 }
 
 /// The decoded footer.
@@ -151,10 +164,10 @@ impl Footer {
             return None;
         }
         Some(Footer {
-            trailer_offset: u64::from_le_bytes(bytes[8..16].try_into().ok()?),
-            trailer_bytes: u32::from_le_bytes(bytes[16..20].try_into().ok()?),
-            trailer_checksum: u32::from_le_bytes(bytes[20..24].try_into().ok()?),
-            chunk_count: u32::from_le_bytes(bytes[24..28].try_into().ok()?),
+            trailer_offset: u64_at(bytes, 8),
+            trailer_bytes: u32_at(bytes, 16),
+            trailer_checksum: u32_at(bytes, 20),
+            chunk_count: u32_at(bytes, 24),
         })
     }
 }

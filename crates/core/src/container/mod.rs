@@ -4,14 +4,15 @@
 //! full it is *sealed* (a trailer listing every chunk is appended) and never changes again.
 //! Each chunk is stored with a header (fingerprint, sizes, flags, CRC-32C), optionally
 //! compressed with zstd, so a container can be verified on its own and a sealed container's
-//! fingerprints load with one read of its trailer (locality for index caching). All-zero
-//! chunks are never stored: callers check [`is_zero`] first and record a zero reference
-//! instead.
+//! fingerprints load with one read of its trailer (locality for index caching). [`codec`]
+//! turns raw bytes into stored bytes and back for every face. All-zero chunks are never
+//! stored: callers check [`is_zero`] first and record a zero reference instead.
 //!
 //! Each face keeps its containers in its own directory of the repository (for example
 //! `block/containers`), named `<directory>/<low byte of id, 2 hex digits>/<id, 16 hex digits>`
 //! so no directory grows beyond a few thousand entries. See [`format`] for the byte layout.
 
+pub mod codec;
 pub mod format;
 mod write_behind;
 mod writer;
@@ -22,10 +23,12 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+pub use codec::Encoded;
 pub use format::{ChunkHeader, CHUNK_COMPRESSED, CHUNK_HEADER_BYTES, CHUNK_UNFINGERPRINTED};
 pub use write_behind::{WriteBehind, QUEUED_BYTES_MAX};
 pub use writer::{ContainerWriter, SealedContainer};
 
+use crate::bytes::{u32_at, u64_at};
 use crate::fingerprint::Fingerprint;
 use crate::storage::{Storage, StorageFile};
 use crate::{Error, Result};
@@ -66,6 +69,23 @@ impl ChunkLocation {
     /// Bytes the chunk occupies in its container, header included.
     pub fn footprint_bytes(&self) -> u64 {
         self.stored_bytes as u64 + CHUNK_HEADER_BYTES as u64
+    }
+
+    /// True when the stored bytes are a zstd frame of the raw bytes ([`Encoded::Compressed`]).
+    pub fn is_compressed(&self) -> bool {
+        self.flags & CHUNK_COMPRESSED != 0
+    }
+
+    /// The chunk header that describes this chunk, for copying its stored bytes to another
+    /// container with [`ContainerWriter::append_stored`].
+    pub fn header(&self, fingerprint: Fingerprint) -> ChunkHeader {
+        ChunkHeader {
+            fingerprint,
+            stored_bytes: self.stored_bytes,
+            raw_bytes: self.raw_bytes,
+            flags: self.flags,
+            checksum: self.checksum,
+        }
     }
 }
 
@@ -219,7 +239,7 @@ impl ContainerStore {
             return Ok(false);
         };
         write_behind
-            .read_queued(location, |stored| copy_stored(location, stored, out))
+            .read_queued(location, |stored| codec::expand(location, stored, out))
             .transpose()
             .map(|copied| copied.is_some())
     }
@@ -286,7 +306,7 @@ impl ContainerStore {
             self.file(location.container)?
                 .read_at(location.offset as u64, out)?;
         }
-        check_stored(location, out)
+        codec::verify(location, out)
     }
 
     /// Reads a chunk's raw bytes into `out`, which must be exactly `raw_bytes` long: reads,
@@ -377,7 +397,7 @@ impl ContainerStore {
             };
             let start = position + CHUNK_HEADER_BYTES;
             let end = start + header.stored_bytes as usize;
-            if end > data.len() || crc32c::crc32c(&data[start..end]) != header.checksum {
+            if end > data.len() || codec::checksum(&data[start..end]) != header.checksum {
                 break;
             }
             chunks.push(StoredChunk {
@@ -515,70 +535,13 @@ pub fn read_chunk_from(
         location.raw_bytes as usize,
         "buffer fits the chunk"
     );
-    if location.flags & CHUNK_COMPRESSED == 0 {
+    if !location.is_compressed() {
         file.read_at(location.offset as u64, out)?;
-        return check_stored(location, out);
+        return codec::verify(location, out);
     }
     let mut stored = vec![0u8; location.stored_bytes as usize];
     file.read_at(location.offset as u64, &mut stored)?;
-    check_stored(location, &stored)?;
-    decompress_into(location, &stored, out)
-}
-
-fn check_stored(location: &ChunkLocation, stored: &[u8]) -> Result<()> {
-    let checksum = crc32c::crc32c(stored);
-    if checksum == location.checksum {
-        Ok(())
-    } else {
-        Err(Error::corrupt(
-            format!(
-                "chunk at offset {} of container {:016x}",
-                location.offset, location.container
-            ),
-            format!(
-                "checksum {checksum:08x}, expected {:08x}",
-                location.checksum
-            ),
-        ))
-    }
-}
-
-/// Copies a chunk's stored bytes from memory into `out` (exactly raw size), decompressing
-/// when needed.
-pub(crate) fn copy_stored(location: &ChunkLocation, stored: &[u8], out: &mut [u8]) -> Result<()> {
-    if location.flags & CHUNK_COMPRESSED == 0 {
-        out.copy_from_slice(stored);
-        Ok(())
-    } else {
-        decompress_into(location, stored, out)
-    }
-}
-
-/// Decompresses the stored bytes of a compressed chunk into `out` (exactly raw size).
-pub(crate) fn decompress_into(
-    location: &ChunkLocation,
-    stored: &[u8],
-    out: &mut [u8],
-) -> Result<()> {
-    let written = zstd::bulk::decompress_to_buffer(stored, out).map_err(|error| {
-        Error::corrupt(
-            format!(
-                "compressed chunk at offset {} of container {:016x}",
-                location.offset, location.container
-            ),
-            error.to_string(),
-        )
-    })?;
-    if written != out.len() {
-        return Err(Error::corrupt(
-            format!(
-                "compressed chunk at offset {} of container {:016x}",
-                location.offset, location.container
-            ),
-            format!("decompressed to {written} bytes, expected {}", out.len()),
-        ));
-    }
-    Ok(())
+    codec::decode(location, &stored, out)
 }
 
 fn decode_trailer(id: ContainerId, footer: &Footer, trailer: &[u8]) -> Option<ContainerContents> {
@@ -591,7 +554,7 @@ fn decode_trailer(id: ContainerId, footer: &Footer, trailer: &[u8]) -> Option<Co
     }
     let mut chunks = Vec::with_capacity(count);
     for entry in trailer[..count * TRAILER_ENTRY_BYTES].chunks_exact(TRAILER_ENTRY_BYTES) {
-        let offset = u32::from_le_bytes(entry[..4].try_into().ok()?);
+        let offset = u32_at(entry, 0);
         let header = ChunkHeader::decode(&entry[4..], CHUNK_BYTES_MAX)?;
         chunks.push(StoredChunk {
             fingerprint: header.fingerprint,
@@ -606,8 +569,8 @@ fn decode_trailer(id: ContainerId, footer: &Footer, trailer: &[u8]) -> Option<Co
         });
     }
     let tail = &trailer[count * TRAILER_ENTRY_BYTES..];
-    let timestamp = u64::from_le_bytes(tail[..8].try_into().ok()?);
-    let stored_count = u32::from_le_bytes(tail[8..12].try_into().ok()?);
+    let timestamp = u64_at(tail, 0);
+    let stored_count = u32_at(tail, 8);
     (stored_count == footer.chunk_count).then_some(ContainerContents { timestamp, chunks })
 }
 

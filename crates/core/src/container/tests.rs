@@ -333,3 +333,84 @@ fn failed_write_behind_fails_the_sync_and_keeps_the_bytes() {
     assert!(containers.read_queued(location, &mut out).unwrap());
     assert_eq!(&out, data);
 }
+
+/// Goal: a chunk encoded by the codec and appended with `append_encoded` is stored exactly as
+/// `append` stores it (one compression rule for every face), and decodes back. Method: append
+/// compressible, incompressible and barely compressible chunks both ways and compare records.
+#[test]
+fn codec_encoding_matches_the_writer() {
+    let storage = SimulatedStorage::new();
+    let containers = store(&storage, Some(3));
+    let mut by_writer = containers.create(1, 0).unwrap();
+    let mut by_codec = containers.create(2, 0).unwrap();
+    let mut barely = chunk(9, 4096);
+    barely[..600].fill(b'a');
+    for data in [b"text ".repeat(800), chunk(3, 4096), barely] {
+        let fingerprint = FingerprintAlgorithm::Blake3.hash(&data);
+        let written = by_writer.append(&fingerprint, &data, 0).unwrap();
+        let encoded = codec::encode(&data, Some(3)).unwrap();
+        assert_eq!(
+            encoded != Encoded::Raw,
+            written.is_compressed(),
+            "the same decision"
+        );
+        let appended = by_codec
+            .append_encoded(&fingerprint, &data, &encoded)
+            .unwrap();
+        assert_eq!(
+            appended.header(fingerprint),
+            written.header(fingerprint),
+            "the same record"
+        );
+        let stored = encoded.stored(&data);
+        assert_eq!(codec::decode_to_vec(&appended, stored).unwrap(), data);
+    }
+    assert_eq!(codec::encode(b"abcd", None).unwrap(), Encoded::Raw);
+}
+
+/// Goal: compression is kept exactly when it saves at least an eighth. Method: the boundary
+/// of `compression_pays` on both sides.
+#[test]
+fn compression_pays_from_an_eighth() {
+    assert!(codec::compression_pays(4096, 3584));
+    assert!(!codec::compression_pays(4096, 3585));
+    assert!(codec::compression_pays(8, 7));
+    assert!(!codec::compression_pays(8, 8));
+}
+
+/// Goal: decoding refuses damaged stored bytes and a location that does not fit them, with a
+/// corruption error rather than a panic. Method: flip a byte, shorten the bytes, and claim a
+/// raw chunk is shorter than it is stored.
+#[test]
+fn codec_decode_refuses_damage() {
+    let data = b"some text ".repeat(300);
+    let encoded = codec::encode(&data, Some(3)).unwrap();
+    let stored = encoded.stored(&data).to_vec();
+    let location = ChunkLocation {
+        container: 5,
+        offset: 64 + CHUNK_HEADER_BYTES as u32,
+        stored_bytes: stored.len() as u32,
+        raw_bytes: data.len() as u32,
+        flags: CHUNK_COMPRESSED,
+        checksum: codec::checksum(&stored),
+    };
+    assert_eq!(codec::decode_to_vec(&location, &stored).unwrap(), data);
+    let mut flipped = stored.clone();
+    flipped[3] ^= 1;
+    assert!(codec::decode_to_vec(&location, &flipped)
+        .unwrap_err()
+        .is_corrupt());
+    assert!(codec::decode_to_vec(&location, &stored[1..])
+        .unwrap_err()
+        .is_corrupt());
+    let raw = ChunkLocation {
+        stored_bytes: 10,
+        raw_bytes: 9,
+        flags: 0,
+        checksum: codec::checksum(&data[..10]),
+        ..location
+    };
+    assert!(codec::decode_to_vec(&raw, &data[..10])
+        .unwrap_err()
+        .is_corrupt());
+}

@@ -4,9 +4,9 @@
 //! The block device appends every new chunk under its one metadata lock. Writing a full
 //! write buffer to the container file (a 1 MiB `pwrite`, most of it the kernel allocating
 //! and copying pages), syncing a container when it is sealed and syncing the shard directory
-//! of a new one ran under that lock: the `pwrite` alone took over a third of the server's
-//! time in 1 MiB sequential writes (stop 16 profile), time in which the other worker could
-//! not run its locked work. With a `WriteBehind`:
+//! of a new one would all run under that lock, where the other worker cannot run its locked
+//! work meanwhile (docs/BENCHMARKS.md, "Figures the design refers to"). With a
+//! `WriteBehind`:
 //!
 //! - a full write buffer is *queued* instead of written; whoever appended it runs the queue
 //!   ([`WriteBehind::run`]) after releasing its lock, so two workers write two buffers at
@@ -14,14 +14,14 @@
 //! - a queued buffer stays readable from memory until its write has completed
 //!   ([`WriteBehind::read`]), so a chunk is always in the writer's buffer, in the queue or in
 //!   the file, never in between;
-//! - sealing a container and creating one no longer sync anything; the container and the
+//! - sealing a container and creating one sync nothing; the container and the
 //!   shard directory are recorded, and [`WriteBehind::sync`] (the data half of every FLUSH
 //!   and checkpoint) writes what is still queued, then syncs the new shard directories and
 //!   the sealed containers.
 //!
-//! What a crash can leave is unchanged in kind: the journal may reach the media before
-//! container bytes it refers to, which replay already checks for every stored chunk (and
-//! now for every sealed container's trailer) and treats as the torn tail.
+//! What a crash can leave: the journal may reach the media before container bytes it refers
+//! to, which replay checks for every stored chunk and every sealed container's trailer, and
+//! treats as the torn tail.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -7,7 +7,7 @@ use super::format::{
     TRAILER_ENTRY_BYTES,
 };
 use super::write_behind::WriteBehind;
-use super::{copy_stored, ChunkLocation, ContainerId, ContainerOptions, CHUNK_BYTES_MAX};
+use super::{codec, ChunkLocation, ContainerId, ContainerOptions, Encoded, CHUNK_BYTES_MAX};
 use crate::fingerprint::Fingerprint;
 use crate::storage::StorageFile;
 use crate::{Error, Result};
@@ -50,7 +50,7 @@ pub struct ContainerWriter {
     /// End of the bytes handed to [`ContainerWriter::start_writeback`].
     writeback_from: u64,
     entries: Vec<(u32, ChunkHeader)>,
-    compressor: Option<zstd::bulk::Compressor<'static>>,
+    /// The zstd frame of the chunk being appended, kept to reuse its allocation.
     scratch: Vec<u8>,
 }
 
@@ -89,13 +89,6 @@ impl ContainerWriter {
         spare: SpareBuffer,
         write_behind: Option<Arc<WriteBehind>>,
     ) -> Result<Self> {
-        let compressor = match options.compression_level {
-            Some(level) => Some(
-                zstd::bulk::Compressor::new(level)
-                    .map_err(|error| Error::io("creating a zstd compressor", error))?,
-            ),
-            None => None,
-        };
         let mut buffer = spare
             .lock()
             .take()
@@ -114,7 +107,6 @@ impl ContainerWriter {
             synced: 0,
             writeback_from: 0,
             entries: Vec::new(),
-            compressor,
             scratch: Vec::new(),
         })
     }
@@ -165,22 +157,11 @@ impl ContainerWriter {
     ) -> Result<ChunkLocation> {
         assert!(!data.is_empty(), "empty chunks are never stored");
         assert_eq!(flags & CHUNK_COMPRESSED, 0, "compression is decided here");
-        if data.len() > CHUNK_BYTES_MAX as usize {
-            return Err(Error::Limit(format!(
-                "a chunk of {} bytes exceeds the {CHUNK_BYTES_MAX}-byte limit",
-                data.len()
-            )));
-        }
-        let mut compressed = false;
-        if let Some(compressor) = self.compressor.as_mut() {
-            self.scratch.clear();
-            self.scratch
-                .reserve(zstd::zstd_safe::compress_bound(data.len()));
-            let stored = compressor
-                .compress_to_buffer(data, &mut self.scratch)
-                .map_err(|error| Error::io("compressing a chunk", error))?;
-            compressed = stored <= data.len() - data.len() / 8;
-        }
+        self.check_chunk_size(data.len())?;
+        let compressed = match self.options.compression_level {
+            Some(level) => codec::compress_into(data, level, &mut self.scratch)?,
+            None => false,
+        };
         let (stored, flags) = if compressed {
             (std::mem::take(&mut self.scratch), flags | CHUNK_COMPRESSED)
         } else {
@@ -194,10 +175,10 @@ impl ContainerWriter {
             flags,
             checksum: match checksum {
                 Some(checksum) if !compressed => {
-                    debug_assert_eq!(checksum, crc32c::crc32c(data), "the caller's checksum");
+                    debug_assert_eq!(checksum, codec::checksum(data), "the caller's checksum");
                     checksum
                 }
-                _ => crc32c::crc32c(stored_bytes),
+                _ => codec::checksum(stored_bytes),
             },
         };
         let location = self.append_record(header, stored_bytes)?;
@@ -207,17 +188,47 @@ impl ContainerWriter {
         Ok(location)
     }
 
+    /// Appends a chunk whose stored form the caller decided with [`codec::encode`] (or reused
+    /// from a chunk stored before): `raw` is the chunk, `encoded` says how it is stored.
+    pub fn append_encoded(
+        &mut self,
+        fingerprint: &Fingerprint,
+        raw: &[u8],
+        encoded: &Encoded,
+    ) -> Result<ChunkLocation> {
+        assert!(!raw.is_empty(), "empty chunks are never stored");
+        self.check_chunk_size(raw.len())?;
+        let stored = encoded.stored(raw);
+        let header = ChunkHeader {
+            fingerprint: *fingerprint,
+            stored_bytes: stored.len() as u32,
+            raw_bytes: raw.len() as u32,
+            flags: encoded.flags(),
+            checksum: codec::checksum(stored),
+        };
+        self.append_record(header, stored)
+    }
+
     /// Appends a chunk already in stored form (compaction and repackaging copy chunks between
     /// containers without recompressing). The bytes are checked against the header's CRC.
     pub fn append_stored(&mut self, header: ChunkHeader, stored: &[u8]) -> Result<ChunkLocation> {
         assert_eq!(header.stored_bytes as usize, stored.len());
-        if crc32c::crc32c(stored) != header.checksum {
+        if codec::checksum(stored) != header.checksum {
             return Err(Error::corrupt(
                 format!("chunk {} being copied", header.fingerprint),
                 "stored bytes do not match their checksum",
             ));
         }
         self.append_record(header, stored)
+    }
+
+    fn check_chunk_size(&self, raw_bytes: usize) -> Result<()> {
+        if raw_bytes > CHUNK_BYTES_MAX as usize {
+            return Err(Error::Limit(format!(
+                "a chunk of {raw_bytes} bytes exceeds the {CHUNK_BYTES_MAX}-byte limit"
+            )));
+        }
+        Ok(())
     }
 
     fn append_record(&mut self, header: ChunkHeader, stored: &[u8]) -> Result<ChunkLocation> {
@@ -255,7 +266,7 @@ impl ContainerWriter {
         }
         let start = (location.offset as u64 - self.written) as usize;
         let stored = &self.buffer[start..start + location.stored_bytes as usize];
-        copy_stored(location, stored, out)?;
+        codec::expand(location, stored, out)?;
         Ok(true)
     }
 
@@ -340,7 +351,7 @@ impl ContainerWriter {
         let footer = Footer {
             trailer_offset,
             trailer_bytes: trailer.len() as u32,
-            trailer_checksum: crc32c::crc32c(&trailer),
+            trailer_checksum: codec::checksum(&trailer),
             chunk_count: self.entries.len() as u32,
         };
         self.buffer.extend_from_slice(&trailer);

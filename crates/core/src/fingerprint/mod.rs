@@ -8,8 +8,8 @@
 //!
 //! Many small chunks are fingerprinted faster together than one by one:
 //! [`FingerprintAlgorithm::hash_batch`] spreads BLAKE3 over 16 AVX-512 lanes across inputs
-//! ([`blake3_lanes`]; measured 3.8 GB/s per core on 4 KiB blocks against 2.3 GB/s one at a
-//! time), and [`FingerprintAlgorithm::hash_batch_parallel`] adds the rayon pool (both cores).
+//! ([`blake3_lanes`]; docs/BENCHMARKS.md gives the speeds), and
+//! [`FingerprintAlgorithm::hash_batch_parallel`] adds the rayon pool (both cores).
 
 pub mod blake3_lanes;
 

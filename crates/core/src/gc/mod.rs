@@ -75,7 +75,7 @@ pub fn plan_compaction(
     options: &CompactionOptions,
 ) -> Result<CompactionPlan> {
     let mut candidates = Vec::new();
-    for id in 1..store.state().next_container_id {
+    for id in 1..store.state().container_id_next {
         let record = store.container_record(pages, id)?;
         let compactable = matches!(
             record.state,
@@ -129,7 +129,7 @@ pub fn execute_compaction(
     let moving = plan.containers.iter().any(|c| c.live_chunks > 0);
     if moving {
         let mut stored = Vec::new();
-        for id in 1..store.state().next_chunk_id {
+        for id in 1..store.state().chunk_id_next {
             let record = store.record(pages, id)?;
             if !record.in_use || !chosen.contains(&record.location.container) {
                 continue;
@@ -195,10 +195,10 @@ pub struct SweepPlan {
 /// maps, indexed by chunk id; ids beyond its end count zero). Pure: reads tables.
 pub fn plan_sweep(store: &ChunkStore, pages: &mut PageStore, counted: &[u32]) -> Result<SweepPlan> {
     let mut plan = SweepPlan::default();
-    let end = store.state().next_chunk_id.max(counted.len() as u64);
+    let end = store.state().chunk_id_next.max(counted.len() as u64);
     for id in 1..end {
         let count = counted.get(id as usize).copied().unwrap_or(0);
-        let record = if id < store.state().next_chunk_id {
+        let record = if id < store.state().chunk_id_next {
             store.record(pages, id)?
         } else {
             Default::default()

@@ -26,12 +26,9 @@
 //! the keys of the on-disk index at [`FILTER_GROWTH_FACTOR`] times the current entry count.
 //! Rebuilding reads every bucket page once. Growing by g costs g / (g - 1) entries read per
 //! insert, amortised, and holds the filter between 1 and g times its smallest size: at 1.25,
-//! five entries (a twentieth of a bucket page) per insert, and 0.79 to 0.99 bytes per entry at
-//! 5% false positives (the block device), 1.24 to 1.55 at 1%. Growing by 1.5 read three
-//! entries per insert but let the filter swing to 1.18 bytes per entry at 5%, which with the
-//! page tables (0.13 bytes per chunk) and the directory (0.08) exceeds the block device's
-//! memory budget of 1.23 bytes per 4 KiB chunk (0.3 GB per TB) at the top of the cycle. A
-//! filter never saturates silently.
+//! five entries (a twentieth of a bucket page) per insert. Why 1.25 and not more: the top of
+//! the cycle must stay inside the block device's memory budget (docs/DESIGN.md, "Membership
+//! filter"). A filter never saturates silently.
 //!
 //! **Crash safety.** Everything durable lives in page-store areas (`<prefix>.buckets`,
 //! `<prefix>.directory`, `<prefix>.filter`) and becomes durable at the owner's checkpoint.
@@ -307,8 +304,9 @@ impl FingerprintIndex {
 
     /// Warms, for every fingerprint, the bucket page an insert of it would change (its
     /// header, then the line it would append to), if the page is in memory. For a batch of
-    /// new chunks, about to be inserted: an insert's time was nearly all the wait for the
-    /// first touch of a random bucket page (stop 16 profile of 1 MiB writes). Changes nothing.
+    /// new chunks, about to be inserted: the first touch of a random bucket page is most of
+    /// an insert's time (docs/BENCHMARKS.md, "Figures the design refers to"). Changes
+    /// nothing.
     pub fn warm_buckets(&self, pages: &PageStore, fingerprints: &[Fingerprint]) {
         for append in [false, true] {
             for fingerprint in fingerprints {

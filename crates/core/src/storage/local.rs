@@ -42,7 +42,7 @@ pub struct LocalStorage {
     /// Directories whose own entry in their parent is known durable: this handle synced the
     /// parent while the directory existed, and did not create the directory again since.
     /// `sync_directory` stops walking up at such a directory, because every flush costs a
-    /// disk cache flush (3-4 ms on the machines we measure) and most syncs are in shard
+    /// disk cache flush and most syncs are in shard
     /// directories whose ancestors were made durable long ago.
     anchored: Arc<Mutex<HashSet<String>>>,
     /// Directory `fsync` calls made through this handle and its clones.

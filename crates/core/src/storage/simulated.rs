@@ -50,7 +50,7 @@ struct State {
     files: HashMap<FileId, FileState>,
     live_names: BTreeMap<String, FileId>,
     durable_names: BTreeMap<String, FileId>,
-    next_file_id: FileId,
+    file_id_next: FileId,
     syncs_until_crash: Option<u64>,
     crashed: bool,
     syncs: u64,
@@ -172,7 +172,7 @@ impl SimulatedStorage {
                 files,
                 live_names: names.clone(),
                 durable_names: names,
-                next_file_id: state.next_file_id,
+                file_id_next: state.file_id_next,
                 syncs_until_crash: None,
                 crashed: false,
                 syncs: 0,
@@ -229,8 +229,8 @@ impl Storage for SimulatedStorage {
         let id = match state.live_names.get(name) {
             Some(&id) => id,
             None if create => {
-                let id = state.next_file_id;
-                state.next_file_id += 1;
+                let id = state.file_id_next;
+                state.file_id_next += 1;
                 state.files.insert(id, FileState::default());
                 state.live_names.insert(name.to_string(), id);
                 id

@@ -147,7 +147,6 @@ pub struct Scale {
     pub copy_flush_bytes: u64,
     /// Copy runs with hints on use every hint source, not only prefetch (paper 1 §5.4.4 had
     /// the metadata and journal hints off; this shows what they add).
-    #[serde(default)]
     pub copy_all_hints: bool,
 }
 
@@ -664,14 +663,7 @@ fn write_results(directory: &Path, results: &Paper1Results) -> Result<()> {
 
 /// Reads a `results.json` written by [`run_experiment`] (to redraw figures).
 pub fn read_results(path: &Path) -> Result<Paper1Results> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| LabError::io(format!("reading {}", path.display()), error))?;
-    serde_json::from_str(&text).map_err(|error| {
-        LabError::io(
-            format!("parsing {}", path.display()),
-            std::io::Error::other(error),
-        )
-    })
+    crate::results::read_json(path)
 }
 
 #[cfg(test)]

@@ -16,10 +16,12 @@ use std::fs;
 use std::io::{Read, Write};
 use std::path::Path;
 
+use onecopy_core::error::IoContext;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{LabError, Result};
+use crate::error::Result;
 use crate::mount::sync_file_system;
+use crate::results::create_directory;
 
 /// Bytes of one appended or generated block.
 pub const BLOCK_BYTES: usize = 4096;
@@ -94,8 +96,8 @@ pub fn copy_tree(
 }
 
 fn copy_file(input: &mut fs::File, target: &Path, buffer: &mut [u8]) -> Result<u64> {
-    let mut output = fs::File::create(target)
-        .map_err(|error| LabError::io(format!("creating {}", target.display()), error))?;
+    let mut output =
+        fs::File::create(target).context_io(|| format!("creating {}", target.display()))?;
     let mut copied = 0u64;
     loop {
         // A source file that cannot be read further is copied as far as it could be read.
@@ -105,7 +107,7 @@ fn copy_file(input: &mut fs::File, target: &Path, buffer: &mut [u8]) -> Result<u
         };
         output
             .write_all(&buffer[..read])
-            .map_err(|error| LabError::io(format!("writing {}", target.display()), error))?;
+            .context_io(|| format!("writing {}", target.display()))?;
         copied += read as u64;
     }
     Ok(copied)
@@ -125,9 +127,8 @@ pub fn create_empty_files(directory: &Path, count: u64, threads: usize) -> Resul
                     let last = (first + per_thread).min(count);
                     for index in first..last {
                         let path = directory.join(format!("t{thread:02}-{index:09}"));
-                        fs::File::create(&path).map_err(|error| {
-                            LabError::io(format!("creating {}", path.display()), error)
-                        })?;
+                        fs::File::create(&path)
+                            .context_io(|| format!("creating {}", path.display()))?;
                     }
                     Ok(last.saturating_sub(first))
                 })
@@ -160,17 +161,17 @@ pub fn append_with_fsync(
         .create(true)
         .append(true)
         .open(path)
-        .map_err(|error| LabError::io(format!("opening {}", path.display()), error))?;
+        .context_io(|| format!("opening {}", path.display()))?;
     let mut block = [0u8; BLOCK_BYTES];
     let mut fsyncs = 0;
     let fsync = |file: &fs::File| {
         file.sync_all()
-            .map_err(|error| LabError::io(format!("fsync of {}", path.display()), error))
+            .context_io(|| format!("fsync of {}", path.display()))
     };
     for index in 1..=appends {
         source.next_block(&mut block);
         file.write_all(&block)
-            .map_err(|error| LabError::io(format!("appending to {}", path.display()), error))?;
+            .context_io(|| format!("appending to {}", path.display()))?;
         if index % fsync_every == 0 {
             fsync(&file)?;
             fsyncs += 1;
@@ -187,13 +188,12 @@ pub fn append_with_fsync(
 /// (paper 1 §5.4.4 step 2: unique data that replaces the cached fingerprints).
 pub fn write_unique_file(path: &Path, bytes: u64, seed: u64) -> Result<()> {
     let mut source = BlockSource::new(seed, 0.0);
-    let mut file = fs::File::create(path)
-        .map_err(|error| LabError::io(format!("creating {}", path.display()), error))?;
+    let mut file = fs::File::create(path).context_io(|| format!("creating {}", path.display()))?;
     let mut block = [0u8; BLOCK_BYTES];
     for _ in 0..bytes.div_ceil(BLOCK_BYTES as u64) {
         source.next_block(&mut block);
         file.write_all(&block)
-            .map_err(|error| LabError::io(format!("writing {}", path.display()), error))?;
+            .context_io(|| format!("writing {}", path.display()))?;
     }
     drop(file);
     sync_file_system(path.parent().unwrap_or(path))
@@ -262,11 +262,6 @@ fn fill_block(seed: u64, block: &mut [u8; BLOCK_BYTES]) {
         state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         word.copy_from_slice(&splitmix(state).to_le_bytes());
     }
-}
-
-fn create_directory(path: &Path) -> Result<()> {
-    fs::create_dir_all(path)
-        .map_err(|error| LabError::io(format!("creating {}", path.display()), error))
 }
 
 #[cfg(test)]

@@ -16,17 +16,21 @@
 //! backup deleted alternately from copies of a copy kept at the first deletion checkpoint and
 //! of the final repository ([`FlatnessCheck`]); then each tool restores its oldest backup
 //! (timed, compared) and the repository sizes are read. Every command runs under
-//! `/usr/bin/time` ([`crate::peers`]), which also gives its CPU time and peak memory.
+//! `/usr/bin/time` ([`super::peers`]), which also gives its CPU time and peak memory.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::measure::{copy_tree, drop_page_cache};
+use super::files::{compare_trees, copy_tree};
+use super::measure::drop_page_cache;
 use super::typescript::Release;
+use onecopy_core::error::IoContext;
+
+use super::peers::{PeerRepository, Tool, ToolRun, Which};
 use crate::error::{LabError, Result};
-use crate::peers::{compare_trees, PeerRepository, Tool, ToolRun, Which};
+use crate::results::remove_directory_if_present;
 
 /// Name of the staged directory every tool backs up.
 const STAGE_NAME: &str = "typescript";
@@ -64,13 +68,10 @@ pub struct ComparisonResults {
     pub deletions: Vec<PeerDeletion>,
     pub cold_cache: bool,
     /// onecopy's restore of the newest backup after the first and after the last release,
-    /// timed alternately at the end (absent in results of earlier runs).
-    #[serde(default)]
+    /// timed alternately at the end.
     pub flatness: Option<FlatnessCheck>,
     /// onecopy's deletion of the oldest backup from a copy of its repository kept at the
-    /// first deletion checkpoint and from the final repository, timed alternately at the end
-    /// (absent in results of earlier runs).
-    #[serde(default)]
+    /// first deletion checkpoint and from the final repository, timed alternately at the end.
     pub deletion_flatness: Option<FlatnessCheck>,
 }
 
@@ -78,12 +79,9 @@ pub struct ComparisonResults {
 /// series, so that both sides see the machine in the same state: the restore of the newest
 /// backup (from a copy of the repository kept after the first release, and from the final
 /// one), and the deletion of the oldest (from copies of a copy kept at the first deletion
-/// checkpoint, and of the final repository). Timed along the series instead, both drifted
-/// with the machine: restores of a run of onecopy alone measured 0.136 s first and 0.112 s
-/// last, a run beside restic and borg 0.124 s and 0.169 s, while outside the lab a
-/// 24-release repository restored its newest backup as fast as a 3-release one holding the
-/// same release; deletions in one run took 6, 7, 8 and 9 ms at 6, 12, 18 and 24 backups,
-/// while alternating cold deletions outside the lab took 10-14 ms at both 6 and 24.
+/// checkpoint, and of the final repository). Timed along the series instead, both would
+/// drift with the machine over the minutes between them, by more than the 10% the flatness
+/// goals allow (docs/LAB.md, paper 2, gives examples).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FlatnessCheck {
     /// Versions (restores) or backups (deletions) in the young repository.
@@ -175,8 +173,7 @@ pub fn run_comparison(
     log: &mut dyn FnMut(&str),
 ) -> Result<ComparisonResults> {
     assert!(!releases.is_empty(), "a comparison needs releases");
-    fs::create_dir_all(work)
-        .map_err(|error| LabError::io(format!("creating {}", work.display()), error))?;
+    fs::create_dir_all(work).context_io(|| format!("creating {}", work.display()))?;
     let stage_parent = work.join("stage");
     let stage = stage_parent.join(STAGE_NAME);
     let mut results = ComparisonResults {
@@ -200,9 +197,9 @@ pub fn run_comparison(
     }
     for (index, release) in releases.iter().enumerate() {
         let version = index as u32 + 1;
-        remove_if_present(&stage)?;
+        remove_directory_if_present(&stage)?;
         copy_tree(&release.tree, &stage)?;
-        let logical_bytes = super::measure::directory_bytes(&stage)?;
+        let logical_bytes = super::files::directory_bytes(&stage)?;
         for repository in &repositories {
             drop_page_cache();
             let (backup, reverse_seconds) =
@@ -210,11 +207,11 @@ pub fn run_comparison(
             let mut restores = Vec::with_capacity(TIMED_REPEATS);
             for _ in 0..TIMED_REPEATS {
                 let target = work.join("restore");
-                remove_if_present(&target)?;
+                remove_directory_if_present(&target)?;
                 drop_page_cache();
                 let (run, root) = repository.restore(Which::Newest, &stage, &target)?;
                 verify(repository.tool, &release.tree, &root)?;
-                remove_if_present(&target)?;
+                remove_directory_if_present(&target)?;
                 restores.push(run);
             }
             let restore_newest = fastest_run(restores);
@@ -258,7 +255,7 @@ pub fn run_comparison(
             line.join(", ")
         ));
     }
-    remove_if_present(&stage)?;
+    remove_directory_if_present(&stage)?;
     let final_onecopy = repositories
         .iter()
         .find(|repository| repository.tool == Tool::Onecopy);
@@ -270,13 +267,13 @@ pub fn run_comparison(
         let target = work.join("restore");
         let check = FlatnessCheck::measure(1, releases.len() as u32, |side| {
             let (repository, release) = sides[side];
-            remove_if_present(&target)?;
+            remove_directory_if_present(&target)?;
             drop_page_cache();
             let (run, root) = repository.restore(Which::Newest, &stage, &target)?;
             verify(repository.tool, &release.tree, &root)?;
             Ok(run)
         })?;
-        remove_if_present(&target)?;
+        remove_directory_if_present(&target)?;
         log(&format!(
             "peers: onecopy restore of the newest, after release {} against after release 1: \
              {:.2}x (median of {FLATNESS_PAIRS} alternating pairs)",
@@ -303,38 +300,33 @@ pub fn run_comparison(
     }
     for repository in &repositories {
         let target = work.join("restore");
-        remove_if_present(&target)?;
+        remove_directory_if_present(&target)?;
         drop_page_cache();
         let source_path = stage.clone();
         let (run, root) = repository.restore(Which::Oldest, &source_path, &target)?;
         verify(repository.tool, &releases[0].tree, &root)?;
-        remove_if_present(&target)?;
+        remove_directory_if_present(&target)?;
         results.restore_oldest.push((repository.tool, run));
     }
     for repository in repositories {
         repository.destroy()?;
     }
-    fs::remove_dir_all(work)
-        .map_err(|error| LabError::io(format!("removing {}", work.display()), error))?;
+    fs::remove_dir_all(work).context_io(|| format!("removing {}", work.display()))?;
     Ok(results)
 }
 
 /// Timed runs of each restore and deletion, of every tool alike; the fastest is reported.
-/// Sub-second commands on this two-core virtual machine vary by tens of percent from run to
-/// run, and the variation only ever adds time: the same restore of the same repository, cold
-/// cache each time, took 0.10 to 0.15 s over 12 runs, in two clusters, its CPU time varying
-/// with it. Medians of three still landed in either cluster and gave false verdicts on the
-/// flatness goals; the fastest of five estimates the work a command needs.
+/// Sub-second commands on a small virtual machine vary by tens of percent from run to run,
+/// in clusters, and the variation only ever adds time, so a median of a few runs can land in
+/// either cluster; the fastest of five estimates the work a command needs.
 const TIMED_REPEATS: usize = 5;
 
 /// Alternating pairs of runs in [`FlatnessCheck`]. A pair's two runs go back to back, so the
 /// ratio within a pair cancels the machine's drift; the median of the ratios discards the
-/// pairs one noisy run spoiled. (In the first alternating run, 5 pairs: the fastest of each
-/// side gave 1.10x, their medians 0.92x: the single fastest run is too noisy a statistic for
-/// a 10% criterion.) Every other pair runs the final repository first, so that whatever a
+/// pairs one noisy run spoiled; the single fastest run of each side is too noisy a statistic
+/// for a 10% criterion. Every other pair runs the final repository first, so that whatever a
 /// run leaves behind for the next (writeback of its copy, its removal) weighs on both sides
-/// alike. (The first run of the deletion check, young side always first, measured 1.11x: 7
-/// of 11 pairs slower on the final repository.)
+/// alike rather than always on the second.
 const FLATNESS_PAIRS: usize = 11;
 
 /// Most a [`FlatnessCheck`]'s median pair ratio may be for the operation to count as flat:
@@ -364,7 +356,7 @@ fn delete_on_copy(repository: &PeerRepository, backups: u32, work: &Path) -> Res
 /// Deletes the oldest backup from a fresh copy of the repository (cold cache), timed.
 fn delete_once(repository: &PeerRepository, backups: u32, work: &Path) -> Result<PeerDeletion> {
     let copy_home = work.join(format!("deletion-{}", repository.tool));
-    remove_if_present(&copy_home)?;
+    remove_directory_if_present(&copy_home)?;
     let copy = repository.copy_to(&copy_home)?;
     let repository_bytes = copy.repository_bytes()?;
     drop_page_cache();
@@ -391,14 +383,6 @@ fn verify(tool: Tool, expected: &Path, restored: &Path) -> Result<()> {
             command: format!("{tool} restore"),
             detail: format!("the restored tree differs from the release: {difference}"),
         }),
-    }
-}
-
-fn remove_if_present(path: &PathBuf) -> Result<()> {
-    match fs::remove_dir_all(path) {
-        Ok(()) => Ok(()),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(error) => Err(LabError::io(format!("removing {}", path.display()), error)),
     }
 }
 

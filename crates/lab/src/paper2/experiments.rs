@@ -16,6 +16,8 @@ use super::measure::{
 };
 use super::synthetic::{hash_file, EvolvingImage, SyntheticSpec, WeekChanges};
 use super::typescript::Release;
+use onecopy_core::error::IoContext;
+
 use crate::error::{LabError, Result};
 
 /// What to measure on a dataset besides backups and space.
@@ -123,8 +125,7 @@ pub fn run_dataset(
     read_threads: usize,
     log: &mut dyn FnMut(&str),
 ) -> Result<DatasetResults> {
-    fs::create_dir_all(work)
-        .map_err(|error| LabError::io(format!("creating {}", work.display()), error))?;
+    fs::create_dir_all(work).context_io(|| format!("creating {}", work.display()))?;
     let mut stores = Vec::new();
     for config in &plan.stores {
         stores.push(StoreUnderTest::create(
@@ -164,7 +165,7 @@ pub fn run_dataset(
             (names, spec.weeks)
         }
         DatasetSource::Releases(releases) => {
-            results.content_bytes = super::measure::directory_bytes(&releases[0].tree)?;
+            results.content_bytes = super::files::directory_bytes(&releases[0].tree)?;
             results.version_names = releases
                 .iter()
                 .map(|release| release.version.clone())
@@ -306,8 +307,7 @@ pub fn run_dataset(
     for store in stores {
         store.destroy()?;
     }
-    fs::remove_dir_all(work)
-        .map_err(|error| LabError::io(format!("removing {}", work.display()), error))?;
+    fs::remove_dir_all(work).context_io(|| format!("removing {}", work.display()))?;
     Ok(results)
 }
 
@@ -340,9 +340,8 @@ fn restore_all(
             if let Some(tree) = expected_trees.get(&key) {
                 let target = work.join("restore");
                 let measure = store.restore_directory(series, week, &target, Some(tree))?;
-                fs::remove_dir_all(&target).map_err(|error| {
-                    LabError::io(format!("removing {}", target.display()), error)
-                })?;
+                fs::remove_dir_all(&target)
+                    .context_io(|| format!("removing {}", target.display()))?;
                 restores.push(measure);
             } else {
                 restores.push(store.restore_hashed(

@@ -12,9 +12,9 @@ use onecopy_backup::DeleteMethod;
 
 use super::comparison::ComparisonResults;
 use super::experiments::DatasetResults;
+use super::peers::Tool;
 use super::Paper2Results;
 use crate::error::Result;
-use crate::peers::Tool;
 use crate::plot::{AxisScale, BarPanel, BarSeries, Figure, LinePanel, LineSeries, Panel};
 use crate::results::write_text;
 

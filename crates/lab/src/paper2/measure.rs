@@ -16,9 +16,11 @@ use onecopy_backup::{
     BackupSource, BackupStore, CreateOptions, DedupMode, DeleteMethod, OpenOptions, RestoreTarget,
     RuntimeOptions, SeriesOptions, StoreOptions,
 };
+use onecopy_core::error::IoContext;
 use onecopy_core::storage::LocalStorage;
 use serde::{Deserialize, Serialize};
 
+use super::files::{compare_trees, copy_tree, repository_bytes};
 use super::synthetic::HashingWriter;
 use crate::error::{LabError, Result};
 
@@ -88,7 +90,7 @@ pub struct Timing {
 
 /// Measures `operation`.
 pub fn timed<T>(operation: impl FnOnce() -> Result<T>) -> Result<(T, Timing)> {
-    let load_average = load_average();
+    let load_average = crate::results::load_average();
     let cpu_before = cpu_seconds();
     let started = Instant::now();
     let value = operation()?;
@@ -112,14 +114,6 @@ pub fn cpu_seconds() -> f64 {
     }
     let seconds = |time: libc::timeval| time.tv_sec as f64 + time.tv_usec as f64 * 1e-6;
     seconds(usage.ru_utime) + seconds(usage.ru_stime)
-}
-
-/// The one-minute load average (0 if unreadable).
-pub fn load_average() -> f64 {
-    fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|text| text.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0)
 }
 
 /// Writes dirty pages back and drops the page cache; false when not permitted (not root, or
@@ -408,7 +402,7 @@ impl StoreUnderTest {
                 })
         })?;
         let verified = match expected {
-            Some(expected) => match crate::peers::compare_trees(expected, target)? {
+            Some(expected) => match compare_trees(expected, target)? {
                 None => true,
                 Some(difference) => {
                     return Err(LabError::Engine {
@@ -500,8 +494,8 @@ impl StoreUnderTest {
     /// Closes and removes the store.
     pub fn destroy(mut self) -> Result<()> {
         self.close();
-        fs::remove_dir_all(&self.directory)
-            .map_err(|error| LabError::io(format!("removing {}", self.directory.display()), error))
+        Ok(fs::remove_dir_all(&self.directory)
+            .context_io(|| format!("removing {}", self.directory.display()))?)
     }
 }
 
@@ -520,71 +514,6 @@ pub struct DeleteMeasure {
     pub containers_removed: u64,
     pub scanned_bytes: u64,
     pub timing: Timing,
-}
-
-/// Bytes of the files of a repository or backup store under `directory`, without the backup
-/// store's space reserve (`reserve` in the store's directory, or in `backup/` of a
-/// repository): room kept for deletions on a full disk, not stored data, which would make
-/// every measured repository 8 MiB larger.
-pub fn repository_bytes(directory: &Path) -> Result<u64> {
-    let mut total = directory_bytes(directory)?;
-    for reserve in [
-        directory.join("reserve"),
-        directory.join("backup").join("reserve"),
-    ] {
-        if let Ok(metadata) = fs::symlink_metadata(&reserve) {
-            total = total.saturating_sub(metadata.len());
-        }
-    }
-    Ok(total)
-}
-
-/// Bytes of every regular file under `directory`.
-pub fn directory_bytes(directory: &Path) -> Result<u64> {
-    let mut total = 0;
-    let entries = fs::read_dir(directory)
-        .map_err(|error| LabError::io(format!("listing {}", directory.display()), error))?;
-    for entry in entries {
-        let entry = entry
-            .map_err(|error| LabError::io(format!("listing {}", directory.display()), error))?;
-        let metadata = fs::symlink_metadata(entry.path())
-            .map_err(|error| LabError::io(format!("inspecting {:?}", entry.path()), error))?;
-        if metadata.is_dir() {
-            total += directory_bytes(&entry.path())?;
-        } else if metadata.is_file() {
-            total += metadata.len();
-        }
-    }
-    Ok(total)
-}
-
-/// Copies a directory tree of regular files and directories.
-pub fn copy_tree(source: &Path, target: &Path) -> Result<()> {
-    fs::create_dir_all(target)
-        .map_err(|error| LabError::io(format!("creating {}", target.display()), error))?;
-    let entries = fs::read_dir(source)
-        .map_err(|error| LabError::io(format!("listing {}", source.display()), error))?;
-    for entry in entries {
-        let entry =
-            entry.map_err(|error| LabError::io(format!("listing {}", source.display()), error))?;
-        let destination = target.join(entry.file_name());
-        let kind = entry
-            .file_type()
-            .map_err(|error| LabError::io(format!("inspecting {:?}", entry.path()), error))?;
-        if kind.is_dir() {
-            copy_tree(&entry.path(), &destination)?;
-        } else if kind.is_symlink() {
-            let link = fs::read_link(entry.path())
-                .map_err(|error| LabError::io(format!("reading {:?}", entry.path()), error))?;
-            std::os::unix::fs::symlink(&link, &destination).map_err(|error| {
-                LabError::io(format!("linking {}", destination.display()), error)
-            })?;
-        } else {
-            fs::copy(entry.path(), &destination)
-                .map_err(|error| LabError::io(format!("copying {:?}", entry.path()), error))?;
-        }
-    }
-    Ok(())
 }
 
 /// A hashing sink the restore's writer thread owns while the caller keeps a handle to read

@@ -30,7 +30,9 @@
 pub mod comparison;
 pub mod experiments;
 pub mod figures;
+pub mod files;
 pub mod measure;
+pub mod peers;
 pub mod synthetic;
 pub mod tables;
 pub mod typescript;
@@ -45,8 +47,11 @@ use self::comparison::{ComparisonResults, GoalRow};
 use self::experiments::{DatasetPlan, DatasetResults, DatasetSource};
 use self::measure::StoreConfig;
 use self::synthetic::SyntheticSpec;
+use onecopy_core::error::IoContext;
+
+use self::peers::Tool;
 use crate::error::{LabError, Result};
-use crate::peers::Tool;
+use crate::results::remove_directory_if_present;
 use crate::results::{write_json, write_text, HostSnapshot};
 
 /// A dataset of the experiment.
@@ -271,8 +276,7 @@ pub fn run_experiment(options: &Paper2Options, log: &mut dyn FnMut(&str)) -> Res
     let work = options
         .work_directory
         .join(format!("onecopy-paper2-{}", std::process::id()));
-    fs::create_dir_all(&work)
-        .map_err(|error| LabError::io(format!("creating {}", work.display()), error))?;
+    fs::create_dir_all(&work).context_io(|| format!("creating {}", work.display()))?;
     let host_before = HostSnapshot::take();
     let mut datasets = Vec::new();
     let synthetic: Vec<Dataset> = options
@@ -319,9 +323,8 @@ pub fn run_experiment(options: &Paper2Options, log: &mut dyn FnMut(&str)) -> Res
             datasets.push(results);
             write_json(&options.output_directory.join("partial.json"), &datasets)?;
         }
-        remove(&base_tree)?;
-        fs::remove_file(&base_image)
-            .map_err(|error| LabError::io(format!("removing {}", base_image.display()), error))?;
+        remove_directory_if_present(&base_tree)?;
+        fs::remove_file(&base_image).context_io(|| format!("removing {}", base_image.display()))?;
     }
     let mut comparison = None;
     if options.datasets.contains(&Dataset::Typescript) {
@@ -351,7 +354,7 @@ pub fn run_experiment(options: &Paper2Options, log: &mut dyn FnMut(&str)) -> Res
             )?);
         }
     }
-    remove(&work)?;
+    remove_directory_if_present(&work)?;
     let saving = datasets
         .iter()
         .find(|dataset| dataset.dataset == "typescript")
@@ -394,22 +397,7 @@ pub fn write_outputs(directory: &Path, results: &Paper2Results) -> Result<Vec<Pa
 
 /// Reads a results.json written by [`run_experiment`].
 pub fn read_results(path: &Path) -> Result<Paper2Results> {
-    let text = fs::read_to_string(path)
-        .map_err(|error| LabError::io(format!("reading {}", path.display()), error))?;
-    serde_json::from_str(&text).map_err(|error| {
-        LabError::io(
-            format!("parsing {}", path.display()),
-            std::io::Error::other(error),
-        )
-    })
-}
-
-fn remove(path: &Path) -> Result<()> {
-    match fs::remove_dir_all(path) {
-        Ok(()) => Ok(()),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(error) => Err(LabError::io(format!("removing {}", path.display()), error)),
-    }
+    crate::results::read_json(path)
 }
 
 #[cfg(test)]

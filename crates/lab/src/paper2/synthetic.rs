@@ -27,10 +27,12 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use onecopy_core::error::IoContext;
 use serde::{Deserialize, Serialize};
 
+use super::peers::run_plain;
 use crate::error::{LabError, Result};
-use crate::peers::run_plain;
+use crate::results::create_directory;
 
 /// File-system block size of the images (debugfs reports block numbers in these units).
 pub const IMAGE_BLOCK_BYTES: u64 = 4096;
@@ -316,7 +318,7 @@ impl EvolvingImage {
             .read(true)
             .write(true)
             .open(&self.image)
-            .map_err(|error| LabError::io(format!("opening {}", self.image.display()), error))?;
+            .context_io(|| format!("opening {}", self.image.display()))?;
         for index in chosen {
             let file = self.files[index].clone();
             let run_bytes = ((file.bytes as f64 * spec.content_modified_percent / 100.0).round()
@@ -356,15 +358,13 @@ impl EvolvingImage {
             let host = self.scratch.join(&name);
             let mut data = vec![0u8; size as usize];
             self.rng.fill(&mut data);
-            fs::write(&host, &data)
-                .map_err(|error| LabError::io(format!("writing {}", host.display()), error))?;
+            fs::write(&host, &data).context_io(|| format!("writing {}", host.display()))?;
             commands.push_str(&format!("write {} {name}\n", host.display()));
             written.push((format!("/new/{directory}/{name}"), size, host));
         }
         debugfs(&self.image, &commands, true)?;
         for (path, size, host) in written {
-            fs::remove_file(&host)
-                .map_err(|error| LabError::io(format!("removing {}", host.display()), error))?;
+            fs::remove_file(&host).context_io(|| format!("removing {}", host.display()))?;
             self.files.push(ImageFile { path, bytes: size });
             changes.files_added += 1;
             changes.bytes_added += size;
@@ -476,7 +476,7 @@ fn write_in_extents(
                     &data[done..done + length],
                     physical * IMAGE_BLOCK_BYTES + within,
                 )
-                .map_err(|error| LabError::io(format!("modifying {path} in the image"), error))?;
+                .context_io(|| format!("modifying {path} in the image"))?;
         }
         done += length;
     }
@@ -485,20 +485,19 @@ fn write_in_extents(
 
 /// Lists the regular files under `directory` as image paths relative to `root`.
 fn list_files(root: &Path, directory: &Path, files: &mut Vec<ImageFile>) -> Result<()> {
-    let entries = fs::read_dir(directory)
-        .map_err(|error| LabError::io(format!("listing {}", directory.display()), error))?;
+    let entries =
+        fs::read_dir(directory).context_io(|| format!("listing {}", directory.display()))?;
     for entry in entries {
-        let entry = entry
-            .map_err(|error| LabError::io(format!("listing {}", directory.display()), error))?;
+        let entry = entry.context_io(|| format!("listing {}", directory.display()))?;
         let kind = entry
             .file_type()
-            .map_err(|error| LabError::io(format!("inspecting {:?}", entry.path()), error))?;
+            .context_io(|| format!("inspecting {:?}", entry.path()))?;
         if kind.is_dir() {
             list_files(root, &entry.path(), files)?;
         } else if kind.is_file() {
             let bytes = entry
                 .metadata()
-                .map_err(|error| LabError::io(format!("inspecting {:?}", entry.path()), error))?
+                .context_io(|| format!("inspecting {:?}", entry.path()))?
                 .len();
             let relative = entry
                 .path()
@@ -519,8 +518,7 @@ fn list_files(root: &Path, directory: &Path, files: &mut Vec<ImageFile>) -> Resu
 /// error.
 fn debugfs(image: &Path, commands: &str, write: bool) -> Result<String> {
     let script = image.with_extension("debugfs");
-    fs::write(&script, commands)
-        .map_err(|error| LabError::io(format!("writing {}", script.display()), error))?;
+    fs::write(&script, commands).context_io(|| format!("writing {}", script.display()))?;
     let mut command = Command::new("debugfs");
     if write {
         command.arg("-w");
@@ -550,15 +548,13 @@ fn debugfs(image: &Path, commands: &str, write: bool) -> Result<String> {
 
 /// Copies `source` to `target`, leaving all-zero blocks as holes.
 pub fn copy_sparse(source: &Path, target: &Path) -> Result<()> {
-    let mut input = File::open(source)
-        .map_err(|error| LabError::io(format!("opening {}", source.display()), error))?;
-    let output = File::create(target)
-        .map_err(|error| LabError::io(format!("creating {}", target.display()), error))?;
+    let mut input = File::open(source).context_io(|| format!("opening {}", source.display()))?;
+    let output = File::create(target).context_io(|| format!("creating {}", target.display()))?;
     let mut buffer = vec![0u8; COPY_BUFFER_BYTES];
     let mut offset = 0u64;
     loop {
         let read = read_full(&mut input, &mut buffer)
-            .map_err(|error| LabError::io(format!("reading {}", source.display()), error))?;
+            .context_io(|| format!("reading {}", source.display()))?;
         if read == 0 {
             break;
         }
@@ -569,28 +565,25 @@ pub fn copy_sparse(source: &Path, target: &Path) -> Result<()> {
             if block.iter().any(|&byte| byte != 0) {
                 output
                     .write_all_at(block, offset + index as u64 * IMAGE_BLOCK_BYTES)
-                    .map_err(|error| {
-                        LabError::io(format!("writing {}", target.display()), error)
-                    })?;
+                    .context_io(|| format!("writing {}", target.display()))?;
             }
         }
         offset += read as u64;
     }
     output
         .set_len(offset)
-        .map_err(|error| LabError::io(format!("sizing {}", target.display()), error))?;
+        .context_io(|| format!("sizing {}", target.display()))?;
     Ok(())
 }
 
 /// BLAKE3 of a whole file.
 pub fn hash_file(path: &Path) -> Result<[u8; 32]> {
-    let mut input = File::open(path)
-        .map_err(|error| LabError::io(format!("opening {}", path.display()), error))?;
+    let mut input = File::open(path).context_io(|| format!("opening {}", path.display()))?;
     let mut hasher = blake3::Hasher::new();
     let mut buffer = vec![0u8; COPY_BUFFER_BYTES];
     loop {
         let read = read_full(&mut input, &mut buffer)
-            .map_err(|error| LabError::io(format!("reading {}", path.display()), error))?;
+            .context_io(|| format!("reading {}", path.display()))?;
         if read == 0 {
             break;
         }
@@ -632,11 +625,6 @@ impl Write for HashingWriter {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-}
-
-fn create_directory(path: &Path) -> Result<()> {
-    fs::create_dir_all(path)
-        .map_err(|error| LabError::io(format!("creating {}", path.display()), error))
 }
 
 #[cfg(test)]

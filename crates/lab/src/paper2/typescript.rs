@@ -14,8 +14,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use onecopy_core::error::IoContext;
+
+use super::peers::run_plain;
 use crate::error::{LabError, Result};
-use crate::peers::run_plain;
+use crate::results::create_directory;
 
 /// The npm package of the real series.
 pub const PACKAGE: &str = "typescript";
@@ -84,17 +87,15 @@ pub fn prepare(
                         .arg(format!("{REGISTRY}/{PACKAGE}/-/{PACKAGE}-{version}.tgz")),
                     "curl (tarball)",
                 )?;
-                fs::rename(&partial, &tarball).map_err(|error| {
-                    LabError::io(format!("renaming {} into place", partial.display()), error)
-                })?;
+                fs::rename(&partial, &tarball)
+                    .context_io(|| format!("renaming {} into place", partial.display()))?;
             }
             // Unpack next to the final place and rename, so an interrupted run leaves no
             // half-unpacked tree behind.
             let partial = directory.join("trees").join(format!("{version}.partial"));
             if partial.exists() {
-                fs::remove_dir_all(&partial).map_err(|error| {
-                    LabError::io(format!("removing {}", partial.display()), error)
-                })?;
+                fs::remove_dir_all(&partial)
+                    .context_io(|| format!("removing {}", partial.display()))?;
             }
             create_directory(&partial)?;
             run_plain(
@@ -106,12 +107,10 @@ pub fn prepare(
                 "tar xzf",
             )?;
             if tree.exists() {
-                fs::remove_dir_all(&tree)
-                    .map_err(|error| LabError::io(format!("removing {}", tree.display()), error))?;
+                fs::remove_dir_all(&tree).context_io(|| format!("removing {}", tree.display()))?;
             }
-            fs::rename(&partial, &tree).map_err(|error| {
-                LabError::io(format!("renaming {} into place", partial.display()), error)
-            })?;
+            fs::rename(&partial, &tree)
+                .context_io(|| format!("renaming {} into place", partial.display()))?;
         }
         releases.push(Release {
             version,
@@ -162,12 +161,6 @@ fn versions(directory: &Path, log: &mut dyn FnMut(&str)) -> Result<Vec<String>> 
         .cloned()
         .collect();
     let list = serde_json::to_string(&versions).expect("a list of strings serializes");
-    fs::write(&cached, list)
-        .map_err(|error| LabError::io(format!("writing {}", cached.display()), error))?;
+    fs::write(&cached, list).context_io(|| format!("writing {}", cached.display()))?;
     Ok(versions)
-}
-
-fn create_directory(path: &Path) -> Result<()> {
-    fs::create_dir_all(path)
-        .map_err(|error| LabError::io(format!("creating {}", path.display()), error))
 }

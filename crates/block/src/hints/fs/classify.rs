@@ -21,12 +21,12 @@
 //! Not recognised: ext2/3 indirect blocks (arrays of block numbers look like ordinary binary
 //! data), inline-data and encrypted directory names, xfs btree blocks.
 
-use super::bytes::{le16, le32};
 use super::ext::journal::{
     parse_extent_header, EXTENT_DEPTH_MAX, EXTENT_ENTRY_BYTES, EXTENT_HEADER_BYTES,
     EXTENT_INITIALISED_LENGTH_MAX,
 };
 use super::map::{ClassifyBounds, MetadataKind};
+use onecopy_core::bytes::{le16, le32};
 
 /// Smallest and largest ext block sizes.
 const BLOCK_BYTES_MIN: usize = 1024;

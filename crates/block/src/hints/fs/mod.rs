@@ -27,7 +27,6 @@
 //! metadata block outside the fixed ranges is recognised (indirect blocks and xfs btree
 //! blocks are not).
 
-mod bytes;
 mod classify;
 mod detect;
 mod ext;
@@ -153,7 +152,7 @@ pub fn derive_metadata_map(
         return xfs::derive(superblock, volume_bytes);
     }
     let ext_bytes = &head[EXT_SUPERBLOCK_OFFSET as usize..][..EXT_SUPERBLOCK_BYTES];
-    if bytes::le16(ext_bytes, 0x38) == Some(0xEF53) {
+    if onecopy_core::bytes::le16(ext_bytes, 0x38) == Some(0xEF53) {
         let superblock = ExtSuperblock::parse(ext_bytes)?;
         return ext::derive(superblock, volume_bytes, read);
     }

@@ -6,11 +6,11 @@
 //! `((f >> agblklog) * agblocks + (f & ((1 << agblklog) - 1))) * blocksize`.
 //! All xfs fields are big-endian.
 
-use super::bytes::{be16, be32, be64};
 use super::detect::{FileSystemKind, LayoutFields, LayoutKey};
 use super::ext::superblock::GROUPS_MAX;
 use super::map::{JournalPlacement, MapBuilder, MetadataKind, MetadataMap};
 use super::FsMetaError;
+use onecopy_core::bytes::{be16, be32, be64};
 
 /// Bytes of the xfs superblock this module reads (the first sector).
 pub(crate) const XFS_SUPERBLOCK_BYTES: usize = 512;

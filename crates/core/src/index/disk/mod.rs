@@ -7,9 +7,8 @@
 //!   the whole fingerprint they keep elsewhere (the block engine's chunk record, the backup
 //!   store's segment head), so two fingerprints sharing a key (about one chance in 2^65 among
 //!   2^32 fingerprints) cost a missed deduplication, never wrong data;
-//! - *bucket*: one page of the `<prefix>.buckets` area holding up to
-//!   [`Layout::entries`] entries: 170 (16-byte key, 8-byte value) in format 2, 102 in format 1,
-//!   which stored whole 32-byte fingerprints;
+//! - *bucket*: one page of the `<prefix>.buckets` area holding up to [`BUCKET_ENTRIES`]
+//!   (170) entries of a 16-byte key and an 8-byte value;
 //! - *hash*: the first 8 bytes of a fingerprint ([`Fingerprint::prefix_u64`]); fingerprints
 //!   are uniform, so no further hashing is needed;
 //! - *global depth* `G`: the directory has `2^G` slots, and slot `i` serves the hashes whose
@@ -29,18 +28,17 @@
 //! `<prefix>.directory`), which the owner of the [`PageStore`] checkpoints atomically; the
 //! directory is also kept in memory (4 bytes per slot) and loaded at open.
 //!
-//! Layouts (little endian). Directory area: page 0 is a header — magic `OCINDEX2` (format 2)
-//! or `OCINDEX1` (format 1) | global depth u32 | 0u32 | entries u64 | bucket pages u64 |
-//! change count u64; pages 1.. hold the directory, one u32 bucket page number per slot, 1024
-//! per page. Bucket page: local depth u8 | marker 0xB7 u8 | entry count u16 | 0u32 | the top
-//! `L` hash bits shared by its entries, left aligned, u64 | entries (format 2: key 16 bytes,
-//! value u64; format 1: fingerprint 32 bytes, value u64).
+//! Layouts (little endian). Directory area: page 0 is a header — magic `OCINDEX2` | global
+//! depth u32 | 0u32 | entries u64 | bucket pages u64 | change count u64; pages 1.. hold the
+//! directory, one u32 bucket page number per slot, 1024 per page. Bucket page: local depth
+//! u8 | marker 0xB7 u8 | entry count u16 | 0u32 | the top `L` hash bits shared by its
+//! entries, left aligned, u64 | entries (key 16 bytes, value u64).
 //!
-//! **Formats.** New indexes are written in format 2. An index in format 1 (onecopy before
-//! stop 12) opens and keeps working in format 1: its entries hold whole fingerprints, of which
-//! lookups compare the key. Format 2 puts 170 entries in a page instead of 102, so the index
-//! needs 40% fewer bucket pages, and its directory, held in memory, is that much smaller.
+//! Entries hold keys rather than whole fingerprints so that a page holds 170 entries rather
+//! than 102: the index needs 40% fewer bucket pages, and its directory, held in memory, is
+//! that much smaller.
 
+use crate::bytes::{u16_at, u32_at, u64_at};
 use crate::fingerprint::{Fingerprint, FINGERPRINT_BYTES};
 use crate::pages::{AreaId, Page, PageStore, PAGE_BYTES};
 use crate::{Error, Result};
@@ -62,7 +60,7 @@ impl IndexKey {
     /// The hash that places the key: its first 8 bytes, as [`Fingerprint::prefix_u64`].
     #[inline]
     fn hash(&self) -> u64 {
-        u64::from_le_bytes(self.0[..8].try_into().expect("8 bytes"))
+        u64_at(&self.0, 0)
     }
 
     /// The key of `fingerprint`.
@@ -90,49 +88,15 @@ impl std::fmt::Display for IndexKey {
     }
 }
 
-/// How the bucket pages of one index lay out their entries, fixed by its directory magic.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Layout {
-    /// Bytes of the fingerprint an entry stores: the key's 16 (format 2) or all 32 (format 1).
-    stored_key_bytes: usize,
-}
+/// Magic of the directory header.
+const DIRECTORY_MAGIC: &[u8; 8] = b"OCINDEX2";
+/// Bytes of one bucket entry: a key and a u64 value.
+const ENTRY_BYTES: usize = KEY_BYTES + 8;
+/// Entries in one bucket page.
+pub const BUCKET_ENTRIES: usize = (PAGE_BYTES - BUCKET_HEADER_BYTES) / ENTRY_BYTES;
 
-impl Layout {
-    /// Format 2, written by new indexes.
-    pub const CURRENT: Layout = Layout {
-        stored_key_bytes: KEY_BYTES,
-    };
-    /// Format 1: whole fingerprints.
-    pub const FORMAT_1: Layout = Layout {
-        stored_key_bytes: FINGERPRINT_BYTES,
-    };
-
-    const fn entry_bytes(self) -> usize {
-        self.stored_key_bytes + 8
-    }
-
-    /// Entries in one bucket page.
-    pub const fn entries(self) -> usize {
-        (PAGE_BYTES - BUCKET_HEADER_BYTES) / self.entry_bytes()
-    }
-
-    fn magic(self) -> &'static [u8; 8] {
-        if self == Layout::FORMAT_1 {
-            b"OCINDEX1"
-        } else {
-            b"OCINDEX2"
-        }
-    }
-
-    fn from_magic(magic: &[u8]) -> Option<Layout> {
-        [Layout::CURRENT, Layout::FORMAT_1]
-            .into_iter()
-            .find(|layout| layout.magic()[..] == *magic)
-    }
-}
-
-const _: () = assert!(Layout::CURRENT.entries() == 170 && Layout::FORMAT_1.entries() == 102);
-const _: () = assert!(Layout::CURRENT.entries() <= u16::MAX as usize);
+const _: () = assert!(BUCKET_ENTRIES == 170);
+const _: () = assert!(BUCKET_ENTRIES <= u16::MAX as usize);
 
 /// Configurable limits of a [`DiskIndex`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,27 +127,26 @@ pub struct DiskIndex {
     change_count: u64,
     limits: DiskIndexLimits,
     bucket_page_reads: u64,
-    layout: Layout,
     damaged_buckets_reset: u64,
 }
 
 /// A view of a bucket page.
-struct Bucket<'a>(&'a Page, Layout);
+struct Bucket<'a>(&'a Page);
 
 impl Bucket<'_> {
     fn local_depth(&self) -> u32 {
         self.0[0] as u32
     }
     fn count(&self) -> usize {
-        u16::from_le_bytes([self.0[2], self.0[3]]) as usize
+        u16_at(self.0, 2) as usize
     }
     fn shared_bits(&self) -> u64 {
-        u64::from_le_bytes(self.0[8..16].try_into().expect("8 bytes"))
+        u64_at(self.0, 8)
     }
     #[inline]
     fn entry(&self, slot: usize) -> &[u8] {
-        let start = BUCKET_HEADER_BYTES + slot * self.1.entry_bytes();
-        &self.0[start..start + self.1.entry_bytes()]
+        let start = BUCKET_HEADER_BYTES + slot * ENTRY_BYTES;
+        &self.0[start..start + ENTRY_BYTES]
     }
     /// The slot holding `key` among the first `count` entries.
     #[inline]
@@ -202,24 +165,18 @@ impl Bucket<'_> {
     }
 }
 
-/// The value of an entry: its last 8 bytes, whatever the layout.
+/// The value of an entry: its last 8 bytes.
 fn entry_value(entry: &[u8]) -> u64 {
-    u64::from_le_bytes(entry[entry.len() - 8..].try_into().expect("8 bytes"))
+    u64_at(entry, entry.len() - 8)
 }
 
 fn entry_hash(entry: &[u8]) -> u64 {
-    u64::from_le_bytes(entry[..8].try_into().expect("8 bytes"))
+    u64_at(entry, 0)
 }
 
-fn write_bucket_header(
-    page: &mut Page,
-    layout: Layout,
-    local_depth: u32,
-    count: usize,
-    shared_bits: u64,
-) {
+fn write_bucket_header(page: &mut Page, local_depth: u32, count: usize, shared_bits: u64) {
     assert!(local_depth <= GLOBAL_DEPTH_MAX);
-    assert!(count <= layout.entries());
+    assert!(count <= BUCKET_ENTRIES);
     page[0] = local_depth as u8;
     page[1] = BUCKET_MARKER;
     page[2..4].copy_from_slice(&(count as u16).to_le_bytes());
@@ -241,16 +198,6 @@ impl DiskIndex {
     /// `pages`, creating an empty one if the areas are empty. The new index becomes durable
     /// with the owner's next checkpoint.
     pub fn open(pages: &mut PageStore, name_prefix: &str, limits: DiskIndexLimits) -> Result<Self> {
-        Self::open_as(pages, name_prefix, limits, Layout::CURRENT)
-    }
-
-    /// [`DiskIndex::open`], creating a new index in `new_layout` (tests of older formats).
-    pub(crate) fn open_as(
-        pages: &mut PageStore,
-        name_prefix: &str,
-        limits: DiskIndexLimits,
-        new_layout: Layout,
-    ) -> Result<Self> {
         assert!(limits.global_depth_max <= GLOBAL_DEPTH_MAX);
         let buckets_area = pages.area(&format!("{name_prefix}.buckets"));
         let directory_area = pages.area(&format!("{name_prefix}.directory"));
@@ -267,26 +214,21 @@ impl DiskIndex {
             change_count: 0,
             limits,
             bucket_page_reads: 0,
-            layout: new_layout,
             damaged_buckets_reset: 0,
         };
         let header = pages.read_once(directory_area, 0, |page| *page)?;
-        if let Some(layout) = Layout::from_magic(&header[..8]) {
-            index.layout = layout;
-        } else {
+        if &header[..8] != DIRECTORY_MAGIC {
             if header.iter().any(|&byte| byte != 0) || pages.page_count(buckets_area) != 0 {
                 return Err(index.corrupt("directory header", "bad magic"));
             }
             let page = pages.write(buckets_area, 0)?;
-            write_bucket_header(page, index.layout, 0, 0, 0);
+            write_bucket_header(page, 0, 0, 0);
             index.write_directory_slots(pages, 0, 1)?;
             index.write_header(pages)?;
             return Ok(index);
         }
-        let field = |offset: usize| {
-            u64::from_le_bytes(header[offset..offset + 8].try_into().expect("8 bytes"))
-        };
-        index.global_depth = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
+        let field = |offset: usize| u64_at(&header[..], offset);
+        index.global_depth = u32_at(&header[..], 8);
         index.len = field(16);
         index.bucket_pages = field(24);
         index.change_count = field(32);
@@ -312,7 +254,7 @@ impl DiskIndex {
             let take = (slots - directory.len()).min(DIRECTORY_SLOTS_PER_PAGE);
             pages.read_once(self.directory_area, page, |content| {
                 for bytes in content[..take * 4].chunks_exact(4) {
-                    directory.push(u32::from_le_bytes(bytes.try_into().expect("4 bytes")));
+                    directory.push(u32_at(bytes, 0));
                 }
             })?;
             page += 1;
@@ -354,7 +296,7 @@ impl DiskIndex {
 
     fn write_header(&self, pages: &mut PageStore) -> Result<()> {
         let page = pages.write(self.directory_area, 0)?;
-        page[..8].copy_from_slice(self.layout.magic());
+        page[..8].copy_from_slice(DIRECTORY_MAGIC);
         page[8..12].copy_from_slice(&self.global_depth.to_le_bytes());
         page[12..16].fill(0);
         page[16..24].copy_from_slice(&self.len.to_le_bytes());
@@ -399,12 +341,8 @@ impl DiskIndex {
         let page_number = self.directory[self.slot_of(key.hash())] as u64;
         if let Some(page) = pages.resident(self.buckets_area, page_number) {
             if append {
-                let count = Bucket(page, self.layout)
-                    .count()
-                    .min(self.layout.entries() - 1);
-                crate::index::warm::warm(
-                    &page[BUCKET_HEADER_BYTES + count * self.layout.entry_bytes()],
-                );
+                let count = Bucket(page).count().min(BUCKET_ENTRIES - 1);
+                crate::index::warm::warm(&page[BUCKET_HEADER_BYTES + count * ENTRY_BYTES]);
             } else {
                 crate::index::warm::warm(&page[0]);
             }
@@ -449,7 +387,7 @@ impl DiskIndex {
             None => (self.global_depth, 0),
         };
         let content = pages.overwrite(self.buckets_area, page)?;
-        write_bucket_header(content, self.layout, local_depth, 0, 0);
+        write_bucket_header(content, local_depth, 0, 0);
         content[8..16].copy_from_slice(&shared_bits.to_le_bytes());
         self.damaged_buckets_reset += 1;
         Ok(())
@@ -462,9 +400,7 @@ impl DiskIndex {
 
     /// Checks a bucket page's header.
     fn check_bucket(&self, page: u64, content: &Page) -> Result<()> {
-        if content[1] != BUCKET_MARKER
-            || Bucket(content, self.layout).count() > self.layout.entries()
-        {
+        if content[1] != BUCKET_MARKER || Bucket(content).count() > BUCKET_ENTRIES {
             return Err(Error::corrupt(
                 format!(
                     "bucket page {page} of fingerprint index {}",
@@ -485,7 +421,7 @@ impl DiskIndex {
     ) -> Result<Option<u64>> {
         let key = IndexKey::of(fingerprint);
         let page = self.directory[self.slot_of(key.hash())] as u64;
-        let bucket = Bucket(self.read_bucket(pages, page)?, self.layout);
+        let bucket = Bucket(self.read_bucket(pages, page)?);
         Ok(bucket
             .find(&key, bucket.count())
             .map(|slot| entry_value(bucket.entry(slot))))
@@ -524,26 +460,24 @@ impl DiskIndex {
         search: bool,
     ) -> Result<Option<u64>> {
         let key = IndexKey::of(fingerprint);
-        let layout = self.layout;
         loop {
             let page_number = self.directory[self.slot_of(key.hash())] as u64;
-            let bucket = Bucket(self.read_bucket(pages, page_number)?, layout);
+            let bucket = Bucket(self.read_bucket(pages, page_number)?);
             let count = bucket.count();
             if let Some(slot) = search.then(|| bucket.find(&key, count)).flatten() {
                 let previous = entry_value(bucket.entry(slot));
                 let page = pages.write(self.buckets_area, page_number)?;
-                let start = BUCKET_HEADER_BYTES + (slot + 1) * layout.entry_bytes() - 8;
+                let start = BUCKET_HEADER_BYTES + (slot + 1) * ENTRY_BYTES - 8;
                 page[start..start + 8].copy_from_slice(&value.to_le_bytes());
                 self.change_count += 1;
                 self.write_header(pages)?;
                 return Ok(Some(previous));
             }
-            if count < layout.entries() {
+            if count < BUCKET_ENTRIES {
                 let page = pages.write(self.buckets_area, page_number)?;
-                let start = BUCKET_HEADER_BYTES + count * layout.entry_bytes();
-                let stored = layout.stored_key_bytes;
-                page[start..start + stored].copy_from_slice(&fingerprint.0[..stored]);
-                page[start + stored..start + stored + 8].copy_from_slice(&value.to_le_bytes());
+                let start = BUCKET_HEADER_BYTES + count * ENTRY_BYTES;
+                page[start..start + KEY_BYTES].copy_from_slice(&key.0);
+                page[start + KEY_BYTES..start + ENTRY_BYTES].copy_from_slice(&value.to_le_bytes());
                 page[2..4].copy_from_slice(&(count as u16 + 1).to_le_bytes());
                 self.len += 1;
                 self.change_count += 1;
@@ -558,7 +492,7 @@ impl DiskIndex {
     /// the bucket's local depth equals the global depth.
     fn split(&mut self, pages: &mut PageStore, page_number: u64) -> Result<()> {
         let old = *self.read_bucket(pages, page_number)?;
-        let bucket = Bucket(&old, self.layout);
+        let bucket = Bucket(&old);
         let local_depth = bucket.local_depth();
         let shared_bits = bucket.shared_bits();
         assert!(local_depth <= self.global_depth);
@@ -597,13 +531,13 @@ impl DiskIndex {
                 moved.push(entry);
             }
         }
-        let entry_bytes = self.layout.entry_bytes();
+        let entry_bytes = ENTRY_BYTES;
         for (number, entries, bits) in [
             (page_number, &stay, shared_bits),
             (new_page_number, &moved, shared_bits | split_bit),
         ] {
             let page = pages.write(self.buckets_area, number)?;
-            write_bucket_header(page, self.layout, local_depth + 1, entries.len(), bits);
+            write_bucket_header(page, local_depth + 1, entries.len(), bits);
             for (slot, entry) in entries.iter().enumerate() {
                 let start = BUCKET_HEADER_BYTES + slot * entry_bytes;
                 page[start..start + entry_bytes].copy_from_slice(entry);
@@ -634,13 +568,13 @@ impl DiskIndex {
     /// Removes `key`; returns its value if it was stored.
     pub fn remove_key(&mut self, pages: &mut PageStore, key: &IndexKey) -> Result<Option<u64>> {
         let page_number = self.directory[self.slot_of(key.hash())] as u64;
-        let bucket = Bucket(self.read_bucket(pages, page_number)?, self.layout);
+        let bucket = Bucket(self.read_bucket(pages, page_number)?);
         let count = bucket.count();
         let Some(slot) = bucket.find(key, count) else {
             return Ok(None);
         };
         let value = entry_value(bucket.entry(slot));
-        let entry_bytes = self.layout.entry_bytes();
+        let entry_bytes = ENTRY_BYTES;
         let page = pages.write(self.buckets_area, page_number)?;
         // The last entry fills the hole, keeping entries contiguous.
         let last = BUCKET_HEADER_BYTES + (count - 1) * entry_bytes;
@@ -666,7 +600,7 @@ impl DiskIndex {
             self.bucket_page_reads += 1;
             let read = pages.read_once(self.buckets_area, page_number, |content| {
                 self.check_bucket(page_number, content)?;
-                let bucket = Bucket(content, self.layout);
+                let bucket = Bucket(content);
                 for slot in 0..bucket.count() {
                     let (key, value) = bucket.key_value(slot);
                     visit(&key, value);
@@ -690,7 +624,7 @@ impl DiskIndex {
         let mut slots_naming = vec![0u64; self.bucket_pages as usize];
         for slot in 0..self.directory.len() {
             let page = self.directory[slot];
-            let bucket = Bucket(self.read_bucket(pages, page as u64)?, self.layout);
+            let bucket = Bucket(self.read_bucket(pages, page as u64)?);
             let depth = bucket.local_depth();
             let slot_bits = if self.global_depth == 0 {
                 0
@@ -707,7 +641,7 @@ impl DiskIndex {
         }
         let mut entries = 0;
         for page_number in 0..self.bucket_pages {
-            let bucket = Bucket(self.read_bucket(pages, page_number)?, self.layout);
+            let bucket = Bucket(self.read_bucket(pages, page_number)?);
             let depth = bucket.local_depth();
             if slots_naming[page_number as usize]
                 != 1 << (self.global_depth - depth.min(self.global_depth))
@@ -765,11 +699,6 @@ impl DiskIndex {
     /// Bucket pages read through the page store since open (lookups read exactly one each).
     pub fn bucket_page_reads(&self) -> u64 {
         self.bucket_page_reads
-    }
-
-    /// The bucket layout (format) of this index.
-    pub fn layout(&self) -> Layout {
-        self.layout
     }
 
     /// Bytes of memory held: the in-memory directory.

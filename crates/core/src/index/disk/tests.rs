@@ -15,13 +15,9 @@ fn open_pages(storage: &Arc<dyn Storage>, cache_pages: usize) -> PageStore {
 }
 
 fn new_index() -> (Arc<dyn Storage>, PageStore, DiskIndex) {
-    new_index_as(Layout::CURRENT)
-}
-
-fn new_index_as(layout: Layout) -> (Arc<dyn Storage>, PageStore, DiskIndex) {
     let storage: Arc<dyn Storage> = Arc::new(SimulatedStorage::new());
     let mut pages = open_pages(&storage, 64);
-    let index = DiskIndex::open_as(&mut pages, "fp", DiskIndexLimits::default(), layout).unwrap();
+    let index = DiskIndex::open(&mut pages, "fp", DiskIndexLimits::default()).unwrap();
     (storage, pages, index)
 }
 
@@ -53,17 +49,17 @@ fn behaves_as_a_map_across_splits() {
         .unwrap();
     assert_eq!(seen.len(), 19_999);
     assert_eq!(seen[&IndexKey::of(&fingerprint(5))], 55);
-    let expected_pages = 20_000 / Layout::CURRENT.entries() as u64;
+    let expected_pages = 20_000 / BUCKET_ENTRIES as u64;
     assert!(index.bucket_pages() >= expected_pages && index.bucket_pages() <= expected_pages * 2);
 }
 
 /// Goal: appending keys known to be absent builds the same map as searching inserts, across
-/// splits, in both layouts. Method: 20,000 entries appended, then every lookup, a verify, and
+/// splits. Method: 20,000 entries appended, then every lookup, a verify, and
 /// a searching insert that replaces one of them.
 #[test]
 fn appending_absent_keys_equals_searching_inserts() {
-    for layout in [Layout::CURRENT, Layout::FORMAT_1] {
-        let (_storage, mut pages, mut index) = new_index_as(layout);
+    {
+        let (_storage, mut pages, mut index) = new_index();
         for n in 0..20_000 {
             index.insert_absent(&mut pages, &fingerprint(n), n).unwrap();
         }
@@ -121,7 +117,7 @@ fn depth_limit_is_a_typed_error() {
         })
         .expect("the limit is reached");
     assert!(matches!(error, Error::Limit(_)), "{error}");
-    let entries = Layout::CURRENT.entries() as u64;
+    let entries = BUCKET_ENTRIES as u64;
     assert!(stored <= 4 * entries && stored > entries);
     assert_eq!(index.verify(&mut pages).unwrap(), stored);
     for n in 0..stored {
@@ -136,7 +132,7 @@ fn depth_limit_is_a_typed_error() {
 #[test]
 fn damaged_buckets_are_reset() {
     let (_storage, mut pages, mut index) = new_index();
-    let count = 3 * Layout::CURRENT.entries() as u64;
+    let count = 3 * BUCKET_ENTRIES as u64;
     for n in 0..count {
         index.insert(&mut pages, &fingerprint(n), n).unwrap();
     }
@@ -243,62 +239,23 @@ fn entries_are_keyed_by_the_first_16_bytes() {
     assert!(index.is_empty());
 }
 
-/// Goal: an index written in format 1 (whole fingerprints, 102 entries a page) opens as
-/// format 1 and keeps working: lookups, inserts with splits, removals, reopening; a new index
-/// in format 2 holds the same entries in at most 70% of the pages. Method: 6,000 entries in
-/// format 1, 6,000 more after reopening it; then both formats filled side by side to 20,000
-/// entries, their page counts summed over 80 sizes.
+/// Goal: a directory whose magic is not `OCINDEX2` (here `OCINDEX1`, a format that was
+/// never released) is refused as corruption, not read in another layout. Method: rewrite the
+/// magic of a checkpointed index, then reopen it.
 #[test]
-fn format_1_indexes_keep_working() {
+fn unknown_directory_magic_is_corrupt() {
     let storage: Arc<dyn Storage> = Arc::new(SimulatedStorage::new());
     let mut pages = open_pages(&storage, 64);
     let limits = DiskIndexLimits::default();
-    let mut index = DiskIndex::open_as(&mut pages, "fp", limits, Layout::FORMAT_1).unwrap();
-    for n in 0..6_000 {
+    let mut index = DiskIndex::open(&mut pages, "fp", limits).unwrap();
+    for n in 0..1_000 {
         index.insert(&mut pages, &fingerprint(n), n).unwrap();
     }
-    pages.checkpoint(b"").unwrap();
     drop(index);
-    let mut pages = open_pages(&storage, 64);
-    let mut index = DiskIndex::open(&mut pages, "fp", limits).unwrap();
-    assert_eq!(index.layout(), Layout::FORMAT_1);
-    for n in 6_000..12_000 {
-        index.insert(&mut pages, &fingerprint(n), n).unwrap();
-    }
-    assert_eq!(index.remove(&mut pages, &fingerprint(3)).unwrap(), Some(3));
+    let directory = pages.area("fp.directory");
+    pages.write(directory, 0).unwrap()[..8].copy_from_slice(b"OCINDEX1");
     pages.checkpoint(b"").unwrap();
-    drop(index);
     let mut pages = open_pages(&storage, 64);
-    let mut index = DiskIndex::open(&mut pages, "fp", limits).unwrap();
-    assert_eq!(index.verify(&mut pages).unwrap(), 11_999);
-    for n in (0..12_000).filter(|&n| n != 3) {
-        assert_eq!(index.lookup(&mut pages, &fingerprint(n)).unwrap(), Some(n));
-    }
-    let mut keys = 0;
-    index
-        .for_each_entry(&mut pages, |key, value| {
-            assert_eq!(*key, IndexKey::of(&fingerprint(value)));
-            keys += 1;
-        })
-        .unwrap();
-    assert_eq!(keys, 11_999);
-
-    // Extendible hashing on uniform hashes splits its buckets in waves, so the page count of
-    // either format swings with the entry count: compare sums over many sizes.
-    let (_storage, mut new_pages, mut current) = new_index();
-    let (_storage, mut old_pages, mut former) = new_index_as(Layout::FORMAT_1);
-    assert_eq!(current.layout(), Layout::CURRENT);
-    let (mut old_sum, mut new_sum) = (0, 0);
-    for n in 0..20_000 {
-        current.insert(&mut new_pages, &fingerprint(n), n).unwrap();
-        former.insert(&mut old_pages, &fingerprint(n), n).unwrap();
-        if n % 250 == 249 {
-            old_sum += former.bucket_pages();
-            new_sum += current.bucket_pages();
-        }
-    }
-    assert!(
-        new_sum * 10 <= old_sum * 7,
-        "{new_sum} pages in format 2 against {old_sum} in format 1, summed over 80 sizes"
-    );
+    let error = DiskIndex::open(&mut pages, "fp", limits).unwrap_err();
+    assert!(error.is_corrupt(), "{error}");
 }

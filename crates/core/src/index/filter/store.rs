@@ -12,6 +12,7 @@
 //! word count u64 (all little endian).
 
 use super::{Filter, FilterKind, FilterShape, WORDS_PER_PAGE};
+use crate::bytes::{u32_at, u64_at};
 use crate::pages::{AreaId, PageStore};
 use crate::Result;
 
@@ -68,25 +69,21 @@ pub(crate) fn load(
     if &header[..8] != MAGIC {
         return Ok(None);
     }
-    let u32_at =
-        |offset: usize| u32::from_le_bytes(header[offset..offset + 4].try_into().expect("4 bytes"));
-    let u64_at =
-        |offset: usize| u64::from_le_bytes(header[offset..offset + 8].try_into().expect("8 bytes"));
-    let Some(kind) = FilterKind::from_code(u32_at(8)) else {
+    let Some(kind) = FilterKind::from_code(u32_at(header, 8)) else {
         return Ok(None);
     };
     let shape = FilterShape {
         kind,
-        hash_parameter: u32_at(12),
-        capacity: u64_at(16),
-        target_false_positive_rate: f64::from_bits(u64_at(24)),
-        len: u64_at(32),
-        units: u64_at(40),
-        stash_tag: u32_at(48),
-        stash_bucket: u64_at(56),
+        hash_parameter: u32_at(header, 12),
+        capacity: u64_at(header, 16),
+        target_false_positive_rate: f64::from_bits(u64_at(header, 24)),
+        len: u64_at(header, 32),
+        units: u64_at(header, 40),
+        stash_tag: u32_at(header, 48),
+        stash_bucket: u64_at(header, 56),
     };
-    let saved_change_count = u64_at(64);
-    let word_count = u64_at(72);
+    let saved_change_count = u64_at(header, 64);
+    let word_count = u64_at(header, 72);
     let page_count = pages.page_count(area);
     let words_stored = page_count.saturating_sub(1) * WORDS_PER_PAGE as u64;
     if saved_change_count != change_count || word_count > words_stored {
@@ -100,7 +97,7 @@ pub(crate) fn load(
             words.extend(
                 content[..take * 8]
                     .chunks_exact(8)
-                    .map(|bytes| u64::from_le_bytes(bytes.try_into().expect("8 bytes"))),
+                    .map(|bytes| u64_at(bytes, 0)),
             )
         })?;
         page += 1;

@@ -2,9 +2,9 @@
 //! descriptor blocks (classic or `meta_bg`), reserved descriptor blocks, bitmaps, inode tables.
 
 use super::superblock::ExtSuperblock;
-use crate::hints::fs::bytes::le32;
 use crate::hints::fs::map::{MapBuilder, MetadataKind};
 use crate::hints::fs::{read_at, FsMetaError, ReadAt};
+use onecopy_core::bytes::le32;
 
 /// Most bytes of descriptor blocks read in one call to the reader.
 const DESCRIPTOR_READ_BYTES_MAX: usize = 256 * 1024;

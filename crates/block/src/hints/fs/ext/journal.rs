@@ -3,9 +3,9 @@
 
 use super::groups::GroupDescriptor;
 use super::superblock::ExtSuperblock;
-use crate::hints::fs::bytes::{le16, le32};
 use crate::hints::fs::map::{JournalPlacement, MapBuilder, MetadataKind};
 use crate::hints::fs::{read_at, FsMetaError, ReadAt};
+use onecopy_core::bytes::{le16, le32};
 
 /// Deepest extent tree ext4 builds (`EXT4_MAX_EXTENT_DEPTH`).
 pub const EXTENT_DEPTH_MAX: u16 = 5;

@@ -5,9 +5,9 @@
 //! *group descriptor* records where a group's bitmaps and inode table are; a *meta group* is
 //! the set of groups whose descriptors share one descriptor block (`meta_bg` feature).
 
-use crate::hints::fs::bytes::{le16, le32};
 use crate::hints::fs::detect::FileSystemKind;
 use crate::hints::fs::FsMetaError;
+use onecopy_core::bytes::{le16, le32, le64};
 
 /// Volume offset of the primary ext superblock.
 pub(crate) const EXT_SUPERBLOCK_OFFSET: u64 = 1024;
@@ -252,11 +252,7 @@ impl ExtSuperblock {
             superblock.first_meta_bg = 0;
         }
         if superblock.feature_incompat & INCOMPAT_MMP != 0 {
-            superblock.mmp_block = field(bytes.get(0x168..0x170).map(|s| {
-                let mut array = [0u8; 8];
-                array.copy_from_slice(s);
-                u64::from_le_bytes(array)
-            }))?;
+            superblock.mmp_block = field(le64(bytes, 0x168))?;
             if superblock.mmp_block == 0 || superblock.mmp_block >= superblock.blocks_count {
                 return Err(bad("MMP block outside the file system"));
             }

@@ -26,6 +26,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use onecopy_core::error::IoContext;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LabError, Result};
@@ -132,8 +133,7 @@ impl PeerRepository {
                 home.display()
             )));
         }
-        fs::create_dir_all(home)
-            .map_err(|error| LabError::io(format!("creating {}", home.display()), error))?;
+        fs::create_dir_all(home).context_io(|| format!("creating {}", home.display()))?;
         let repository = PeerRepository {
             tool,
             home: home.to_path_buf(),
@@ -247,8 +247,7 @@ impl PeerRepository {
         source: &Path,
         target: &Path,
     ) -> Result<(ToolRun, PathBuf)> {
-        fs::create_dir_all(target)
-            .map_err(|error| LabError::io(format!("creating {}", target.display()), error))?;
+        fs::create_dir_all(target).context_io(|| format!("creating {}", target.display()))?;
         let mut command = self.command();
         let root = match self.tool {
             Tool::Onecopy => {
@@ -360,12 +359,12 @@ impl PeerRepository {
 
     /// Bytes of every file of the repository (caches and onecopy's space reserve excluded).
     pub fn repository_bytes(&self) -> Result<u64> {
-        crate::paper2::measure::repository_bytes(&self.repository_path())
+        super::files::repository_bytes(&self.repository_path())
     }
 
     /// Copies the whole home (repository and caches) to `home`.
     pub fn copy_to(&self, home: &Path) -> Result<PeerRepository> {
-        crate::paper2::measure::copy_tree(&self.home, home)?;
+        super::files::copy_tree(&self.home, home)?;
         Ok(PeerRepository {
             tool: self.tool,
             home: home.to_path_buf(),
@@ -375,8 +374,8 @@ impl PeerRepository {
 
     /// Removes the home.
     pub fn destroy(self) -> Result<()> {
-        fs::remove_dir_all(&self.home)
-            .map_err(|error| LabError::io(format!("removing {}", self.home.display()), error))
+        Ok(fs::remove_dir_all(&self.home)
+            .context_io(|| format!("removing {}", self.home.display()))?)
     }
 
     fn onecopy_versions(&self) -> Result<Vec<u64>> {
@@ -475,8 +474,8 @@ pub(crate) fn run_plain(command: &mut Command, what: &str) -> Result<String> {
 
 /// Runs `command` under `/usr/bin/time`; returns its measures and standard output.
 pub fn run_timed(command: &mut Command, what: &str) -> Result<(ToolRun, String)> {
-    let measures = tempfile::NamedTempFile::new()
-        .map_err(|error| LabError::io("creating a file for /usr/bin/time", error))?;
+    let measures =
+        tempfile::NamedTempFile::new().context_io(|| "creating a file for /usr/bin/time")?;
     let mut timed = Command::new(TIME_PROGRAM);
     timed
         .arg("-f")
@@ -494,13 +493,13 @@ pub fn run_timed(command: &mut Command, what: &str) -> Result<(ToolRun, String)>
     if let Some(directory) = command.get_current_dir() {
         timed.current_dir(directory);
     }
-    let load_average = crate::paper2::measure::load_average();
+    let load_average = crate::results::load_average();
     let started = std::time::Instant::now();
     let stdout = run_plain(&mut timed, what)?;
     // /usr/bin/time reports wall time in hundredths of a second; ours has microseconds.
     let seconds = started.elapsed().as_secs_f64();
-    let text = fs::read_to_string(measures.path())
-        .map_err(|error| LabError::io("reading /usr/bin/time's output", error))?;
+    let text =
+        fs::read_to_string(measures.path()).context_io(|| "reading /usr/bin/time's output")?;
     let mut run = parse_time_output(&text).ok_or_else(|| LabError::Command {
         command: what.to_string(),
         detail: format!("unexpected /usr/bin/time output {text:?}"),
@@ -527,64 +526,10 @@ pub fn parse_time_output(text: &str) -> Option<ToolRun> {
     })
 }
 
-/// Compares two directory trees: same names, kinds, file contents and link targets.
-/// Returns the first difference found.
-pub fn compare_trees(expected: &Path, actual: &Path) -> Result<Option<String>> {
-    let mut expected_entries = list_sorted(expected)?;
-    let mut actual_entries = list_sorted(actual)?;
-    if expected_entries.len() != actual_entries.len() {
-        return Ok(Some(format!(
-            "{}: {} entries, expected {}",
-            actual.display(),
-            actual_entries.len(),
-            expected_entries.len()
-        )));
-    }
-    for (left, right) in expected_entries.drain(..).zip(actual_entries.drain(..)) {
-        if left.file_name() != right.file_name() {
-            return Ok(Some(format!("{:?} against {:?}", left, right)));
-        }
-        let left_metadata = fs::symlink_metadata(&left)
-            .map_err(|error| LabError::io(format!("inspecting {}", left.display()), error))?;
-        let right_metadata = fs::symlink_metadata(&right)
-            .map_err(|error| LabError::io(format!("inspecting {}", right.display()), error))?;
-        if left_metadata.file_type() != right_metadata.file_type() {
-            return Ok(Some(format!("{}: kind differs", right.display())));
-        }
-        if left_metadata.is_dir() {
-            if let Some(difference) = compare_trees(&left, &right)? {
-                return Ok(Some(difference));
-            }
-        } else if left_metadata.is_symlink() {
-            if fs::read_link(&left).ok() != fs::read_link(&right).ok() {
-                return Ok(Some(format!("{}: link target differs", right.display())));
-            }
-        } else {
-            let left_bytes = fs::read(&left)
-                .map_err(|error| LabError::io(format!("reading {}", left.display()), error))?;
-            let right_bytes = fs::read(&right)
-                .map_err(|error| LabError::io(format!("reading {}", right.display()), error))?;
-            if left_bytes != right_bytes {
-                return Ok(Some(format!("{}: content differs", right.display())));
-            }
-        }
-    }
-    Ok(None)
-}
-
-fn list_sorted(directory: &Path) -> Result<Vec<PathBuf>> {
-    let mut entries: Vec<PathBuf> = fs::read_dir(directory)
-        .map_err(|error| LabError::io(format!("listing {}", directory.display()), error))?
-        .map(|entry| entry.map(|entry| entry.path()))
-        .collect::<std::io::Result<_>>()
-        .map_err(|error| LabError::io(format!("listing {}", directory.display()), error))?;
-    entries.sort();
-    Ok(entries)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::paper2::files::compare_trees;
 
     /// Goal: /usr/bin/time's output is parsed, failures included; method: a normal line and
     /// one preceded by the exit-status line time prints for failed commands.
@@ -601,27 +546,9 @@ mod tests {
         assert!(parse_time_output("garbage").is_none());
     }
 
-    /// Goal: tree comparison finds content, name and kind differences; method: a tree, an
-    /// identical copy, then one change of each kind.
-    #[test]
-    fn trees_compare() {
-        let directory = tempfile::tempdir().expect("temporary directory");
-        let left = directory.path().join("left");
-        fs::create_dir_all(left.join("sub")).expect("directory");
-        fs::write(left.join("sub/a"), b"alpha").expect("file");
-        std::os::unix::fs::symlink("sub/a", left.join("link")).expect("link");
-        let right = directory.path().join("right");
-        crate::paper2::measure::copy_tree(&left, &right).expect("copy");
-        assert_eq!(compare_trees(&left, &right).expect("compare"), None);
-        fs::write(right.join("sub/a"), b"alphA").expect("file");
-        assert!(compare_trees(&left, &right).expect("compare").is_some());
-        fs::write(right.join("sub/a"), b"alpha").expect("file");
-        fs::write(right.join("extra"), b"").expect("file");
-        assert!(compare_trees(&left, &right).expect("compare").is_some());
-    }
-
-    /// Goal: each installed tool backs up, restores byte-exact and deletes its oldest backup;
-    /// method: two small versions of a tree through restic and borg (skipped when missing).
+    /// Goal: restic and borg each back up, restore byte-exact and delete their oldest backup;
+    /// method: two small versions of a tree through restic and borg (fails, naming what to
+    /// install, when one is missing).
     #[test]
     fn peers_round_trip() {
         let directory = tempfile::tempdir().expect("temporary directory");
@@ -629,10 +556,11 @@ mod tests {
         let source = parent.join("tree");
         fs::create_dir_all(&source).expect("directory");
         for tool in [Tool::Restic, Tool::Borg] {
-            if PeerRepository::version(tool, Path::new("onecopy")) == "not installed" {
-                eprintln!("skipped {tool}: not installed");
-                continue;
-            }
+            assert_ne!(
+                PeerRepository::version(tool, Path::new("onecopy")),
+                "not installed",
+                "{tool} is not installed: run scripts/setup.sh, which installs restic and borg"
+            );
             let home = directory.path().join(tool.name());
             let (repository, _) =
                 PeerRepository::create(tool, &home, Path::new("onecopy")).expect("init");
