@@ -37,15 +37,18 @@ use std::time::Instant;
 use onecopy_core::catalog::CatalogView;
 use onecopy_core::check::{CheckOptions, FaceReport, Finding, FindingKind};
 use onecopy_core::container::format::HEADER_BYTES;
-use onecopy_core::container::{
-    codec, ChunkHeader, ChunkLocation, ContainerId, ContainerStore, CHUNK_HEADER_BYTES,
-};
-use onecopy_core::fingerprint::{Fingerprint, FingerprintAlgorithm};
+use onecopy_core::container::{codec, ContainerId, ContainerStore};
+use onecopy_core::fingerprint::FingerprintAlgorithm;
 use onecopy_core::storage::Storage;
 use onecopy_core::Error as CoreError;
 use rayon::prelude::*;
 
 use crate::error::{BackupError, Result};
+pub use crate::inspection::FACE;
+use crate::inspection::{
+    container_object, face_path, record_header_differs, verify_chunk, ContainerVerdict, Inspection,
+    PlacedChunk, Problem, ReferenceCounts,
+};
 use crate::losses::{self, load_losses, LostRange};
 use crate::recipe::{ChunkReference, Recipe};
 use crate::resolve::{resolve, ChunkSource, SegmentCache};
@@ -58,114 +61,8 @@ use crate::store::{
     by_index_key, indexable_segments, BackupStore, OpenOptions, CATALOG_FILE, CONTAINERS_DIRECTORY,
 };
 
-/// The face's name in reports.
-pub const FACE: &str = "backup";
 /// Bytes of a container header's magic, which opens every container file.
 const CONTAINER_MAGIC: &[u8; 8] = b"OCCNTR01";
-
-/// What a repair does about a finding.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Problem {
-    /// A container file no record names: removed.
-    LeftoverContainer(ContainerId),
-    /// A temporary file of an interrupted command: removed.
-    LeftoverFile(String),
-    /// The segment index: rebuilt from the catalog.
-    Index,
-    /// Reference counts, segment heads or container records: rebuilt from primary records.
-    DerivedCatalog,
-    /// A backup record its series does not list: listed again.
-    UnlistedBackup(BackupId),
-    /// A series record that does not decode: rebuilt from its backups' records.
-    DamagedSeries(String),
-    /// A damaged container (missing, structure or chunk bytes): rewritten from what is
-    /// intact, damaged chunks taken from intact copies elsewhere or marked lost.
-    Container(ContainerId),
-    /// Damaged primary records nothing can rebuild: recorded as a loss.
-    Unrepairable,
-    /// Damage to the catalog's header that did not stop it from opening (a commit slot of
-    /// the commit before, bytes redb leaves zero): the next commit rewrites the header.
-    CatalogHeader,
-    /// A loss an earlier repair recorded: nothing to do.
-    Recorded,
-}
-
-/// A stored chunk a segment record places in a container.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PlacedChunk {
-    pub segment: SegmentId,
-    pub index: u32,
-    pub fingerprint: Fingerprint,
-    pub location: ChunkLocation,
-}
-
-/// What the check found wrong with one container.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct ContainerVerdict {
-    /// The file does not exist.
-    pub missing: bool,
-    /// Damage to the file's structure (size, header, trailer, record headers): the chunks
-    /// may be intact, but the container must be rewritten.
-    pub structure: Vec<String>,
-    /// Chunks whose bytes are damaged, with what is wrong.
-    pub damaged: BTreeMap<(SegmentId, u32), (u32, String)>,
-    /// The time stamp in the trailer, when it reads.
-    pub trailer_timestamp: Option<u64>,
-    pub chunks_verified: u64,
-    pub bytes_verified: u64,
-}
-
-impl ContainerVerdict {
-    fn is_damaged(&self) -> bool {
-        self.missing || !self.structure.is_empty() || !self.damaged.is_empty()
-    }
-}
-
-/// What a check found, with what a repair needs to act on it.
-pub(crate) struct Inspection {
-    pub findings: Vec<(Finding, Problem)>,
-    pub checked: BTreeMap<String, u64>,
-    /// Damaged containers, by id.
-    pub containers: BTreeMap<ContainerId, ContainerVerdict>,
-    /// Stored chunks by container, from the segment records.
-    pub placed: HashMap<ContainerId, Vec<PlacedChunk>>,
-    /// The container records that decode.
-    pub container_records: HashMap<ContainerId, SegmentContainer>,
-    /// False when some recipe could not be read: counts from the recipes are then lower
-    /// bounds, and a repair never lowers a recorded count.
-    pub counts_complete: bool,
-}
-
-impl Inspection {
-    fn push(&mut self, finding: Finding, problem: Problem) {
-        self.findings.push((finding, problem));
-    }
-
-    fn count(&mut self, kind: &str, count: u64) {
-        *self.checked.entry(kind.to_string()).or_default() += count;
-    }
-
-    /// The report of these findings.
-    pub fn report(&self, repaired: bool) -> FaceReport {
-        let mut report = FaceReport::new(FACE);
-        report.checked = self.checked.clone();
-        for (finding, _) in &self.findings {
-            report.push(finding.clone());
-        }
-        report.repaired = repaired;
-        report
-    }
-}
-
-/// The repository-relative name of a file of the face.
-pub(crate) fn face_path(name: &str) -> String {
-    format!("{FACE}/{name}")
-}
-
-/// How check names a container.
-pub(crate) fn container_object(containers: &ContainerStore, id: ContainerId) -> String {
-    format!("container {id:016x} ({})", face_path(&containers.name(id)))
-}
 
 impl BackupStore {
     /// Checks the store and, with [`CheckOptions::repair`], repairs it; see the module
@@ -821,28 +718,6 @@ fn missing_catalog_report(storage: &Arc<dyn Storage>) -> Result<FaceReport> {
     Ok(report)
 }
 
-/// The reference counts the recipes hold.
-#[derive(Default)]
-pub(crate) struct ReferenceCounts {
-    /// Live recipe references per segment.
-    pub live: HashMap<SegmentId, u32>,
-    /// Direct references per chunk.
-    pub direct: HashMap<(SegmentId, u32), u32>,
-    /// Backups (labels) referencing each segment.
-    pub users: HashMap<SegmentId, BTreeSet<String>>,
-    /// False when some recipe could not be read.
-    pub complete: bool,
-}
-
-impl ReferenceCounts {
-    fn users_of(&self, segment: SegmentId) -> Vec<String> {
-        self.users
-            .get(&segment)
-            .map(|users| users.iter().cloned().collect())
-            .unwrap_or_default()
-    }
-}
-
 /// What step 2 saw.
 struct BackupsSeen {
     counts: ReferenceCounts,
@@ -1131,41 +1006,6 @@ pub(crate) fn verify_container(
         ));
     }
     Ok(verdict)
-}
-
-/// The fields of `chunk`'s record header in `data` that differ from the catalog, if any.
-fn record_header_differs(data: &[u8], chunk: &PlacedChunk) -> Option<String> {
-    let start = chunk.location.header_offset() as usize;
-    let Some(bytes) = data.get(start..start + CHUNK_HEADER_BYTES) else {
-        return Some("past the end of the file".to_string());
-    };
-    let Some(header) = ChunkHeader::parse(bytes) else {
-        return Some("the header's own checksum".to_string());
-    };
-    let differing = header.differences(&chunk.location.header(chunk.fingerprint));
-    (!differing.is_empty()).then(|| differing.join(", "))
-}
-
-/// Checks one chunk's stored bytes in `data` (CRC, decompression, fingerprint); returns its
-/// raw size or what is wrong.
-pub(crate) fn verify_chunk(
-    data: &[u8],
-    chunk: &PlacedChunk,
-    algorithm: FingerprintAlgorithm,
-) -> std::result::Result<u64, String> {
-    let location = chunk.location;
-    let start = location.offset as usize;
-    let Some(stored) = data.get(start..start + location.stored_bytes as usize) else {
-        return Err("its bytes lie past the end of the file".to_string());
-    };
-    let raw = codec::decode_to_vec(&location, stored).map_err(|error| match error {
-        CoreError::Corrupt { detail, .. } => detail,
-        other => other.to_string(),
-    })?;
-    if algorithm.hash(&raw) != chunk.fingerprint {
-        return Err("its bytes do not have the recorded fingerprint".to_string());
-    }
-    Ok(raw.len() as u64)
 }
 
 /// What an error says, for a finding's detail: without the advice to run a check, which the

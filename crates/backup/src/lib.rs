@@ -94,6 +94,7 @@ pub mod create;
 pub mod delete;
 pub mod error;
 pub mod inline;
+mod inspection;
 pub mod losses;
 pub mod recipe;
 pub mod repair;

@@ -1,6 +1,6 @@
 //! `check --repair`: fixing what a check found.
 //!
-//! A repair acts on the findings of the check that just ran ([`crate::check`]), in the write
+//! A repair acts on the findings of the check that just ran ([`crate::inspection`]), in the write
 //! order every operation keeps (data, then catalog, then index; removals after the commit
 //! that stops referring to them), so that a crash at any point leaves a store the next
 //! command recovers and the next repair finishes:
@@ -36,8 +36,10 @@ use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::storage::Storage;
 
 use crate::changes::Changes;
-use crate::check::{face_path, verify_chunk, Inspection, PlacedChunk, Problem, FACE};
 use crate::error::{BackupError, Result};
+use crate::inspection::{
+    face_path, verify_chunk, Inspection, PlacedChunk, Problem, ReferenceCounts, FACE,
+};
 use crate::losses::{self, put_losses, LossRecord};
 use crate::recipe::{ChunkReference, Recipe};
 use crate::resolve::{resolve, SegmentCache};
@@ -744,8 +746,8 @@ impl BackupStore {
 fn count_references(
     read: &impl CatalogView,
     series: &BTreeMap<String, SeriesRecord>,
-) -> Result<crate::check::ReferenceCounts> {
-    let mut counts = crate::check::ReferenceCounts {
+) -> Result<ReferenceCounts> {
+    let mut counts = ReferenceCounts {
         complete: true,
         ..Default::default()
     };

@@ -42,7 +42,7 @@ use onecopy_core::storage::{parent_directory, Storage};
 use onecopy_core::Error as CoreError;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{RuntimeOptions, StoreOptions};
+use crate::config::{RuntimeOptions, StoreOptions, RESERVE_BYTES_MIN};
 use crate::error::{BackupError, Result};
 use crate::segment::{
     SegmentContainer, SegmentHead, SegmentId, SegmentRecord, SegmentState, CONTAINERS, SEGMENTS,
@@ -58,8 +58,6 @@ pub(crate) const CATALOG_FILE: &str = "catalog.redb";
 pub(crate) const CONTAINERS_DIRECTORY: &str = "containers";
 /// The reserve file (see the module documentation).
 pub(crate) const RESERVE_FILE: &str = "reserve";
-/// Smallest reserve by default; it grows to an eighth of the catalog's size.
-pub const RESERVE_BYTES_MIN: u64 = 8 << 20;
 /// Largest reserve.
 pub const RESERVE_BYTES_MAX: u64 = 256 << 20;
 
