@@ -115,8 +115,9 @@ pub fn open_block_for_serving(cli: &Cli, args: &EngineArgs) -> anyhow::Result<Op
                 .is_some_and(onecopy_core::storage::is_full) =>
         {
             eprintln!(
-                "onecopy: warning: {error:#}; serving read-only: free some space and restart \
-                 the server to write again"
+                "onecopy: warning: {}; serving read-only: free some space and restart the \
+                 server to write again",
+                crate::output::error_message(&error)
             );
             open_block(
                 cli,

@@ -99,7 +99,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("onecopy: error: {error:#}");
+            eprintln!("onecopy: error: {}", output::error_message(&error));
             ExitCode::from(exit_status(&error))
         }
     }
