@@ -21,6 +21,8 @@ use crate::Cli;
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
+    #[command(flatten)]
+    pub repository: crate::RepositoryArgs,
     /// Make the repository usable again: rebuild what is derived (indexes, reference counts,
     /// tables), remove leftovers, and record exactly what is lost so the rest works.
     #[arg(long)]
@@ -28,6 +30,7 @@ pub struct CheckArgs {
     /// Read and verify every stored byte (checksums and fingerprints), not only metadata.
     #[arg(long)]
     pub read_data: bool,
+    /// Print one JSON report instead of text.
     #[arg(long)]
     pub json: bool,
 }
