@@ -24,6 +24,7 @@ mod io;
 mod maintenance;
 mod recovery;
 mod space;
+mod span;
 mod volumes;
 
 use std::collections::{BTreeMap, HashMap};
@@ -31,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 
 use onecopy_core::check::Finding;
@@ -224,21 +225,17 @@ impl Engine {
     /// Makes every acknowledged write durable: the data half first (the open container),
     /// then the journal that refers to it.
     pub fn flush(&self) -> Result<()> {
-        let mut state = self.state.lock();
-        self.check_usable(&state)?;
-        state.counters.flushes += 1;
-        // A full disk fails this FLUSH (ENOSPC) and leaves everything queued for the next one;
-        // the reserve gives the data room first.
-        let result = self.with_reserve(&mut state, |_, state| flush_locked(state));
-        self.fail_on_error(&mut state, result)
+        self.change(|state| {
+            state.counters.flushes += 1;
+            // A full disk fails this FLUSH (ENOSPC) and leaves everything queued for the next
+            // one; the reserve gives the data room first.
+            self.with_reserve(state, |_, state| flush_locked(state))
+        })
     }
 
     /// Writes a checkpoint now.
     pub fn checkpoint(&self) -> Result<()> {
-        let mut state = self.state.lock();
-        self.check_usable(&state)?;
-        let result = self.checkpoint_locked(&mut state);
-        self.fail_on_error(&mut state, result)
+        self.change(|state| self.checkpoint_locked(state))
     }
 
     /// Flushes and checkpoints, so that the next open needs no replay.
@@ -356,7 +353,37 @@ impl Engine {
         }
     }
 
-    pub(crate) fn check_usable(&self, state: &EngineState) -> Result<()> {
+    /// The engine's state, locked, for an operation that only reads it: refused when an
+    /// earlier operation failed the engine.
+    pub(crate) fn lock_usable(&self) -> Result<MutexGuard<'_, EngineState>> {
+        let state = self.state.lock();
+        self.check_usable(&state)?;
+        Ok(state)
+    }
+
+    /// Runs `operation`, which may change the locked `state`, as every such operation runs:
+    /// refused when an earlier operation failed the engine, and failing the engine when it
+    /// fails with changes that its journal record does not hold ([`Engine::fail_on_error`]).
+    #[inline]
+    pub(crate) fn guarded<T>(
+        &self,
+        state: &mut EngineState,
+        operation: impl FnOnce(&mut EngineState) -> Result<T>,
+    ) -> Result<T> {
+        self.check_usable(state)?;
+        let result = operation(state);
+        self.fail_on_error(state, result)
+    }
+
+    /// [`Engine::guarded`] under a lock taken for the operation.
+    pub(crate) fn change<T>(
+        &self,
+        operation: impl FnOnce(&mut EngineState) -> Result<T>,
+    ) -> Result<T> {
+        self.guarded(&mut self.state.lock(), operation)
+    }
+
+    fn check_usable(&self, state: &EngineState) -> Result<()> {
         match &state.failure {
             Some(reason) => Err(Error::io(
                 "block engine",
@@ -373,7 +400,7 @@ impl Engine {
     /// inconsistent becomes durable (the journal and last checkpoint are intact, and
     /// reopening recovers). A failure before anything changed (a damaged page read by a
     /// request's preparation, a lost block, a bad argument) fails that operation alone.
-    pub(crate) fn fail_on_error<T>(&self, state: &mut EngineState, result: Result<T>) -> Result<T> {
+    fn fail_on_error<T>(&self, state: &mut EngineState, result: Result<T>) -> Result<T> {
         if let Err(error) = &result {
             if !state.changes.is_empty() || !state.chunk_changes.is_empty() {
                 state.failure = Some(error.to_string());

@@ -102,8 +102,7 @@ impl Engine {
     ) -> Result<VolumeRecord> {
         check_volume_name(name)?;
         check_volume_geometry(size_bytes, block_bytes)?;
-        let mut state = self.state.lock();
-        self.check_usable(&state)?;
+        let mut state = self.lock_usable()?;
         if state.names.contains_key(name) {
             return Err(Error::AlreadyExists(format!("volume {name}")));
         }
@@ -151,20 +150,18 @@ impl Engine {
     /// Interrupted deletions finish at the next open.
     pub fn delete_volume(&self, name: &str) -> Result<VolumeDeletion> {
         let mut state = self.state.lock();
-        self.check_usable(&state)?;
-        let id = volume_id(&state, name)?;
-        let mut record = (*state.volumes[&id].record).clone();
-        record.deleting = true;
-        let stored_before = self.stored_bytes(&state)?;
-        let result = self
-            .with_reserve(&mut state, |engine, state| {
+        let stored_before = self.guarded(&mut state, |state| {
+            let id = volume_id(state, name)?;
+            let mut record = (*state.volumes[&id].record).clone();
+            record.deleting = true;
+            let stored_before = self.stored_bytes(state)?;
+            self.with_reserve(state, |engine, state| {
                 engine.save_record(state, record.clone())
-            })
-            .and_then(|()| {
-                self.with_reserve(&mut state, |engine, state| engine.delete_locked(state, id))
-            })
-            .and_then(|()| self.remove_empty_containers(&mut state));
-        self.fail_on_error(&mut state, result)?;
+            })?;
+            self.with_reserve(state, |engine, state| engine.delete_locked(state, id))?;
+            self.remove_empty_containers(state)?;
+            Ok(stored_before)
+        })?;
         let freed_bytes = stored_before.saturating_sub(self.stored_bytes(&state)?);
         let EngineState { chunks, pages, .. } = &mut *state;
         let compactable_bytes =
@@ -245,18 +242,17 @@ impl Engine {
 
     /// Changes the size of a volume; shrinking releases the blocks past the new end.
     pub fn resize_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeRecord> {
-        let mut state = self.state.lock();
-        self.check_usable(&state)?;
+        let mut state = self.lock_usable()?;
         let id = volume_id(&state, name)?;
         let mut record = (*state.volumes[&id].record).clone();
         check_volume_geometry(size_bytes, record.block_bytes)?;
         if size_bytes < record.size_bytes {
             let first = size_bytes / record.block_bytes as u64;
             let current = Arc::clone(&state.volumes[&id].record);
-            let result = self
-                .release_blocks_from(&mut state, &current, first)
-                .and_then(|()| self.checkpoint_locked(&mut state));
-            self.fail_on_error(&mut state, result)?;
+            self.guarded(&mut state, |state| {
+                self.release_blocks_from(state, &current, first)?;
+                self.checkpoint_locked(state)
+            })?;
         }
         record.size_bytes = size_bytes;
         record
@@ -303,16 +299,15 @@ impl Engine {
     /// from an older checkpoint recreates it), then checkpointed (records live in the
     /// checkpoint state).
     fn save_record(&self, state: &mut EngineState, record: VolumeRecord) -> Result<()> {
-        self.check_usable(state)?;
-        state
-            .changes
-            .push(BlockChange::VolumeSet(Box::new(record.clone())));
-        let EngineState { pages, volumes, .. } = state;
-        set_volume(pages, volumes, record);
-        let result = self
-            .log_changes(state)
-            .and_then(|()| self.checkpoint_locked(state));
-        self.fail_on_error(state, result)
+        self.guarded(state, |state| {
+            state
+                .changes
+                .push(BlockChange::VolumeSet(Box::new(record.clone())));
+            let EngineState { pages, volumes, .. } = state;
+            set_volume(pages, volumes, record);
+            self.log_changes(state)?;
+            self.checkpoint_locked(state)
+        })
     }
 
     /// Statistics of one volume (scans its map: cost grows with the volume's written size).
