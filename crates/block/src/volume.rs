@@ -17,6 +17,14 @@ pub const VOLUME_ID_MAX: VolumeId = (1 << VOLUME_ID_BITS) - 1;
 
 /// Largest volume: 1 PiB.
 pub const VOLUME_BYTES_MAX: u64 = 1 << 50;
+/// The block sizes a volume may have: the smallest (a disk sector) and the largest (a page).
+pub const BLOCK_BYTES_MIN: u32 = 512;
+pub const BLOCK_BYTES_MAX: u32 = 4096;
+/// Most blocks a volume has.
+pub const VOLUME_BLOCKS_MAX: u64 = VOLUME_BYTES_MAX / BLOCK_BYTES_MIN as u64;
+
+const _: () = assert!(VOLUME_BYTES_MAX.is_multiple_of(BLOCK_BYTES_MAX as u64));
+const _: () = assert!(VOLUME_ID_BITS < VolumeId::BITS);
 /// Longest volume name (it is also the NBD export name).
 pub const VOLUME_NAME_BYTES_MAX: usize = 64;
 /// Most explicit no-dedup ranges per volume.
@@ -159,9 +167,9 @@ pub fn check_volume_name(name: &str) -> Result<()> {
 
 /// Checks a volume size and block size.
 pub fn check_volume_geometry(size_bytes: u64, block_bytes: u32) -> Result<()> {
-    if block_bytes != 512 && block_bytes != 4096 {
+    if block_bytes != BLOCK_BYTES_MIN && block_bytes != BLOCK_BYTES_MAX {
         return Err(Error::InvalidArgument(format!(
-            "block size {block_bytes} must be 512 or 4096"
+            "block size {block_bytes} must be {BLOCK_BYTES_MIN} or {BLOCK_BYTES_MAX}"
         )));
     }
     if size_bytes == 0

@@ -16,15 +16,12 @@ use super::span::{block_spans, BlockSpan};
 use super::{map_entry, set_map_entry, Engine, EngineState, LOST_CHUNK};
 use crate::cache::CacheKey;
 use crate::hints::{decide_write, NoDedupReason, WriteDecision};
-use crate::records::BlockChange;
-use crate::volume::{VolumeId, VolumeRecord};
+use crate::records::{BlockChange, RECORD_RELEASED_BLOCKS_MAX};
+use crate::volume::{VolumeId, VolumeRecord, VOLUME_BLOCKS_MAX, VOLUME_ID_BITS, VOLUME_ID_MAX};
 
 /// Most blocks one block-status request examines; the protocol lets a reply cover less than
 /// was asked, and clients ask again for the rest.
 pub const BLOCK_STATUS_BLOCKS_MAX: u64 = 1 << 18;
-/// Blocks an unmap reads, then changes and journals as one record, at a time: bounds the
-/// record (at most about 30 bytes a block) and the memory of a whole-device discard.
-const UNMAP_WINDOW_BLOCKS: u64 = 1 << 16;
 /// Largest read or write the engine accepts (the NBD layer enforces its own, smaller limit).
 pub const REQUEST_BYTES_MAX: u64 = 1 << 30;
 
@@ -94,22 +91,55 @@ enum BlockPlan {
     Partial,
 }
 
-/// Owner tag of a chunk written for deferred deduplication: bit 63 set, volume and block.
+// The owner tag of a chunk stored without a fingerprint names the block that owns it, so
+// that deferred deduplication finds the map entry to change. From the top bit down: a
+// deferred flag (1 bit), the volume id (`VOLUME_ID_BITS`), the block (`OWNER_BLOCK_BITS`).
+// Deduplicated chunks have owner 0.
+/// Bits of the block number in an owner tag.
+const OWNER_BLOCK_BITS: u32 = 42;
+/// Where the volume id starts in an owner tag.
+const OWNER_VOLUME_SHIFT: u32 = OWNER_BLOCK_BITS;
+/// The bit of an owner tag that marks a chunk written for deferred deduplication.
+const OWNER_DEFERRED_BIT: u32 = OWNER_VOLUME_SHIFT + VOLUME_ID_BITS;
+const OWNER_BLOCK_MASK: u64 = (1 << OWNER_BLOCK_BITS) - 1;
+const OWNER_VOLUME_MASK: u64 = (1 << VOLUME_ID_BITS) - 1;
+
+// The three fields fill the 64-bit tag exactly.
+const _: () = assert!(OWNER_DEFERRED_BIT == u64::BITS - 1);
+// Every block of the largest volume, in the smallest blocks, has a block number that fits.
+const _: () = assert!(VOLUME_BLOCKS_MAX <= 1 << OWNER_BLOCK_BITS);
+// Every volume id `create_volume` hands out fits.
+const _: () = assert!(VOLUME_ID_MAX as u64 == OWNER_VOLUME_MASK);
+
+/// The owner tag of the chunk of block `block` of volume `volume`.
+fn owner_tag(volume: VolumeId, block: u64, deferred: bool) -> u64 {
+    // Volumes are created with ids up to VOLUME_ID_MAX and blocks below their block count.
+    assert!(
+        volume <= VOLUME_ID_MAX,
+        "volume id {volume} exceeds its owner-tag field"
+    );
+    assert!(
+        block < VOLUME_BLOCKS_MAX,
+        "block {block} exceeds its owner-tag field"
+    );
+    (u64::from(deferred) << OWNER_DEFERRED_BIT) | (u64::from(volume) << OWNER_VOLUME_SHIFT) | block
+}
+
+/// Owner tag of a chunk written for deferred deduplication.
 pub(crate) fn deferred_owner(volume: VolumeId, block: u64) -> u64 {
-    assert!(block < 1 << 42 && volume < 1 << 21);
-    (1 << 63) | ((volume as u64) << 42) | block
+    owner_tag(volume, block, true)
 }
 
 /// Owner tag of a chunk written with a no-dedup hint (never deduplicated later).
 fn permanent_owner(volume: VolumeId, block: u64) -> u64 {
-    ((volume as u64) << 42) | block
+    owner_tag(volume, block, false)
 }
 
 /// The volume and block of a deferred chunk's owner tag.
 pub(crate) fn deferred_owner_parts(owner: u64) -> Option<(VolumeId, u64)> {
-    (owner >> 63 == 1).then_some((
-        ((owner >> 42) & ((1 << 21) - 1)) as VolumeId,
-        owner & ((1 << 42) - 1),
+    (owner >> OWNER_DEFERRED_BIT == 1).then_some((
+        ((owner >> OWNER_VOLUME_SHIFT) & OWNER_VOLUME_MASK) as VolumeId,
+        owner & OWNER_BLOCK_MASK,
     ))
 }
 
@@ -735,7 +765,7 @@ impl Engine {
         while window_start < end {
             // Each window is read before it changes and then journaled as one record, so a
             // damaged page fails the request with every earlier window complete.
-            let window_end = (window_start + UNMAP_WINDOW_BLOCKS).min(end);
+            let window_end = (window_start + RECORD_RELEASED_BLOCKS_MAX).min(end);
             mapped.clear();
             for block in window_start..window_end {
                 let chunk = mapped_chunk(state, record, &map, block)?;

@@ -262,6 +262,10 @@ impl Engine {
         // checkpoint's manifest be damaged later, the previous one and this journal rebuild
         // its state.
         state.chunks.sync_data()?;
+        assert!(
+            !state.chunks.has_unsynced(),
+            "chunk data is durable before a checkpoint refers to it"
+        );
         journal.sync()?;
         let current = journal.generation();
         journal.rotate(current + 1)?;
@@ -417,6 +421,12 @@ pub(crate) fn flush_locked(state: &mut EngineState) -> Result<()> {
         return Ok(());
     };
     state.chunks.sync_data()?;
+    // The documented write ordering: the journal's records refer to chunks, which must be
+    // durable first.
+    assert!(
+        !state.chunks.has_unsynced(),
+        "chunk data is durable before the journal that refers to it"
+    );
     journal.sync()
 }
 

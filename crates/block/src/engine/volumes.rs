@@ -13,7 +13,7 @@ use onecopy_core::{Error, Result};
 pub use super::space::SpaceStats;
 use super::{map_entry, set_volume, Engine, EngineCounters, EngineState, MAP_ENTRIES_PER_PAGE};
 use crate::config::HintSettings;
-use crate::records::BlockChange;
+use crate::records::{BlockChange, RECORD_RELEASED_BLOCKS_MAX};
 use crate::volume::{
     check_volume_geometry, check_volume_name, ByteRange, VolumeId, VolumeRecord, VOLUME_ID_MAX,
 };
@@ -229,11 +229,14 @@ impl Engine {
         let map = state.volumes[&record.id].map;
         let area = state.pages.area(&record.map_area_name());
         let written_blocks = state.pages.page_count(area) * MAP_ENTRIES_PER_PAGE;
+        let mut released = 0;
         for block in first..written_blocks.min(record.block_count()) {
             if map_entry(&mut state.pages, &map, block)? != ZERO_CHUNK {
                 self.remap(state, record, block, ZERO_CHUNK)?;
-                if state.changes.len() >= 65536 {
+                released += 1;
+                if released == RECORD_RELEASED_BLOCKS_MAX {
                     self.log_changes(state)?;
+                    released = 0;
                 }
             }
         }
