@@ -14,10 +14,10 @@ use std::str::FromStr;
 use parking_lot::Mutex;
 use serde::Serialize;
 
+use crate::error::Result;
 use onecopy_core::container::ChunkLocation;
 use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::index::cache::{Cache, CachePolicy, EntryCache};
-use onecopy_core::Result;
 
 /// Bytes of one data slot: the largest block size.
 const SLOT_BYTES: usize = 4096;

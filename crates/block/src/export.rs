@@ -8,6 +8,7 @@ use onecopy_nbd::{
 };
 
 use crate::engine::{BatchWrite, Engine};
+use crate::error::BlockError;
 use crate::volume::VolumeId;
 
 /// Largest request payload advertised: the protocol's recommended maximum.
@@ -60,10 +61,20 @@ pub struct VolumeExport {
     block_bytes: u32,
 }
 
-fn export_error(error: Error) -> ExportError {
+/// The export error for an engine error: I/O errors keep their source, so that a full disk
+/// (ENOSPC, EDQUOT, EFBIG) reaches the client as ENOSPC, as does a limit of the store.
+fn export_error(error: BlockError) -> ExportError {
     match error {
-        Error::Io { context, source } => ExportError::io(context, source),
-        Error::Limit(context) => ExportError::NoSpace { context },
+        BlockError::Core(Error::Io { context, source }) => ExportError::io(context, source),
+        BlockError::Block {
+            volume,
+            block,
+            source: Error::Io { context, source },
+        } => ExportError::io(
+            format!("block {block} of volume {volume}: {context}"),
+            source,
+        ),
+        BlockError::Core(Error::Limit(context)) => ExportError::NoSpace { context },
         other => ExportError::failed(other),
     }
 }
@@ -165,5 +176,59 @@ impl Export for VolumeExport {
         self.engine
             .cache(self.volume, offset, length)
             .map_err(export_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+    use std::sync::Arc;
+
+    use onecopy_nbd::protocol;
+
+    use super::*;
+
+    /// Goal: engine errors reach NBD clients with the errno they mean: a full disk is ENOSPC
+    /// whether or not the error names a block, a store limit is ENOSPC, a failed engine and
+    /// a damaged block are EIO. Method: map one error of each kind.
+    #[test]
+    fn engine_errors_keep_their_errno() {
+        let full = || io::Error::from_raw_os_error(libc::ENOSPC);
+        let cases = [
+            (
+                BlockError::from(Error::io("appending", full())),
+                protocol::ENOSPC,
+            ),
+            (
+                BlockError::Block {
+                    volume: "disk".into(),
+                    block: 3,
+                    source: Error::io("appending", full()),
+                },
+                protocol::ENOSPC,
+            ),
+            (
+                BlockError::from(Error::Limit("chunk ids".into())),
+                protocol::ENOSPC,
+            ),
+            (
+                BlockError::EngineFailed {
+                    reason: Arc::from("a journal append failed"),
+                },
+                protocol::EIO,
+            ),
+            (
+                BlockError::Block {
+                    volume: "disk".into(),
+                    block: 3,
+                    source: Error::corrupt("data", "lost"),
+                },
+                protocol::EIO,
+            ),
+        ];
+        for (error, errno) in cases {
+            let text = error.to_string();
+            assert_eq!(export_error(error).errno(), errno, "{text}");
+        }
     }
 }

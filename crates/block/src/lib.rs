@@ -13,6 +13,7 @@ pub mod cache;
 pub mod config;
 pub mod control;
 pub mod engine;
+pub mod error;
 pub mod export;
 pub mod hints;
 pub mod records;
@@ -20,4 +21,5 @@ pub mod volume;
 
 pub use config::{BlockConfig, HintSettings, RuntimeOptions, FILTER_FALSE_POSITIVE_RATE};
 pub use engine::{BatchWrite, Engine, EngineStats, Extent, OpenMode, VolumeStats};
+pub use error::{BlockError, Result};
 pub use volume::{ByteRange, VolumeId, VolumeRecord};

@@ -13,10 +13,11 @@
 
 use std::ops::Range;
 
+use crate::error::Result;
 use onecopy_core::chunk_store::{ChunkChange, ChunkId};
 use onecopy_core::journal::{RecordTag, RECORD_BYTES_MAX, TAG_BYTES};
 use onecopy_core::pages::ByteReader;
-use onecopy_core::{Error, Result};
+use onecopy_core::Error;
 
 use crate::volume::{VolumeId, VolumeRecord};
 
@@ -131,7 +132,7 @@ pub fn decode(payload: &[u8]) -> Result<Vec<BlockChange>> {
     let count = reader.u32().ok_or_else(malformed)? as usize;
     // Each change takes at least 5 bytes, which bounds the allocation for corrupt counts.
     if count > payload.len() / 5 {
-        return Err(malformed());
+        return Err(malformed().into());
     }
     let mut changes = Vec::with_capacity(count);
     for _ in 0..count {
@@ -151,11 +152,11 @@ pub fn decode(payload: &[u8]) -> Result<Vec<BlockChange>> {
             3 => changes.push(BlockChange::VolumeRemoved(
                 reader.u32().ok_or_else(malformed)?,
             )),
-            _ => return Err(malformed()),
+            _ => return Err(malformed().into()),
         }
     }
     if !reader.bytes.is_empty() {
-        return Err(malformed());
+        return Err(malformed().into());
     }
     Ok(changes)
 }

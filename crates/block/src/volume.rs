@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use onecopy_core::{Error, Result};
+use crate::error::Result;
+use onecopy_core::Error;
 
 use crate::config::HintSettings;
 
@@ -55,7 +56,8 @@ impl ByteRange {
         if range.start >= range.end {
             return Err(Error::InvalidArgument(format!(
                 "range {text:?} is empty: START must be below END"
-            )));
+            ))
+            .into());
         }
         Ok(range)
     }
@@ -96,7 +98,8 @@ impl VolumeRecord {
             return Err(Error::InvalidArgument(format!(
                 "range {}..{} reaches past the end of volume {} ({} bytes)",
                 range.start, range.end, self.name, self.size_bytes
-            )));
+            ))
+            .into());
         }
         let mut ranges = Vec::new();
         for existing in &self.no_dedup_ranges {
@@ -129,7 +132,8 @@ impl VolumeRecord {
             return Err(Error::Limit(format!(
                 "volume {} would have more than {HINT_RANGES_MAX} no-dedup ranges",
                 self.name
-            )));
+            ))
+            .into());
         }
         self.no_dedup_ranges = merged;
         Ok(())
@@ -161,7 +165,8 @@ pub fn check_volume_name(name: &str) -> Result<()> {
         Err(Error::InvalidArgument(format!(
             "volume name {name:?} must be 1 to {VOLUME_NAME_BYTES_MAX} letters, digits, '.', \
              '_' or '-', not starting with '.' or '-'"
-        )))
+        ))
+        .into())
     }
 }
 
@@ -170,7 +175,8 @@ pub fn check_volume_geometry(size_bytes: u64, block_bytes: u32) -> Result<()> {
     if block_bytes != BLOCK_BYTES_MIN && block_bytes != BLOCK_BYTES_MAX {
         return Err(Error::InvalidArgument(format!(
             "block size {block_bytes} must be {BLOCK_BYTES_MIN} or {BLOCK_BYTES_MAX}"
-        )));
+        ))
+        .into());
     }
     if size_bytes == 0
         || size_bytes > VOLUME_BYTES_MAX
@@ -180,7 +186,8 @@ pub fn check_volume_geometry(size_bytes: u64, block_bytes: u32) -> Result<()> {
             "volume size {size_bytes} must be a positive multiple of the block size \
              ({block_bytes}) and at most {}",
             onecopy_core::units::format_size(VOLUME_BYTES_MAX)
-        )));
+        ))
+        .into());
     }
     Ok(())
 }

@@ -19,7 +19,7 @@ fn runtime() -> RuntimeOptions {
     }
 }
 
-fn open(storage: &SimulatedStorage) -> onecopy_core::Result<Arc<Engine>> {
+fn open(storage: &SimulatedStorage) -> onecopy_block::Result<Arc<Engine>> {
     Engine::open(
         Arc::new(storage.clone()) as Arc<dyn Storage>,
         None,

@@ -22,7 +22,7 @@ fn runtime() -> RuntimeOptions {
     }
 }
 
-fn open(storage: &SimulatedStorage, mode: OpenMode) -> onecopy_core::Result<Arc<Engine>> {
+fn open(storage: &SimulatedStorage, mode: OpenMode) -> onecopy_block::Result<Arc<Engine>> {
     Engine::open_with(
         Arc::new(storage.clone()) as Arc<dyn Storage>,
         None,
@@ -104,7 +104,7 @@ fn flushed_writes(count: usize) -> (SimulatedStorage, Vec<u8>) {
     (storage.crash(CrashMode::Clean), data)
 }
 
-fn read_volume(engine: &Engine, offset: usize, length: usize) -> onecopy_core::Result<Vec<u8>> {
+fn read_volume(engine: &Engine, offset: usize, length: usize) -> onecopy_block::Result<Vec<u8>> {
     let volume = engine.volume_id("disk")?;
     let mut out = vec![0u8; length];
     engine.read(volume, offset as u64, &mut out)?;
@@ -312,7 +312,7 @@ fn read_named(
     name: &str,
     offset: usize,
     length: usize,
-) -> onecopy_core::Result<Vec<u8>> {
+) -> onecopy_block::Result<Vec<u8>> {
     let volume = engine.volume_id(name)?;
     let mut out = vec![0u8; length];
     engine.read(volume, offset as u64, &mut out)?;

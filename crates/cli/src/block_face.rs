@@ -110,9 +110,7 @@ pub fn open_block(
 pub fn open_block_for_serving(cli: &Cli, args: &EngineArgs) -> anyhow::Result<OpenBlock> {
     match open_block(cli, "serve", args, OpenMode::ReadWrite) {
         Err(error)
-            if error
-                .downcast_ref::<onecopy_core::Error>()
-                .is_some_and(onecopy_core::storage::is_full) =>
+            if crate::output::core_error(&error).is_some_and(onecopy_core::storage::is_full) =>
         {
             eprintln!(
                 "onecopy: warning: {}; serving read-only: free some space and restart the \

@@ -185,12 +185,10 @@ fn main() -> ExitCode {
 /// The exit status for an error: [`EXIT_LOCKED`] when the repository was in use by another
 /// process, 1 otherwise.
 fn exit_status(error: &anyhow::Error) -> u8 {
-    let locked = error.chain().any(|cause| {
-        matches!(
-            cause.downcast_ref::<onecopy_core::Error>(),
-            Some(onecopy_core::Error::Locked { .. })
-        )
-    });
+    let locked = matches!(
+        output::core_error(error),
+        Some(onecopy_core::Error::Locked { .. })
+    );
     if locked {
         EXIT_LOCKED
     } else {

@@ -22,6 +22,18 @@ pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The first error of the engine core in an error's chain: a core error itself, or the one
+/// the block device's error carries.
+pub fn core_error(error: &anyhow::Error) -> Option<&onecopy_core::Error> {
+    error.chain().find_map(|cause| {
+        cause.downcast_ref::<onecopy_core::Error>().or_else(|| {
+            cause
+                .downcast_ref::<onecopy_block::BlockError>()
+                .and_then(onecopy_block::BlockError::core)
+        })
+    })
+}
+
 /// An error and its causes as one line, each said once. The crates' error types put their
 /// source's text in their own message (`reading X: No such file or directory`) and also
 /// return it as `source()` for programs that inspect it, so a cause whose text already ends

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::error::{BlockError, Result};
 use onecopy_core::chunk_store::{
     read_located, unix_seconds, ChunkId, ChunkRead, NewChunk, ZERO_CHUNK,
 };
@@ -10,7 +11,7 @@ use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::index::warm::warm;
 use onecopy_core::pages::RecordArea;
 use onecopy_core::storage::StorageFile;
-use onecopy_core::{Error, Result};
+use onecopy_core::Error;
 
 use super::span::{block_spans, BlockSpan};
 use super::{map_entry, set_map_entry, Engine, EngineState, LOST_CHUNK};
@@ -150,7 +151,8 @@ fn check_range(record: &VolumeRecord, offset: u64, length: u64) -> Result<()> {
         return Err(Error::InvalidArgument(format!(
             "request of {length} bytes at offset {offset} is outside volume {} ({} bytes)",
             record.name, record.size_bytes
-        )));
+        ))
+        .into());
     }
     Ok(())
 }
@@ -162,7 +164,8 @@ fn check_payload_range(record: &VolumeRecord, offset: u64, length: u64) -> Resul
     if length > REQUEST_BYTES_MAX {
         return Err(Error::InvalidArgument(format!(
             "request of {length} bytes exceeds the {REQUEST_BYTES_MAX}-byte limit"
-        )));
+        ))
+        .into());
     }
     check_range(record, offset, length)
 }
@@ -177,11 +180,15 @@ fn readable_chunk(
 ) -> Result<ChunkId> {
     let chunk = mapped_chunk(state, record, map, block)?;
     if chunk == LOST_CHUNK {
-        return Err(Error::corrupt(
-            format!("block {block} of volume {}", record.name),
-            "its data was recorded lost by a repair of damage (see `onecopy check`); it reads \
-             again once written",
-        ));
+        return Err(BlockError::Block {
+            volume: record.name.clone(),
+            block,
+            source: Error::corrupt(
+                "data",
+                "a repair of damage recorded it lost (see `onecopy check`); it reads again \
+                 once written",
+            ),
+        });
     }
     Ok(chunk)
 }
@@ -210,13 +217,14 @@ fn chunk_record(
         .map_err(|error| block_error(record, block, error))
 }
 
-/// Puts the block a failure concerns into a corruption error.
-fn block_error(record: &VolumeRecord, block: u64, error: Error) -> Error {
-    match error {
-        Error::Corrupt { what, detail } => Error::corrupt(
-            format!("block {block} of volume {} ({what})", record.name),
-            detail,
-        ),
+/// Says which block a failure of the engine core concerns.
+fn block_error(record: &VolumeRecord, block: u64, error: impl Into<BlockError>) -> BlockError {
+    match error.into() {
+        BlockError::Core(source) => BlockError::Block {
+            volume: record.name.clone(),
+            block,
+            source,
+        },
         other => other,
     }
 }
@@ -235,7 +243,7 @@ impl Engine {
             .volumes
             .get(&volume)
             .map(|volume| Arc::clone(&volume.record))
-            .ok_or_else(|| Error::NotFound(format!("volume {volume}")))
+            .ok_or(BlockError::VolumeIdNotFound(volume))
     }
 
     /// Reads `out.len()` bytes at `offset` of `volume`.
@@ -372,20 +380,11 @@ impl Engine {
         let (record, filesystem) = match self.write_target(volume, bytes) {
             Ok(target) => target,
             Err(error) => {
-                // Each write gets its own copy of the error (errors are not `Clone`): asking
-                // again gives one of the same kind. Should the volume have become usable
-                // meanwhile, the write still fails: it was not executed.
-                let message = error.to_string();
-                results.push(Err(error));
+                // Every write of the batch fails with the same error: none was executed.
                 for _ in 1..writes.len() {
-                    results.push(match self.write_target(volume, 0) {
-                        Err(error) => Err(error),
-                        Ok(_) => Err(Error::io(
-                            "block engine",
-                            std::io::Error::other(message.clone()),
-                        )),
-                    });
+                    results.push(Err(error.duplicate()));
                 }
+                results.push(Err(error));
                 return;
             }
         };
@@ -424,25 +423,19 @@ impl Engine {
                 results.push(result);
             }
         }
+        // A failure after the writes were applied fails each of them that succeeded so far
+        // (and, for the flush, asked for durability), with a copy of the error.
         if let Err(error) = self.write_queued() {
-            let message = error.to_string();
             for result in results.iter_mut().filter(|result| result.is_ok()) {
-                *result = Err(Error::io(
-                    "writing container data",
-                    std::io::Error::other(message.clone()),
-                ));
+                *result = Err(error.duplicate());
             }
             return;
         }
         if flush_wanted {
             if let Err(error) = self.flush() {
-                let message = error.to_string();
                 for (write, result) in writes.iter().zip(results.iter_mut()) {
                     if write.fua && result.is_ok() {
-                        *result = Err(Error::io(
-                            "flushing a FUA write",
-                            std::io::Error::other(message.clone()),
-                        ));
+                        *result = Err(error.duplicate());
                     }
                 }
             }
@@ -461,7 +454,7 @@ impl Engine {
     )> {
         let mut state = self.lock_usable()?;
         if state.journal.is_none() {
-            return Err(super::read_only_error());
+            return Err(super::read_only_error().into());
         }
         let record = self.volume_record(&state, volume)?;
         self.admit_write(&mut state, bytes)?;
@@ -701,7 +694,7 @@ impl Engine {
             out.fill(0);
             return Ok(());
         }
-        state.chunks.read_into(&mut state.pages, chunk, out)
+        Ok(state.chunks.read_into(&mut state.pages, chunk, out)?)
     }
 
     /// Releases whole blocks in `[offset, offset + length)`; partial blocks are left as they

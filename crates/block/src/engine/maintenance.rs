@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::error::Result;
 use onecopy_core::chunk_store::{unix_seconds, ChunkChange, ChunkId, REFERENCES_MAX};
 use onecopy_core::gc::{self, CompactionOptions, CompactionPlan, CompactionReport};
-use onecopy_core::{Error, Result};
+use onecopy_core::Error;
 
 use super::{map_entry, Engine, EngineState};
 use crate::records::BlockChange;
@@ -93,9 +94,11 @@ impl Engine {
         if current.is_some_and(|map| *map.layout() == detected.layout) {
             return;
         }
+        // The file-system reader takes any byte source, as an I/O reader; the engine's error
+        // travels inside the I/O error, whole.
         let mut read = |offset: u64, buffer: &mut [u8]| -> std::io::Result<()> {
             self.read_bytes_locked(state, &record, offset, buffer)
-                .map_err(|error| std::io::Error::other(error.to_string()))
+                .map_err(std::io::Error::other)
         };
         let derived = crate::hints::fs::derive_metadata_map(record.size_bytes, &mut read);
         let map = derived.ok().map(Arc::new);
@@ -121,7 +124,8 @@ impl Engine {
             return Err(Error::InvalidArgument(format!(
                 "read past the end of volume {}",
                 record.name
-            )));
+            ))
+            .into());
         }
         let mut block = vec![0u8; record.block_bytes as usize];
         for span in block_spans(offset, out.len() as u64, record.block_bytes) {
@@ -205,7 +209,8 @@ impl Engine {
                         "its owner, block {block} of volume {}, no longer maps to it",
                         volume_record.name
                     ),
-                ));
+                )
+                .into());
             }
             data.resize(record.location.raw_bytes as usize, 0);
             state.chunks.read_into(&mut state.pages, id, &mut data)?;

@@ -35,6 +35,7 @@ use std::time::Instant;
 use parking_lot::{Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 
+use crate::error::{BlockError, Result};
 use onecopy_core::check::Finding;
 use onecopy_core::chunk_store::{ChunkChange, ChunkId, ChunkStore, ChunkStoreState};
 use onecopy_core::container::WriteBehind;
@@ -42,7 +43,7 @@ use onecopy_core::integer_hash::IntegerBuildHasher;
 use onecopy_core::journal::Journal;
 use onecopy_core::pages::{PageStore, RecordArea};
 use onecopy_core::storage::{is_full, read_all, write_atomically, Storage};
-use onecopy_core::{Error, Result};
+use onecopy_core::Error;
 
 use crate::cache::ContentCache;
 use crate::config::{BlockConfig, RuntimeOptions};
@@ -143,8 +144,9 @@ pub(crate) struct EngineState {
     /// All changes of the request being handled.
     pub(crate) changes: Vec<BlockChange>,
     payload: Vec<u8>,
-    /// Set when an operation failed half way; every later request fails until reopen.
-    failure: Option<String>,
+    /// Set when an operation failed half way; every later request fails until reopen
+    /// ([`BlockError::EngineFailed`]).
+    failure: Option<Arc<str>>,
     /// Free space and the reserve ([`space`]).
     pub(crate) space: space::SpaceGuard,
 }
@@ -245,7 +247,7 @@ impl Engine {
 
     pub(crate) fn checkpoint_locked(&self, state: &mut EngineState) -> Result<()> {
         if state.journal.is_none() {
-            return Err(read_only_error());
+            return Err(read_only_error().into());
         }
         // A checkpoint that stops half way poisons the page store: it only starts with room
         // to finish.
@@ -254,7 +256,8 @@ impl Engine {
                 "no room in {} for a checkpoint of {} metadata pages",
                 self.storage.describe(),
                 state.pages.dirty_page_count()
-            )));
+            ))
+            .into());
         }
         let journal = state.journal.as_mut().expect("checked above");
         // Data first: everything the pages will refer to must be on the media before the
@@ -309,7 +312,7 @@ impl Engine {
             match self.checkpoint_locked(state) {
                 // Put off: the journal holds the changes, and new writes are refused until
                 // there is room.
-                Err(error) if is_full(&error) => state.space.refuse(),
+                Err(error) if error.is_full() => state.space.refuse(),
                 other => other?,
             }
         }
@@ -332,7 +335,7 @@ impl Engine {
         if result.is_ok() {
             state.changes.clear();
         }
-        result
+        Ok(result?)
     }
 
     /// Writes the container buffers queued by appends (see [`WriteBehind`]); call after
@@ -351,8 +354,8 @@ impl Engine {
             }
             Err(error) => {
                 let mut state = self.state.lock();
-                state.failure = Some(error.to_string());
-                Err(error)
+                state.failure = Some(error.to_string().into());
+                Err(error.into())
             }
         }
     }
@@ -389,12 +392,9 @@ impl Engine {
 
     fn check_usable(&self, state: &EngineState) -> Result<()> {
         match &state.failure {
-            Some(reason) => Err(Error::io(
-                "block engine",
-                std::io::Error::other(format!(
-                    "an earlier operation failed ({reason}); restart onecopy to recover"
-                )),
-            )),
+            Some(reason) => Err(BlockError::EngineFailed {
+                reason: Arc::clone(reason),
+            }),
             None => Ok(()),
         }
     }
@@ -407,7 +407,7 @@ impl Engine {
     fn fail_on_error<T>(&self, state: &mut EngineState, result: Result<T>) -> Result<T> {
         if let Err(error) = &result {
             if !state.changes.is_empty() || !state.chunk_changes.is_empty() {
-                state.failure = Some(error.to_string());
+                state.failure = Some(error.to_string().into());
             }
         }
         result
@@ -427,7 +427,7 @@ pub(crate) fn flush_locked(state: &mut EngineState) -> Result<()> {
         !state.chunks.has_unsynced(),
         "chunk data is durable before the journal that refers to it"
     );
-    journal.sync()
+    Ok(journal.sync()?)
 }
 
 /// The error of a change asked of an engine opened read-only.
@@ -447,7 +447,7 @@ pub(crate) fn apply_change(
     change: &BlockChange,
 ) -> Result<()> {
     match change {
-        BlockChange::Chunk(chunk_change) => chunks.apply(pages, chunk_change),
+        BlockChange::Chunk(chunk_change) => Ok(chunks.apply(pages, chunk_change)?),
         BlockChange::Map {
             volume,
             block,
@@ -463,7 +463,8 @@ pub(crate) fn apply_change(
                 return Err(Error::corrupt(
                     "block journal",
                     format!("block {block} is beyond volume {}", state.record.name),
-                ));
+                )
+                .into());
             }
             set_map_entry(pages, &state.map, *block, *chunk)
         }
@@ -474,7 +475,7 @@ pub(crate) fn apply_change(
         BlockChange::VolumeRemoved(volume) => match volumes.remove(volume) {
             Some(removed) => {
                 let area = pages.area(&removed.record.map_area_name());
-                pages.clear_area(area)
+                Ok(pages.clear_area(area)?)
             }
             None => Ok(()),
         },
@@ -554,7 +555,8 @@ pub(crate) fn refuse_other_config(
              containers; these settings cannot change",
             stored.fingerprint,
             onecopy_core::units::format_size(stored.containers.container_bytes)
-        ))),
+        ))
+        .into()),
         _ => Ok(()),
     }
 }

@@ -29,6 +29,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
+use crate::error::{BlockError, Result};
 use onecopy_core::check::{Finding, FindingKind};
 use onecopy_core::chunk_store::{ChunkStore, ChunkStoreOptions};
 use onecopy_core::container::ContainerOptions;
@@ -36,7 +37,7 @@ use onecopy_core::container::ContainerStore;
 use onecopy_core::journal::{Journal, JournalEnd, JournalScan, ScannedRecord};
 use onecopy_core::pages::{ManifestState, PageStore, PageStoreOptions};
 use onecopy_core::storage::{is_full, join, write_atomically, Storage};
-use onecopy_core::{Error, Result};
+use onecopy_core::Error;
 
 use super::space::{release_reserve_file, reserve_exists, SpaceGuard};
 use super::{
@@ -87,7 +88,7 @@ impl Engine {
         if new_face {
             refuse_data_without_checkpoint(&storage)?;
             if read_only {
-                return Err(Error::NotFound("the block device (never used)".to_string()));
+                return Err(Error::NotFound("the block device (never used)".to_string()).into());
             }
         }
         let created_config = if new_face {
@@ -350,7 +351,8 @@ fn refuse_data_without_checkpoint(storage: &Arc<dyn Storage>) -> Result<()> {
              from a backup of the repository (the chunk data in block/containers is untouched)",
             held.join(", ")
         ),
-    ))
+    )
+    .into())
 }
 
 /// The configuration of an existing face: `config.json`, checked against the copy the
@@ -380,7 +382,9 @@ fn reconcile_config(
         Ok(Some(stored)) if stored == *saved => return Ok(saved.clone()),
         Ok(Some(_)) => "it differs from the copy the checkpoint keeps".to_string(),
         Ok(None) => "the file is missing".to_string(),
-        Err(Error::Corrupt { detail, .. }) => format!("it does not decode ({detail})"),
+        Err(BlockError::Core(Error::Corrupt { detail, .. })) => {
+            format!("it does not decode ({detail})")
+        }
         Err(error) => return Err(error),
     };
     let mut finding = Finding::new(
@@ -497,7 +501,7 @@ fn previous_journal_finding(storage: &dyn Storage, generation: u64) -> Result<Op
                 format!("the journal the older manifest names is missing; {consequence}"),
             )))
         }
-        Err(error) => return Err(error),
+        Err(error) => return Err(error.into()),
     };
     let (object, problem) = if let Some(damage) = scan.damage.first() {
         (
@@ -552,7 +556,8 @@ impl Replay<'_> {
                      and `onecopy check --repair` recovers what can be recovered",
                     finding.detail
                 ),
-            ));
+            )
+            .into());
         }
         self.findings.push(finding);
         Ok(())
@@ -584,7 +589,7 @@ impl Replay<'_> {
                 self.stopped = true;
                 return self.lossy(finding);
             }
-            Err(error) => return Err(error),
+            Err(error) => return Err(error.into()),
         };
         if scan.header_damaged {
             let mut finding = Finding::new(
@@ -887,5 +892,5 @@ fn leftover_containers(
     for id in orphans {
         containers.remove(id)?;
     }
-    containers.sync_removals()
+    Ok(containers.sync_removals()?)
 }

@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::error::{BlockError, Result};
 use onecopy_core::chunk_store::{unix_seconds, ChunkStoreCounters, ChunkStoreState, ZERO_CHUNK};
 use onecopy_core::gc::{self, CompactionOptions};
 use onecopy_core::index::IndexCounters;
-use onecopy_core::{Error, Result};
+use onecopy_core::Error;
 
 pub use super::space::SpaceStats;
 use super::{map_entry, set_volume, Engine, EngineCounters, EngineState, MAP_ENTRIES_PER_PAGE};
@@ -104,13 +105,14 @@ impl Engine {
         check_volume_geometry(size_bytes, block_bytes)?;
         let mut state = self.lock_usable()?;
         if state.names.contains_key(name) {
-            return Err(Error::AlreadyExists(format!("volume {name}")));
+            return Err(Error::AlreadyExists(format!("volume {name}")).into());
         }
         let id = state.next_volume_id;
         if id > VOLUME_ID_MAX {
             return Err(Error::Limit(format!(
                 "volume ids are used up to {VOLUME_ID_MAX}, the most the chunk owner tags hold"
-            )));
+            ))
+            .into());
         }
         let record = VolumeRecord {
             id,
@@ -178,7 +180,7 @@ impl Engine {
         containers
             .list()?
             .into_iter()
-            .map(|id| containers.container_bytes(id))
+            .map(|id| Ok(containers.container_bytes(id)?))
             .sum()
     }
 
@@ -443,8 +445,8 @@ impl Engine {
 
 fn volume_id(state: &EngineState, name: &str) -> Result<VolumeId> {
     state.names.get(name).copied().ok_or_else(|| {
-        Error::NotFound(format!(
+        BlockError::from(Error::NotFound(format!(
             "volume {name} (list volumes with `onecopy volume list`)"
-        ))
+        )))
     })
 }

@@ -122,7 +122,9 @@ fn check_block(
         Err(error) => {
             let mut report = FaceReport::new("block");
             let object = match &error {
-                onecopy_core::Error::Corrupt { what, .. } => what.clone(),
+                onecopy_block::BlockError::Core(onecopy_core::Error::Corrupt { what, .. }) => {
+                    what.clone()
+                }
                 _ => "block".to_string(),
             };
             report.push(Finding::new(

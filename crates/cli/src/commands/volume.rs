@@ -302,7 +302,7 @@ fn existing_volume(
 ) -> anyhow::Result<Option<VolumeRecord>> {
     match engine.volume(name) {
         Ok(record) => Ok(Some(record)),
-        Err(onecopy_core::Error::NotFound(_)) => Ok(None),
+        Err(onecopy_block::BlockError::Core(onecopy_core::Error::NotFound(_))) => Ok(None),
         Err(error) => Err(error.into()),
     }
 }
@@ -392,7 +392,7 @@ fn list(cli: &Cli, json: bool) -> anyhow::Result<()> {
         // A block device never used has no volumes (a read-only open creates nothing).
         Err(error)
             if matches!(
-                error.downcast_ref::<onecopy_core::Error>(),
+                crate::output::core_error(&error),
                 Some(onecopy_core::Error::NotFound(_))
             ) =>
         {
