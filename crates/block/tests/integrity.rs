@@ -555,3 +555,42 @@ fn damaged_record_header_in_a_sealed_container_is_found() {
         );
     }
 }
+
+/// Goal: a checkpoint whose next volume id is damaged (0, below an existing volume's id, or
+/// beyond what the chunk owner tags hold) is refused as corrupt, not silently replaced.
+/// Method: rewrite the checkpoint state of a face with one volume through the page store,
+/// then open the engine.
+#[test]
+fn damaged_next_volume_id_is_refused() {
+    for next in [0u64, 1, (1 << 21) + 1, u64::from(u32::MAX)] {
+        let storage = SimulatedStorage::new();
+        let engine = open(&storage, OpenMode::ReadWrite).unwrap();
+        let volume = engine
+            .create_volume("disk", 8 * MIB as u64, 4096, HintSettings::none())
+            .unwrap()
+            .id;
+        assert_eq!(volume, 1);
+        engine.shutdown().unwrap();
+        drop(engine);
+        let (mut pages, saved) = PageStore::open(
+            Arc::new(storage.clone()),
+            "meta",
+            PageStoreOptions::default(),
+        )
+        .unwrap();
+        let mut state: serde_json::Value = serde_json::from_slice(&saved).unwrap();
+        assert_eq!(state["next_volume_id"], 2);
+        state["next_volume_id"] = next.into();
+        pages
+            .checkpoint(&serde_json::to_vec(&state).unwrap())
+            .unwrap();
+        drop(pages);
+
+        let error = match open(&storage, OpenMode::ReadWrite) {
+            Ok(_) => panic!("next volume id {next} was accepted"),
+            Err(error) => error,
+        };
+        assert!(error.is_corrupt(), "{error}");
+        assert!(error.to_string().contains("volume id"), "{error}");
+    }
+}

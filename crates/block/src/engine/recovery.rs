@@ -49,7 +49,7 @@ use crate::cache::ContentCache;
 use crate::config::{BlockConfig, RuntimeOptions};
 use crate::hints::CopyDetector;
 use crate::records::{self, BlockChange};
-use crate::volume::VolumeId;
+use crate::volume::{VolumeId, VOLUME_ID_MAX};
 
 /// How a block face is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,12 +114,15 @@ impl Engine {
                 ..CheckpointState::default()
             }
         } else {
-            serde_json::from_slice(&saved).map_err(|error| {
+            let manifest = || format!("block/{}", pages.manifest_name(pages.current_manifest()));
+            let state: CheckpointState = serde_json::from_slice(&saved).map_err(|error| {
                 Error::corrupt(
-                    format!("block/{}", pages.manifest_name(pages.current_manifest())),
+                    manifest(),
                     format!("the checkpoint state does not decode: {error}"),
                 )
-            })?
+            })?;
+            check_volume_ids(&state).map_err(|detail| Error::corrupt(manifest(), detail))?;
+            state
         };
         let mut findings = Vec::new();
         let config = match created_config {
@@ -211,7 +214,7 @@ impl Engine {
         let next_volume_id = volumes
             .keys()
             .map(|&id| id + 1)
-            .chain([saved.next_volume_id, 1])
+            .chain([saved.next_volume_id])
             .max()
             .expect("not empty");
         let next_generation = generations.last().copied().unwrap_or(0) + 1;
@@ -353,6 +356,26 @@ fn refuse_data_without_checkpoint(storage: &Arc<dyn Storage>) -> Result<()> {
         ),
     )
     .into())
+}
+
+/// Checks the volume ids a checkpoint names: every volume's id is below the next id, which is
+/// at least 1 and at most one past [`VOLUME_ID_MAX`]. Damaged ids would otherwise give a new
+/// volume the id of an existing one, or one the chunk owner tags cannot hold.
+fn check_volume_ids(state: &CheckpointState) -> std::result::Result<(), String> {
+    let next = state.next_volume_id;
+    if next == 0 || next > VOLUME_ID_MAX + 1 {
+        return Err(format!(
+            "the next volume id {next} is outside 1..={}",
+            VOLUME_ID_MAX + 1
+        ));
+    }
+    match state.volumes.iter().find(|volume| volume.id >= next) {
+        Some(volume) => Err(format!(
+            "volume {} has id {}, not below the next volume id {next}",
+            volume.name, volume.id
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The configuration of an existing face: `config.json`, checked against the copy the
