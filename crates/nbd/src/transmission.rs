@@ -33,14 +33,14 @@ use std::thread;
 use parking_lot::Mutex;
 
 use crate::codec::{self, RequestHeader};
-use crate::connection::{peer_hung_up, Activity, Transport};
+use crate::config::ServerConfig;
 use crate::dispatch::{Dispatch, Intake, Job};
 use crate::error::{Event, EventSink, NbdError};
 use crate::export::{Export, ExportError, Extent, WriteRequest, ZeroOptions};
 use crate::handshake::{Session, BASE_ALLOCATION_CONTEXT_ID};
 use crate::protocol;
 use crate::request::{self, Command, Decision};
-use crate::server::ServerConfig;
+use crate::transport::{peer_hung_up, Activity, Transport};
 
 /// Capacity of the buffered reader: enough for many queued request headers per system call.
 const READ_BUFFER_BYTES: usize = 256 << 10;
