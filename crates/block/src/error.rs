@@ -12,8 +12,6 @@ use std::sync::Arc;
 
 use onecopy_core::Error;
 
-use crate::volume::VolumeId;
-
 /// Errors returned by the block device.
 #[derive(Debug, thiserror::Error)]
 pub enum BlockError {
@@ -43,9 +41,9 @@ pub enum BlockError {
         /// What the failed operation reported.
         reason: Arc<str>,
     },
-    /// A volume id that no volume has (any more).
+    /// A volume id ([`crate::volume::VolumeId`]) that no volume has (any more).
     #[error("volume {0} not found (it was deleted)")]
-    VolumeIdNotFound(VolumeId),
+    VolumeIdNotFound(u32),
     /// The control socket of a running server could not be opened.
     #[error("opening the control socket {}: {source}", path.display())]
     ControlSocket {

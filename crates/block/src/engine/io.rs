@@ -615,7 +615,7 @@ impl Engine {
                 (None, None, deferred_owner(record.id, block))
             }
             StoreAs::NoDedup(reason) => {
-                reason.count(&mut state.counters);
+                state.counters.count_no_dedup(reason);
                 (None, None, permanent_owner(record.id, block))
             }
         };

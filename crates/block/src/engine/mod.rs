@@ -48,7 +48,7 @@ use onecopy_core::Error;
 use crate::cache::ContentCache;
 use crate::config::{BlockConfig, RuntimeOptions};
 use crate::hints::fs::MetadataMap;
-use crate::hints::CopyDetector;
+use crate::hints::{CopyDetector, NoDedupReason};
 use crate::records::{self, BlockChange};
 use crate::volume::{VolumeId, VolumeRecord};
 
@@ -113,6 +113,18 @@ pub struct EngineCounters {
     pub filesystem_maps_derived: u64,
     pub checkpoints: u64,
     pub read_modify_writes: u64,
+}
+
+impl EngineCounters {
+    /// Counts one block stored without deduplication, by the hint that decided it.
+    pub(crate) fn count_no_dedup(&mut self, reason: NoDedupReason) {
+        match reason {
+            NoDedupReason::Explicit => self.hint_explicit_blocks += 1,
+            NoDedupReason::Metadata => self.hint_metadata_blocks += 1,
+            NoDedupReason::Journal => self.hint_journal_blocks += 1,
+            NoDedupReason::Classified => self.hint_classified_blocks += 1,
+        }
+    }
 }
 
 /// Per-volume runtime state.

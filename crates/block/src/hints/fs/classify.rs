@@ -26,7 +26,7 @@ use super::ext::journal::{
     parse_extent_header, EXTENT_DEPTH_MAX, EXTENT_ENTRY_BYTES, EXTENT_HEADER_BYTES,
     EXTENT_INITIALISED_LENGTH_MAX,
 };
-use super::map::{ClassifyBounds, MetadataKind};
+use super::layout::{ClassifyBounds, MetadataKind};
 
 /// Smallest and largest ext block sizes.
 const BLOCK_BYTES_MIN: usize = 1024;

@@ -2,8 +2,9 @@
 //! descriptor blocks (classic or `meta_bg`), reserved descriptor blocks, bitmaps, inode tables.
 
 use super::superblock::ExtSuperblock;
+use crate::hints::fs::builder::MapBuilder;
 use crate::hints::fs::bytes::le32;
-use crate::hints::fs::map::{MapBuilder, MetadataKind};
+use crate::hints::fs::layout::MetadataKind;
 use crate::hints::fs::{read_at, FsMetaError, ReadAt};
 
 /// Most bytes of descriptor blocks read in one call to the reader.

@@ -3,8 +3,9 @@
 
 use super::groups::GroupDescriptor;
 use super::superblock::ExtSuperblock;
+use crate::hints::fs::builder::MapBuilder;
 use crate::hints::fs::bytes::{le16, le32};
-use crate::hints::fs::map::{JournalPlacement, MapBuilder, MetadataKind};
+use crate::hints::fs::layout::{JournalPlacement, MetadataKind};
 use crate::hints::fs::{read_at, FsMetaError, ReadAt};
 
 /// Deepest extent tree ext4 builds (`EXT4_MAX_EXTENT_DEPTH`).

@@ -6,7 +6,7 @@
 //! the set of groups whose descriptors share one descriptor block (`meta_bg` feature).
 
 use crate::hints::fs::bytes::{le16, le32};
-use crate::hints::fs::detect::FileSystemKind;
+use crate::hints::fs::layout::FileSystemKind;
 use crate::hints::fs::FsMetaError;
 
 /// Volume offset of the primary ext superblock.
