@@ -7,7 +7,7 @@ use onecopy_nbd::{
     BlockSize, Export, ExportCatalog, ExportError, ExportInfo, Extent, WriteRequest, ZeroOptions,
 };
 
-use crate::engine::{BatchWrite, Engine};
+use crate::engine::Engine;
 use crate::error::BlockError;
 use crate::volume::VolumeId;
 
@@ -113,17 +113,9 @@ impl Export for VolumeExport {
     }
 
     fn write_batch(&self, writes: &[WriteRequest<'_>], results: &mut Vec<Result<(), ExportError>>) {
-        let batch: Vec<BatchWrite<'_>> = writes
-            .iter()
-            .map(|write| BatchWrite {
-                offset: write.offset,
-                data: write.data,
-                fua: write.fua,
-            })
-            .collect();
-        let mut engine_results = Vec::with_capacity(batch.len());
+        let mut engine_results = Vec::with_capacity(writes.len());
         self.engine
-            .write_batch(self.volume, &batch, &mut engine_results);
+            .write_batch(self.volume, writes, &mut engine_results);
         results.extend(
             engine_results
                 .into_iter()
@@ -164,11 +156,7 @@ impl Export for VolumeExport {
             .engine
             .block_status(self.volume, offset, length)
             .map_err(export_error)?;
-        extents.extend(found.into_iter().map(|extent| Extent {
-            length: extent.length,
-            hole: extent.hole,
-            zero: extent.zero,
-        }));
+        extents.extend(found);
         Ok(())
     }
 

@@ -12,6 +12,7 @@ use onecopy_core::index::warm::warm;
 use onecopy_core::pages::RecordArea;
 use onecopy_core::storage::StorageFile;
 use onecopy_core::Error;
+use onecopy_nbd::{Extent, WriteRequest};
 
 use super::span::{block_spans, BlockSpan};
 use super::{map_entry, set_map_entry, Engine, EngineState, LOST_CHUNK};
@@ -25,25 +26,6 @@ use crate::volume::{VolumeId, VolumeRecord, VOLUME_BLOCKS_MAX, VOLUME_ID_BITS, V
 pub const BLOCK_STATUS_BLOCKS_MAX: u64 = 1 << 18;
 /// Largest read or write the engine accepts (the NBD layer enforces its own, smaller limit).
 pub const REQUEST_BYTES_MAX: u64 = 1 << 30;
-
-/// A run of bytes with one allocation state (NBD `base:allocation`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Extent {
-    pub length: u64,
-    /// Nothing is stored for these bytes.
-    pub hole: bool,
-    /// The bytes read as zeros.
-    pub zero: bool,
-}
-
-/// One write of an [`Engine::write_batch`].
-#[derive(Clone, Copy, Debug)]
-pub struct BatchWrite<'a> {
-    pub offset: u64,
-    pub data: &'a [u8],
-    /// Force unit access: durable when the batch returns.
-    pub fua: bool,
-}
 
 /// A whole block's digest, computed before the engine lock is taken: its fingerprint and,
 /// when chunks are stored uncompressed, the CRC-32C of its bytes (a compressed chunk's
@@ -357,7 +339,7 @@ impl Engine {
     /// Writes `data` at `offset` of `volume`; with `fua` the data is durable on return.
     pub fn write(&self, volume: VolumeId, offset: u64, data: &[u8], fua: bool) -> Result<()> {
         let mut results = Vec::with_capacity(1);
-        self.write_batch(volume, &[BatchWrite { offset, data, fua }], &mut results);
+        self.write_batch(volume, &[WriteRequest { offset, data, fua }], &mut results);
         results.pop().expect("one result per write")
     }
 
@@ -370,7 +352,7 @@ impl Engine {
     pub fn write_batch(
         &self,
         volume: VolumeId,
-        writes: &[BatchWrite<'_>],
+        writes: &[WriteRequest<'_>],
         results: &mut Vec<Result<()>>,
     ) {
         results.clear();
@@ -470,7 +452,7 @@ impl Engine {
         &self,
         plans: &mut [Result<Vec<BlockPlan>>],
         record: &VolumeRecord,
-        writes: &[BatchWrite<'_>],
+        writes: &[WriteRequest<'_>],
     ) -> Vec<Fingerprint> {
         let mut inputs = Vec::new();
         for (write, plan) in writes.iter().zip(plans.iter()) {
@@ -896,7 +878,7 @@ impl Engine {
 fn overwritten_chunks(
     state: &EngineState,
     record: &VolumeRecord,
-    writes: &[BatchWrite<'_>],
+    writes: &[WriteRequest<'_>],
     plans: &[Result<Vec<BlockPlan>>],
 ) -> Vec<ChunkId> {
     let map = state.volumes[&record.id].map;

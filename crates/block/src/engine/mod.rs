@@ -52,7 +52,6 @@ use crate::hints::{CopyDetector, NoDedupReason};
 use crate::records::{self, BlockChange};
 use crate::volume::{VolumeId, VolumeRecord};
 
-pub use io::{BatchWrite, Extent};
 pub use maintenance::DedupReport;
 pub use recovery::OpenMode;
 pub use volumes::{EngineStats, VolumeDeletion, VolumeStats};
