@@ -10,13 +10,13 @@
 //! read a running device's live state.
 
 pub mod cache;
+pub mod changes;
 pub mod config;
 pub mod control;
 pub mod engine;
 pub mod error;
 pub mod export;
 pub mod hints;
-pub mod records;
 pub mod volume;
 
 pub use config::{BlockConfig, HintSettings, RuntimeOptions, FILTER_FALSE_POSITIVE_RATE};

@@ -41,7 +41,7 @@ use super::recovery::block_ranges;
 use super::{
     map_entry, set_map_entry, Engine, EngineState, OpenMode, LOST_CHUNK, MAP_ENTRIES_PER_PAGE,
 };
-use crate::records::BlockChange;
+use crate::changes::BlockChange;
 use crate::volume::{VolumeId, VolumeRecord};
 
 /// Why a chunk cannot be read.

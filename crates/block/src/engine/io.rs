@@ -17,8 +17,8 @@ use onecopy_nbd::{Extent, WriteRequest};
 use super::span::{block_spans, BlockSpan};
 use super::{map_entry, set_map_entry, Engine, EngineState, LOST_CHUNK};
 use crate::cache::CacheKey;
+use crate::changes::{BlockChange, RECORD_RELEASED_BLOCKS_MAX};
 use crate::hints::{decide_write, NoDedupReason, WriteDecision};
-use crate::records::{BlockChange, RECORD_RELEASED_BLOCKS_MAX};
 use crate::volume::{VolumeId, VolumeRecord, VOLUME_BLOCKS_MAX, VOLUME_ID_BITS, VOLUME_ID_MAX};
 
 /// Most blocks one block-status request examines; the protocol lets a reply cover less than

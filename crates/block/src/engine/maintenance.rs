@@ -14,7 +14,7 @@ use onecopy_core::gc::{self, CompactionOptions, CompactionPlan, CompactionReport
 use onecopy_core::Error;
 
 use super::{map_entry, Engine, EngineState};
-use crate::records::BlockChange;
+use crate::changes::BlockChange;
 use crate::volume::{VolumeId, VolumeRecord};
 
 use super::io::deferred_owner_parts;

@@ -46,10 +46,10 @@ use onecopy_core::storage::{is_full, read_all, write_atomically, Storage};
 use onecopy_core::Error;
 
 use crate::cache::ContentCache;
+use crate::changes::{self, BlockChange};
 use crate::config::{BlockConfig, RuntimeOptions};
 use crate::hints::fs::MetadataMap;
 use crate::hints::{CopyDetector, NoDedupReason};
-use crate::records::{self, BlockChange};
 use crate::volume::{VolumeId, VolumeRecord};
 
 pub use maintenance::DedupReport;
@@ -337,8 +337,8 @@ impl Engine {
         }
         let journal = state.journal.as_mut().ok_or_else(read_only_error)?;
         let mut payload = std::mem::take(&mut state.payload);
-        records::encode(&state.changes, &mut payload);
-        let tag = records::tag(&state.changes);
+        changes::encode(&state.changes, &mut payload);
+        let tag = changes::tag(&state.changes);
         let result = journal.append(&tag, &payload);
         state.payload = payload;
         // Changes stay listed until their record is in the journal: a failure to append it

@@ -46,9 +46,9 @@ use super::{
     LOST_CHUNK, META_DIRECTORY,
 };
 use crate::cache::ContentCache;
+use crate::changes::{self, BlockChange};
 use crate::config::{BlockConfig, RuntimeOptions};
 use crate::hints::CopyDetector;
-use crate::records::{self, BlockChange};
 use crate::volume::{VolumeId, VOLUME_ID_MAX};
 
 /// How a block face is opened.
@@ -640,7 +640,7 @@ impl Replay<'_> {
             if torn_at.is_some() || self.stopped {
                 return Ok(());
             }
-            let changes = records::decode(payload).map_err(|error| {
+            let changes = changes::decode(payload).map_err(|error| {
                 Error::corrupt(
                     format!("{name} at byte {}", record.offset),
                     error.to_string(),
@@ -690,7 +690,7 @@ impl Replay<'_> {
     fn damaged(&mut self, name: &str, scan: &JournalScan) -> Result<()> {
         let mut lost_by_damage = Vec::new();
         for damage in &scan.damage {
-            let blocks = damage.tag.as_ref().and_then(records::tag_blocks);
+            let blocks = damage.tag.as_ref().and_then(changes::tag_blocks);
             let mut lost = match &blocks {
                 Some((volume, range)) => vec![format!(
                     "{} blocks {}-{}",
@@ -748,7 +748,7 @@ impl Replay<'_> {
                     self.lost.entry(volume).or_default().extend(range);
                 }
             }
-            let changes = records::decode(payload)?;
+            let changes = changes::decode(payload)?;
             if self.data_is_durable(&changes)? {
                 self.apply(&changes)
             } else {
@@ -764,7 +764,7 @@ impl Replay<'_> {
     }
 
     fn missing_data(&mut self, name: &str, record: &ScannedRecord) -> Result<()> {
-        let lost = match records::tag_blocks(&record.tag) {
+        let lost = match changes::tag_blocks(&record.tag) {
             Some((volume, range)) => {
                 if self.mode == OpenMode::Repair {
                     self.lost.entry(volume).or_default().extend(range.clone());

@@ -13,8 +13,8 @@ use onecopy_core::Error;
 
 pub use super::space::SpaceStats;
 use super::{map_entry, set_volume, Engine, EngineCounters, EngineState, MAP_ENTRIES_PER_PAGE};
+use crate::changes::{BlockChange, RECORD_RELEASED_BLOCKS_MAX};
 use crate::config::HintSettings;
-use crate::records::{BlockChange, RECORD_RELEASED_BLOCKS_MAX};
 use crate::volume::{
     check_volume_geometry, check_volume_name, ByteRange, VolumeId, VolumeRecord, VOLUME_ID_MAX,
 };

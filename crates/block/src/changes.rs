@@ -1,4 +1,4 @@
-//! Journal records of the block device.
+//! The changes a block-device request makes ([`BlockChange`]), and their journal records.
 //!
 //! One record per request (or background step) holds every change it made, so a request is
 //! replayed entirely or not at all: its chunk changes and the map updates that reference them
