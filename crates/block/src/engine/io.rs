@@ -16,7 +16,7 @@ use onecopy_nbd::{Extent, WriteRequest};
 
 use super::span::{block_spans, BlockSpan};
 use super::{map_entry, set_map_entry, Engine, EngineState, LOST_CHUNK};
-use crate::cache::CacheKey;
+use crate::cache::ContentKey;
 use crate::changes::{BlockChange, RECORD_RELEASED_BLOCKS_MAX};
 use crate::hints::{decide_write, NoDedupReason, WriteDecision};
 use crate::volume::{VolumeId, VolumeRecord, VOLUME_BLOCKS_MAX, VOLUME_ID_BITS, VOLUME_ID_MAX};
@@ -260,7 +260,7 @@ impl Engine {
             read_located(read.file.as_ref(), &read.location, target)
                 .map_err(|error| block_error(&record, span.block, error))?;
             self.content_cache
-                .insert(CacheKey::of(&read.location), target);
+                .insert(ContentKey::of(&read.location), target);
             if !whole {
                 out[span.in_request()].copy_from_slice(&block[span.in_block()]);
             }
@@ -310,7 +310,7 @@ impl Engine {
                 scratch.resize(block_bytes, 0);
                 &mut scratch
             };
-            if self.content_cache.get(CacheKey::of(&location), buffer) {
+            if self.content_cache.get(ContentKey::of(&location), buffer) {
                 // Served from memory.
             } else {
                 match state
@@ -846,7 +846,7 @@ impl Engine {
                 if self.content_cache.enabled()
                     && !self
                         .content_cache
-                        .contains(CacheKey::of(&chunk_record.location))
+                        .contains(ContentKey::of(&chunk_record.location))
                 {
                     // A chunk still in memory (the open container's buffer or the write
                     // queue) is copied here and cached now; one in a file is read outside
@@ -859,7 +859,7 @@ impl Engine {
                         ChunkRead::File { file, location } => pending.push((file, location)),
                         ChunkRead::Copied => self
                             .content_cache
-                            .insert(CacheKey::of(&chunk_record.location), &buffer),
+                            .insert(ContentKey::of(&chunk_record.location), &buffer),
                     }
                 }
             }
@@ -867,7 +867,8 @@ impl Engine {
         let mut buffer = vec![0u8; block_bytes as usize];
         for (file, location) in pending {
             read_located(file.as_ref(), &location, &mut buffer)?;
-            self.content_cache.insert(CacheKey::of(&location), &buffer);
+            self.content_cache
+                .insert(ContentKey::of(&location), &buffer);
         }
         Ok(())
     }
