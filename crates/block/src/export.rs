@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use onecopy_core::Error;
 use onecopy_nbd::{
-    BlockSize, Export, ExportCatalog, ExportError, ExportInfo, Extent, WriteRequest, ZeroOptions,
+    AllocationExtent, BlockSize, Export, ExportCatalog, ExportError, ExportInfo, WriteRequest,
+    ZeroOptions,
 };
 
 use crate::engine::Engine;
@@ -150,7 +151,7 @@ impl Export for VolumeExport {
         &self,
         offset: u64,
         length: u64,
-        extents: &mut Vec<Extent>,
+        extents: &mut Vec<AllocationExtent>,
     ) -> Result<(), ExportError> {
         let found = self
             .engine

@@ -24,5 +24,5 @@ pub use engine::{Engine, EngineStats, OpenMode, VolumeStats};
 pub use error::{BlockError, Result};
 /// A run of bytes with one allocation state ([`Engine::block_status`]), and one write of a
 /// batch ([`Engine::write_batch`]): the NBD crate's types, which the export passes through.
-pub use onecopy_nbd::{Extent, WriteRequest};
+pub use onecopy_nbd::{AllocationExtent, WriteRequest};
 pub use volume::{ByteRange, VolumeId, VolumeRecord};

@@ -84,8 +84,8 @@ pub use config::{HandshakeLimits, ServerConfig};
 pub use connection::serve_connection;
 pub use error::{silent_event_sink, stderr_event_sink, Event, EventSink, NbdError};
 pub use export::{
-    BlockSize, Export, ExportCatalog, ExportError, ExportInfo, ExportMap, Extent, InvalidBlockSize,
-    WriteRequest, ZeroOptions,
+    AllocationExtent, BlockSize, Export, ExportCatalog, ExportError, ExportInfo, ExportMap,
+    InvalidBlockSize, WriteRequest, ZeroOptions,
 };
 pub use handshake::{BASE_ALLOCATION_CONTEXT_ID, OPTION_DISCARD_BYTES_MAX};
 pub use memory::MemoryExport;

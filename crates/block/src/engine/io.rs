@@ -12,7 +12,7 @@ use onecopy_core::index::warm::warm;
 use onecopy_core::pages::RecordArea;
 use onecopy_core::storage::StorageFile;
 use onecopy_core::Error;
-use onecopy_nbd::{Extent, WriteRequest};
+use onecopy_nbd::{AllocationExtent, WriteRequest};
 
 use super::span::{block_spans, BlockSpan};
 use super::{map_entry, set_map_entry, Engine, EngineState, LOST_CHUNK};
@@ -791,7 +791,12 @@ impl Engine {
 
     /// Allocation state of `[offset, offset + length)`, as runs; may cover less than asked
     /// (at most [`BLOCK_STATUS_BLOCKS_MAX`] blocks) but always at least one block.
-    pub fn block_status(&self, volume: VolumeId, offset: u64, length: u64) -> Result<Vec<Extent>> {
+    pub fn block_status(
+        &self,
+        volume: VolumeId,
+        offset: u64,
+        length: u64,
+    ) -> Result<Vec<AllocationExtent>> {
         self.note_request();
         let mut state = self.lock_usable()?;
         let record = self.volume_record(&state, volume)?;
@@ -800,13 +805,13 @@ impl Engine {
         let map = state.volumes[&volume].map;
         let end = (offset + length)
             .min(offset - offset % block_bytes + BLOCK_STATUS_BLOCKS_MAX * block_bytes);
-        let mut extents: Vec<Extent> = Vec::new();
+        let mut extents: Vec<AllocationExtent> = Vec::new();
         for span in block_spans(offset, end - offset, record.block_bytes) {
             let piece = span.take as u64;
             let hole = mapped_chunk(&mut state, &record, &map, span.block)? == ZERO_CHUNK;
             match extents.last_mut() {
                 Some(last) if last.hole == hole => last.length += piece,
-                _ => extents.push(Extent {
+                _ => extents.push(AllocationExtent {
                     length: piece,
                     hole,
                     zero: hole,
