@@ -273,15 +273,11 @@ pub fn request(
     stream
         .read_to_string(&mut answer)
         .map_err(|error| Error::io(context(), error))?;
-    let response: Response = serde_json::from_str(answer.trim_end()).map_err(|error| {
-        Error::io(
-            context(),
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("the answer is not a control response: {error}"),
-            ),
-        )
-    })?;
+    let response: Response =
+        serde_json::from_str(answer.trim_end()).map_err(|source| BlockError::ControlAnswer {
+            path: path.clone(),
+            source,
+        })?;
     Ok(Some(match response {
         Response::Ok(value) => Ok(value),
         Response::Error(message) => Err(message),

@@ -44,6 +44,17 @@ pub enum BlockError {
     /// A volume id ([`crate::volume::VolumeId`]) that no volume has (any more).
     #[error("volume {0} not found (it was deleted)")]
     VolumeIdNotFound(u32),
+    /// The server on the control socket answered with something that is not a control
+    /// response (another program listens there, or a onecopy of another version).
+    #[error(
+        "the server at {} gave an answer that is not a control response: {source}",
+        path.display()
+    )]
+    ControlAnswer {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
     /// The control socket of a running server could not be opened.
     #[error("opening the control socket {}: {source}", path.display())]
     ControlSocket {
@@ -94,6 +105,10 @@ impl BlockError {
                 reason: Arc::clone(reason),
             },
             BlockError::VolumeIdNotFound(id) => BlockError::VolumeIdNotFound(*id),
+            BlockError::ControlAnswer { path, source } => BlockError::ControlAnswer {
+                path: path.clone(),
+                source: serde::de::Error::custom(source),
+            },
             BlockError::ControlSocket { path, source } => BlockError::ControlSocket {
                 path: path.clone(),
                 source: onecopy_nbd::NbdError::Config(source.to_string()),
