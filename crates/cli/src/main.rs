@@ -60,7 +60,7 @@ pub struct RepositoryArgs {
     /// it is done; with =DURATION (for example --wait=30s), wait at most that long.
     #[arg(
         id = "repository_wait",
-        long,
+        long = "wait",
         global = true,
         value_name = "DURATION",
         num_args = 0..=1,
@@ -238,15 +238,21 @@ mod tests {
         for subcommand in command.get_subcommands() {
             let mut found = Vec::new();
             arguments(subcommand, subcommand.get_name(), &mut found);
-            let offered: Vec<&String> = found
-                .iter()
-                .filter(|(_, argument)| matches!(argument.get_long(), Some("repo" | "wait")))
-                .map(|(path, _)| path)
-                .collect();
-            match subcommand.get_name() {
-                "analyze" | "lab" => assert!(offered.is_empty(), "offered in {offered:?}"),
-                "help" => {}
-                name => assert!(!offered.is_empty(), "{name} offers no --repo or --wait"),
+            let offered = |long: &str| -> Vec<&String> {
+                found
+                    .iter()
+                    .filter(|(_, argument)| argument.get_long() == Some(long))
+                    .map(|(path, _)| path)
+                    .collect()
+            };
+            for long in ["repo", "wait"] {
+                match subcommand.get_name() {
+                    "analyze" | "lab" => {
+                        assert!(offered(long).is_empty(), "--{long} in {:?}", offered(long))
+                    }
+                    "help" => {}
+                    name => assert!(!offered(long).is_empty(), "{name} offers no --{long}"),
+                }
             }
         }
     }
