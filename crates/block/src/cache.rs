@@ -14,30 +14,39 @@ use std::str::FromStr;
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use onecopy_core::container::ChunkLocation;
-use onecopy_core::fingerprint::Fingerprint;
-use onecopy_core::index::cache::{Cache, CachePolicy, EntryCache};
-use onecopy_core::Result;
+use crate::error::Result;
+use onecopy_core::container::{ChunkLocation, ContainerId};
+use onecopy_core::index::cache::{Cache, CacheKey, CachePolicy, EntryCache};
 
 /// Bytes of one data slot: the largest block size.
 const SLOT_BYTES: usize = 4096;
 /// Value of an entry between its insertion and the assignment of its slot.
 const SLOT_PENDING: u64 = u64::MAX;
 
-/// The cache key of a stored chunk.
+/// The cache key of a stored chunk: the container that holds it and its offset there, which
+/// name its content for good (containers are append-only and their ids are never reused).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CacheKey(Fingerprint);
+pub struct ContentKey {
+    container: ContainerId,
+    offset: u32,
+}
 
-impl CacheKey {
+impl ContentKey {
     /// The key of the chunk stored at `location`.
-    pub fn of(location: &ChunkLocation) -> CacheKey {
-        let mut key = [0u8; 32];
-        // The policy's tables hash the first eight bytes, so they get a well-mixed value.
-        let mixed = mix(location.container.rotate_left(32) ^ location.offset as u64);
-        key[..8].copy_from_slice(&mixed.to_le_bytes());
-        key[8..16].copy_from_slice(&location.container.to_le_bytes());
-        key[16..20].copy_from_slice(&location.offset.to_le_bytes());
-        CacheKey(Fingerprint(key))
+    pub fn of(location: &ChunkLocation) -> ContentKey {
+        ContentKey {
+            container: location.container,
+            offset: location.offset,
+        }
+    }
+}
+
+impl CacheKey for ContentKey {
+    /// The policies' tables hash these bits, so they get a well-mixed value; distinct for
+    /// distinct keys while container ids stay below 2^32.
+    #[inline]
+    fn prefix_u64(&self) -> u64 {
+        mix(self.container.rotate_left(32) ^ u64::from(self.offset))
     }
 }
 
@@ -61,7 +70,7 @@ pub struct ContentCacheStats {
 }
 
 struct Slots {
-    policy: Cache,
+    policy: Cache<ContentKey>,
     data: Vec<u8>,
     lengths: Vec<u16>,
     free: Vec<u32>,
@@ -85,7 +94,8 @@ impl ContentCache {
         // The most entries whose slots and policy bookkeeping fit the budget.
         let mut entries = (memory_bytes / SLOT_BYTES as u64) as usize;
         while entries > 0
-            && (entries * (SLOT_BYTES + 2)) as u64 + policy.memory_bytes_for(entries) as u64
+            && (entries * (SLOT_BYTES + 2)) as u64
+                + policy.memory_bytes_with_keys::<ContentKey>(entries) as u64
                 > memory_bytes
         {
             entries -= entries / 64 + 1;
@@ -111,12 +121,12 @@ impl ContentCache {
     }
 
     /// Copies the cached chunk into `out` and returns true on a hit.
-    pub fn get(&self, key: CacheKey, out: &mut [u8]) -> bool {
+    pub fn get(&self, key: ContentKey, out: &mut [u8]) -> bool {
         let Some(slots) = &self.slots else {
             return false;
         };
         let mut slots = slots.lock();
-        match slots.policy.get(&key.0) {
+        match slots.policy.get(&key) {
             Some(slot) if slots.lengths[slot as usize] as usize == out.len() => {
                 let start = slot as usize * SLOT_BYTES;
                 out.copy_from_slice(&slots.data[start..start + out.len()]);
@@ -131,14 +141,14 @@ impl ContentCache {
     }
 
     /// True when the chunk is cached (without counting an access).
-    pub fn contains(&self, key: CacheKey) -> bool {
+    pub fn contains(&self, key: ContentKey) -> bool {
         self.slots
             .as_ref()
-            .is_some_and(|slots| slots.lock().policy.peek(&key.0).is_some())
+            .is_some_and(|slots| slots.lock().policy.peek(&key).is_some())
     }
 
     /// Caches a chunk just read from the media.
-    pub fn insert(&self, key: CacheKey, data: &[u8]) {
+    pub fn insert(&self, key: ContentKey, data: &[u8]) {
         let Some(slots) = &self.slots else {
             return;
         };
@@ -146,10 +156,10 @@ impl ContentCache {
             return;
         }
         let mut slots = slots.lock();
-        if slots.policy.peek(&key.0).is_some() {
+        if slots.policy.peek(&key).is_some() {
             return;
         }
-        if let Some(evicted) = slots.policy.insert_evicting(&key.0, SLOT_PENDING) {
+        if let Some(evicted) = slots.policy.insert_evicting(&key, SLOT_PENDING) {
             assert_ne!(
                 evicted, SLOT_PENDING,
                 "the entry being inserted is never the victim"
@@ -157,7 +167,7 @@ impl ContentCache {
             slots.free.push(evicted as u32);
         }
         let slot = slots.free.pop().expect("an insertion leaves a free slot");
-        slots.policy.set_value(&key.0, slot as u64);
+        slots.policy.set_value(&key, slot as u64);
         let start = slot as usize * SLOT_BYTES;
         slots.data[start..start + data.len()].copy_from_slice(data);
         slots.lengths[slot as usize] = data.len() as u16;
@@ -208,7 +218,7 @@ mod tests {
             // hit, and the scan's evictions must never mix up slots.
             for round in 0..3u64 {
                 for index in (0..200u64).flat_map(|scan| [scan % 16, 1000 + scan]) {
-                    let key = CacheKey::of(&location(index % 7, (index * 4144) as u32));
+                    let key = ContentKey::of(&location(index % 7, (index * 4144) as u32));
                     let data = vec![(index % 251) as u8; 4096];
                     let mut out = vec![0u8; 4096];
                     if cache.get(key, &mut out) {

@@ -24,7 +24,8 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use onecopy_core::{Error, Result};
+use crate::error::{BlockError, Result};
+use onecopy_core::Error;
 use onecopy_nbd::{bind_unix_listener, SocketPermissions};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -87,11 +88,11 @@ impl ControlServer {
     pub fn start(face_directory: &Path, engine: Arc<Engine>, holder: String) -> Result<Self> {
         let path = control_socket_path(face_directory);
         let listener =
-            bind_unix_listener(&path, &SocketPermissions::default()).map_err(|error| {
-                Error::io(
-                    format!("opening the control socket {}", path.display()),
-                    io::Error::other(error.to_string()),
-                )
+            bind_unix_listener(&path, &SocketPermissions::default()).map_err(|source| {
+                BlockError::ControlSocket {
+                    path: path.clone(),
+                    source,
+                }
             })?;
         let stopping = Arc::new(AtomicBool::new(false));
         let thread_stopping = Arc::clone(&stopping);
@@ -256,7 +257,8 @@ pub fn request(
             return Err(Error::io(
                 format!("connecting to the control socket {}", path.display()),
                 error,
-            ))
+            )
+            .into())
         }
     };
     let context = || format!("asking the server at {}", path.display());
@@ -271,15 +273,11 @@ pub fn request(
     stream
         .read_to_string(&mut answer)
         .map_err(|error| Error::io(context(), error))?;
-    let response: Response = serde_json::from_str(answer.trim_end()).map_err(|error| {
-        Error::io(
-            context(),
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("the answer is not a control response: {error}"),
-            ),
-        )
-    })?;
+    let response: Response =
+        serde_json::from_str(answer.trim_end()).map_err(|source| BlockError::ControlAnswer {
+            path: path.clone(),
+            source,
+        })?;
     Ok(Some(match response {
         Response::Ok(value) => Ok(value),
         Response::Error(message) => Err(message),

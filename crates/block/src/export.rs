@@ -4,10 +4,12 @@ use std::sync::Arc;
 
 use onecopy_core::Error;
 use onecopy_nbd::{
-    BlockSize, Export, ExportCatalog, ExportError, ExportInfo, Extent, WriteRequest, ZeroOptions,
+    AllocationExtent, BlockSize, Export, ExportCatalog, ExportError, ExportInfo, WriteRequest,
+    ZeroOptions,
 };
 
-use crate::engine::{BatchWrite, Engine};
+use crate::engine::Engine;
+use crate::error::BlockError;
 use crate::volume::VolumeId;
 
 /// Largest request payload advertised: the protocol's recommended maximum.
@@ -60,10 +62,20 @@ pub struct VolumeExport {
     block_bytes: u32,
 }
 
-fn export_error(error: Error) -> ExportError {
+/// The export error for an engine error: I/O errors keep their source, so that a full disk
+/// (ENOSPC, EDQUOT, EFBIG) reaches the client as ENOSPC, as does a limit of the store.
+fn export_error(error: BlockError) -> ExportError {
     match error {
-        Error::Io { context, source } => ExportError::io(context, source),
-        Error::Limit(context) => ExportError::NoSpace { context },
+        BlockError::Core(Error::Io { context, source }) => ExportError::io(context, source),
+        BlockError::Block {
+            volume,
+            block,
+            source: Error::Io { context, source },
+        } => ExportError::io(
+            format!("block {block} of volume {volume}: {context}"),
+            source,
+        ),
+        BlockError::Core(Error::Limit(context)) => ExportError::NoSpace { context },
         other => ExportError::failed(other),
     }
 }
@@ -102,17 +114,9 @@ impl Export for VolumeExport {
     }
 
     fn write_batch(&self, writes: &[WriteRequest<'_>], results: &mut Vec<Result<(), ExportError>>) {
-        let batch: Vec<BatchWrite<'_>> = writes
-            .iter()
-            .map(|write| BatchWrite {
-                offset: write.offset,
-                data: write.data,
-                fua: write.fua,
-            })
-            .collect();
-        let mut engine_results = Vec::with_capacity(batch.len());
+        let mut engine_results = Vec::with_capacity(writes.len());
         self.engine
-            .write_batch(self.volume, &batch, &mut engine_results);
+            .write_batch(self.volume, writes, &mut engine_results);
         results.extend(
             engine_results
                 .into_iter()
@@ -147,17 +151,13 @@ impl Export for VolumeExport {
         &self,
         offset: u64,
         length: u64,
-        extents: &mut Vec<Extent>,
+        extents: &mut Vec<AllocationExtent>,
     ) -> Result<(), ExportError> {
         let found = self
             .engine
             .block_status(self.volume, offset, length)
             .map_err(export_error)?;
-        extents.extend(found.into_iter().map(|extent| Extent {
-            length: extent.length,
-            hole: extent.hole,
-            zero: extent.zero,
-        }));
+        extents.extend(found);
         Ok(())
     }
 
@@ -165,5 +165,59 @@ impl Export for VolumeExport {
         self.engine
             .cache(self.volume, offset, length)
             .map_err(export_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+    use std::sync::Arc;
+
+    use onecopy_nbd::protocol;
+
+    use super::*;
+
+    /// Goal: engine errors reach NBD clients with the errno they mean: a full disk is ENOSPC
+    /// whether or not the error names a block, a store limit is ENOSPC, a failed engine and
+    /// a damaged block are EIO. Method: map one error of each kind.
+    #[test]
+    fn engine_errors_keep_their_errno() {
+        let full = || io::Error::from_raw_os_error(libc::ENOSPC);
+        let cases = [
+            (
+                BlockError::from(Error::io("appending", full())),
+                protocol::ENOSPC,
+            ),
+            (
+                BlockError::Block {
+                    volume: "disk".into(),
+                    block: 3,
+                    source: Error::io("appending", full()),
+                },
+                protocol::ENOSPC,
+            ),
+            (
+                BlockError::from(Error::Limit("chunk ids".into())),
+                protocol::ENOSPC,
+            ),
+            (
+                BlockError::EngineFailed {
+                    reason: Arc::from("a journal append failed"),
+                },
+                protocol::EIO,
+            ),
+            (
+                BlockError::Block {
+                    volume: "disk".into(),
+                    block: 3,
+                    source: Error::corrupt("data", "lost"),
+                },
+                protocol::EIO,
+            ),
+        ];
+        for (error, errno) in cases {
+            let text = error.to_string();
+            assert_eq!(export_error(error).errno(), errno, "{text}");
+        }
     }
 }

@@ -10,14 +10,19 @@
 //! read a running device's live state.
 
 pub mod cache;
+pub mod changes;
 pub mod config;
 pub mod control;
 pub mod engine;
+pub mod error;
 pub mod export;
 pub mod hints;
-pub mod records;
 pub mod volume;
 
 pub use config::{BlockConfig, HintSettings, RuntimeOptions, FILTER_FALSE_POSITIVE_RATE};
-pub use engine::{BatchWrite, Engine, EngineStats, Extent, OpenMode, VolumeStats};
+pub use engine::{Engine, EngineStats, OpenMode, VolumeStats};
+pub use error::{BlockError, Result};
+/// A run of bytes with one allocation state ([`Engine::block_status`]), and one write of a
+/// batch ([`Engine::write_batch`]): the NBD crate's types, which the export passes through.
+pub use onecopy_nbd::{AllocationExtent, WriteRequest};
 pub use volume::{ByteRange, VolumeId, VolumeRecord};

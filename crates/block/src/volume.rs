@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use onecopy_core::{Error, Result};
+use crate::error::Result;
+use onecopy_core::Error;
 
 use crate::config::HintSettings;
 
@@ -17,6 +18,14 @@ pub const VOLUME_ID_MAX: VolumeId = (1 << VOLUME_ID_BITS) - 1;
 
 /// Largest volume: 1 PiB.
 pub const VOLUME_BYTES_MAX: u64 = 1 << 50;
+/// The block sizes a volume may have: the smallest (a disk sector) and the largest (a page).
+pub const BLOCK_BYTES_MIN: u32 = 512;
+pub const BLOCK_BYTES_MAX: u32 = 4096;
+/// Most blocks a volume has.
+pub const VOLUME_BLOCKS_MAX: u64 = VOLUME_BYTES_MAX / BLOCK_BYTES_MIN as u64;
+
+const _: () = assert!(VOLUME_BYTES_MAX.is_multiple_of(BLOCK_BYTES_MAX as u64));
+const _: () = assert!(VOLUME_ID_BITS < VolumeId::BITS);
 /// Longest volume name (it is also the NBD export name).
 pub const VOLUME_NAME_BYTES_MAX: usize = 64;
 /// Most explicit no-dedup ranges per volume.
@@ -47,7 +56,8 @@ impl ByteRange {
         if range.start >= range.end {
             return Err(Error::InvalidArgument(format!(
                 "range {text:?} is empty: START must be below END"
-            )));
+            ))
+            .into());
         }
         Ok(range)
     }
@@ -88,7 +98,8 @@ impl VolumeRecord {
             return Err(Error::InvalidArgument(format!(
                 "range {}..{} reaches past the end of volume {} ({} bytes)",
                 range.start, range.end, self.name, self.size_bytes
-            )));
+            ))
+            .into());
         }
         let mut ranges = Vec::new();
         for existing in &self.no_dedup_ranges {
@@ -121,7 +132,8 @@ impl VolumeRecord {
             return Err(Error::Limit(format!(
                 "volume {} would have more than {HINT_RANGES_MAX} no-dedup ranges",
                 self.name
-            )));
+            ))
+            .into());
         }
         self.no_dedup_ranges = merged;
         Ok(())
@@ -153,16 +165,18 @@ pub fn check_volume_name(name: &str) -> Result<()> {
         Err(Error::InvalidArgument(format!(
             "volume name {name:?} must be 1 to {VOLUME_NAME_BYTES_MAX} letters, digits, '.', \
              '_' or '-', not starting with '.' or '-'"
-        )))
+        ))
+        .into())
     }
 }
 
 /// Checks a volume size and block size.
 pub fn check_volume_geometry(size_bytes: u64, block_bytes: u32) -> Result<()> {
-    if block_bytes != 512 && block_bytes != 4096 {
+    if block_bytes != BLOCK_BYTES_MIN && block_bytes != BLOCK_BYTES_MAX {
         return Err(Error::InvalidArgument(format!(
-            "block size {block_bytes} must be 512 or 4096"
-        )));
+            "block size {block_bytes} must be {BLOCK_BYTES_MIN} or {BLOCK_BYTES_MAX}"
+        ))
+        .into());
     }
     if size_bytes == 0
         || size_bytes > VOLUME_BYTES_MAX
@@ -172,7 +186,8 @@ pub fn check_volume_geometry(size_bytes: u64, block_bytes: u32) -> Result<()> {
             "volume size {size_bytes} must be a positive multiple of the block size \
              ({block_bytes}) and at most {}",
             onecopy_core::units::format_size(VOLUME_BYTES_MAX)
-        )));
+        ))
+        .into());
     }
     Ok(())
 }

@@ -109,3 +109,30 @@ fn control_socket_answers_with_live_state() {
     assert_eq!(request(&face, &ControlRequest::Status).unwrap(), None);
     engine.shutdown().unwrap();
 }
+
+/// Goal: an answer that is not a control response (another program on the socket) is a typed
+/// error naming the socket, not a made-up I/O error. Method: a listener that answers
+/// "hello" to any request.
+#[test]
+fn foreign_answer_is_a_typed_error() {
+    use std::io::{BufRead, BufReader, Write};
+
+    let directory = tempfile::tempdir().unwrap();
+    let path = control_socket_path(directory.path());
+    let listener = UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let mut line = String::new();
+        BufReader::new(&stream).read_line(&mut line).unwrap();
+        (&stream).write_all(b"hello\n").unwrap();
+    });
+    let error = request(directory.path(), &ControlRequest::Status).unwrap_err();
+    server.join().unwrap();
+    assert!(
+        matches!(error, onecopy_block::BlockError::ControlAnswer { .. }),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(message.contains(&path.display().to_string()), "{message}");
+    assert!(message.contains("not a control response"), "{message}");
+}

@@ -62,7 +62,7 @@ fn runtime() -> RuntimeOptions {
     runtime
 }
 
-fn open(storage: &SimulatedStorage, mode: OpenMode) -> onecopy_core::Result<Arc<Engine>> {
+fn open(storage: &SimulatedStorage, mode: OpenMode) -> onecopy_block::Result<Arc<Engine>> {
     Engine::open_with(
         Arc::new(storage.clone()) as Arc<dyn Storage>,
         Some(config()),
@@ -294,7 +294,7 @@ fn repair(storage: &SimulatedStorage, context: &str) {
 /// `after_crash` with a description. Returns how many crashed images were checked.
 fn sweep(
     base: &SimulatedStorage,
-    operation: &dyn Fn(&SimulatedStorage) -> onecopy_core::Result<()>,
+    operation: &dyn Fn(&SimulatedStorage) -> onecopy_block::Result<()>,
     after_crash: &dyn Fn(&SimulatedStorage, &str),
     modes: &[fn(u64) -> CrashMode],
     context: &str,
@@ -333,7 +333,7 @@ const CLEAN_AND_TORN: &[fn(u64) -> CrashMode] =
     &[|_| CrashMode::Clean, |seed| CrashMode::Torn { seed }];
 const CLEAN: &[fn(u64) -> CrashMode] = &[|_| CrashMode::Clean];
 
-fn open_for_writing(storage: &SimulatedStorage) -> onecopy_core::Result<()> {
+fn open_for_writing(storage: &SimulatedStorage) -> onecopy_block::Result<()> {
     open(storage, OpenMode::ReadWrite).map(drop)
 }
 
@@ -438,7 +438,7 @@ fn crash_during_compaction() {
         model,
         lost: Blocks::new(),
     };
-    let compact = |storage: &SimulatedStorage| -> onecopy_core::Result<()> {
+    let compact = |storage: &SimulatedStorage| -> onecopy_block::Result<()> {
         let engine = open(storage, OpenMode::ReadWrite)?;
         let (plan, report) = engine.compact(&CompactionOptions::default(), false)?;
         assert!(!plan.containers.is_empty(), "there is work to do");
@@ -473,7 +473,7 @@ fn crash_during_volume_deletion() {
     engine.shutdown().unwrap();
     drop(engine);
     let base = storage.crash(CrashMode::Clean);
-    let delete = |storage: &SimulatedStorage| -> onecopy_core::Result<()> {
+    let delete = |storage: &SimulatedStorage| -> onecopy_block::Result<()> {
         let engine = open(storage, OpenMode::ReadWrite)?;
         engine.delete_volume("disk").map(drop)
     };
@@ -523,7 +523,7 @@ fn flip(storage: &SimulatedStorage, name: &str, offset: u64) {
     file.sync_data().unwrap();
 }
 
-fn repair_operation(storage: &SimulatedStorage) -> onecopy_core::Result<()> {
+fn repair_operation(storage: &SimulatedStorage) -> onecopy_block::Result<()> {
     let engine = open(storage, OpenMode::Repair)?;
     engine
         .check(CheckOptions {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use onecopy_block::{Engine, HintSettings, OpenMode, RuntimeOptions};
 use onecopy_core::check::CheckOptions;
-use onecopy_core::storage::{is_full, CrashMode, SimulatedStorage, Storage};
+use onecopy_core::storage::{CrashMode, SimulatedStorage, Storage};
 
 const MIB: usize = 1 << 20;
 
@@ -55,7 +55,7 @@ fn fill(engine: &Engine, volume: u32, first: usize, limit: usize) -> usize {
         ) {
             Ok(()) => {}
             Err(error) => {
-                assert!(is_full(&error), "a full disk is ENOSPC, not: {error}");
+                assert!(error.is_full(), "a full disk is ENOSPC, not: {error}");
                 return index - first;
             }
         }
@@ -90,11 +90,10 @@ fn full_disk_refuses_writes_then_resumes() {
     );
     assert!(engine.stats().space.writes_refused);
     // Refused writes changed nothing, reads work, FLUSH works.
-    assert!(is_full(
-        &engine
-            .write(keep, 4 * MIB as u64, &pattern(7, MIB), false)
-            .unwrap_err()
-    ));
+    assert!(engine
+        .write(keep, 4 * MIB as u64, &pattern(7, MIB), false)
+        .unwrap_err()
+        .is_full());
     let mut read = vec![0u8; 4 * MIB];
     engine.read(keep, 0, &mut read).unwrap();
     assert_eq!(read, pattern(1000, 4 * MIB));
@@ -152,7 +151,7 @@ fn reserve_lets_a_flush_through_a_full_disk() {
     let refused = engine
         .write(volume, 8 * MIB as u64, &data[..MIB], false)
         .unwrap_err();
-    assert!(is_full(&refused), "{refused}");
+    assert!(refused.is_full(), "{refused}");
     let mut read = vec![0u8; 8 * MIB];
     engine.read(volume, 0, &mut read).unwrap();
     assert_eq!(read, data);

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use onecopy_block::{BatchWrite, BlockConfig, Engine, HintSettings, RuntimeOptions};
+use onecopy_block::{BlockConfig, Engine, HintSettings, RuntimeOptions, WriteRequest};
 use onecopy_core::container::{ContainerOptions, CONTAINER_BYTES_MIN};
 use onecopy_core::storage::{CrashMode, SimulatedStorage, Storage};
 
@@ -19,7 +19,7 @@ fn runtime() -> RuntimeOptions {
     }
 }
 
-fn open(storage: &SimulatedStorage) -> onecopy_core::Result<Arc<Engine>> {
+fn open(storage: &SimulatedStorage) -> onecopy_block::Result<Arc<Engine>> {
     Engine::open(
         Arc::new(storage.clone()) as Arc<dyn Storage>,
         None,
@@ -81,9 +81,9 @@ fn write_batch_equals_serial_writes() {
         }
         // One write past the end: it alone fails.
         owned.insert(6, (size as u64 - 2048, vec![7; BLOCK]));
-        let writes: Vec<BatchWrite<'_>> = owned
+        let writes: Vec<WriteRequest<'_>> = owned
             .iter()
-            .map(|(offset, data)| BatchWrite {
+            .map(|(offset, data)| WriteRequest {
                 offset: *offset,
                 data,
                 fua: round % 7 == 0,

@@ -22,7 +22,7 @@ fn runtime() -> RuntimeOptions {
     }
 }
 
-fn open(storage: &SimulatedStorage, mode: OpenMode) -> onecopy_core::Result<Arc<Engine>> {
+fn open(storage: &SimulatedStorage, mode: OpenMode) -> onecopy_block::Result<Arc<Engine>> {
     Engine::open_with(
         Arc::new(storage.clone()) as Arc<dyn Storage>,
         None,
@@ -104,7 +104,7 @@ fn flushed_writes(count: usize) -> (SimulatedStorage, Vec<u8>) {
     (storage.crash(CrashMode::Clean), data)
 }
 
-fn read_volume(engine: &Engine, offset: usize, length: usize) -> onecopy_core::Result<Vec<u8>> {
+fn read_volume(engine: &Engine, offset: usize, length: usize) -> onecopy_block::Result<Vec<u8>> {
     let volume = engine.volume_id("disk")?;
     let mut out = vec![0u8; length];
     engine.read(volume, offset as u64, &mut out)?;
@@ -312,7 +312,7 @@ fn read_named(
     name: &str,
     offset: usize,
     length: usize,
-) -> onecopy_core::Result<Vec<u8>> {
+) -> onecopy_block::Result<Vec<u8>> {
     let volume = engine.volume_id(name)?;
     let mut out = vec![0u8; length];
     engine.read(volume, offset as u64, &mut out)?;
@@ -553,5 +553,44 @@ fn damaged_record_header_in_a_sealed_container_is_found() {
             second,
             "{field}"
         );
+    }
+}
+
+/// Goal: a checkpoint whose next volume id is damaged (0, below an existing volume's id, or
+/// beyond what the chunk owner tags hold) is refused as corrupt, not silently replaced.
+/// Method: rewrite the checkpoint state of a face with one volume through the page store,
+/// then open the engine.
+#[test]
+fn damaged_next_volume_id_is_refused() {
+    for next in [0u64, 1, (1 << 21) + 1, u64::from(u32::MAX)] {
+        let storage = SimulatedStorage::new();
+        let engine = open(&storage, OpenMode::ReadWrite).unwrap();
+        let volume = engine
+            .create_volume("disk", 8 * MIB as u64, 4096, HintSettings::none())
+            .unwrap()
+            .id;
+        assert_eq!(volume, 1);
+        engine.shutdown().unwrap();
+        drop(engine);
+        let (mut pages, saved) = PageStore::open(
+            Arc::new(storage.clone()),
+            "meta",
+            PageStoreOptions::default(),
+        )
+        .unwrap();
+        let mut state: serde_json::Value = serde_json::from_slice(&saved).unwrap();
+        assert_eq!(state["next_volume_id"], 2);
+        state["next_volume_id"] = next.into();
+        pages
+            .checkpoint(&serde_json::to_vec(&state).unwrap())
+            .unwrap();
+        drop(pages);
+
+        let error = match open(&storage, OpenMode::ReadWrite) {
+            Ok(_) => panic!("next volume id {next} was accepted"),
+            Err(error) => error,
+        };
+        assert!(error.is_corrupt(), "{error}");
+        assert!(error.to_string().contains("volume id"), "{error}");
     }
 }

@@ -110,13 +110,12 @@ pub fn open_block(
 pub fn open_block_for_serving(cli: &Cli, args: &EngineArgs) -> anyhow::Result<OpenBlock> {
     match open_block(cli, "serve", args, OpenMode::ReadWrite) {
         Err(error)
-            if error
-                .downcast_ref::<onecopy_core::Error>()
-                .is_some_and(onecopy_core::storage::is_full) =>
+            if crate::output::core_error(&error).is_some_and(onecopy_core::storage::is_full) =>
         {
             eprintln!(
-                "onecopy: warning: {error:#}; serving read-only: free some space and restart \
-                 the server to write again"
+                "onecopy: warning: {}; serving read-only: free some space and restart the \
+                 server to write again",
+                crate::output::error_message(&error)
             );
             open_block(
                 cli,

@@ -9,22 +9,24 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use onecopy_core::repository::LockWait;
 
 /// onecopy: store each piece of data once.
 #[derive(Parser, Debug)]
 #[command(name = "onecopy", version, about, long_about = None)]
 pub struct Cli {
-    /// Repository directory [default: the user's data directory, e.g. ~/.local/share/onecopy/repository].
-    #[arg(long, global = true, env = "ONECOPY_REPO", value_name = "DIR")]
+    /// Repository directory, for the commands that use one [default: the user's data
+    /// directory, e.g. ~/.local/share/onecopy/repository].
+    #[arg(long, env = "ONECOPY_REPO", value_name = "DIR")]
     pub repo: Option<PathBuf>,
 
-    /// When another onecopy process uses the repository (exit status 4 otherwise), wait until
-    /// it is done; with =DURATION (for example --wait=30s), wait at most that long.
+    /// For the commands that use a repository: when another onecopy process uses it (exit
+    /// status 4 otherwise), wait until it is done; with =DURATION (for example --wait=30s),
+    /// wait at most that long.
     #[arg(
         long,
-        global = true,
         value_name = "DURATION",
         num_args = 0..=1,
         require_equals = true,
@@ -34,6 +36,38 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `--repo` and `--wait`, offered by every command that uses a repository (and by its
+/// subcommands), so that they may follow the command's name too: `onecopy volume list
+/// --repo DIR`. Given there, they take precedence over the same options before the command's
+/// name and over `ONECOPY_REPO`.
+#[derive(Args, Debug, Default)]
+pub struct RepositoryArgs {
+    /// Repository directory [default: ONECOPY_REPO, or the user's data directory, e.g.
+    /// ~/.local/share/onecopy/repository].
+    // Ids of their own, so that they cannot collide with a command's argument of the same
+    // field name (`backup create SERIES PATH`).
+    #[arg(
+        id = "repository_directory",
+        long = "repo",
+        global = true,
+        value_name = "DIR"
+    )]
+    pub path: Option<PathBuf>,
+
+    /// When another onecopy process uses the repository (exit status 4 otherwise), wait until
+    /// it is done; with =DURATION (for example --wait=30s), wait at most that long.
+    #[arg(
+        id = "repository_wait",
+        long = "wait",
+        global = true,
+        value_name = "DURATION",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "forever"
+    )]
+    pub wait: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -59,9 +93,26 @@ pub enum Command {
 const EXIT_LOCKED: u8 = 4;
 
 impl Cli {
+    /// The repository options of the command, or `None` for the commands that use no
+    /// repository (`analyze`, `lab`).
+    fn repository_args(&self) -> Option<&RepositoryArgs> {
+        match &self.command {
+            Command::Init(args) => Some(&args.repository),
+            Command::Volume(args) => Some(&args.repository),
+            Command::Serve(args) => Some(&args.repository),
+            Command::Check(args) => Some(&args.repository),
+            Command::Backup(args) => Some(&args.repository),
+            Command::Analyze(_) | Command::Lab(_) => None,
+        }
+    }
+
     /// How long to wait for a repository face another process uses (`--wait`).
     pub fn lock_wait(&self) -> anyhow::Result<LockWait> {
-        Ok(match self.wait.as_deref() {
+        let wait = self
+            .repository_args()
+            .and_then(|args| args.wait.as_deref())
+            .or(self.wait.as_deref());
+        Ok(match wait {
             None => LockWait::No,
             Some("forever") => LockWait::Forever,
             Some(duration) => LockWait::For(Duration::from_nanos(
@@ -72,7 +123,11 @@ impl Cli {
 
     /// The repository directory the user chose, or the default under the data directory.
     pub fn repository_path(&self) -> PathBuf {
-        match &self.repo {
+        let chosen = self
+            .repository_args()
+            .and_then(|args| args.path.as_ref())
+            .or(self.repo.as_ref());
+        match chosen {
             Some(path) => path.clone(),
             None => dirs::data_dir()
                 .unwrap_or_else(|| PathBuf::from("."))
@@ -82,8 +137,30 @@ impl Cli {
     }
 }
 
+/// Parses the command line; `--repo` or `--wait` given before a command that uses no
+/// repository would do nothing, so it is refused (`ONECOPY_REPO` in the environment is not).
+fn parse() -> Cli {
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
+    if cli.repository_args().is_none() {
+        let repo_given = matches.value_source("repo") == Some(ValueSource::CommandLine);
+        for (option, given) in [("--repo", repo_given), ("--wait", cli.wait.is_some())] {
+            if given {
+                let command = matches.subcommand_name().unwrap_or_default();
+                Cli::command()
+                    .error(
+                        clap::error::ErrorKind::ArgumentConflict,
+                        format!("`onecopy {command}` uses no repository; drop {option}"),
+                    )
+                    .exit();
+            }
+        }
+    }
+    cli
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     let result = match &cli.command {
         Command::Init(args) => commands::init::run(&cli, args),
         Command::Analyze(args) => commands::analyze::run(&cli, args),
@@ -99,7 +176,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("onecopy: error: {error:#}");
+            eprintln!("onecopy: error: {}", output::error_message(&error));
             ExitCode::from(exit_status(&error))
         }
     }
@@ -108,15 +185,75 @@ fn main() -> ExitCode {
 /// The exit status for an error: [`EXIT_LOCKED`] when the repository was in use by another
 /// process, 1 otherwise.
 fn exit_status(error: &anyhow::Error) -> u8 {
-    let locked = error.chain().any(|cause| {
-        matches!(
-            cause.downcast_ref::<onecopy_core::Error>(),
-            Some(onecopy_core::Error::Locked { .. })
-        )
-    });
+    let locked = matches!(
+        output::core_error(error),
+        Some(onecopy_core::Error::Locked { .. })
+    );
     if locked {
         EXIT_LOCKED
     } else {
         1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every argument of `command` and its subcommands, with the path of commands to it.
+    fn arguments(command: &clap::Command, path: &str, found: &mut Vec<(String, clap::Arg)>) {
+        for argument in command.get_arguments() {
+            found.push((path.to_string(), argument.clone()));
+        }
+        for subcommand in command.get_subcommands() {
+            let path = format!("{path} {}", subcommand.get_name());
+            arguments(subcommand, &path, found);
+        }
+    }
+
+    /// Goal: every positional argument and option says in `--help` what it is. Method: walk
+    /// the built command tree and list the arguments without help text.
+    #[test]
+    fn every_argument_has_help() {
+        let mut command = Cli::command();
+        command.build();
+        let mut found = Vec::new();
+        arguments(&command, "onecopy", &mut found);
+        let silent: Vec<String> = found
+            .iter()
+            .filter(|(_, argument)| !matches!(argument.get_id().as_str(), "help" | "version"))
+            .filter(|(_, argument)| argument.get_help().is_none())
+            .map(|(path, argument)| format!("{path}: {}", argument.get_id()))
+            .collect();
+        assert!(silent.is_empty(), "arguments without help: {silent:#?}");
+    }
+
+    /// Goal: `--repo` and `--wait` are offered exactly by the commands that use a
+    /// repository. Method: walk the built command tree below `analyze` and `lab`, and below
+    /// the others.
+    #[test]
+    fn repository_options_only_where_they_act() {
+        let mut command = Cli::command();
+        command.build();
+        for subcommand in command.get_subcommands() {
+            let mut found = Vec::new();
+            arguments(subcommand, subcommand.get_name(), &mut found);
+            let offered = |long: &str| -> Vec<&String> {
+                found
+                    .iter()
+                    .filter(|(_, argument)| argument.get_long() == Some(long))
+                    .map(|(path, _)| path)
+                    .collect()
+            };
+            for long in ["repo", "wait"] {
+                match subcommand.get_name() {
+                    "analyze" | "lab" => {
+                        assert!(offered(long).is_empty(), "--{long} in {:?}", offered(long))
+                    }
+                    "help" => {}
+                    name => assert!(!offered(long).is_empty(), "{name} offers no --{long}"),
+                }
+            }
+        }
     }
 }

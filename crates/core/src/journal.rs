@@ -160,11 +160,11 @@ impl JournalScan {
 
     /// Calls `visit` with each record of `records` (a sub-slice of [`Self::records`]) and its
     /// payload, in order, until it fails.
-    pub fn for_each_payload(
+    pub fn for_each_payload<E: From<Error>>(
         &self,
         records: &[ScannedRecord],
-        mut visit: impl FnMut(&ScannedRecord, &[u8]) -> Result<()>,
-    ) -> Result<()> {
+        mut visit: impl FnMut(&ScannedRecord, &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
         let mut window = Window::new(self.file.as_ref(), self.length);
         for record in records {
             let bytes = window.get(record.offset, record.end() - record.offset)?;

@@ -2,9 +2,11 @@
 
 use crate::{Error, Result};
 
-/// Parses a byte size. Accepts a plain number of bytes or a number followed by a binary unit
-/// (`K`, `KiB`, `M`, `MiB`, `G`, `GiB`, `T`, `TiB`; case-insensitive; `KB` means KiB too,
-/// because storage sizes here are always powers of two). Fractions are allowed (`1.5G`).
+/// Parses a byte size: a number of bytes, or a number followed by a unit (case-insensitive).
+/// Binary units are powers of 1024: `KiB`, `MiB`, `GiB`, `TiB`, `PiB` and the single letters
+/// `K`, `M`, `G`, `T`, `P`. Decimal units are powers of 1000, as the SI and disk vendors use
+/// them: `kB`, `MB`, `GB`, `TB`, `PB`. Fractions are allowed when the result is a whole
+/// number of bytes (`1.5G`). The arithmetic is exact: no size is rounded.
 pub fn parse_size(text: &str) -> Result<u64> {
     let trimmed = text.trim();
     let split = trimmed
@@ -12,29 +14,61 @@ pub fn parse_size(text: &str) -> Result<u64> {
         .unwrap_or(trimmed.len());
     let (number, unit) = trimmed.split_at(split);
     let unit = unit.trim().to_ascii_lowercase();
-    let multiplier: u64 = match unit.as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        "p" | "pb" | "pib" => 1 << 50,
+    let (base, exponent): (u128, u32) = match unit.as_str() {
+        "" | "b" => (1, 0),
+        "k" | "kib" => (1024, 1),
+        "m" | "mib" => (1024, 2),
+        "g" | "gib" => (1024, 3),
+        "t" | "tib" => (1024, 4),
+        "p" | "pib" => (1024, 5),
+        "kb" => (1000, 1),
+        "mb" => (1000, 2),
+        "gb" => (1000, 3),
+        "tb" => (1000, 4),
+        "pb" => (1000, 5),
         _ => {
             return Err(Error::InvalidArgument(format!(
-                "size {text:?} has an unknown unit {unit:?}; use B, KiB, MiB, GiB, TiB"
+                "size {text:?} has an unknown unit {unit:?}; use B, KiB, MiB, GiB, TiB \
+                 (powers of 1024) or kB, MB, GB, TB (powers of 1000)"
             )))
         }
     };
-    let value: f64 = number.parse().map_err(|_| {
-        Error::InvalidArgument(format!("size {text:?} is not a number with a unit"))
-    })?;
-    let bytes = value * multiplier as f64;
-    if !(0.0..=(u64::MAX as f64)).contains(&bytes) || bytes.fract() != 0.0 {
+    let not_a_number =
+        || Error::InvalidArgument(format!("size {text:?} is not a number with a unit"));
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let digits_only = |part: &str| part.bytes().all(|byte| byte.is_ascii_digit());
+    if (whole.is_empty() && fraction.is_empty()) || !digits_only(whole) || !digits_only(fraction) {
+        return Err(not_a_number());
+    }
+    // Bytes times 10^(decimal places), computed exactly; u128 holds any u64 size times the
+    // largest unit (2^50) times the 10^(decimal places) accepted.
+    const DECIMAL_PLACES_MAX: usize = 18;
+    if fraction.len() > DECIMAL_PLACES_MAX {
+        return Err(Error::InvalidArgument(format!(
+            "size {text:?} has more than {DECIMAL_PLACES_MAX} decimal places"
+        )));
+    }
+    let too_large = || {
+        Error::InvalidArgument(format!(
+            "size {text:?} is too large: at most {} bytes (16 EiB)",
+            u64::MAX
+        ))
+    };
+    let scaled = whole
+        .bytes()
+        .chain(fraction.bytes())
+        .try_fold(0u128, |value, digit| {
+            value.checked_mul(10)?.checked_add(u128::from(digit - b'0'))
+        })
+        .and_then(|value| value.checked_mul(base.pow(exponent)))
+        .ok_or_else(too_large)?;
+    let denominator = 10u128.pow(fraction.len() as u32);
+    if scaled % denominator != 0 {
         return Err(Error::InvalidArgument(format!(
             "size {text:?} is not a whole number of bytes"
         )));
     }
-    Ok(bytes as u64)
+    u64::try_from(scaled / denominator).map_err(|_| too_large())
 }
 
 /// Formats a byte count with a binary unit and three significant digits: `512 B`, `4.00 KiB`,
@@ -136,6 +170,7 @@ mod tests {
     use super::*;
 
     /// Goal: every accepted spelling parses to the right byte count; bad input is an error.
+    /// Method: parse each spelling.
     #[test]
     fn parse_accepts_units_and_rejects_garbage() {
         assert_eq!(parse_size("4096").unwrap(), 4096);
@@ -146,6 +181,41 @@ mod tests {
         assert!(parse_size("12 parsecs").is_err());
         assert!(parse_size("").is_err());
         assert!(parse_size("0.5").is_err());
+    }
+
+    /// Goal: decimal units are powers of 1000 and binary units powers of 1024, exactly.
+    /// Method: parse both spellings of each unit, and sizes whose floating-point product
+    /// would round.
+    #[test]
+    fn decimal_and_binary_units_differ() {
+        assert_eq!(parse_size("10GB").unwrap(), 10_000_000_000);
+        assert_eq!(parse_size("10GiB").unwrap(), 10 << 30);
+        assert_eq!(parse_size("10G").unwrap(), 10 << 30);
+        assert_eq!(parse_size("4kB").unwrap(), 4000);
+        assert_eq!(parse_size("1.5MB").unwrap(), 1_500_000);
+        assert_eq!(parse_size("2TB").unwrap(), 2_000_000_000_000);
+        assert_eq!(parse_size("18446744073709551615").unwrap(), u64::MAX);
+        assert!(parse_size("1.0000001KB").is_err());
+    }
+
+    /// Goal: a size beyond 2^64 - 1 bytes says it is too large, not that it is a fraction;
+    /// malformed numbers say they are not numbers. Method: parse each kind.
+    #[test]
+    fn overflowing_sizes_are_too_large() {
+        for text in [
+            "18446744073709551616",
+            "99999999999999999999999GiB",
+            "17000PiB",
+        ] {
+            let message = parse_size(text).unwrap_err().to_string();
+            assert!(message.contains("too large"), "{text}: {message}");
+        }
+        assert!(parse_size("1.2.3G")
+            .unwrap_err()
+            .to_string()
+            .contains("not a number"));
+        assert!(parse_size(".").is_err());
+        assert_eq!(parse_size(".5K").unwrap(), 512);
     }
 
     /// Goal: durations parse with every unit and refuse bare numbers other than zero.

@@ -446,7 +446,7 @@ pub fn put_block_status_chunk(
     context_id: u32,
     length: u32,
     single_extent: bool,
-    extents: &[crate::export::Extent],
+    extents: &[crate::export::AllocationExtent],
 ) -> Result<usize, &'static str> {
     assert!(length > 0, "block status of an empty range");
     let descriptors_max = if single_extent {

@@ -24,7 +24,7 @@
 
 use std::fmt::Display;
 
-use crate::export::{Export, ExportError, Extent, ZeroOptions};
+use crate::export::{AllocationExtent, Export, ExportError, ZeroOptions};
 
 /// Bytes of each zero extent that are read back to confirm the zero flag.
 const ZERO_CHECK_BYTES_MAX: u64 = 16 << 20;
@@ -217,7 +217,7 @@ fn check_block_status(
     offset: u64,
     length: u64,
 ) -> Result<(), ConformanceFailure> {
-    let mut extents: Vec<Extent> = Vec::new();
+    let mut extents: Vec<AllocationExtent> = Vec::new();
     call(
         export.block_status(offset, length, &mut extents),
         "block status",
@@ -309,10 +309,10 @@ mod tests {
             &self,
             offset: u64,
             length: u64,
-            extents: &mut Vec<Extent>,
+            extents: &mut Vec<AllocationExtent>,
         ) -> Result<(), ExportError> {
             if self.status_claims_zero {
-                extents.push(Extent {
+                extents.push(AllocationExtent {
                     length,
                     hole: false,
                     zero: true,

@@ -24,9 +24,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::connection::Activity;
 use crate::protocol;
 use crate::request::Command;
+use crate::transport::Activity;
 
 /// Jobs the reader collects before publishing them even though it is not about to block.
 pub(crate) const PUBLISH_BATCH_JOBS: usize = 8;

@@ -113,7 +113,7 @@ pub trait Export: Send + Sync {
         &self,
         offset: u64,
         length: u64,
-        extents: &mut Vec<Extent>,
+        extents: &mut Vec<AllocationExtent>,
     ) -> Result<(), ExportError>;
 
     /// Hint that the client will soon access `offset .. offset + length`; the export may
@@ -232,7 +232,7 @@ pub struct InvalidBlockSize {
 
 /// Allocation status of `length` consecutive bytes, in the terms of `base:allocation`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Extent {
+pub struct AllocationExtent {
     /// Number of bytes; must be nonzero.
     pub length: u64,
     /// The bytes are not allocated in the backing store.
@@ -241,7 +241,7 @@ pub struct Extent {
     pub zero: bool,
 }
 
-impl Extent {
+impl AllocationExtent {
     /// The `base:allocation` status flags of this extent.
     pub fn status_flags(&self) -> u32 {
         let mut flags = 0;

@@ -26,37 +26,19 @@ use crate::codec::{
     self, ClientFlags, ExportRequest, InvalidOption, MetaContextRequest, OptionHeader,
     ProtocolViolation,
 };
-use crate::connection::Transport;
+use crate::config::ServerConfig;
 use crate::error::NbdError;
 use crate::export::{Export, ExportCatalog};
 use crate::protocol;
 use crate::request::Limits;
-use crate::server::ServerConfig;
 use crate::tls::{Channel, TlsPolicy};
+use crate::transport::Transport;
 
 /// Option data longer than this closes the connection instead of being skipped.
 pub const OPTION_DISCARD_BYTES_MAX: u32 = 16 << 20;
 
 /// Metadata context id this server assigns to `base:allocation`.
 pub const BASE_ALLOCATION_CONTEXT_ID: u32 = 1;
-
-/// Bounds on what a client may send during the handshake.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HandshakeLimits {
-    /// Options a client may send before it must enter transmission.
-    pub options_max: usize,
-    /// Largest option data the server reads and interprets.
-    pub option_bytes_max: u32,
-}
-
-impl Default for HandshakeLimits {
-    fn default() -> HandshakeLimits {
-        HandshakeLimits {
-            options_max: 256,
-            option_bytes_max: 64 << 10,
-        }
-    }
-}
 
 /// What the handshake settled for the transmission phase.
 pub(crate) struct Session {

@@ -64,6 +64,7 @@
 //! ```
 
 pub mod codec;
+mod config;
 pub mod conformance;
 mod connection;
 mod dispatch;
@@ -76,18 +77,21 @@ pub mod request;
 mod server;
 mod tls;
 mod transmission;
+mod transport;
 mod unix_socket;
 
-pub use connection::{serve_connection, Transport};
+pub use config::{HandshakeLimits, ServerConfig};
+pub use connection::serve_connection;
 pub use error::{silent_event_sink, stderr_event_sink, Event, EventSink, NbdError};
 pub use export::{
-    BlockSize, Export, ExportCatalog, ExportError, ExportInfo, ExportMap, Extent, InvalidBlockSize,
-    WriteRequest, ZeroOptions,
+    AllocationExtent, BlockSize, Export, ExportCatalog, ExportError, ExportInfo, ExportMap,
+    InvalidBlockSize, WriteRequest, ZeroOptions,
 };
-pub use handshake::{HandshakeLimits, BASE_ALLOCATION_CONTEXT_ID, OPTION_DISCARD_BYTES_MAX};
+pub use handshake::{BASE_ALLOCATION_CONTEXT_ID, OPTION_DISCARD_BYTES_MAX};
 pub use memory::MemoryExport;
-pub use server::{ListenAddress, Server, ServerConfig, ServerStatistics, DEFAULT_PORT};
+pub use server::{ListenAddress, Server, ServerStatistics, DEFAULT_PORT};
 pub use tls::{
     TlsCredentials, TlsPolicy, CA_CERTIFICATE_FILE, SERVER_CERTIFICATE_FILE, SERVER_KEY_FILE,
 };
+pub use transport::Transport;
 pub use unix_socket::{bind_unix_listener, SocketPermissions};

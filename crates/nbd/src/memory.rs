@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::RwLock;
 
-use crate::export::{BlockSize, Export, ExportError, Extent, ZeroOptions};
+use crate::export::{AllocationExtent, BlockSize, Export, ExportError, ZeroOptions};
 
 type Page = Box<[u8]>;
 type PageMap = HashMap<u64, Page, BuildHasherDefault<PageIndexHasher>>;
@@ -222,7 +222,7 @@ impl Export for MemoryExport {
         &self,
         offset: u64,
         length: u64,
-        extents: &mut Vec<Extent>,
+        extents: &mut Vec<AllocationExtent>,
     ) -> Result<(), ExportError> {
         self.check_range(offset, length);
         let length = length.min(Self::BLOCK_STATUS_SCAN_BYTES_MAX);
@@ -232,7 +232,7 @@ impl Export for MemoryExport {
             let count = extents.len();
             match extents.last_mut() {
                 Some(last) if count > first && last.hole == hole => last.length += bytes as u64,
-                _ => extents.push(Extent {
+                _ => extents.push(AllocationExtent {
                     length: bytes as u64,
                     hole,
                     zero: hole,
@@ -314,7 +314,7 @@ mod tests {
             .expect("status");
         assert_eq!(
             extents,
-            vec![Extent {
+            vec![AllocationExtent {
                 length: 4096,
                 hole: false,
                 zero: false

@@ -34,8 +34,8 @@ use parking_lot::Mutex;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::connection::Transport;
 use crate::error::NbdError;
+use crate::transport::Transport;
 
 /// File of the server's certificate chain in a credentials directory.
 pub const SERVER_CERTIFICATE_FILE: &str = "server-cert.pem";

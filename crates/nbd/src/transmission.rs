@@ -33,14 +33,14 @@ use std::thread;
 use parking_lot::Mutex;
 
 use crate::codec::{self, RequestHeader};
-use crate::connection::{peer_hung_up, Activity, Transport};
+use crate::config::ServerConfig;
 use crate::dispatch::{Dispatch, Intake, Job};
 use crate::error::{Event, EventSink, NbdError};
-use crate::export::{Export, ExportError, Extent, WriteRequest, ZeroOptions};
+use crate::export::{AllocationExtent, Export, ExportError, WriteRequest, ZeroOptions};
 use crate::handshake::{Session, BASE_ALLOCATION_CONTEXT_ID};
 use crate::protocol;
 use crate::request::{self, Command, Decision};
-use crate::server::ServerConfig;
+use crate::transport::{peer_hung_up, Activity, Transport};
 
 /// Capacity of the buffered reader: enough for many queued request headers per system call.
 const READ_BUFFER_BYTES: usize = 256 << 10;
@@ -230,7 +230,7 @@ fn read_requests<T: Transport>(
 
 /// A worker: executes queued jobs until the queue closes.
 fn work<T: Transport>(shared: &Shared<'_, T>) {
-    let mut extents: Vec<Extent> = Vec::new();
+    let mut extents: Vec<AllocationExtent> = Vec::new();
     let mut scratch: Vec<u8> = Vec::new();
     let mut finished = Vec::new();
     let mut jobs = Vec::new();
@@ -326,7 +326,7 @@ fn report_failure<T: Transport>(shared: &Shared<'_, T>, command: &Command, error
 fn execute<T: Transport>(
     shared: &Shared<'_, T>,
     job: &mut Job,
-    extents: &mut Vec<Extent>,
+    extents: &mut Vec<AllocationExtent>,
     scratch: &mut Vec<u8>,
 ) {
     let export: &dyn Export = shared.session.export.as_ref();

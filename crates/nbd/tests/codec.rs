@@ -6,7 +6,7 @@ use onecopy_nbd::codec::{
 };
 use onecopy_nbd::protocol as p;
 use onecopy_nbd::request::{validate, Command, Decision, Limits};
-use onecopy_nbd::{BlockSize, Extent};
+use onecopy_nbd::{AllocationExtent, BlockSize};
 use proptest::prelude::*;
 
 proptest! {
@@ -220,12 +220,12 @@ fn descriptors(out: &[u8]) -> Vec<(u32, u32)> {
 // refuse an empty answer.
 #[test]
 fn block_status_chunks() {
-    let hole = |length| Extent {
+    let hole = |length| AllocationExtent {
         length,
         hole: true,
         zero: true,
     };
-    let data = |length| Extent {
+    let data = |length| AllocationExtent {
         length,
         hole: false,
         zero: false,

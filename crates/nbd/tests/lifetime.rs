@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use onecopy_nbd::protocol as p;
 use onecopy_nbd::{
-    BlockSize, Export, ExportError, ExportMap, Extent, ListenAddress, MemoryExport, Server,
-    ServerConfig, ZeroOptions,
+    AllocationExtent, BlockSize, Export, ExportError, ExportMap, ListenAddress, MemoryExport,
+    Server, ServerConfig, ZeroOptions,
 };
 
 const MIB: u64 = 1 << 20;
@@ -70,9 +70,9 @@ impl Export for SlowReads {
         &self,
         _offset: u64,
         length: u64,
-        extents: &mut Vec<Extent>,
+        extents: &mut Vec<AllocationExtent>,
     ) -> Result<(), ExportError> {
-        extents.push(Extent {
+        extents.push(AllocationExtent {
             length,
             hole: false,
             zero: false,

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use onecopy_nbd::protocol as p;
 use onecopy_nbd::{
-    BlockSize, Export, ExportError, ExportMap, Extent, ListenAddress, MemoryExport, Server,
-    ServerConfig, ZeroOptions,
+    AllocationExtent, BlockSize, Export, ExportError, ExportMap, ListenAddress, MemoryExport,
+    Server, ServerConfig, ZeroOptions,
 };
 
 /// Wraps a memory export and fails on purpose: reads at offset 0 fail with an I/O error,
@@ -93,7 +93,7 @@ impl Export for FaultyExport {
         &self,
         _offset: u64,
         _length: u64,
-        _extents: &mut Vec<Extent>,
+        _extents: &mut Vec<AllocationExtent>,
     ) -> Result<(), ExportError> {
         Ok(())
     }

@@ -27,6 +27,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::error::Result;
 use onecopy_core::check::{CheckOptions, FaceReport, Finding, FindingKind};
 use onecopy_core::chunk_store::{ChunkId, ContainerState, RebuildReport, ZERO_CHUNK};
 use onecopy_core::container::{ChunkLocation, ContainerId};
@@ -34,13 +35,13 @@ use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::gc::{self, CompactionPlan, PlannedContainer};
 use onecopy_core::index::IndexKey;
 use onecopy_core::pages::DamagedPage;
-use onecopy_core::{Error, Result};
+use onecopy_core::Error;
 
 use super::recovery::block_ranges;
 use super::{
     map_entry, set_map_entry, Engine, EngineState, OpenMode, LOST_CHUNK, MAP_ENTRIES_PER_PAGE,
 };
-use crate::records::BlockChange;
+use crate::changes::BlockChange;
 use crate::volume::{VolumeId, VolumeRecord};
 
 /// Why a chunk cannot be read.
@@ -98,7 +99,8 @@ impl Engine {
             return Err(Error::InvalidArgument(
                 "a repair needs the block device opened for repair (`onecopy check --repair`)"
                     .to_string(),
-            ));
+            )
+            .into());
         }
         let mut state = self.state.lock();
         let mut report = FaceReport::new("block");
@@ -233,7 +235,7 @@ impl Engine {
                 Err(error) if error.is_corrupt() || matches!(error, Error::NotFound(_)) => {
                     Some(error.to_string())
                 }
-                Err(error) => return Err(error),
+                Err(error) => return Err(error.into()),
             };
             if let Some(detail) = damage {
                 analysis
@@ -342,7 +344,7 @@ impl Engine {
                 }
                 // A missing file was reported with the chunks that live in it.
                 Err(Error::NotFound(_)) => {}
-                Err(error) => return Err(error),
+                Err(error) => return Err(error.into()),
             }
         }
         // With `read_data`, the body too: every chunk in use must sit behind an intact
@@ -357,7 +359,7 @@ impl Engine {
                     Ok(stored) => stored,
                     // A missing file was reported with the chunks that live in it.
                     Err(Error::NotFound(_)) => break,
-                    Err(error) => return Err(error),
+                    Err(error) => return Err(error.into()),
                 };
                 let described = stored.is_some_and(|stored| {
                     stored.location == *location
@@ -726,7 +728,7 @@ impl Engine {
         state: &mut EngineState,
         counted: &[u32],
     ) -> Result<RebuildReport> {
-        state.chunks.rebuild(&mut state.pages, counted)
+        Ok(state.chunks.rebuild(&mut state.pages, counted)?)
     }
 
     /// Copies the live chunks of `containers` to the open container and retires them.

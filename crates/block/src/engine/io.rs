@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::error::{BlockError, Result};
 use onecopy_core::chunk_store::{
     read_located, unix_seconds, ChunkId, ChunkRead, NewChunk, ZERO_CHUNK,
 };
@@ -10,104 +11,118 @@ use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::index::warm::warm;
 use onecopy_core::pages::RecordArea;
 use onecopy_core::storage::StorageFile;
-use onecopy_core::{Error, Result};
+use onecopy_core::Error;
+use onecopy_nbd::{AllocationExtent, WriteRequest};
 
+use super::span::{block_spans, BlockSpan};
 use super::{map_entry, set_map_entry, Engine, EngineState, LOST_CHUNK};
-use crate::cache::CacheKey;
-use crate::hints::{decide_write, WriteDecision};
-use crate::records::BlockChange;
-use crate::volume::{VolumeId, VolumeRecord};
+use crate::cache::ContentKey;
+use crate::changes::{BlockChange, RECORD_RELEASED_BLOCKS_MAX};
+use crate::hints::{decide_write, NoDedupReason, WriteDecision};
+use crate::volume::{VolumeId, VolumeRecord, VOLUME_BLOCKS_MAX, VOLUME_ID_BITS, VOLUME_ID_MAX};
 
 /// Most blocks one block-status request examines; the protocol lets a reply cover less than
 /// was asked, and clients ask again for the rest.
 pub const BLOCK_STATUS_BLOCKS_MAX: u64 = 1 << 18;
-/// Blocks an unmap reads, then changes and journals as one record, at a time: bounds the
-/// record (at most about 30 bytes a block) and the memory of a whole-device discard.
-const UNMAP_WINDOW_BLOCKS: u64 = 1 << 16;
 /// Largest read or write the engine accepts (the NBD layer enforces its own, smaller limit).
 pub const REQUEST_BYTES_MAX: u64 = 1 << 30;
 
-/// A run of bytes with one allocation state (NBD `base:allocation`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Extent {
-    pub length: u64,
-    /// Nothing is stored for these bytes.
-    pub hole: bool,
-    /// The bytes read as zeros.
-    pub zero: bool,
-}
-
-/// One write of an [`Engine::write_batch`].
+/// A whole block's digest, computed before the engine lock is taken: its fingerprint and,
+/// when chunks are stored uncompressed, the CRC-32C of its bytes (a compressed chunk's
+/// checksum is of the compressed bytes, computed when it is stored).
 #[derive(Clone, Copy, Debug)]
-pub struct BatchWrite<'a> {
-    pub offset: u64,
-    pub data: &'a [u8],
-    /// Force unit access: durable when the batch returns.
-    pub fua: bool,
+struct BlockDigest {
+    fingerprint: Fingerprint,
+    checksum: Option<u32>,
 }
 
-/// Whole blocks of a plan that are fingerprinted for deduplication.
-fn deduplicated_blocks(plan: &[BlockPlan]) -> usize {
-    plan.iter()
-        .filter(|plan| matches!(plan, BlockPlan::Whole(WriteDecision::Deduplicate)))
-        .count()
+/// How [`Engine::store_block`] stores one block: the write decision, with the digest that
+/// deduplicating the block needs.
+#[derive(Clone, Copy, Debug)]
+enum StoreAs {
+    /// All zeros: nothing is stored.
+    Zero,
+    /// Looked up in the index by its digest; stored only when new.
+    Deduplicate(BlockDigest),
+    /// Stored now, owned by its block, deduplicated later if it stays unchanged.
+    Deferred,
+    /// Stored, owned by its block, never deduplicated.
+    NoDedup(NoDedupReason),
 }
 
-/// Fingerprints of a batch's deduplicated whole blocks, in order, and their CRC-32C (empty
-/// when chunks are compressed: the checksum is then of the compressed bytes).
-struct Digests {
-    fingerprints: Vec<Fingerprint>,
-    checksums: Vec<u32>,
-}
-
-impl Digests {
-    /// The `count` digests from `start`, one write's share.
-    fn range(&self, start: usize, count: usize) -> DigestSlice<'_> {
-        DigestSlice {
-            fingerprints: &self.fingerprints[start..start + count],
-            checksums: self.checksums.get(start..start + count).unwrap_or_default(),
+impl StoreAs {
+    /// How a block decided so is stored, unless it is to be deduplicated: that needs its
+    /// digest.
+    fn without_digest(decision: WriteDecision) -> Option<StoreAs> {
+        match decision {
+            WriteDecision::Zero => Some(StoreAs::Zero),
+            WriteDecision::Deduplicate => None,
+            WriteDecision::Deferred => Some(StoreAs::Deferred),
+            WriteDecision::NoDedup(reason) => Some(StoreAs::NoDedup(reason)),
         }
-    }
-}
-
-/// One write's share of [`Digests`].
-#[derive(Clone, Copy, Default)]
-struct DigestSlice<'a> {
-    fingerprints: &'a [Fingerprint],
-    checksums: &'a [u32],
-}
-
-impl DigestSlice<'_> {
-    /// The fingerprint and checksum of the `index`-th deduplicated block.
-    fn get(&self, index: usize) -> (Fingerprint, Option<u32>) {
-        (self.fingerprints[index], self.checksums.get(index).copied())
     }
 }
 
 /// How one block of a write is handled.
 enum BlockPlan {
-    /// Covers the whole block: store this decision.
-    Whole(WriteDecision),
+    /// Covers the whole block: stored so.
+    Whole(StoreAs),
+    /// Covers the whole block, to be deduplicated: [`Engine::digest_plans`] digests it, with
+    /// every such block of the batch and before the lock is taken, and makes it `Whole`.
+    Digest,
     /// Covers part of the block: read, merge and decide under the lock.
     Partial,
 }
 
-/// Owner tag of a chunk written for deferred deduplication: bit 63 set, volume and block.
+// The owner tag of a chunk stored without a fingerprint names the block that owns it, so
+// that deferred deduplication finds the map entry to change. From the top bit down: a
+// deferred flag (1 bit), the volume id (`VOLUME_ID_BITS`), the block (`OWNER_BLOCK_BITS`).
+// Deduplicated chunks have owner 0.
+/// Bits of the block number in an owner tag.
+const OWNER_BLOCK_BITS: u32 = 42;
+/// Where the volume id starts in an owner tag.
+const OWNER_VOLUME_SHIFT: u32 = OWNER_BLOCK_BITS;
+/// The bit of an owner tag that marks a chunk written for deferred deduplication.
+const OWNER_DEFERRED_BIT: u32 = OWNER_VOLUME_SHIFT + VOLUME_ID_BITS;
+const OWNER_BLOCK_MASK: u64 = (1 << OWNER_BLOCK_BITS) - 1;
+const OWNER_VOLUME_MASK: u64 = (1 << VOLUME_ID_BITS) - 1;
+
+// The three fields fill the 64-bit tag exactly.
+const _: () = assert!(OWNER_DEFERRED_BIT == u64::BITS - 1);
+// Every block of the largest volume, in the smallest blocks, has a block number that fits.
+const _: () = assert!(VOLUME_BLOCKS_MAX <= 1 << OWNER_BLOCK_BITS);
+// Every volume id `create_volume` hands out fits.
+const _: () = assert!(VOLUME_ID_MAX as u64 == OWNER_VOLUME_MASK);
+
+/// The owner tag of the chunk of block `block` of volume `volume`.
+fn owner_tag(volume: VolumeId, block: u64, deferred: bool) -> u64 {
+    // Volumes are created with ids up to VOLUME_ID_MAX and blocks below their block count.
+    assert!(
+        volume <= VOLUME_ID_MAX,
+        "volume id {volume} exceeds its owner-tag field"
+    );
+    assert!(
+        block < VOLUME_BLOCKS_MAX,
+        "block {block} exceeds its owner-tag field"
+    );
+    (u64::from(deferred) << OWNER_DEFERRED_BIT) | (u64::from(volume) << OWNER_VOLUME_SHIFT) | block
+}
+
+/// Owner tag of a chunk written for deferred deduplication.
 pub(crate) fn deferred_owner(volume: VolumeId, block: u64) -> u64 {
-    assert!(block < 1 << 42 && volume < 1 << 21);
-    (1 << 63) | ((volume as u64) << 42) | block
+    owner_tag(volume, block, true)
 }
 
 /// Owner tag of a chunk written with a no-dedup hint (never deduplicated later).
 fn permanent_owner(volume: VolumeId, block: u64) -> u64 {
-    ((volume as u64) << 42) | block
+    owner_tag(volume, block, false)
 }
 
 /// The volume and block of a deferred chunk's owner tag.
 pub(crate) fn deferred_owner_parts(owner: u64) -> Option<(VolumeId, u64)> {
-    (owner >> 63 == 1).then_some((
-        ((owner >> 42) & ((1 << 21) - 1)) as VolumeId,
-        owner & ((1 << 42) - 1),
+    (owner >> OWNER_DEFERRED_BIT == 1).then_some((
+        ((owner >> OWNER_VOLUME_SHIFT) & OWNER_VOLUME_MASK) as VolumeId,
+        owner & OWNER_BLOCK_MASK,
     ))
 }
 
@@ -118,7 +133,8 @@ fn check_range(record: &VolumeRecord, offset: u64, length: u64) -> Result<()> {
         return Err(Error::InvalidArgument(format!(
             "request of {length} bytes at offset {offset} is outside volume {} ({} bytes)",
             record.name, record.size_bytes
-        )));
+        ))
+        .into());
     }
     Ok(())
 }
@@ -130,7 +146,8 @@ fn check_payload_range(record: &VolumeRecord, offset: u64, length: u64) -> Resul
     if length > REQUEST_BYTES_MAX {
         return Err(Error::InvalidArgument(format!(
             "request of {length} bytes exceeds the {REQUEST_BYTES_MAX}-byte limit"
-        )));
+        ))
+        .into());
     }
     check_range(record, offset, length)
 }
@@ -145,11 +162,15 @@ fn readable_chunk(
 ) -> Result<ChunkId> {
     let chunk = mapped_chunk(state, record, map, block)?;
     if chunk == LOST_CHUNK {
-        return Err(Error::corrupt(
-            format!("block {block} of volume {}", record.name),
-            "its data was recorded lost by a repair of damage (see `onecopy check`); it reads \
-             again once written",
-        ));
+        return Err(BlockError::Block {
+            volume: record.name.clone(),
+            block,
+            source: Error::corrupt(
+                "data",
+                "a repair of damage recorded it lost (see `onecopy check`); it reads again \
+                 once written",
+            ),
+        });
     }
     Ok(chunk)
 }
@@ -178,13 +199,14 @@ fn chunk_record(
         .map_err(|error| block_error(record, block, error))
 }
 
-/// Puts the block a failure concerns into a corruption error.
-fn block_error(record: &VolumeRecord, block: u64, error: Error) -> Error {
-    match error {
-        Error::Corrupt { what, detail } => Error::corrupt(
-            format!("block {block} of volume {} ({what})", record.name),
-            detail,
-        ),
+/// Says which block a failure of the engine core concerns.
+fn block_error(record: &VolumeRecord, block: u64, error: impl Into<BlockError>) -> BlockError {
+    match error.into() {
+        BlockError::Core(source) => BlockError::Block {
+            volume: record.name.clone(),
+            block,
+            source,
+        },
         other => other,
     }
 }
@@ -193,10 +215,8 @@ fn block_error(record: &VolumeRecord, block: u64, error: Error) -> Error {
 struct PendingRead {
     file: Arc<dyn StorageFile>,
     location: ChunkLocation,
-    /// Where in the request buffer the block starts, and which part of it is wanted.
-    request_offset: usize,
-    skip: usize,
-    take: usize,
+    /// The block, and which part of it the request wants where.
+    span: BlockSpan,
 }
 
 impl Engine {
@@ -205,7 +225,7 @@ impl Engine {
             .volumes
             .get(&volume)
             .map(|volume| Arc::clone(&volume.record))
-            .ok_or_else(|| Error::NotFound(format!("volume {volume}")))
+            .ok_or(BlockError::VolumeIdNotFound(volume))
     }
 
     /// Reads `out.len()` bytes at `offset` of `volume`.
@@ -213,8 +233,7 @@ impl Engine {
         self.note_request();
         let mut pending = Vec::new();
         let record = {
-            let mut state = self.state.lock();
-            self.check_usable(&state)?;
+            let mut state = self.lock_usable()?;
             state.counters.reads += 1;
             let record = self.volume_record(&state, volume)?;
             check_payload_range(&record, offset, out.len() as u64)?;
@@ -229,23 +248,21 @@ impl Engine {
         }
         let mut block = Vec::new();
         for read in pending {
-            let whole = read.skip == 0 && read.take == block_bytes;
+            let span = read.span;
+            let whole = span.is_whole(block_bytes);
             let target: &mut [u8] = if whole {
-                &mut out[read.request_offset..read.request_offset + block_bytes]
+                &mut out[span.in_request()]
             } else {
                 // Only reads of partial blocks need a whole block to read into.
                 block.resize(block_bytes, 0);
                 &mut block
             };
-            read_located(read.file.as_ref(), &read.location, target).map_err(|error| {
-                let block = (offset + read.request_offset as u64) / block_bytes as u64;
-                block_error(&record, block, error)
-            })?;
+            read_located(read.file.as_ref(), &read.location, target)
+                .map_err(|error| block_error(&record, span.block, error))?;
             self.content_cache
-                .insert(CacheKey::of(&read.location), target);
+                .insert(ContentKey::of(&read.location), target);
             if !whole {
-                out[read.request_offset..read.request_offset + read.take]
-                    .copy_from_slice(&block[read.skip..read.skip + read.take]);
+                out[span.in_request()].copy_from_slice(&block[span.in_block()]);
             }
         }
         Ok(())
@@ -261,70 +278,60 @@ impl Engine {
         out: &mut [u8],
         pending: &mut Vec<PendingRead>,
     ) -> Result<()> {
-        let block_bytes = record.block_bytes as u64;
+        let block_bytes = record.block_bytes as usize;
         let map = state.volumes[&record.id].map;
         let prefetch = record.hints.prefetch && state.copies.prefetch_active();
         // Room for a partial block; allocated by the first one (most reads are whole blocks).
         let mut scratch = Vec::new();
-        let mut position = offset;
-        let end = offset + out.len() as u64;
-        while position < end {
-            let block = position / block_bytes;
-            let skip = (position % block_bytes) as usize;
-            let take = ((block_bytes - skip as u64).min(end - position)) as usize;
-            let request_offset = (position - offset) as usize;
-            let target = &mut out[request_offset..request_offset + take];
+        for span in block_spans(offset, out.len() as u64, record.block_bytes) {
+            let block = span.block;
+            let target = &mut out[span.in_request()];
             let chunk = readable_chunk(state, record, &map, block)?;
             if chunk == ZERO_CHUNK {
                 target.fill(0);
-            } else {
-                let chunk_record = chunk_record(state, record, block, chunk)?;
-                if chunk_record.indexed {
-                    state.copies.observe_read(&chunk_record.fingerprint);
-                    if prefetch {
-                        state
-                            .chunks
-                            .index()
-                            .prefetch_known(&chunk_record.fingerprint, chunk);
-                        state.counters.prefetched_fingerprints += 1;
-                    }
-                }
-                let location = chunk_record.location;
-                let whole = take == block_bytes as usize;
-                let buffer: &mut [u8] = if whole {
-                    target
-                } else {
-                    scratch.resize(block_bytes as usize, 0);
-                    &mut scratch
-                };
-                if self.content_cache.get(CacheKey::of(&location), buffer) {
-                    // Served from memory.
-                } else {
-                    match state
+                continue;
+            }
+            let chunk_record = chunk_record(state, record, block, chunk)?;
+            if chunk_record.indexed {
+                state.copies.observe_read(&chunk_record.fingerprint);
+                if prefetch {
+                    state
                         .chunks
-                        .plan_read(&mut state.pages, chunk, buffer)
-                        .map_err(|error| block_error(record, block, error))?
-                    {
-                        ChunkRead::Copied => {}
-                        ChunkRead::File { file, location } => {
-                            pending.push(PendingRead {
-                                file,
-                                location,
-                                request_offset,
-                                skip,
-                                take,
-                            });
-                            position += take as u64;
-                            continue;
-                        }
-                    }
-                }
-                if !whole {
-                    out[request_offset..request_offset + take]
-                        .copy_from_slice(&scratch[skip..skip + take]);
+                        .index()
+                        .prefetch_known(&chunk_record.fingerprint, chunk);
+                    state.counters.prefetched_fingerprints += 1;
                 }
             }
-            position += take as u64;
+            let location = chunk_record.location;
+            let whole = span.is_whole(block_bytes);
+            let buffer: &mut [u8] = if whole {
+                target
+            } else {
+                scratch.resize(block_bytes, 0);
+                &mut scratch
+            };
+            if self.content_cache.get(ContentKey::of(&location), buffer) {
+                // Served from memory.
+            } else {
+                match state
+                    .chunks
+                    .plan_read(&mut state.pages, chunk, buffer)
+                    .map_err(|error| block_error(record, block, error))?
+                {
+                    ChunkRead::Copied => {}
+                    ChunkRead::File { file, location } => {
+                        pending.push(PendingRead {
+                            file,
+                            location,
+                            span,
+                        });
+                        continue;
+                    }
+                }
+            }
+            if !whole {
+                out[span.in_request()].copy_from_slice(&scratch[span.in_block()]);
+            }
         }
         Ok(())
     }
@@ -332,7 +339,7 @@ impl Engine {
     /// Writes `data` at `offset` of `volume`; with `fua` the data is durable on return.
     pub fn write(&self, volume: VolumeId, offset: u64, data: &[u8], fua: bool) -> Result<()> {
         let mut results = Vec::with_capacity(1);
-        self.write_batch(volume, &[BatchWrite { offset, data, fua }], &mut results);
+        self.write_batch(volume, &[WriteRequest { offset, data, fua }], &mut results);
         results.pop().expect("one result per write")
     }
 
@@ -345,7 +352,7 @@ impl Engine {
     pub fn write_batch(
         &self,
         volume: VolumeId,
-        writes: &[BatchWrite<'_>],
+        writes: &[WriteRequest<'_>],
         results: &mut Vec<Result<()>>,
     ) {
         results.clear();
@@ -355,24 +362,15 @@ impl Engine {
         let (record, filesystem) = match self.write_target(volume, bytes) {
             Ok(target) => target,
             Err(error) => {
-                // Each write gets its own copy of the error (errors are not `Clone`): asking
-                // again gives one of the same kind. Should the volume have become usable
-                // meanwhile, the write still fails: it was not executed.
-                let message = error.to_string();
-                results.push(Err(error));
+                // Every write of the batch fails with the same error: none was executed.
                 for _ in 1..writes.len() {
-                    results.push(match self.write_target(volume, 0) {
-                        Err(error) => Err(error),
-                        Ok(_) => Err(Error::io(
-                            "block engine",
-                            std::io::Error::other(message.clone()),
-                        )),
-                    });
+                    results.push(Err(error.duplicate()));
                 }
+                results.push(Err(error));
                 return;
             }
         };
-        let plans: Vec<Result<Vec<BlockPlan>>> = writes
+        let mut plans: Vec<Result<Vec<BlockPlan>>> = writes
             .iter()
             .map(|write| {
                 check_payload_range(&record, write.offset, write.data.len() as u64)?;
@@ -384,63 +382,42 @@ impl Engine {
                 ))
             })
             .collect();
-        let digests = self.digest_plans(&plans, &record, writes);
-        let mut next_digest = 0;
+        let fingerprints = self.digest_plans(&mut plans, &record, writes);
         let mut flush_wanted = false;
         {
             let mut state = self.state.lock();
             // The batch's index lookups then overlap their memory latencies.
-            state.chunks.index().warm(&digests.fingerprints);
+            state.chunks.index().warm(&fingerprints);
             let released = overwritten_chunks(&state, &record, writes, &plans);
             let EngineState { chunks, pages, .. } = &mut *state;
-            chunks.index().warm_buckets(pages, &digests.fingerprints);
+            chunks.index().warm_buckets(pages, &fingerprints);
             chunks.warm_release(pages, &released);
             for (write, plan) in writes.iter().zip(plans) {
                 let result = match plan {
                     Err(error) => Err(error),
                     Ok(_) if write.data.is_empty() => Ok(()),
-                    Ok(plan) => {
-                        let count = deduplicated_blocks(&plan);
-                        let digests = digests.range(next_digest, count);
-                        next_digest += count;
-                        self.check_usable(&state).and_then(|()| {
-                            state.counters.writes += 1;
-                            let result = self.write_locked(
-                                &mut state,
-                                &record,
-                                write.offset,
-                                write.data,
-                                &plan,
-                                digests,
-                            );
-                            self.fail_on_error(&mut state, result)
-                        })
-                    }
+                    Ok(plan) => self.guarded(&mut state, |state| {
+                        state.counters.writes += 1;
+                        self.write_locked(state, &record, write.offset, write.data, &plan)
+                    }),
                 };
                 flush_wanted |= write.fua && result.is_ok();
                 results.push(result);
             }
         }
-        assert_eq!(next_digest, digests.fingerprints.len());
+        // A failure after the writes were applied fails each of them that succeeded so far
+        // (and, for the flush, asked for durability), with a copy of the error.
         if let Err(error) = self.write_queued() {
-            let message = error.to_string();
             for result in results.iter_mut().filter(|result| result.is_ok()) {
-                *result = Err(Error::io(
-                    "writing container data",
-                    std::io::Error::other(message.clone()),
-                ));
+                *result = Err(error.duplicate());
             }
             return;
         }
         if flush_wanted {
             if let Err(error) = self.flush() {
-                let message = error.to_string();
                 for (write, result) in writes.iter().zip(results.iter_mut()) {
                     if write.fua && result.is_ok() {
-                        *result = Err(Error::io(
-                            "flushing a FUA write",
-                            std::io::Error::other(message.clone()),
-                        ));
+                        *result = Err(error.duplicate());
                     }
                 }
             }
@@ -457,10 +434,9 @@ impl Engine {
         Arc<VolumeRecord>,
         Option<Arc<crate::hints::fs::MetadataMap>>,
     )> {
-        let mut state = self.state.lock();
-        self.check_usable(&state)?;
+        let mut state = self.lock_usable()?;
         if state.journal.is_none() {
-            return Err(super::read_only_error());
+            return Err(super::read_only_error().into());
         }
         let record = self.volume_record(&state, volume)?;
         self.admit_write(&mut state, bytes)?;
@@ -468,24 +444,23 @@ impl Engine {
         Ok((record, filesystem))
     }
 
-    /// Fingerprints the whole blocks of every planned write that will be deduplicated, as
-    /// one batch, in order, and computes their checksums for the containers (when chunks are
-    /// stored uncompressed): both outside the lock.
+    /// Digests the whole blocks of every planned write that are to be deduplicated, as one
+    /// fingerprint batch (SIMD lanes across the blocks of all writes), outside the lock, and
+    /// puts each digest into its block's plan. Returns the fingerprints, in order, for
+    /// warming the index.
     fn digest_plans(
         &self,
-        plans: &[Result<Vec<BlockPlan>>],
+        plans: &mut [Result<Vec<BlockPlan>>],
         record: &VolumeRecord,
-        writes: &[BatchWrite<'_>],
-    ) -> Digests {
-        let block_bytes = record.block_bytes as usize;
+        writes: &[WriteRequest<'_>],
+    ) -> Vec<Fingerprint> {
         let mut inputs = Vec::new();
-        for (write, plan) in writes.iter().zip(plans) {
+        for (write, plan) in writes.iter().zip(plans.iter()) {
             let Ok(plan) = plan else { continue };
-            let first = (block_bytes - (write.offset % block_bytes as u64) as usize) % block_bytes;
-            for (index, plan) in plan.iter().enumerate() {
-                if let BlockPlan::Whole(WriteDecision::Deduplicate) = plan {
-                    let start = block_start_in_request(index, first, write.offset, block_bytes);
-                    inputs.push(&write.data[start..start + block_bytes]);
+            let spans = block_spans(write.offset, write.data.len() as u64, record.block_bytes);
+            for (plan, span) in plan.iter().zip(spans) {
+                if let BlockPlan::Digest = plan {
+                    inputs.push(&write.data[span.in_request()]);
                 }
             }
         }
@@ -493,15 +468,22 @@ impl Engine {
         self.config
             .fingerprint
             .hash_batch(&inputs, &mut fingerprints);
-        let checksums = if self.config.containers.compression_level.is_none() {
-            inputs.iter().map(|input| crc32c::crc32c(input)).collect()
-        } else {
-            Vec::new()
-        };
-        Digests {
-            fingerprints,
-            checksums,
+        let checksummed = self.config.containers.compression_level.is_none();
+        let mut digests = inputs
+            .iter()
+            .zip(&fingerprints)
+            .map(|(input, &fingerprint)| BlockDigest {
+                fingerprint,
+                checksum: checksummed.then(|| crc32c::crc32c(input)),
+            });
+        for plan in plans.iter_mut().flatten().flatten() {
+            if let BlockPlan::Digest = plan {
+                let digest = digests.next().expect("one digest per block to digest");
+                *plan = BlockPlan::Whole(StoreAs::Deduplicate(digest));
+            }
         }
+        assert!(digests.next().is_none(), "every digest has its block");
+        fingerprints
     }
 
     fn write_locked(
@@ -511,29 +493,20 @@ impl Engine {
         offset: u64,
         data: &[u8],
         plans: &[BlockPlan],
-        digests: DigestSlice<'_>,
     ) -> Result<()> {
-        let block_bytes = record.block_bytes as u64;
-        let first_block = offset / block_bytes;
-        let first = ((block_bytes - offset % block_bytes) % block_bytes) as usize;
-        let mut next_digest = 0;
         let mut merged = self.prepare_write(state, record, offset, data, plans)?;
         let filesystem = state.volumes[&record.id].filesystem.clone();
         let now = unix_seconds();
-        for (index, plan) in plans.iter().enumerate() {
-            let block = first_block + index as u64;
+        let spans = block_spans(offset, data.len() as u64, record.block_bytes);
+        for (index, (plan, span)) in plans.iter().zip(spans).enumerate() {
+            let block = span.block;
             let new_chunk = match plan {
-                BlockPlan::Whole(decision) => {
-                    let start = block_start_in_request(index, first, offset, block_bytes as usize);
-                    let content = &data[start..start + block_bytes as usize];
-                    let digest = match decision {
-                        WriteDecision::Deduplicate => {
-                            next_digest += 1;
-                            Some(digests.get(next_digest - 1))
-                        }
-                        _ => None,
-                    };
-                    self.store_block(state, record, block, content, *decision, digest, now)?
+                BlockPlan::Whole(store) => {
+                    let content = &data[span.in_request()];
+                    self.store_block(state, record, block, content, *store, now)?
+                }
+                BlockPlan::Digest => {
+                    unreachable!("digest_plans digests every whole block to deduplicate")
                 }
                 BlockPlan::Partial => {
                     state.counters.read_modify_writes += 1;
@@ -542,16 +515,16 @@ impl Engine {
                         .find(|(at, _)| *at == index)
                         .map(|(_, content)| std::mem::take(content))
                         .expect("partial blocks are merged before the write");
-                    let block_start = block * block_bytes;
+                    let block_start = block * u64::from(record.block_bytes);
                     let decision =
                         decide_write(record, filesystem.as_deref(), block_start, &content);
-                    let digest = match decision {
-                        WriteDecision::Deduplicate => {
-                            Some((self.config.fingerprint.hash(&content), None))
-                        }
-                        _ => None,
-                    };
-                    self.store_block(state, record, block, &content, decision, digest, now)?
+                    let store = StoreAs::without_digest(decision).unwrap_or_else(|| {
+                        StoreAs::Deduplicate(BlockDigest {
+                            fingerprint: self.config.fingerprint.hash(&content),
+                            checksum: None,
+                        })
+                    });
+                    self.store_block(state, record, block, &content, store, now)?
                 }
             };
             self.remap(state, record, block, new_chunk)?;
@@ -577,63 +550,55 @@ impl Engine {
         data: &[u8],
         plans: &[BlockPlan],
     ) -> Result<Vec<(usize, Vec<u8>)>> {
-        let block_bytes = record.block_bytes as u64;
-        let first_block = offset / block_bytes;
         let map = state.volumes[&record.id].map;
         let mut merged = Vec::new();
-        for (index, plan) in plans.iter().enumerate() {
-            let block = first_block + index as u64;
+        let spans = block_spans(offset, data.len() as u64, record.block_bytes);
+        for (index, (plan, span)) in plans.iter().zip(spans).enumerate() {
+            let block = span.block;
             let old = mapped_chunk(state, record, &map, block)?;
             if old != ZERO_CHUNK && old != LOST_CHUNK {
                 chunk_record(state, record, block, old)?;
             }
             if let BlockPlan::Partial = plan {
                 readable_chunk(state, record, &map, block)?;
-                let mut content = vec![0u8; block_bytes as usize];
+                let mut content = vec![0u8; record.block_bytes as usize];
                 self.read_block_locked(state, record, block, &mut content)
                     .map_err(|error| block_error(record, block, error))?;
-                let block_start = block * block_bytes;
-                let from = offset.max(block_start);
-                let to = (offset + data.len() as u64).min(block_start + block_bytes);
-                content[(from - block_start) as usize..(to - block_start) as usize]
-                    .copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
+                content[span.in_block()].copy_from_slice(&data[span.in_request()]);
                 merged.push((index, content));
             }
         }
         Ok(merged)
     }
 
-    /// Stores one block's content as decided and returns its chunk id; counts the decision.
-    #[allow(clippy::too_many_arguments)]
+    /// Stores one block's content as `store` says and returns its chunk id; counts how it
+    /// was stored.
     fn store_block(
         &self,
         state: &mut EngineState,
         record: &VolumeRecord,
         block: u64,
         content: &[u8],
-        decision: WriteDecision,
-        digest: Option<(Fingerprint, Option<u32>)>,
+        store: StoreAs,
         now: u64,
     ) -> Result<ChunkId> {
         state.counters.blocks_written += 1;
-        let checksum = digest.and_then(|(_, checksum)| checksum);
-        let (fingerprint, owner) = match decision {
-            WriteDecision::Zero => {
+        let (fingerprint, checksum, owner) = match store {
+            StoreAs::Zero => {
                 state.counters.zero_blocks_written += 1;
                 return Ok(ZERO_CHUNK);
             }
-            WriteDecision::Deduplicate => {
-                let (fingerprint, _) = digest.expect("deduplicated blocks are fingerprinted");
-                state.copies.observe_write(&fingerprint);
-                (Some(fingerprint), 0)
+            StoreAs::Deduplicate(digest) => {
+                state.copies.observe_write(&digest.fingerprint);
+                (Some(digest.fingerprint), digest.checksum, 0)
             }
-            WriteDecision::Deferred => {
+            StoreAs::Deferred => {
                 state.counters.deferred_blocks += 1;
-                (None, deferred_owner(record.id, block))
+                (None, None, deferred_owner(record.id, block))
             }
-            WriteDecision::NoDedup(reason) => {
-                reason.count(&mut state.counters);
-                (None, permanent_owner(record.id, block))
+            StoreAs::NoDedup(reason) => {
+                state.counters.count_no_dedup(reason);
+                (None, None, permanent_owner(record.id, block))
             }
         };
         let outcome = state.chunks.store(
@@ -711,7 +676,7 @@ impl Engine {
             out.fill(0);
             return Ok(());
         }
-        state.chunks.read_into(&mut state.pages, chunk, out)
+        Ok(state.chunks.read_into(&mut state.pages, chunk, out)?)
     }
 
     /// Releases whole blocks in `[offset, offset + length)`; partial blocks are left as they
@@ -726,15 +691,12 @@ impl Engine {
         fua: bool,
     ) -> Result<()> {
         self.note_request();
-        {
-            let mut state = self.state.lock();
-            self.check_usable(&state)?;
+        self.change(|state| {
             state.counters.trims += 1;
-            let record = self.volume_record(&state, volume)?;
+            let record = self.volume_record(state, volume)?;
             check_range(&record, offset, length)?;
-            let result = self.unmap_locked(&mut state, &record, offset, length, zero_partial);
-            self.fail_on_error(&mut state, result)?;
-        }
+            self.unmap_locked(state, &record, offset, length, zero_partial)
+        })?;
         // Partial blocks zeroed were appended as new chunks.
         self.write_queued()?;
         if fua {
@@ -756,24 +718,15 @@ impl Engine {
         let whole_start = offset.div_ceil(block_bytes);
         let whole_end = end / block_bytes;
         if zero_partial {
+            // Only the first and the last block of the range can be partial.
+            let mut spans = block_spans(offset, length, record.block_bytes);
+            let ends = [spans.next(), spans.next_back()];
             let zeros = vec![0u8; block_bytes as usize];
-            let head_end = end.min(whole_start * block_bytes);
-            if head_end > offset {
-                self.write_partial_zeros(
-                    state,
-                    record,
-                    offset,
-                    &zeros[..(head_end - offset) as usize],
-                )?;
-            }
-            let tail_start = (whole_end * block_bytes).max(offset);
-            if whole_end >= whole_start && end > tail_start {
-                self.write_partial_zeros(
-                    state,
-                    record,
-                    tail_start,
-                    &zeros[..(end - tail_start) as usize],
-                )?;
+            for span in ends.into_iter().flatten() {
+                if !span.is_whole(block_bytes as usize) {
+                    let at = offset + span.request_offset;
+                    self.write_partial_zeros(state, record, at, &zeros[..span.take])?;
+                }
             }
         }
         // Blocks past the last map page ever written are zeros already; a whole-device
@@ -787,7 +740,7 @@ impl Engine {
         while window_start < end {
             // Each window is read before it changes and then journaled as one record, so a
             // damaged page fails the request with every earlier window complete.
-            let window_end = (window_start + UNMAP_WINDOW_BLOCKS).min(end);
+            let window_end = (window_start + RECORD_RELEASED_BLOCKS_MAX).min(end);
             mapped.clear();
             for block in window_start..window_end {
                 let chunk = mapped_chunk(state, record, &map, block)?;
@@ -817,7 +770,7 @@ impl Engine {
     ) -> Result<()> {
         let plans = plan_blocks(record, None, offset, zeros);
         debug_assert!(plans.iter().all(|plan| matches!(plan, BlockPlan::Partial)));
-        self.write_locked(state, record, offset, zeros, &plans, DigestSlice::default())
+        self.write_locked(state, record, offset, zeros, &plans)
     }
 
     /// Discards whole blocks of `[offset, offset + length)` (NBD TRIM).
@@ -838,31 +791,32 @@ impl Engine {
 
     /// Allocation state of `[offset, offset + length)`, as runs; may cover less than asked
     /// (at most [`BLOCK_STATUS_BLOCKS_MAX`] blocks) but always at least one block.
-    pub fn block_status(&self, volume: VolumeId, offset: u64, length: u64) -> Result<Vec<Extent>> {
+    pub fn block_status(
+        &self,
+        volume: VolumeId,
+        offset: u64,
+        length: u64,
+    ) -> Result<Vec<AllocationExtent>> {
         self.note_request();
-        let mut state = self.state.lock();
-        self.check_usable(&state)?;
+        let mut state = self.lock_usable()?;
         let record = self.volume_record(&state, volume)?;
         check_range(&record, offset, length)?;
         let block_bytes = record.block_bytes as u64;
         let map = state.volumes[&volume].map;
         let end = (offset + length)
             .min(offset - offset % block_bytes + BLOCK_STATUS_BLOCKS_MAX * block_bytes);
-        let mut extents: Vec<Extent> = Vec::new();
-        let mut position = offset;
-        while position < end {
-            let block = position / block_bytes;
-            let piece = (block_bytes - position % block_bytes).min(end - position);
-            let hole = mapped_chunk(&mut state, &record, &map, block)? == ZERO_CHUNK;
+        let mut extents: Vec<AllocationExtent> = Vec::new();
+        for span in block_spans(offset, end - offset, record.block_bytes) {
+            let piece = span.take as u64;
+            let hole = mapped_chunk(&mut state, &record, &map, span.block)? == ZERO_CHUNK;
             match extents.last_mut() {
                 Some(last) if last.hole == hole => last.length += piece,
-                _ => extents.push(Extent {
+                _ => extents.push(AllocationExtent {
                     length: piece,
                     hole,
                     zero: hole,
                 }),
             }
-            position += piece;
         }
         Ok(extents)
     }
@@ -874,16 +828,14 @@ impl Engine {
         let mut pending = Vec::new();
         let block_bytes;
         {
-            let mut guard = self.state.lock();
+            let mut guard = self.lock_usable()?;
             let state = &mut *guard;
-            self.check_usable(state)?;
             let record = self.volume_record(state, volume)?;
             check_range(&record, offset, length)?;
             block_bytes = record.block_bytes as u64;
             let map = state.volumes[&volume].map;
-            let first = offset / block_bytes;
-            let last = (offset + length).div_ceil(block_bytes);
-            for block in first..last {
+            for span in block_spans(offset, length, record.block_bytes) {
+                let block = span.block;
                 let chunk = mapped_chunk(state, &record, &map, block)?;
                 if chunk == ZERO_CHUNK || chunk == LOST_CHUNK {
                     continue;
@@ -899,7 +851,7 @@ impl Engine {
                 if self.content_cache.enabled()
                     && !self
                         .content_cache
-                        .contains(CacheKey::of(&chunk_record.location))
+                        .contains(ContentKey::of(&chunk_record.location))
                 {
                     // A chunk still in memory (the open container's buffer or the write
                     // queue) is copied here and cached now; one in a file is read outside
@@ -912,7 +864,7 @@ impl Engine {
                         ChunkRead::File { file, location } => pending.push((file, location)),
                         ChunkRead::Copied => self
                             .content_cache
-                            .insert(CacheKey::of(&chunk_record.location), &buffer),
+                            .insert(ContentKey::of(&chunk_record.location), &buffer),
                     }
                 }
             }
@@ -920,7 +872,8 @@ impl Engine {
         let mut buffer = vec![0u8; block_bytes as usize];
         for (file, location) in pending {
             read_located(file.as_ref(), &location, &mut buffer)?;
-            self.content_cache.insert(CacheKey::of(&location), &buffer);
+            self.content_cache
+                .insert(ContentKey::of(&location), &buffer);
         }
         Ok(())
     }
@@ -931,19 +884,19 @@ impl Engine {
 fn overwritten_chunks(
     state: &EngineState,
     record: &VolumeRecord,
-    writes: &[BatchWrite<'_>],
+    writes: &[WriteRequest<'_>],
     plans: &[Result<Vec<BlockPlan>>],
 ) -> Vec<ChunkId> {
     let map = state.volumes[&record.id].map;
-    let block_bytes = record.block_bytes as u64;
+    let block_bytes = record.block_bytes as usize;
     let blocks = writes
         .iter()
         .zip(plans)
         .filter(|(_, plan)| plan.is_ok())
         .flat_map(|(write, _)| {
-            let first = write.offset.div_ceil(block_bytes);
-            let end = (write.offset + write.data.len() as u64) / block_bytes;
-            first..end.max(first)
+            block_spans(write.offset, write.data.len() as u64, record.block_bytes)
+                .filter(move |span| span.is_whole(block_bytes))
+                .map(|span| span.block)
         });
     // The map entries first, all of them, then the ids they hold.
     for block in blocks.clone() {
@@ -958,17 +911,6 @@ fn overwritten_chunks(
         .collect()
 }
 
-/// Offset in the request buffer of the `index`-th block a request touches, where the first
-/// whole block starts `first` bytes into the request.
-fn block_start_in_request(index: usize, first: usize, offset: u64, block_bytes: usize) -> usize {
-    if offset.is_multiple_of(block_bytes as u64) {
-        index * block_bytes
-    } else {
-        // Block 0 is the partial head; whole blocks start at `first`.
-        first + (index - 1) * block_bytes
-    }
-}
-
 /// Splits a write into per-block plans, deciding whole blocks from the hints.
 fn plan_blocks(
     record: &VolumeRecord,
@@ -976,25 +918,15 @@ fn plan_blocks(
     offset: u64,
     data: &[u8],
 ) -> Vec<BlockPlan> {
-    let block_bytes = record.block_bytes as u64;
-    let end = offset + data.len() as u64;
-    let mut plans = Vec::new();
-    let mut position = offset;
-    while position < end {
-        let block_start = position - position % block_bytes;
-        let block_end = block_start + block_bytes;
-        if position == block_start && block_end <= end {
-            let content = &data[(position - offset) as usize..(block_end - offset) as usize];
-            plans.push(BlockPlan::Whole(decide_write(
-                record,
-                filesystem,
-                block_start,
-                content,
-            )));
-        } else {
-            plans.push(BlockPlan::Partial);
-        }
-        position = block_end.min(end);
-    }
-    plans
+    let block_bytes = record.block_bytes as usize;
+    block_spans(offset, data.len() as u64, record.block_bytes)
+        .map(|span| {
+            if !span.is_whole(block_bytes) {
+                return BlockPlan::Partial;
+            }
+            let block_start = span.block * block_bytes as u64;
+            let decision = decide_write(record, filesystem, block_start, &data[span.in_request()]);
+            StoreAs::without_digest(decision).map_or(BlockPlan::Digest, BlockPlan::Whole)
+        })
+        .collect()
 }

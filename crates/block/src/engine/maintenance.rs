@@ -8,15 +8,17 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::error::Result;
 use onecopy_core::chunk_store::{unix_seconds, ChunkChange, ChunkId, REFERENCES_MAX};
 use onecopy_core::gc::{self, CompactionOptions, CompactionPlan, CompactionReport};
-use onecopy_core::{Error, Result};
+use onecopy_core::Error;
 
 use super::{map_entry, Engine, EngineState};
-use crate::records::BlockChange;
+use crate::changes::BlockChange;
 use crate::volume::{VolumeId, VolumeRecord};
 
 use super::io::deferred_owner_parts;
+use super::span::block_spans;
 
 /// Chunk ids examined per lock hold by deferred deduplication, so requests keep flowing.
 const DEDUP_BATCH_CHUNKS: u64 = 4096;
@@ -92,9 +94,11 @@ impl Engine {
         if current.is_some_and(|map| *map.layout() == detected.layout) {
             return;
         }
+        // The file-system reader takes any byte source, as an I/O reader; the engine's error
+        // travels inside the I/O error, whole.
         let mut read = |offset: u64, buffer: &mut [u8]| -> std::io::Result<()> {
             self.read_bytes_locked(state, &record, offset, buffer)
-                .map_err(|error| std::io::Error::other(error.to_string()))
+                .map_err(std::io::Error::other)
         };
         let derived = crate::hints::fs::derive_metadata_map(record.size_bytes, &mut read);
         let map = derived.ok().map(Arc::new);
@@ -116,24 +120,17 @@ impl Engine {
         offset: u64,
         out: &mut [u8],
     ) -> Result<()> {
-        let block_bytes = record.block_bytes as u64;
         if offset + out.len() as u64 > record.size_bytes {
             return Err(Error::InvalidArgument(format!(
                 "read past the end of volume {}",
                 record.name
-            )));
+            ))
+            .into());
         }
-        let mut block = vec![0u8; block_bytes as usize];
-        let mut position = offset;
-        let end = offset + out.len() as u64;
-        while position < end {
-            let index = position / block_bytes;
-            self.read_block_locked(state, record, index, &mut block)?;
-            let skip = (position % block_bytes) as usize;
-            let take = ((block_bytes - skip as u64).min(end - position)) as usize;
-            let at = (position - offset) as usize;
-            out[at..at + take].copy_from_slice(&block[skip..skip + take]);
-            position += take as u64;
+        let mut block = vec![0u8; record.block_bytes as usize];
+        for span in block_spans(offset, out.len() as u64, record.block_bytes) {
+            self.read_block_locked(state, record, span.block, &mut block)?;
+            out[span.in_request()].copy_from_slice(&block[span.in_block()]);
         }
         Ok(())
     }
@@ -149,26 +146,23 @@ impl Engine {
         let mut report = DedupReport::default();
         let mut next = 1;
         loop {
-            let mut state = self.state.lock();
-            self.check_usable(&state)?;
-            let end = state.chunks.state().chunk_id_next;
-            if next >= end {
+            // One batch per lock hold.
+            let done = self.change(|state| {
+                let end = state.chunks.state().chunk_id_next;
+                if next >= end {
+                    return Ok(true);
+                }
+                let batch_end = (next + DEDUP_BATCH_CHUNKS).min(end);
+                let ids = next..batch_end;
+                self.deduplicate_batch(state, ids, volume, minimum_age_seconds, &mut report)?;
+                next = batch_end;
+                Ok(false)
+            })?;
+            if done {
                 break;
             }
-            let batch_end = (next + DEDUP_BATCH_CHUNKS).min(end);
-            let result = self.deduplicate_batch(
-                &mut state,
-                next..batch_end,
-                volume,
-                minimum_age_seconds,
-                &mut report,
-            );
-            self.fail_on_error(&mut state, result)?;
-            next = batch_end;
         }
-        let mut state = self.state.lock();
-        let result = self.checkpoint_if_due(&mut state);
-        self.fail_on_error(&mut state, result)?;
+        self.change(|state| self.checkpoint_if_due(state))?;
         Ok(report)
     }
 
@@ -215,7 +209,8 @@ impl Engine {
                         "its owner, block {block} of volume {}, no longer maps to it",
                         volume_record.name
                     ),
-                ));
+                )
+                .into());
             }
             data.resize(record.location.raw_bytes as usize, 0);
             state.chunks.read_into(&mut state.pages, id, &mut data)?;
@@ -264,28 +259,23 @@ impl Engine {
         options: &CompactionOptions,
         dry_run: bool,
     ) -> Result<(CompactionPlan, Option<CompactionReport>)> {
-        let mut state = self.state.lock();
-        self.check_usable(&state)?;
-        let EngineState { pages, chunks, .. } = &mut *state;
-        let plan = gc::plan_compaction(chunks, pages, options)?;
-        if dry_run || plan.containers.is_empty() {
-            return Ok((plan, None));
-        }
-        let result = (|| {
-            let mut chunk_changes = Vec::new();
+        self.change(|state| {
             let EngineState { pages, chunks, .. } = &mut *state;
+            let plan = gc::plan_compaction(chunks, pages, options)?;
+            if dry_run || plan.containers.is_empty() {
+                return Ok((plan, None));
+            }
+            let mut chunk_changes = Vec::new();
             let report = gc::execute_compaction(chunks, pages, &plan, &mut chunk_changes)?;
             state
                 .changes
                 .extend(chunk_changes.into_iter().map(BlockChange::Chunk));
-            self.log_changes(&mut state)?;
+            self.log_changes(state)?;
             // The checkpoint makes the relocations durable and then removes the old
             // containers.
-            self.checkpoint_locked(&mut state)?;
-            Ok(report)
-        })();
-        let report = self.fail_on_error(&mut state, result)?;
-        Ok((plan, Some(report)))
+            self.checkpoint_locked(state)?;
+            Ok((plan, Some(report)))
+        })
     }
 
     /// Starts a thread that, whenever the engine has been idle for
@@ -359,8 +349,8 @@ impl Engine {
                 .as_ref()
                 .is_some_and(|journal| journal.bytes() > 0)
         {
-            let result = self.checkpoint_locked(&mut state);
-            if let Err(error) = self.fail_on_error(&mut state, result) {
+            let result = self.guarded(&mut state, |state| self.checkpoint_locked(state));
+            if let Err(error) = result {
                 eprintln!("onecopy: background checkpoint failed: {error}");
             }
         }

@@ -24,6 +24,7 @@ mod io;
 mod maintenance;
 mod recovery;
 mod space;
+mod span;
 mod volumes;
 
 use std::collections::{BTreeMap, HashMap};
@@ -31,9 +32,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 
+use crate::error::{BlockError, Result};
 use onecopy_core::check::Finding;
 use onecopy_core::chunk_store::{ChunkChange, ChunkId, ChunkStore, ChunkStoreState};
 use onecopy_core::container::WriteBehind;
@@ -41,16 +43,15 @@ use onecopy_core::integer_hash::IntegerBuildHasher;
 use onecopy_core::journal::Journal;
 use onecopy_core::pages::{PageStore, RecordArea};
 use onecopy_core::storage::{is_full, read_all, write_atomically, Storage};
-use onecopy_core::{Error, Result};
+use onecopy_core::Error;
 
 use crate::cache::ContentCache;
+use crate::changes::{self, BlockChange};
 use crate::config::{BlockConfig, RuntimeOptions};
 use crate::hints::fs::MetadataMap;
-use crate::hints::CopyDetector;
-use crate::records::{self, BlockChange};
+use crate::hints::{CopyDetector, NoDedupReason};
 use crate::volume::{VolumeId, VolumeRecord};
 
-pub use io::{BatchWrite, Extent};
 pub use maintenance::DedupReport;
 pub use recovery::OpenMode;
 pub use volumes::{EngineStats, VolumeDeletion, VolumeStats};
@@ -112,6 +113,18 @@ pub struct EngineCounters {
     pub read_modify_writes: u64,
 }
 
+impl EngineCounters {
+    /// Counts one block stored without deduplication, by the hint that decided it.
+    pub(crate) fn count_no_dedup(&mut self, reason: NoDedupReason) {
+        match reason {
+            NoDedupReason::Explicit => self.hint_explicit_blocks += 1,
+            NoDedupReason::Metadata => self.hint_metadata_blocks += 1,
+            NoDedupReason::Journal => self.hint_journal_blocks += 1,
+            NoDedupReason::Classified => self.hint_classified_blocks += 1,
+        }
+    }
+}
+
 /// Per-volume runtime state.
 pub(crate) struct VolumeState {
     pub(crate) record: Arc<VolumeRecord>,
@@ -141,8 +154,9 @@ pub(crate) struct EngineState {
     /// All changes of the request being handled.
     pub(crate) changes: Vec<BlockChange>,
     payload: Vec<u8>,
-    /// Set when an operation failed half way; every later request fails until reopen.
-    failure: Option<String>,
+    /// Set when an operation failed half way; every later request fails until reopen
+    /// ([`BlockError::EngineFailed`]).
+    failure: Option<Arc<str>>,
     /// Free space and the reserve ([`space`]).
     pub(crate) space: space::SpaceGuard,
 }
@@ -223,21 +237,17 @@ impl Engine {
     /// Makes every acknowledged write durable: the data half first (the open container),
     /// then the journal that refers to it.
     pub fn flush(&self) -> Result<()> {
-        let mut state = self.state.lock();
-        self.check_usable(&state)?;
-        state.counters.flushes += 1;
-        // A full disk fails this FLUSH (ENOSPC) and leaves everything queued for the next one;
-        // the reserve gives the data room first.
-        let result = self.with_reserve(&mut state, |_, state| flush_locked(state));
-        self.fail_on_error(&mut state, result)
+        self.change(|state| {
+            state.counters.flushes += 1;
+            // A full disk fails this FLUSH (ENOSPC) and leaves everything queued for the next
+            // one; the reserve gives the data room first.
+            self.with_reserve(state, |_, state| flush_locked(state))
+        })
     }
 
     /// Writes a checkpoint now.
     pub fn checkpoint(&self) -> Result<()> {
-        let mut state = self.state.lock();
-        self.check_usable(&state)?;
-        let result = self.checkpoint_locked(&mut state);
-        self.fail_on_error(&mut state, result)
+        self.change(|state| self.checkpoint_locked(state))
     }
 
     /// Flushes and checkpoints, so that the next open needs no replay.
@@ -247,7 +257,7 @@ impl Engine {
 
     pub(crate) fn checkpoint_locked(&self, state: &mut EngineState) -> Result<()> {
         if state.journal.is_none() {
-            return Err(read_only_error());
+            return Err(read_only_error().into());
         }
         // A checkpoint that stops half way poisons the page store: it only starts with room
         // to finish.
@@ -256,7 +266,8 @@ impl Engine {
                 "no room in {} for a checkpoint of {} metadata pages",
                 self.storage.describe(),
                 state.pages.dirty_page_count()
-            )));
+            ))
+            .into());
         }
         let journal = state.journal.as_mut().expect("checked above");
         // Data first: everything the pages will refer to must be on the media before the
@@ -264,6 +275,10 @@ impl Engine {
         // checkpoint's manifest be damaged later, the previous one and this journal rebuild
         // its state.
         state.chunks.sync_data()?;
+        assert!(
+            !state.chunks.has_unsynced(),
+            "chunk data is durable before a checkpoint refers to it"
+        );
         journal.sync()?;
         let current = journal.generation();
         journal.rotate(current + 1)?;
@@ -307,7 +322,7 @@ impl Engine {
             match self.checkpoint_locked(state) {
                 // Put off: the journal holds the changes, and new writes are refused until
                 // there is room.
-                Err(error) if is_full(&error) => state.space.refuse(),
+                Err(error) if error.is_full() => state.space.refuse(),
                 other => other?,
             }
         }
@@ -321,8 +336,8 @@ impl Engine {
         }
         let journal = state.journal.as_mut().ok_or_else(read_only_error)?;
         let mut payload = std::mem::take(&mut state.payload);
-        records::encode(&state.changes, &mut payload);
-        let tag = records::tag(&state.changes);
+        changes::encode(&state.changes, &mut payload);
+        let tag = changes::tag(&state.changes);
         let result = journal.append(&tag, &payload);
         state.payload = payload;
         // Changes stay listed until their record is in the journal: a failure to append it
@@ -330,7 +345,7 @@ impl Engine {
         if result.is_ok() {
             state.changes.clear();
         }
-        result
+        Ok(result?)
     }
 
     /// Writes the container buffers queued by appends (see [`WriteBehind`]); call after
@@ -349,20 +364,47 @@ impl Engine {
             }
             Err(error) => {
                 let mut state = self.state.lock();
-                state.failure = Some(error.to_string());
-                Err(error)
+                state.failure = Some(error.to_string().into());
+                Err(error.into())
             }
         }
     }
 
-    pub(crate) fn check_usable(&self, state: &EngineState) -> Result<()> {
+    /// The engine's state, locked, for an operation that only reads it: refused when an
+    /// earlier operation failed the engine.
+    pub(crate) fn lock_usable(&self) -> Result<MutexGuard<'_, EngineState>> {
+        let state = self.state.lock();
+        self.check_usable(&state)?;
+        Ok(state)
+    }
+
+    /// Runs `operation`, which may change the locked `state`, as every such operation runs:
+    /// refused when an earlier operation failed the engine, and failing the engine when it
+    /// fails with changes that its journal record does not hold ([`Engine::fail_on_error`]).
+    #[inline]
+    pub(crate) fn guarded<T>(
+        &self,
+        state: &mut EngineState,
+        operation: impl FnOnce(&mut EngineState) -> Result<T>,
+    ) -> Result<T> {
+        self.check_usable(state)?;
+        let result = operation(state);
+        self.fail_on_error(state, result)
+    }
+
+    /// [`Engine::guarded`] under a lock taken for the operation.
+    pub(crate) fn change<T>(
+        &self,
+        operation: impl FnOnce(&mut EngineState) -> Result<T>,
+    ) -> Result<T> {
+        self.guarded(&mut self.state.lock(), operation)
+    }
+
+    fn check_usable(&self, state: &EngineState) -> Result<()> {
         match &state.failure {
-            Some(reason) => Err(Error::io(
-                "block engine",
-                std::io::Error::other(format!(
-                    "an earlier operation failed ({reason}); restart onecopy to recover"
-                )),
-            )),
+            Some(reason) => Err(BlockError::EngineFailed {
+                reason: Arc::clone(reason),
+            }),
             None => Ok(()),
         }
     }
@@ -372,10 +414,10 @@ impl Engine {
     /// inconsistent becomes durable (the journal and last checkpoint are intact, and
     /// reopening recovers). A failure before anything changed (a damaged page read by a
     /// request's preparation, a lost block, a bad argument) fails that operation alone.
-    pub(crate) fn fail_on_error<T>(&self, state: &mut EngineState, result: Result<T>) -> Result<T> {
+    fn fail_on_error<T>(&self, state: &mut EngineState, result: Result<T>) -> Result<T> {
         if let Err(error) = &result {
             if !state.changes.is_empty() || !state.chunk_changes.is_empty() {
-                state.failure = Some(error.to_string());
+                state.failure = Some(error.to_string().into());
             }
         }
         result
@@ -389,7 +431,13 @@ pub(crate) fn flush_locked(state: &mut EngineState) -> Result<()> {
         return Ok(());
     };
     state.chunks.sync_data()?;
-    journal.sync()
+    // The documented write ordering: the journal's records refer to chunks, which must be
+    // durable first.
+    assert!(
+        !state.chunks.has_unsynced(),
+        "chunk data is durable before the journal that refers to it"
+    );
+    Ok(journal.sync()?)
 }
 
 /// The error of a change asked of an engine opened read-only.
@@ -409,7 +457,7 @@ pub(crate) fn apply_change(
     change: &BlockChange,
 ) -> Result<()> {
     match change {
-        BlockChange::Chunk(chunk_change) => chunks.apply(pages, chunk_change),
+        BlockChange::Chunk(chunk_change) => Ok(chunks.apply(pages, chunk_change)?),
         BlockChange::Map {
             volume,
             block,
@@ -425,7 +473,8 @@ pub(crate) fn apply_change(
                 return Err(Error::corrupt(
                     "block journal",
                     format!("block {block} is beyond volume {}", state.record.name),
-                ));
+                )
+                .into());
             }
             set_map_entry(pages, &state.map, *block, *chunk)
         }
@@ -436,7 +485,7 @@ pub(crate) fn apply_change(
         BlockChange::VolumeRemoved(volume) => match volumes.remove(volume) {
             Some(removed) => {
                 let area = pages.area(&removed.record.map_area_name());
-                pages.clear_area(area)
+                Ok(pages.clear_area(area)?)
             }
             None => Ok(()),
         },
@@ -516,7 +565,8 @@ pub(crate) fn refuse_other_config(
              containers; these settings cannot change",
             stored.fingerprint,
             onecopy_core::units::format_size(stored.containers.container_bytes)
-        ))),
+        ))
+        .into()),
         _ => Ok(()),
     }
 }

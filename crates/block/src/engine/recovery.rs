@@ -29,6 +29,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
+use crate::error::{BlockError, Result};
 use onecopy_core::check::{Finding, FindingKind};
 use onecopy_core::chunk_store::{ChunkStore, ChunkStoreOptions};
 use onecopy_core::container::ContainerOptions;
@@ -36,7 +37,7 @@ use onecopy_core::container::ContainerStore;
 use onecopy_core::journal::{Journal, JournalEnd, JournalScan, ScannedRecord};
 use onecopy_core::pages::{ManifestState, PageStore, PageStoreOptions};
 use onecopy_core::storage::{is_full, join, write_atomically, Storage};
-use onecopy_core::{Error, Result};
+use onecopy_core::Error;
 
 use super::space::{release_reserve_file, reserve_exists, SpaceGuard};
 use super::{
@@ -45,10 +46,10 @@ use super::{
     LOST_CHUNK, META_DIRECTORY,
 };
 use crate::cache::ContentCache;
+use crate::changes::{self, BlockChange};
 use crate::config::{BlockConfig, RuntimeOptions};
 use crate::hints::CopyDetector;
-use crate::records::{self, BlockChange};
-use crate::volume::VolumeId;
+use crate::volume::{VolumeId, VOLUME_ID_MAX};
 
 /// How a block face is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,7 +88,7 @@ impl Engine {
         if new_face {
             refuse_data_without_checkpoint(&storage)?;
             if read_only {
-                return Err(Error::NotFound("the block device (never used)".to_string()));
+                return Err(Error::NotFound("the block device (never used)".to_string()).into());
             }
         }
         let created_config = if new_face {
@@ -113,12 +114,15 @@ impl Engine {
                 ..CheckpointState::default()
             }
         } else {
-            serde_json::from_slice(&saved).map_err(|error| {
+            let manifest = || format!("block/{}", pages.manifest_name(pages.current_manifest()));
+            let state: CheckpointState = serde_json::from_slice(&saved).map_err(|error| {
                 Error::corrupt(
-                    format!("block/{}", pages.manifest_name(pages.current_manifest())),
+                    manifest(),
                     format!("the checkpoint state does not decode: {error}"),
                 )
-            })?
+            })?;
+            check_volume_ids(&state).map_err(|detail| Error::corrupt(manifest(), detail))?;
+            state
         };
         let mut findings = Vec::new();
         let config = match created_config {
@@ -210,7 +214,7 @@ impl Engine {
         let next_volume_id = volumes
             .keys()
             .map(|&id| id + 1)
-            .chain([saved.next_volume_id, 1])
+            .chain([saved.next_volume_id])
             .max()
             .expect("not empty");
         let next_generation = generations.last().copied().unwrap_or(0) + 1;
@@ -350,7 +354,28 @@ fn refuse_data_without_checkpoint(storage: &Arc<dyn Storage>) -> Result<()> {
              from a backup of the repository (the chunk data in block/containers is untouched)",
             held.join(", ")
         ),
-    ))
+    )
+    .into())
+}
+
+/// Checks the volume ids a checkpoint names: every volume's id is below the next id, which is
+/// at least 1 and at most one past [`VOLUME_ID_MAX`]. Damaged ids would otherwise give a new
+/// volume the id of an existing one, or one the chunk owner tags cannot hold.
+fn check_volume_ids(state: &CheckpointState) -> std::result::Result<(), String> {
+    let next = state.next_volume_id;
+    if next == 0 || next > VOLUME_ID_MAX + 1 {
+        return Err(format!(
+            "the next volume id {next} is outside 1..={}",
+            VOLUME_ID_MAX + 1
+        ));
+    }
+    match state.volumes.iter().find(|volume| volume.id >= next) {
+        Some(volume) => Err(format!(
+            "volume {} has id {}, not below the next volume id {next}",
+            volume.name, volume.id
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The configuration of an existing face: `config.json`, checked against the copy the
@@ -380,7 +405,9 @@ fn reconcile_config(
         Ok(Some(stored)) if stored == *saved => return Ok(saved.clone()),
         Ok(Some(_)) => "it differs from the copy the checkpoint keeps".to_string(),
         Ok(None) => "the file is missing".to_string(),
-        Err(Error::Corrupt { detail, .. }) => format!("it does not decode ({detail})"),
+        Err(BlockError::Core(Error::Corrupt { detail, .. })) => {
+            format!("it does not decode ({detail})")
+        }
         Err(error) => return Err(error),
     };
     let mut finding = Finding::new(
@@ -497,7 +524,7 @@ fn previous_journal_finding(storage: &dyn Storage, generation: u64) -> Result<Op
                 format!("the journal the older manifest names is missing; {consequence}"),
             )))
         }
-        Err(error) => return Err(error),
+        Err(error) => return Err(error.into()),
     };
     let (object, problem) = if let Some(damage) = scan.damage.first() {
         (
@@ -552,7 +579,8 @@ impl Replay<'_> {
                      and `onecopy check --repair` recovers what can be recovered",
                     finding.detail
                 ),
-            ));
+            )
+            .into());
         }
         self.findings.push(finding);
         Ok(())
@@ -584,7 +612,7 @@ impl Replay<'_> {
                 self.stopped = true;
                 return self.lossy(finding);
             }
-            Err(error) => return Err(error),
+            Err(error) => return Err(error.into()),
         };
         if scan.header_damaged {
             let mut finding = Finding::new(
@@ -612,7 +640,7 @@ impl Replay<'_> {
             if torn_at.is_some() || self.stopped {
                 return Ok(());
             }
-            let changes = records::decode(payload).map_err(|error| {
+            let changes = changes::decode(payload).map_err(|error| {
                 Error::corrupt(
                     format!("{name} at byte {}", record.offset),
                     error.to_string(),
@@ -662,7 +690,7 @@ impl Replay<'_> {
     fn damaged(&mut self, name: &str, scan: &JournalScan) -> Result<()> {
         let mut lost_by_damage = Vec::new();
         for damage in &scan.damage {
-            let blocks = damage.tag.as_ref().and_then(records::tag_blocks);
+            let blocks = damage.tag.as_ref().and_then(changes::tag_blocks);
             let mut lost = match &blocks {
                 Some((volume, range)) => vec![format!(
                     "{} blocks {}-{}",
@@ -720,7 +748,7 @@ impl Replay<'_> {
                     self.lost.entry(volume).or_default().extend(range);
                 }
             }
-            let changes = records::decode(payload)?;
+            let changes = changes::decode(payload)?;
             if self.data_is_durable(&changes)? {
                 self.apply(&changes)
             } else {
@@ -736,7 +764,7 @@ impl Replay<'_> {
     }
 
     fn missing_data(&mut self, name: &str, record: &ScannedRecord) -> Result<()> {
-        let lost = match records::tag_blocks(&record.tag) {
+        let lost = match changes::tag_blocks(&record.tag) {
             Some((volume, range)) => {
                 if self.mode == OpenMode::Repair {
                     self.lost.entry(volume).or_default().extend(range.clone());
@@ -887,5 +915,5 @@ fn leftover_containers(
     for id in orphans {
         containers.remove(id)?;
     }
-    containers.sync_removals()
+    Ok(containers.sync_removals()?)
 }

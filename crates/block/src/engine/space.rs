@@ -24,9 +24,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::error::Result;
 use onecopy_core::pages::PAGE_BYTES;
-use onecopy_core::storage::is_full;
-use onecopy_core::{Error, Result};
+use onecopy_core::Error;
 
 use super::{Engine, EngineState};
 
@@ -148,7 +148,8 @@ impl Engine {
                 onecopy_core::units::format_size(estimate),
                 self.storage().describe(),
                 onecopy_core::units::format_size(headroom + bytes)
-            )));
+            ))
+            .into());
         }
         state.space.admitted_since += bytes;
         Ok(())
@@ -189,7 +190,7 @@ impl Engine {
             drop(file);
             storage.remove(RESERVE_FILE)?;
         }
-        result
+        Ok(result?)
     }
 
     /// Releases `block/reserve`; true when it was held.
@@ -212,7 +213,7 @@ impl Engine {
         mut operation: impl FnMut(&Self, &mut EngineState) -> Result<T>,
     ) -> Result<T> {
         match operation(self, state) {
-            Err(error) if is_full(&error) && self.release_reserve(state)? => {
+            Err(error) if error.is_full() && self.release_reserve(state)? => {
                 state.space.refusing = true;
                 operation(self, state)
             }
@@ -252,5 +253,5 @@ pub(crate) fn release_reserve_file(storage: &dyn onecopy_core::storage::Storage)
 
 /// Whether a block face in `storage` holds its reserve.
 pub(crate) fn reserve_exists(storage: &dyn onecopy_core::storage::Storage) -> Result<bool> {
-    storage.exists(RESERVE_FILE)
+    Ok(storage.exists(RESERVE_FILE)?)
 }

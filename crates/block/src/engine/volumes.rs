@@ -5,15 +5,16 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::error::{BlockError, Result};
 use onecopy_core::chunk_store::{unix_seconds, ChunkStoreCounters, ChunkStoreState, ZERO_CHUNK};
 use onecopy_core::gc::{self, CompactionOptions};
 use onecopy_core::index::IndexCounters;
-use onecopy_core::{Error, Result};
+use onecopy_core::Error;
 
 pub use super::space::SpaceStats;
 use super::{map_entry, set_volume, Engine, EngineCounters, EngineState, MAP_ENTRIES_PER_PAGE};
+use crate::changes::{BlockChange, RECORD_RELEASED_BLOCKS_MAX};
 use crate::config::HintSettings;
-use crate::records::BlockChange;
 use crate::volume::{
     check_volume_geometry, check_volume_name, ByteRange, VolumeId, VolumeRecord, VOLUME_ID_MAX,
 };
@@ -102,16 +103,16 @@ impl Engine {
     ) -> Result<VolumeRecord> {
         check_volume_name(name)?;
         check_volume_geometry(size_bytes, block_bytes)?;
-        let mut state = self.state.lock();
-        self.check_usable(&state)?;
+        let mut state = self.lock_usable()?;
         if state.names.contains_key(name) {
-            return Err(Error::AlreadyExists(format!("volume {name}")));
+            return Err(Error::AlreadyExists(format!("volume {name}")).into());
         }
         let id = state.next_volume_id;
         if id > VOLUME_ID_MAX {
             return Err(Error::Limit(format!(
                 "volume ids are used up to {VOLUME_ID_MAX}, the most the chunk owner tags hold"
-            )));
+            ))
+            .into());
         }
         let record = VolumeRecord {
             id,
@@ -151,20 +152,18 @@ impl Engine {
     /// Interrupted deletions finish at the next open.
     pub fn delete_volume(&self, name: &str) -> Result<VolumeDeletion> {
         let mut state = self.state.lock();
-        self.check_usable(&state)?;
-        let id = volume_id(&state, name)?;
-        let mut record = (*state.volumes[&id].record).clone();
-        record.deleting = true;
-        let stored_before = self.stored_bytes(&state)?;
-        let result = self
-            .with_reserve(&mut state, |engine, state| {
+        let stored_before = self.guarded(&mut state, |state| {
+            let id = volume_id(state, name)?;
+            let mut record = (*state.volumes[&id].record).clone();
+            record.deleting = true;
+            let stored_before = self.stored_bytes(state)?;
+            self.with_reserve(state, |engine, state| {
                 engine.save_record(state, record.clone())
-            })
-            .and_then(|()| {
-                self.with_reserve(&mut state, |engine, state| engine.delete_locked(state, id))
-            })
-            .and_then(|()| self.remove_empty_containers(&mut state));
-        self.fail_on_error(&mut state, result)?;
+            })?;
+            self.with_reserve(state, |engine, state| engine.delete_locked(state, id))?;
+            self.remove_empty_containers(state)?;
+            Ok(stored_before)
+        })?;
         let freed_bytes = stored_before.saturating_sub(self.stored_bytes(&state)?);
         let EngineState { chunks, pages, .. } = &mut *state;
         let compactable_bytes =
@@ -181,7 +180,7 @@ impl Engine {
         containers
             .list()?
             .into_iter()
-            .map(|id| containers.container_bytes(id))
+            .map(|id| Ok(containers.container_bytes(id)?))
             .sum()
     }
 
@@ -232,11 +231,14 @@ impl Engine {
         let map = state.volumes[&record.id].map;
         let area = state.pages.area(&record.map_area_name());
         let written_blocks = state.pages.page_count(area) * MAP_ENTRIES_PER_PAGE;
+        let mut released = 0;
         for block in first..written_blocks.min(record.block_count()) {
             if map_entry(&mut state.pages, &map, block)? != ZERO_CHUNK {
                 self.remap(state, record, block, ZERO_CHUNK)?;
-                if state.changes.len() >= 65536 {
+                released += 1;
+                if released == RECORD_RELEASED_BLOCKS_MAX {
                     self.log_changes(state)?;
+                    released = 0;
                 }
             }
         }
@@ -245,18 +247,17 @@ impl Engine {
 
     /// Changes the size of a volume; shrinking releases the blocks past the new end.
     pub fn resize_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeRecord> {
-        let mut state = self.state.lock();
-        self.check_usable(&state)?;
+        let mut state = self.lock_usable()?;
         let id = volume_id(&state, name)?;
         let mut record = (*state.volumes[&id].record).clone();
         check_volume_geometry(size_bytes, record.block_bytes)?;
         if size_bytes < record.size_bytes {
             let first = size_bytes / record.block_bytes as u64;
             let current = Arc::clone(&state.volumes[&id].record);
-            let result = self
-                .release_blocks_from(&mut state, &current, first)
-                .and_then(|()| self.checkpoint_locked(&mut state));
-            self.fail_on_error(&mut state, result)?;
+            self.guarded(&mut state, |state| {
+                self.release_blocks_from(state, &current, first)?;
+                self.checkpoint_locked(state)
+            })?;
         }
         record.size_bytes = size_bytes;
         record
@@ -303,16 +304,15 @@ impl Engine {
     /// from an older checkpoint recreates it), then checkpointed (records live in the
     /// checkpoint state).
     fn save_record(&self, state: &mut EngineState, record: VolumeRecord) -> Result<()> {
-        self.check_usable(state)?;
-        state
-            .changes
-            .push(BlockChange::VolumeSet(Box::new(record.clone())));
-        let EngineState { pages, volumes, .. } = state;
-        set_volume(pages, volumes, record);
-        let result = self
-            .log_changes(state)
-            .and_then(|()| self.checkpoint_locked(state));
-        self.fail_on_error(state, result)
+        self.guarded(state, |state| {
+            state
+                .changes
+                .push(BlockChange::VolumeSet(Box::new(record.clone())));
+            let EngineState { pages, volumes, .. } = state;
+            set_volume(pages, volumes, record);
+            self.log_changes(state)?;
+            self.checkpoint_locked(state)
+        })
     }
 
     /// Statistics of one volume (scans its map: cost grows with the volume's written size).
@@ -445,8 +445,8 @@ impl Engine {
 
 fn volume_id(state: &EngineState, name: &str) -> Result<VolumeId> {
     state.names.get(name).copied().ok_or_else(|| {
-        Error::NotFound(format!(
+        BlockError::from(Error::NotFound(format!(
             "volume {name} (list volumes with `onecopy volume list`)"
-        ))
+        )))
     })
 }

@@ -22,7 +22,6 @@ use onecopy_core::container::is_zero;
 use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::index::FingerprintBuildHasher;
 
-use crate::engine::EngineCounters;
 use crate::volume::VolumeRecord;
 
 /// Why a block is stored without deduplication.
@@ -36,17 +35,6 @@ pub enum NoDedupReason {
     Journal,
     /// Recognised as metadata by its content (extent nodes, directory blocks).
     Classified,
-}
-
-impl NoDedupReason {
-    pub(crate) fn count(self, counters: &mut EngineCounters) {
-        match self {
-            NoDedupReason::Explicit => counters.hint_explicit_blocks += 1,
-            NoDedupReason::Metadata => counters.hint_metadata_blocks += 1,
-            NoDedupReason::Journal => counters.hint_journal_blocks += 1,
-            NoDedupReason::Classified => counters.hint_classified_blocks += 1,
-        }
-    }
 }
 
 /// How one whole block of a write is stored.

@@ -24,10 +24,14 @@ use crate::output::{byte_progress, print_json};
 
 mod print;
 use crate::Cli;
-use print::{format_time, print_create, print_delete, print_delete_plan, print_face_report};
+use print::{
+    dedup_mode_name, format_time, print_create, print_delete, print_delete_plan, print_face_report,
+};
 
 #[derive(Args, Debug)]
 pub struct BackupArgs {
+    #[command(flatten)]
+    pub repository: crate::RepositoryArgs,
     #[command(subcommand)]
     pub command: BackupCommand,
 }
@@ -65,7 +69,10 @@ pub enum BackupCommand {
     /// Back up PATH (a directory, a file or disk image, or `-` for standard input) as the
     /// next version of SERIES.
     Create {
+        /// The series the backup joins (created with its first backup): one name per thing
+        /// backed up, for example the host or the disk.
         series: String,
+        /// What to back up: a directory, a file or disk image, or `-` for standard input.
         path: PathBuf,
         /// Leave reverse deduplication to `onecopy backup reverse`.
         #[arg(long)]
@@ -79,12 +86,15 @@ pub enum BackupCommand {
         keep: Option<u32>,
         #[command(flatten)]
         store: StoreArgs,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// List backups with their time, logical size and stored size.
     List {
+        /// Only the backups of this series [default: every series].
         series: Option<String>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -92,7 +102,9 @@ pub enum BackupCommand {
     /// directory TARGET (new or empty) or to standard output (`-`) as a pax tar archive, an
     /// image or stream into the new file TARGET or to standard output.
     Restore {
+        /// The backup: SERIES@VERSION, or SERIES for its newest version.
         backup: String,
+        /// Where to restore: a new or empty directory, a new file, or `-` for standard output.
         target: PathBuf,
         /// Replace what TARGET holds: the entries of a directory that the backup has (the
         /// others stay), or an existing file's contents.
@@ -107,11 +119,13 @@ pub enum BackupCommand {
         /// Do not ask the kernel to read containers ahead.
         #[arg(long)]
         no_prefetch: bool,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Delete the backup SERIES@VERSION.
     Delete {
+        /// The backup: SERIES@VERSION.
         backup: String,
         /// timestamp or mark-and-sweep [default: the store's].
         #[arg(long, value_name = "METHOD")]
@@ -119,33 +133,42 @@ pub enum BackupCommand {
         /// Show what would be deleted and reclaimed without changing anything.
         #[arg(long)]
         dry_run: bool,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Delete the oldest backups of SERIES so that N remain.
     Expire {
+        /// The series whose oldest backups are deleted.
         series: String,
+        /// Backups to keep [default: the series' retention, set by `create --keep`].
         #[arg(long, value_name = "N")]
         keep: Option<u32>,
+        /// timestamp or mark-and-sweep [default: the store's].
         #[arg(long, value_name = "METHOD")]
         method: Option<DeleteMethod>,
+        /// Show which versions would be deleted without changing anything.
         #[arg(long)]
         dry_run: bool,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Run the reverse deduplication deferred by `create --defer-reverse` (all series, one
     /// series, or one backup SERIES@VERSION).
     Reverse {
+        /// SERIES or SERIES@VERSION [default: every series].
         backup: Option<String>,
         /// Show the plan of the next reverse deduplication without changing anything.
         #[arg(long)]
         dry_run: bool,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Sizes, counts and settings of the backup store.
     Stats {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -159,6 +182,7 @@ pub enum BackupCommand {
         /// chunks from intact copies where the store has one) and record what is lost.
         #[arg(long)]
         repair: bool,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -168,6 +192,8 @@ pub enum BackupCommand {
         /// Show what would be rewritten and freed without changing anything.
         #[arg(long)]
         dry_run: bool,
+        /// Print JSON instead of text.
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -386,7 +412,15 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
                 return if *json {
                     print_json(&expired)
                 } else {
-                    println!("would delete {series} versions {expired:?}");
+                    if expired.is_empty() {
+                        println!("nothing to expire in {series}");
+                    } else {
+                        let versions: Vec<String> = expired
+                            .iter()
+                            .map(|version| format!("{series}@{version}"))
+                            .collect();
+                        println!("would delete {}", versions.join(", "));
+                    }
                     Ok(())
                 };
             }
@@ -416,8 +450,8 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
             }
             let options = &stats.options;
             println!(
-                "mode              {:?}, segments {}, chunks {} ({} hash), containers {}, zstd {}",
-                options.mode,
+                "mode              {}, segments {}, chunks {} ({} hash), containers {}, zstd {}",
+                dedup_mode_name(options.mode),
                 format_size(options.segment_bytes as u64),
                 format_size(options.chunk_bytes as u64),
                 options.rolling_hash.name(),
@@ -641,6 +675,7 @@ fn list(store: &BackupStore, series: Option<&str>, json: bool) -> anyhow::Result
         "{:<20} {:>7}  {:<19}  {:<9} {:>11} {:>11}  SOURCE",
         "SERIES", "VERSION", "CREATED (UTC)", "STATE", "LOGICAL", "STORED"
     );
+    let reverse_pending = rows.iter().any(|row| row.reverse_pending);
     for row in rows {
         let state = match (row.state, row.reverse_pending) {
             (BackupState::Live, _) => "live",
@@ -657,6 +692,18 @@ fn list(store: &BackupStore, series: Option<&str>, json: bool) -> anyhow::Result
             format_size(row.stored_bytes),
             row.source_name
         );
+    }
+    // The stored column is not the space a backup occupies (shared data would count many
+    // times): say what it is, since an unchanged backup shows 0 B.
+    println!();
+    println!(
+        "STORED: what each backup added to the store: for a live backup, the new data it \
+         stored when created;\n        for an archival one, its own archival containers. Data \
+         shared by several backups counts once,\n        with the backup that stored it first: \
+         a backup identical to an earlier one shows 0 B."
+    );
+    if reverse_pending {
+        println!("archival*: reverse deduplication still to run (`onecopy backup reverse`)");
     }
     Ok(())
 }

@@ -21,6 +21,8 @@ use crate::Cli;
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
+    #[command(flatten)]
+    pub repository: crate::RepositoryArgs,
     /// Make the repository usable again: rebuild what is derived (indexes, reference counts,
     /// tables), remove leftovers, and record exactly what is lost so the rest works.
     #[arg(long)]
@@ -28,6 +30,7 @@ pub struct CheckArgs {
     /// Read and verify every stored byte (checksums and fingerprints), not only metadata.
     #[arg(long)]
     pub read_data: bool,
+    /// Print one JSON report instead of text.
     #[arg(long)]
     pub json: bool,
 }
@@ -119,7 +122,9 @@ fn check_block(
         Err(error) => {
             let mut report = FaceReport::new("block");
             let object = match &error {
-                onecopy_core::Error::Corrupt { what, .. } => what.clone(),
+                onecopy_block::BlockError::Core(onecopy_core::Error::Corrupt { what, .. }) => {
+                    what.clone()
+                }
                 _ => "block".to_string(),
             };
             report.push(Finding::new(

@@ -1,4 +1,8 @@
-//! `onecopy init`: create a repository.
+//! `onecopy init`: create a repository, or accept the one already there.
+//!
+//! Running `init` on an existing repository of this format succeeds and changes nothing, so
+//! that setup scripts (and the README's first command) can run twice. What cannot be
+//! honoured is refused: another format, or `--flash` for a block device created without it.
 
 use clap::Args;
 
@@ -9,6 +13,8 @@ use crate::Cli;
 
 #[derive(Args, Debug)]
 pub struct InitArgs {
+    #[command(flatten)]
+    pub repository: crate::RepositoryArgs,
     /// Flash mode for the block device (paper 5): weak xxh3 fingerprints confirmed by
     /// comparing bytes, which suits media with cheap random reads.
     #[arg(long)]
@@ -17,8 +23,15 @@ pub struct InitArgs {
 
 pub fn run(cli: &Cli, args: &InitArgs) -> anyhow::Result<()> {
     let path = cli.repository_path();
-    let repository = Repository::init(&path)?;
+    let (repository, created) = match Repository::init(&path) {
+        Ok(repository) => (repository, true),
+        // Opening checks the format, so a repository this onecopy cannot use is an error.
+        Err(onecopy_core::Error::AlreadyExists(_)) => (Repository::open(&path)?, false),
+        Err(error) => return Err(error.into()),
+    };
     if args.flash {
+        // A block device already created keeps its configuration; opening it with another
+        // one is refused with a message saying so.
         let _lock = repository.lock_face("block", "init")?;
         let engine = Engine::open(
             repository.face_storage("block")?,
@@ -28,7 +41,12 @@ pub fn run(cli: &Cli, args: &InitArgs) -> anyhow::Result<()> {
         engine.shutdown()?;
     }
     println!(
-        "created repository {} at {}{}",
+        "{} repository {} at {}{}",
+        if created {
+            "created"
+        } else {
+            "using the existing"
+        },
         repository.config().id,
         path.display(),
         if args.flash { " (flash mode)" } else { "" }

@@ -331,10 +331,17 @@ fn run_paper2(args: &Paper2Args) -> anyhow::Result<()> {
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |count| count.get())),
     };
+    let names = |names: Vec<String>| {
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    };
     eprintln!(
-        "paper 2: datasets {:?}, peers {:?}, results in {}",
-        options.datasets,
-        options.peers,
+        "paper 2: datasets {}; peers {}; results in {}",
+        names(options.datasets.iter().map(ToString::to_string).collect()),
+        names(options.peers.iter().map(ToString::to_string).collect()),
         options.output_directory.display()
     );
     let written = paper2::run_experiment(&options, &mut |line| eprintln!("{line}"))

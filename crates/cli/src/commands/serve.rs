@@ -32,6 +32,8 @@ pub enum TlsMode {
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
+    #[command(flatten)]
+    pub repository: crate::RepositoryArgs,
     /// Serve on a unix socket at PATH.
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,

@@ -8,7 +8,8 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use onecopy_block::control::ControlRequest;
-use onecopy_block::{ByteRange, HintSettings};
+use onecopy_block::volume::check_volume_geometry;
+use onecopy_block::{ByteRange, HintSettings, VolumeRecord};
 use onecopy_core::units::{format_size, parse_size};
 
 use crate::block_face::{open_block, open_or_ask_server, Answer, EngineArgs};
@@ -18,16 +19,21 @@ use onecopy_block::OpenMode;
 
 #[derive(Args, Debug)]
 pub struct VolumeArgs {
+    #[command(flatten)]
+    pub repository: crate::RepositoryArgs,
     #[command(subcommand)]
     pub command: VolumeCommand,
 }
 
 #[derive(Subcommand, Debug)]
 pub enum VolumeCommand {
-    /// Create a volume.
+    /// Create a volume; a volume of that name, size and block size already there is kept
+    /// as it is.
     Create {
+        /// Name of the volume: the NBD export name clients ask for.
         name: String,
-        /// Size, for example 10GiB.
+        /// Size with a unit: 10GiB (powers of 1024) or 10GB (powers of 1000); a bare number
+        /// is bytes.
         #[arg(long)]
         size: String,
         /// Block size in bytes: the deduplication unit.
@@ -42,26 +48,39 @@ pub enum VolumeCommand {
     },
     /// List volumes (also while `serve` runs).
     List {
+        /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
     /// Delete a volume and release its blocks.
-    Delete { name: String },
-    /// Change a volume's size (shrinking discards the end).
-    Resize {
+    Delete {
+        /// Name of the volume.
         name: String,
+    },
+    /// Change a volume's size; making it smaller discards its end and needs --shrink.
+    Resize {
+        /// Name of the volume.
+        name: String,
+        /// New size with a unit (10GiB, 10GB; a bare number is bytes).
         #[arg(long)]
         size: String,
+        /// Allow a size smaller than the current one: the blocks beyond it are discarded.
+        #[arg(long)]
+        shrink: bool,
     },
     /// Show sizes, deduplication and cache figures of a volume (while `serve` runs: the
     /// server's live figures).
     Stats {
+        /// Name of the volume.
         name: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
-    /// Set hints: ranges not to deduplicate, and which hint sources to use.
+    /// Set hints: ranges not to deduplicate, and which hint sources to use; then show the
+    /// volume's hint settings.
     Hint {
+        /// Name of the volume.
         name: String,
         /// Store START..END without deduplication (sizes with units, e.g. 0..1GiB).
         #[arg(long, value_name = "START..END")]
@@ -75,13 +94,18 @@ pub enum VolumeCommand {
         /// Deferred deduplication after SECONDS unchanged, or `off`.
         #[arg(long, value_name = "SECONDS|off")]
         deferred: Option<String>,
+        /// Print the volume's record as JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Deduplicate now the blocks written for deferred deduplication.
     Dedup {
+        /// Name of the volume.
         name: String,
         /// Only blocks unchanged for at least this many seconds [default: the volume's setting].
         #[arg(long, value_name = "SECONDS")]
         min_age: Option<u64>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -90,6 +114,7 @@ pub enum VolumeCommand {
         /// Show the plan without changing anything.
         #[arg(long)]
         dry_run: bool,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -111,13 +136,23 @@ pub fn run(cli: &Cli, args: &VolumeArgs) -> anyhow::Result<()> {
             no_hints,
             deferred,
         } => {
+            let size_bytes = volume_size(size, *block_size)?;
             let mut hints = if *no_hints {
                 HintSettings::none()
             } else {
                 HintSettings::default()
             };
             hints.deferred_seconds = *deferred;
-            let record = engine.create_volume(name, parse_size(size)?, *block_size, hints)?;
+            let hints_given = *no_hints || deferred.is_some();
+            if let Some(existing) = existing_volume(engine, name)? {
+                return keep_existing(
+                    &existing,
+                    size_bytes,
+                    *block_size,
+                    hints_given.then_some(&hints),
+                );
+            }
+            let record = engine.create_volume(name, size_bytes, *block_size, hints)?;
             println!(
                 "created volume {} ({}, {}-byte blocks)",
                 record.name,
@@ -141,8 +176,18 @@ pub fn run(cli: &Cli, args: &VolumeArgs) -> anyhow::Result<()> {
                 );
             }
         }
-        VolumeCommand::Resize { name, size } => {
-            let record = engine.resize_volume(name, parse_size(size)?)?;
+        VolumeCommand::Resize { name, size, shrink } => {
+            let current = engine.volume(name)?;
+            let size_bytes = volume_size(size, current.block_bytes)?;
+            if size_bytes < current.size_bytes && !shrink {
+                anyhow::bail!(
+                    "volume {name} is {}; resizing it to {} discards the data beyond that \
+                     size: pass --shrink to do so",
+                    format_size(current.size_bytes),
+                    format_size(size_bytes)
+                );
+            }
+            let record = engine.resize_volume(name, size_bytes)?;
             println!("volume {name} is now {}", format_size(record.size_bytes));
         }
         VolumeCommand::Hint {
@@ -151,6 +196,7 @@ pub fn run(cli: &Cli, args: &VolumeArgs) -> anyhow::Result<()> {
             dedup,
             sources,
             deferred,
+            json,
         } => {
             for range in no_dedup {
                 engine.set_no_dedup(name, ByteRange::parse(range)?, true)?;
@@ -184,7 +230,11 @@ pub fn run(cli: &Cli, args: &VolumeArgs) -> anyhow::Result<()> {
                 };
             }
             let record = engine.set_hint_settings(name, hints)?;
-            print_json(&record)?;
+            if *json {
+                print_json(&record)?;
+            } else {
+                print_hints(&record);
+            }
         }
         VolumeCommand::Dedup {
             name,
@@ -228,6 +278,112 @@ pub fn run(cli: &Cli, args: &VolumeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Parses a volume size and checks it against the block size; a bare number that does not
+/// make a volume is most likely a size without its unit, and the message says so.
+fn volume_size(text: &str, block_bytes: u32) -> anyhow::Result<u64> {
+    let size_bytes = parse_size(text)?;
+    match check_volume_geometry(size_bytes, block_bytes) {
+        Ok(()) => Ok(size_bytes),
+        Err(error) if text.trim().bytes().all(|byte| byte.is_ascii_digit()) => {
+            let number = text.trim();
+            anyhow::bail!(
+                "{error}; --size {number} has no unit, so it means {number} bytes: did you \
+                 mean {number}GiB?"
+            )
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// The volume called `name`, if there is one.
+fn existing_volume(
+    engine: &onecopy_block::Engine,
+    name: &str,
+) -> anyhow::Result<Option<VolumeRecord>> {
+    match engine.volume(name) {
+        Ok(record) => Ok(Some(record)),
+        Err(onecopy_block::BlockError::Core(onecopy_core::Error::NotFound(_))) => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// `volume create` of a volume that exists: success when it already is what was asked for
+/// (so that setup scripts can run twice), an error naming the difference otherwise.
+/// `hints` are compared only when the command gave hint options.
+fn keep_existing(
+    existing: &VolumeRecord,
+    size_bytes: u64,
+    block_bytes: u32,
+    hints: Option<&HintSettings>,
+) -> anyhow::Result<()> {
+    let name = &existing.name;
+    if existing.block_bytes != block_bytes {
+        anyhow::bail!(
+            "volume {name} already exists with {}-byte blocks; a block size cannot change \
+             (delete the volume and create it again, or choose another name)",
+            existing.block_bytes
+        );
+    }
+    if existing.size_bytes != size_bytes {
+        anyhow::bail!(
+            "volume {name} already exists with a size of {}; change it with `onecopy volume \
+             resize {name} --size {}`",
+            format_size(existing.size_bytes),
+            format_size(size_bytes).replace(' ', "")
+        );
+    }
+    if hints.is_some_and(|hints| *hints != existing.hints) {
+        anyhow::bail!(
+            "volume {name} already exists with other hint settings; change them with \
+             `onecopy volume hint {name}`"
+        );
+    }
+    println!(
+        "volume {name} already exists ({}, {}-byte blocks); nothing changed",
+        format_size(existing.size_bytes),
+        existing.block_bytes
+    );
+    Ok(())
+}
+
+/// `volume hint`: the settings a volume now has.
+fn print_hints(record: &VolumeRecord) {
+    let hints = &record.hints;
+    let sources: Vec<&str> = [
+        (hints.explicit, "explicit"),
+        (hints.filesystem, "filesystem"),
+        (hints.prefetch, "prefetch"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    println!("volume            {}", record.name);
+    println!(
+        "hint sources      {}",
+        if sources.is_empty() {
+            "none".to_string()
+        } else {
+            sources.join(", ")
+        }
+    );
+    match hints.deferred_seconds {
+        Some(seconds) => println!("deduplication     deferred: blocks unchanged for {seconds} s"),
+        None => println!("deduplication     inline"),
+    }
+    if record.no_dedup_ranges.is_empty() {
+        println!("no-dedup ranges   none");
+    }
+    for range in &record.no_dedup_ranges {
+        println!(
+            "no-dedup range    {}..{} (bytes {}..{})",
+            format_size(range.start),
+            format_size(range.end),
+            range.start,
+            range.end
+        );
+    }
+}
+
 /// `volume list`: the volumes of the device, from the running server if there is one.
 fn list(cli: &Cli, json: bool) -> anyhow::Result<()> {
     let volumes = match open_or_ask_server(cli, "volume list", &ControlRequest::Volumes) {
@@ -236,7 +392,7 @@ fn list(cli: &Cli, json: bool) -> anyhow::Result<()> {
         // A block device never used has no volumes (a read-only open creates nothing).
         Err(error)
             if matches!(
-                error.downcast_ref::<onecopy_core::Error>(),
+                crate::output::core_error(&error),
                 Some(onecopy_core::Error::NotFound(_))
             ) =>
         {

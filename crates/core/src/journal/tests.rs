@@ -21,7 +21,7 @@ fn replayed(scan: &JournalScan) -> Vec<Vec<u8>> {
     let mut seen = Vec::new();
     scan.for_each_payload(&scan.records[..scan.prefix], |_, payload| {
         seen.push(payload.to_vec());
-        Ok(())
+        Ok::<(), crate::Error>(())
     })
     .unwrap();
     seen

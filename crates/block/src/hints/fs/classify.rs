@@ -25,7 +25,7 @@ use super::ext::journal::{
     parse_extent_header, EXTENT_DEPTH_MAX, EXTENT_ENTRY_BYTES, EXTENT_HEADER_BYTES,
     EXTENT_INITIALISED_LENGTH_MAX,
 };
-use super::map::{ClassifyBounds, MetadataKind};
+use super::layout::{ClassifyBounds, MetadataKind};
 use onecopy_core::bytes::{le16, le32};
 
 /// Smallest and largest ext block sizes.

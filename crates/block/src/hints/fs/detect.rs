@@ -2,26 +2,12 @@
 //! fields its layout depends on.
 
 use super::ext::superblock::{ExtSuperblock, EXT_SUPERBLOCK_BYTES, EXT_SUPERBLOCK_OFFSET};
-use super::xfs::{XfsSuperblock, XFS_SUPERBLOCK_BYTES};
+use super::layout::FileSystemKind;
+use super::xfs::superblock::{XfsSuperblock, XFS_SUPERBLOCK_BYTES};
 
 /// Bytes at the start of a volume that hold every superblock this module recognises: the xfs
 /// superblock at byte 0 and the ext superblock at bytes 1024..2048.
 pub const SUPERBLOCK_PROBE_BYTES: usize = 2048;
-
-/// The file systems whose layout this module derives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FileSystemKind {
-    /// ext2: no journal, no ext4 features.
-    Ext2,
-    /// ext3: a jbd2 journal and no feature beyond those ext3 understands.
-    Ext3,
-    /// ext4: any feature ext3 does not understand (extents, flex_bg, 64bit, checksums, ...).
-    Ext4,
-    /// An external ext3/4 journal device (`mke2fs -O journal_dev`): the whole volume is journal.
-    ExtJournalDevice,
-    /// xfs.
-    Xfs,
-}
 
 /// The superblock fields a metadata map depends on. Two keys are equal exactly when the
 /// layout they describe is the same: fields that change in normal operation (free counts,

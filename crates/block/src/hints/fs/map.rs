@@ -4,96 +4,10 @@
 //! sorted by `start`, never overlapping, and merges neighbours of the same kind, so a lookup is
 //! one binary search.
 
-use super::detect::{FileSystemKind, LayoutKey};
-use super::FsMetaError;
-
-/// Most ranges one derivation may record before merging. A 32 TiB ext4 volume without
-/// `flex_bg` (the worst common case: six separate structures in each of 262,144 groups) needs
-/// about 1.6 million; the map costs 24 bytes a range.
-pub const RANGES_MAX: usize = 1 << 21;
-
-/// What a metadata range or block holds. Every kind means "do not deduplicate": paper 1's
-/// hint 1 (metadata) or hint 2 (journal writes), see [`MetadataKind::is_journal`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum MetadataKind {
-    /// An ext superblock, primary or backup (the whole file-system block that holds it).
-    Superblock,
-    /// Group descriptor blocks, primary or backup, including `meta_bg` descriptor blocks.
-    GroupDescriptors,
-    /// Blocks reserved after the group descriptors for online growth (`resize_inode`).
-    ReservedGroupDescriptors,
-    /// A block group's block (cluster) allocation bitmap.
-    BlockBitmap,
-    /// A block group's inode allocation bitmap.
-    InodeBitmap,
-    /// A block group's inode table.
-    InodeTable,
-    /// The multi-mount protection block (`mmp` feature).
-    MultiMountProtection,
-    /// The blocks of a jbd2 journal: the journal inode's data blocks, or a whole external
-    /// journal device.
-    Journal,
-    /// An ext4 extent-tree block (index or leaf node); found in the journal inode's tree or
-    /// recognised by content.
-    ExtentNode,
-    /// An ext2/3 indirect block (single, double or triple) of the journal inode's block map.
-    IndirectBlock,
-    /// A directory block whose record chain checks out (classifier only).
-    Directory,
-    /// An htree directory index block: the dx root or an interior dx node (classifier only).
-    DirectoryIndex,
-    /// An ext extended-attribute block (classifier only).
-    ExtendedAttributes,
-    /// The internal xfs log.
-    XfsLog,
-    /// The first sectors of an xfs allocation group: superblock copy, AGF, AGI and AGFL.
-    XfsAllocationGroupHeaders,
-}
-
-impl MetadataKind {
-    /// True for journal writes (paper 1's hint 2); false for other metadata (hint 1).
-    pub fn is_journal(self) -> bool {
-        matches!(self, MetadataKind::Journal | MetadataKind::XfsLog)
-    }
-}
-
-/// One metadata range: bytes `[start, end)` of the volume hold `kind`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MetadataRange {
-    /// First byte of the range (volume offset).
-    pub start: u64,
-    /// One past the last byte of the range; always greater than `start`.
-    pub end: u64,
-    /// What the range holds.
-    pub kind: MetadataKind,
-}
-
-/// Where the file system keeps its journal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum JournalPlacement {
-    /// The file system has no journal (ext2, or ext3/4 with `has_journal` cleared).
-    None,
-    /// The journal lives in the volume; its ranges are in the map as [`MetadataKind::Journal`]
-    /// or [`MetadataKind::XfsLog`].
-    Internal {
-        /// Size of the journal's data in bytes.
-        journal_bytes: u64,
-    },
-    /// The journal lives on another device, so no write to this volume is a journal write.
-    External,
-}
-
-/// Bounds a file system places on plausible block and inode numbers, used to tighten the
-/// content classifier (see [`MetadataMap::classify_block`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ClassifyBounds {
-    /// Block size of the file system in bytes.
-    pub(crate) block_bytes: u32,
-    /// Blocks in the file system; an extent must end at or before this block.
-    pub(crate) blocks_count: u64,
-    /// Inodes in the file system; a directory entry must name an inode at or below this.
-    pub(crate) inodes_count: u32,
-}
+use super::detect::LayoutKey;
+use super::layout::{
+    ClassifyBounds, FileSystemKind, JournalPlacement, MetadataKind, MetadataRange,
+};
 
 /// The metadata ranges of one file system in a volume, with what the derivation learnt.
 ///
@@ -181,114 +95,11 @@ impl MetadataMap {
     }
 }
 
-/// Collects ranges during a derivation, checking each against the file system's size and the
-/// [`RANGES_MAX`] limit, then sorts and merges them into a map.
-pub(crate) struct MapBuilder {
-    ranges: Vec<MetadataRange>,
-    block_bytes: u64,
-    blocks_count: u64,
-}
-
-impl MapBuilder {
-    /// A builder for a file system of `blocks_count` blocks of `block_bytes` bytes.
-    pub(crate) fn new(block_bytes: u32, blocks_count: u64) -> MapBuilder {
-        assert!(block_bytes.is_power_of_two());
-        MapBuilder {
-            ranges: Vec::new(),
-            block_bytes: u64::from(block_bytes),
-            blocks_count,
-        }
-    }
-
-    /// Records blocks `[first_block, first_block + block_count)` as `kind`. Fails when they
-    /// reach past the file system or the range limit is exceeded; zero blocks record nothing.
-    pub(crate) fn add_blocks(
-        &mut self,
-        first_block: u64,
-        block_count: u64,
-        kind: MetadataKind,
-    ) -> Result<(), FsMetaError> {
-        if block_count == 0 {
-            return Ok(());
-        }
-        let end_block = first_block.checked_add(block_count);
-        match end_block {
-            Some(end_block) if end_block <= self.blocks_count => {}
-            _ => {
-                return Err(FsMetaError::OutsideFileSystem {
-                    kind,
-                    block: first_block,
-                    block_count,
-                    blocks_count: self.blocks_count,
-                })
-            }
-        }
-        // Both products fit: end_block <= blocks_count, and blocks_count * block_bytes was
-        // checked against the volume size when the superblock was parsed.
-        let start = first_block * self.block_bytes;
-        let end = start + block_count * self.block_bytes;
-        self.add_bytes(start, end, kind)
-    }
-
-    /// Records bytes `[start, end)` as `kind`; the caller has checked they lie inside the file
-    /// system. Extends the previous range when this one continues it.
-    pub(crate) fn add_bytes(
-        &mut self,
-        start: u64,
-        end: u64,
-        kind: MetadataKind,
-    ) -> Result<(), FsMetaError> {
-        assert!(start < end);
-        assert!(end <= self.blocks_count.saturating_mul(self.block_bytes));
-        if let Some(last) = self.ranges.last_mut() {
-            if last.kind == kind && last.end == start {
-                last.end = end;
-                return Ok(());
-            }
-        }
-        if self.ranges.len() >= RANGES_MAX {
-            return Err(FsMetaError::LimitExceeded {
-                limit: "RANGES_MAX",
-                value: self.ranges.len() as u64 + 1,
-                maximum: RANGES_MAX as u64,
-            });
-        }
-        self.ranges.push(MetadataRange { start, end, kind });
-        Ok(())
-    }
-
-    /// Sorts the ranges, resolves overlaps and merges touching ranges of one kind.
-    ///
-    /// A sound file system never has overlapping structures; in a damaged one, a byte keeps
-    /// the kind of the range that starts first (ties: the longer range), so the result is
-    /// deterministic and every recorded byte stays covered.
-    pub(crate) fn finish(mut self) -> Vec<MetadataRange> {
-        self.ranges
-            .sort_unstable_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
-        let mut merged: Vec<MetadataRange> = Vec::with_capacity(self.ranges.len());
-        for mut range in self.ranges {
-            if let Some(last) = merged.last_mut() {
-                if range.start < last.end {
-                    if range.end <= last.end {
-                        continue;
-                    }
-                    range.start = last.end;
-                }
-                if range.start == last.end && range.kind == last.kind {
-                    last.end = range.end;
-                    continue;
-                }
-            }
-            merged.push(range);
-        }
-        debug_assert!(merged.windows(2).all(|pair| pair[0].end <= pair[1].start));
-        merged
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hints::fs::builder::MapBuilder;
+    use crate::hints::fs::FsMetaError;
 
     fn map_of(ranges: Vec<MetadataRange>) -> MetadataMap {
         MetadataMap {

@@ -27,23 +27,27 @@
 //! metadata block outside the fixed ranges is recognised (indirect blocks and xfs btree
 //! blocks are not).
 
+mod builder;
 mod classify;
 mod detect;
 mod ext;
+mod layout;
 mod map;
 mod xfs;
 
+pub use builder::RANGES_MAX;
 pub use classify::classify_block;
 pub use detect::{
-    detect_superblock, write_touches_superblock, DetectedSuperblock, FileSystemKind, LayoutKey,
+    detect_superblock, write_touches_superblock, DetectedSuperblock, LayoutKey,
     SUPERBLOCK_PROBE_BYTES,
 };
 pub use ext::journal::{EXTENT_DEPTH_MAX, JOURNAL_MAP_BLOCKS_MAX};
 pub use ext::superblock::GROUPS_MAX;
-pub use map::{JournalPlacement, MetadataKind, MetadataMap, MetadataRange, RANGES_MAX};
+pub use layout::{FileSystemKind, JournalPlacement, MetadataKind, MetadataRange};
+pub use map::MetadataMap;
 
 use ext::superblock::{ExtSuperblock, EXT_SUPERBLOCK_BYTES, EXT_SUPERBLOCK_OFFSET};
-use xfs::XfsSuperblock;
+use xfs::superblock::XfsSuperblock;
 
 /// Reads exactly `buffer.len()` bytes at a volume byte offset, or fails.
 pub type ReadAt<'a> = dyn FnMut(u64, &mut [u8]) -> std::io::Result<()> + 'a;

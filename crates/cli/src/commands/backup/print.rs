@@ -1,6 +1,6 @@
 //! Human-readable output of `onecopy backup` commands.
 
-use onecopy_backup::{CreateReport, FaceReport, FindingKind};
+use onecopy_backup::{CreateReport, DedupMode, DeleteMethod, FaceReport, FindingKind};
 use onecopy_core::units::{format_rate, format_size};
 
 pub fn print_create(report: &CreateReport) {
@@ -50,6 +50,22 @@ pub fn print_create(report: &CreateReport) {
     }
 }
 
+/// The name of a deletion method as `--delete-method` spells it.
+pub fn delete_method_name(method: DeleteMethod) -> &'static str {
+    match method {
+        DeleteMethod::Timestamp => "timestamp",
+        DeleteMethod::MarkAndSweep => "mark-and-sweep",
+    }
+}
+
+/// The name of a deduplication mode as `--mode` spells it.
+pub fn dedup_mode_name(mode: DedupMode) -> &'static str {
+    match mode {
+        DedupMode::Revdedup => "revdedup",
+        DedupMode::Conventional => "conventional",
+    }
+}
+
 pub fn print_delete_plan(plan: &onecopy_backup::DeletePlan) -> anyhow::Result<()> {
     println!(
         "would delete {}@{} ({}): {} containers dropped, {} segments released, {} repackaged",
@@ -66,11 +82,11 @@ pub fn print_delete_plan(plan: &onecopy_backup::DeletePlan) -> anyhow::Result<()
 pub fn print_delete(report: &onecopy_backup::DeleteReport) {
     let plan = &report.plan;
     print!(
-        "deleted {}@{} in {:.3} s ({:?}): {} containers dropped",
+        "deleted {}@{} in {:.3} s ({}): {} containers dropped",
         plan.series,
         plan.version,
         report.seconds,
-        report.method,
+        delete_method_name(report.method),
         plan.settlement.dropped_containers.len()
     );
     if let Some(sweep) = &report.sweep {

@@ -3,7 +3,7 @@
 //!
 //! Terms: `c` is the entry limit. Resident entries live in T1 (seen once recently) or T2 (seen
 //! at least twice); the ghost lists B1 and B2 remember entries recently evicted from T1 and T2
-//! (their fingerprint prefix only). `p` is the adaptive target size of T1: a demand hit in B1
+//! (their key's 64-bit prefix only). `p` is the adaptive target size of T1: a demand hit in B1
 //! means T1 was too small and raises `p`, a hit in B2 lowers it. Invariants (asserted):
 //! `|T1| + |T2| <= c`, `|T1| + |B1| <= c`, `|T1| + |T2| + |B1| + |B2| <= 2c`.
 //!
@@ -20,7 +20,7 @@
 //! 4. a flagged entry (prefetched, never used) that is evicted leaves no ghost.
 
 use super::table::{List, Slab, SlotTable};
-use super::{EntryCache, Residents};
+use super::{CacheKey, EntryCache, Residents};
 use crate::fingerprint::Fingerprint;
 
 const IN_T1: u32 = 1;
@@ -50,8 +50,8 @@ pub struct ArcLengths {
 
 /// Adaptive replacement; see the module documentation.
 #[derive(Debug)]
-pub struct ArcCache {
-    pub(super) residents: Residents,
+pub struct ArcCache<K = Fingerprint> {
+    pub(super) residents: Residents<K>,
     t1: List,
     t2: List,
     ghosts: Slab<Ghost>,
@@ -63,7 +63,7 @@ pub struct ArcCache {
     entries_limit: usize,
 }
 
-impl ArcCache {
+impl<K: CacheKey> ArcCache<K> {
     /// A cache of at most `entries_limit` entries (at least one); memory for as many ghosts
     /// is reserved too.
     pub fn new(entries_limit: usize) -> Self {
@@ -83,7 +83,7 @@ impl ArcCache {
 
     /// Bytes of memory a cache of `entries_limit` entries holds.
     pub const fn memory_bytes_for(entries_limit: usize) -> usize {
-        Residents::memory_bytes_for(entries_limit)
+        Residents::<K>::memory_bytes_for(entries_limit)
             + Slab::<Ghost>::bytes_for(entries_limit)
             + SlotTable::bytes_for(entries_limit)
     }
@@ -99,10 +99,10 @@ impl ArcCache {
         }
     }
 
-    /// Where `fingerprint` is: "T1", "T1 prefetched", "T2", "B1", "B2" or "absent" (tests).
+    /// Where `key` is: "T1", "T1 prefetched", "T2", "B1", "B2" or "absent" (tests).
     #[cfg(test)]
-    pub(crate) fn place(&self, fingerprint: &Fingerprint) -> &'static str {
-        if let Some(index) = self.residents.find(fingerprint) {
+    pub(crate) fn place(&self, key: &K) -> &'static str {
+        if let Some(index) = self.residents.find(key) {
             let state = self.residents.slab.item(index).state;
             return match (state & LIST_BITS, state & PREFETCHED != 0) {
                 (IN_T1, false) => "T1",
@@ -111,15 +111,15 @@ impl ArcCache {
                 _ => unreachable!("resident entries are in T1 or T2"),
             };
         }
-        match self.find_ghost(fingerprint) {
+        match self.find_ghost(key) {
             Some(index) if self.ghosts.item(index).list == IN_B1 => "B1",
             Some(_) => "B2",
             None => "absent",
         }
     }
 
-    fn find_ghost(&self, fingerprint: &Fingerprint) -> Option<u32> {
-        let prefix = fingerprint.prefix_u64();
+    fn find_ghost(&self, key: &K) -> Option<u32> {
+        let prefix = key.prefix_u64();
         self.ghost_table
             .find(prefix, |index| self.ghosts.item(index).prefix == prefix)
     }
@@ -194,7 +194,7 @@ impl ArcCache {
             // Rule 4: a prefetch that was never used leaves no history.
             return;
         }
-        let prefix = entry.fingerprint.prefix_u64();
+        let prefix = entry.key.prefix_u64();
         let ghost = self.ghosts.allocate(Ghost {
             prefix,
             list: ghost_list,
@@ -207,7 +207,7 @@ impl ArcCache {
     }
 
     /// Makes room for an entry in no list (ARC's case IV) and adds it to the front of T1.
-    fn admit_to_t1(&mut self, fingerprint: &Fingerprint, value: u64, state: u32) {
+    fn admit_to_t1(&mut self, key: &K, value: u64, state: u32) {
         let c = self.entries_limit;
         if self.t1.len() + self.b1.len() == c {
             if self.t1.len() < c {
@@ -235,13 +235,13 @@ impl ArcCache {
         // Removals and unused prefetches can leave the cache below its limit while ghosts
         // exist, which is why `replace` above runs only when the cache is full.
         assert!(self.resident_len() < c);
-        let index = self.residents.add(fingerprint, value, state);
+        let index = self.residents.add(key, value, state);
         self.t1.push_front(&mut self.residents.slab, index);
         self.check_invariants();
     }
 
     /// A demand access to an entry found in ghost list `list` (ARC's cases II and III).
-    fn admit_from_ghost(&mut self, fingerprint: &Fingerprint, value: u64, list: u32) {
+    fn admit_from_ghost(&mut self, key: &K, value: u64, list: u32) {
         let (b1, b2) = (self.b1.len().max(1), self.b2.len().max(1));
         if list == IN_B1 {
             let step = if self.b1.len() >= self.b2.len() {
@@ -258,61 +258,61 @@ impl ArcCache {
             };
             self.target_t1 = self.target_t1.saturating_sub(step);
         }
-        let ghost = self.find_ghost(fingerprint).expect("ghost present");
+        let ghost = self.find_ghost(key).expect("ghost present");
         self.remove_ghost(ghost);
         if self.resident_len() == self.entries_limit {
             self.replace(list == IN_B2);
         }
-        let index = self.residents.add(fingerprint, value, IN_T2);
+        let index = self.residents.add(key, value, IN_T2);
         self.t2.push_front(&mut self.residents.slab, index);
         self.check_invariants();
     }
 }
 
-impl EntryCache for ArcCache {
+impl<K: CacheKey> EntryCache<K> for ArcCache<K> {
     #[inline]
-    fn get(&mut self, fingerprint: &Fingerprint) -> Option<u64> {
-        let index = self.residents.find(fingerprint)?;
+    fn get(&mut self, key: &K) -> Option<u64> {
+        let index = self.residents.find(key)?;
         self.hit(index);
         Some(self.residents.slab.item(index).value)
     }
 
     #[inline]
-    fn peek(&self, fingerprint: &Fingerprint) -> Option<u64> {
-        let index = self.residents.find(fingerprint)?;
+    fn peek(&self, key: &K) -> Option<u64> {
+        let index = self.residents.find(key)?;
         Some(self.residents.slab.item(index).value)
     }
 
-    fn insert(&mut self, fingerprint: &Fingerprint, value: u64) {
-        if let Some(index) = self.residents.find(fingerprint) {
+    fn insert(&mut self, key: &K, value: u64) {
+        if let Some(index) = self.residents.find(key) {
             self.residents.slab.item_mut(index).value = value;
             self.hit(index);
             return;
         }
-        match self.find_ghost(fingerprint) {
+        match self.find_ghost(key) {
             Some(ghost) => {
                 let list = self.ghosts.item(ghost).list;
-                self.admit_from_ghost(fingerprint, value, list);
+                self.admit_from_ghost(key, value, list);
             }
-            None => self.admit_to_t1(fingerprint, value, IN_T1),
+            None => self.admit_to_t1(key, value, IN_T1),
         }
     }
 
-    fn prefetch(&mut self, fingerprint: &Fingerprint, value: u64) {
-        if let Some(index) = self.residents.find(fingerprint) {
+    fn prefetch(&mut self, key: &K, value: u64) {
+        if let Some(index) = self.residents.find(key) {
             self.residents.slab.item_mut(index).value = value;
             return;
         }
         // Rule 2: a remembered entry comes back through T1 without adapting the target.
-        if let Some(ghost) = self.find_ghost(fingerprint) {
+        if let Some(ghost) = self.find_ghost(key) {
             self.remove_ghost(ghost);
         }
-        self.admit_to_t1(fingerprint, value, IN_T1 | PREFETCHED);
+        self.admit_to_t1(key, value, IN_T1 | PREFETCHED);
     }
 
-    fn remove(&mut self, fingerprint: &Fingerprint) -> Option<u64> {
-        let Some(index) = self.residents.find(fingerprint) else {
-            if let Some(ghost) = self.find_ghost(fingerprint) {
+    fn remove(&mut self, key: &K) -> Option<u64> {
+        let Some(index) = self.residents.find(key) else {
+            if let Some(ghost) = self.find_ghost(key) {
                 self.remove_ghost(ghost);
             }
             return None;

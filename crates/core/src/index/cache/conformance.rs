@@ -161,19 +161,53 @@ mod joined {
         entries
     ));
 
+    /// A key that is not a fingerprint: a number, as a cache of other content might use.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    struct NumberKey(u64);
+
+    impl crate::index::cache::CacheKey for NumberKey {
+        fn prefix_u64(&self) -> u64 {
+            super::fingerprint(self.0).prefix_u64()
+        }
+    }
+
+    /// Goal: every policy serves keys other than fingerprints, in the memory of that key type.
+    /// Method: fill a cache keyed by numbers past its limit, then read and remove the newest.
+    #[test]
+    fn policies_take_other_keys() {
+        for policy in CachePolicy::ALL {
+            let budget = 1u64 << 16;
+            let mut cache: Cache<NumberKey> = Cache::new(policy, budget).unwrap();
+            assert!(cache.memory_bytes() as u64 <= budget, "{policy}");
+            assert!(
+                policy.memory_bytes_with_keys::<NumberKey>(100) < policy.memory_bytes_for(100),
+                "{policy}: an 8-byte key takes less than a 32-byte fingerprint"
+            );
+            let limit = cache.entries_limit() as u64;
+            for n in 0..2 * limit {
+                cache.insert(&NumberKey(n), n * 5);
+            }
+            assert_eq!(cache.len() as u64, limit, "{policy}");
+            let newest = NumberKey(2 * limit - 1);
+            assert_eq!(cache.get(&newest), Some((2 * limit - 1) * 5), "{policy}");
+            assert_eq!(cache.remove(&newest), Some((2 * limit - 1) * 5), "{policy}");
+            assert_eq!(cache.peek(&newest), None, "{policy}");
+        }
+    }
+
     /// Goal: a cache built from a byte budget never holds more memory than the budget, and the
     /// budget is used well (one more entry would not fit). Method: many budgets, every policy.
     #[test]
     fn budgets_are_hard_limits() {
         for policy in CachePolicy::ALL {
             for budget in [600u64, 4096, 100_000, 1 << 20, 3 << 20] {
-                let cache = Cache::new(policy, budget).unwrap();
+                let cache: Cache = Cache::new(policy, budget).unwrap();
                 assert!(cache.memory_bytes() as u64 <= budget, "{policy} {budget}");
                 let entries = cache.entries_limit();
                 assert!(policy.memory_bytes_for(entries + 1) as u64 > budget);
                 assert_eq!(cache.memory_bytes(), policy.memory_bytes_for(entries));
             }
-            assert!(Cache::new(policy, 16).is_err());
+            assert!(Cache::<crate::fingerprint::Fingerprint>::new(policy, 16).is_err());
         }
         assert_eq!("LFU".parse::<CachePolicy>().unwrap(), CachePolicy::Lfu);
         assert!("mru".parse::<CachePolicy>().is_err());

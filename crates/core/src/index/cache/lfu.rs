@@ -14,7 +14,7 @@
 //! ARC is that mix here.
 
 use super::table::{List, Slab};
-use super::{EntryCache, Residents};
+use super::{CacheKey, EntryCache, Residents};
 use crate::fingerprint::Fingerprint;
 
 const DEMAND_FREQUENCY: u32 = 1;
@@ -28,15 +28,15 @@ struct Group {
 
 /// Least frequently used replacement; see the module documentation.
 #[derive(Debug)]
-pub struct LfuCache {
-    pub(super) residents: Residents,
+pub struct LfuCache<K = Fingerprint> {
+    pub(super) residents: Residents<K>,
     /// Groups, linked front (lowest frequency) to back (highest).
     groups: Slab<Group>,
     order: List,
     entries_limit: usize,
 }
 
-impl LfuCache {
+impl<K: CacheKey> LfuCache<K> {
     /// A cache of at most `entries_limit` entries (at least one). There is at most one group
     /// per entry, so as many groups are reserved.
     pub fn new(entries_limit: usize) -> Self {
@@ -51,12 +51,12 @@ impl LfuCache {
 
     /// Bytes of memory a cache of `entries_limit` entries holds.
     pub const fn memory_bytes_for(entries_limit: usize) -> usize {
-        Residents::memory_bytes_for(entries_limit) + Slab::<Group>::bytes_for(entries_limit)
+        Residents::<K>::memory_bytes_for(entries_limit) + Slab::<Group>::bytes_for(entries_limit)
     }
 
     /// The use counter of a cached entry (for statistics and tests).
-    pub fn frequency(&self, fingerprint: &Fingerprint) -> Option<u32> {
-        let index = self.residents.find(fingerprint)?;
+    pub fn frequency(&self, key: &K) -> Option<u32> {
+        let index = self.residents.find(key)?;
         let group = self.residents.slab.item(index).state;
         Some(self.groups.item(group).frequency)
     }
@@ -136,7 +136,7 @@ impl LfuCache {
         self.residents.delete(victim);
     }
 
-    fn add(&mut self, fingerprint: &Fingerprint, value: u64, frequency: u32) {
+    fn add(&mut self, key: &K, value: u64, frequency: u32) {
         if self.residents.len() == self.entries_limit {
             self.evict();
         }
@@ -161,46 +161,46 @@ impl LfuCache {
                 created
             }
         };
-        let index = self.residents.add(fingerprint, value, group);
+        let index = self.residents.add(key, value, group);
         self.join_group(index, group);
         assert!(self.residents.len() <= self.entries_limit);
         assert!(self.groups.len() <= self.residents.len());
     }
 }
 
-impl EntryCache for LfuCache {
+impl<K: CacheKey> EntryCache<K> for LfuCache<K> {
     #[inline]
-    fn get(&mut self, fingerprint: &Fingerprint) -> Option<u64> {
-        let index = self.residents.find(fingerprint)?;
+    fn get(&mut self, key: &K) -> Option<u64> {
+        let index = self.residents.find(key)?;
         self.touch(index);
         Some(self.residents.slab.item(index).value)
     }
 
     #[inline]
-    fn peek(&self, fingerprint: &Fingerprint) -> Option<u64> {
-        let index = self.residents.find(fingerprint)?;
+    fn peek(&self, key: &K) -> Option<u64> {
+        let index = self.residents.find(key)?;
         Some(self.residents.slab.item(index).value)
     }
 
-    fn insert(&mut self, fingerprint: &Fingerprint, value: u64) {
-        match self.residents.find(fingerprint) {
+    fn insert(&mut self, key: &K, value: u64) {
+        match self.residents.find(key) {
             Some(index) => {
                 self.residents.slab.item_mut(index).value = value;
                 self.touch(index);
             }
-            None => self.add(fingerprint, value, DEMAND_FREQUENCY),
+            None => self.add(key, value, DEMAND_FREQUENCY),
         }
     }
 
-    fn prefetch(&mut self, fingerprint: &Fingerprint, value: u64) {
-        match self.residents.find(fingerprint) {
+    fn prefetch(&mut self, key: &K, value: u64) {
+        match self.residents.find(key) {
             Some(index) => self.residents.slab.item_mut(index).value = value,
-            None => self.add(fingerprint, value, PREFETCH_FREQUENCY),
+            None => self.add(key, value, PREFETCH_FREQUENCY),
         }
     }
 
-    fn remove(&mut self, fingerprint: &Fingerprint) -> Option<u64> {
-        let index = self.residents.find(fingerprint)?;
+    fn remove(&mut self, key: &K) -> Option<u64> {
+        let index = self.residents.find(key)?;
         self.leave_group(index);
         Some(self.residents.delete(index).value)
     }

@@ -1,20 +1,20 @@
 //! [`LruCache`]: evicts the least recently used entry.
 
 use super::table::List;
-use super::{EntryCache, Residents};
+use super::{CacheKey, EntryCache, Residents};
 use crate::fingerprint::Fingerprint;
 
 /// Least recently used replacement. Demand accesses and prefetches alike put the entry at the
 /// front (most recent end) of one list, as paper 1 §4.4 does for its LRU cache; the back entry
 /// is evicted when a new entry needs room.
 #[derive(Debug)]
-pub struct LruCache {
-    pub(super) residents: Residents,
+pub struct LruCache<K = Fingerprint> {
+    pub(super) residents: Residents<K>,
     list: List,
     entries_limit: usize,
 }
 
-impl LruCache {
+impl<K: CacheKey> LruCache<K> {
     /// A cache of at most `entries_limit` entries (at least one); memory is reserved now.
     pub fn new(entries_limit: usize) -> Self {
         assert!(entries_limit > 0, "a cache holds at least one entry");
@@ -27,21 +27,21 @@ impl LruCache {
 
     /// Bytes of memory a cache of `entries_limit` entries holds.
     pub const fn memory_bytes_for(entries_limit: usize) -> usize {
-        Residents::memory_bytes_for(entries_limit)
+        Residents::<K>::memory_bytes_for(entries_limit)
     }
 
-    /// Cached fingerprints from most to least recently used (for tests).
+    /// Cached keys from most to least recently used (for tests).
     #[cfg(test)]
-    pub(crate) fn order(&self) -> Vec<Fingerprint> {
+    pub(crate) fn order(&self) -> Vec<K> {
         self.list
             .indices(&self.residents.slab)
             .into_iter()
-            .map(|index| self.residents.slab.item(index).fingerprint)
+            .map(|index| self.residents.slab.item(index).key)
             .collect()
     }
 
-    fn store(&mut self, fingerprint: &Fingerprint, value: u64) {
-        if let Some(index) = self.residents.find(fingerprint) {
+    fn store(&mut self, key: &K, value: u64) {
+        if let Some(index) = self.residents.find(key) {
             self.residents.slab.item_mut(index).value = value;
             self.list.move_to_front(&mut self.residents.slab, index);
             return;
@@ -51,39 +51,39 @@ impl LruCache {
             self.list.unlink(&mut self.residents.slab, victim);
             self.residents.delete(victim);
         }
-        let index = self.residents.add(fingerprint, value, 0);
+        let index = self.residents.add(key, value, 0);
         self.list.push_front(&mut self.residents.slab, index);
         assert!(self.residents.len() <= self.entries_limit);
     }
 }
 
-impl EntryCache for LruCache {
+impl<K: CacheKey> EntryCache<K> for LruCache<K> {
     #[inline]
-    fn get(&mut self, fingerprint: &Fingerprint) -> Option<u64> {
-        let index = self.residents.find(fingerprint)?;
+    fn get(&mut self, key: &K) -> Option<u64> {
+        let index = self.residents.find(key)?;
         self.list.move_to_front(&mut self.residents.slab, index);
         Some(self.residents.slab.item(index).value)
     }
 
     #[inline]
-    fn peek(&self, fingerprint: &Fingerprint) -> Option<u64> {
-        let index = self.residents.find(fingerprint)?;
+    fn peek(&self, key: &K) -> Option<u64> {
+        let index = self.residents.find(key)?;
         Some(self.residents.slab.item(index).value)
     }
 
-    fn insert(&mut self, fingerprint: &Fingerprint, value: u64) {
-        self.store(fingerprint, value);
+    fn insert(&mut self, key: &K, value: u64) {
+        self.store(key, value);
     }
 
-    fn prefetch(&mut self, fingerprint: &Fingerprint, value: u64) {
-        match self.residents.find(fingerprint) {
+    fn prefetch(&mut self, key: &K, value: u64) {
+        match self.residents.find(key) {
             Some(index) => self.residents.slab.item_mut(index).value = value,
-            None => self.store(fingerprint, value),
+            None => self.store(key, value),
         }
     }
 
-    fn remove(&mut self, fingerprint: &Fingerprint) -> Option<u64> {
-        let index = self.residents.find(fingerprint)?;
+    fn remove(&mut self, key: &K) -> Option<u64> {
+        let index = self.residents.find(key)?;
         self.list.unlink(&mut self.residents.slab, index);
         Some(self.residents.delete(index).value)
     }

@@ -1,5 +1,6 @@
-//! The entry cache: index entries (fingerprint -> value) kept in memory under a hard memory
-//! budget, with a choice of replacement policy.
+//! The entry cache: entries (key -> value) kept in memory under a hard memory budget, with a
+//! choice of replacement policy. The index keys them by fingerprint; any [`CacheKey`] will do
+//! (the block device's content cache keys by a chunk's location).
 //!
 //! Terms:
 //! - *demand access*: a lookup or insert made because a chunk is being written
@@ -15,7 +16,7 @@
 //! §3.6, ties broken by recency, O(1) per operation). All memory is reserved when the cache is
 //! built, so the budget holds at every moment, not on average.
 //!
-//! Memory per entry on x86-64 (the hash table adds 8 bytes per slot at a load of 3/8 to 3/4,
+//! Memory per entry of fingerprint keys on x86-64 (the hash table adds 8 bytes per slot at a load of 3/8 to 3/4,
 //! so 10.7 to 21.3 bytes per entry). The last column is the measured budget per entry of a
 //! 64 MiB cache (`cargo bench -p onecopy-core --bench index` prints it):
 //!
@@ -32,8 +33,9 @@
 //! are the nodes read next. In random order a hit reads two unrelated lines (slot, node)
 //! and relinks two more (the list neighbours).
 //!
-//! Ghost entries of ARC keep only the first 8 bytes of the fingerprint: a ghost hit only steers
-//! the policy, so a (2^-64) false match costs nothing but a slightly different decision.
+//! Ghost entries of ARC keep only the key's 64-bit prefix ([`CacheKey::prefix_u64`], the first
+//! 8 bytes of a fingerprint): a ghost hit only steers the policy, so a (2^-64) false match
+//! costs nothing but a slightly different decision.
 
 mod arc;
 mod lfu;
@@ -53,29 +55,49 @@ use crate::fingerprint::Fingerprint;
 use crate::{Error, Result};
 use table::{Slab, SlotTable};
 
-/// A bounded map from fingerprints to values with a replacement policy.
+/// What a cache is keyed by. The index keys its caches by [`Fingerprint`]; a cache of other
+/// content (the block device's content cache keys by where a chunk is stored) brings its own
+/// key type and gets the same policies.
+///
+/// Contract: [`CacheKey::prefix_u64`] is a well-mixed 64-bit summary of the key (the hash
+/// tables index by its bits), and two keys with the same summary are treated as one by ARC's
+/// ghost lists, which keep only the summary: a false match there only steers the policy.
+pub trait CacheKey: Copy + Eq + fmt::Debug {
+    /// The key's well-mixed 64-bit summary.
+    fn prefix_u64(&self) -> u64;
+}
+
+impl CacheKey for Fingerprint {
+    #[inline]
+    fn prefix_u64(&self) -> u64 {
+        Fingerprint::prefix_u64(self)
+    }
+}
+
+/// A bounded map from keys (fingerprints unless said otherwise) to values with a replacement
+/// policy.
 ///
 /// Contract shared by every implementation (checked by one conformance suite):
 /// `len() <= entries_limit()` and `memory_bytes() <= ` the budget it was built with, at all
 /// times; a value read back is the last one inserted for that fingerprint unless the entry was
 /// evicted or removed; `peek` never changes what the policy will evict next.
-pub trait EntryCache {
+pub trait EntryCache<K = Fingerprint> {
     /// The cached value, counting a demand access.
-    fn get(&mut self, fingerprint: &Fingerprint) -> Option<u64>;
+    fn get(&mut self, key: &K) -> Option<u64>;
 
     /// The cached value, without counting an access.
-    fn peek(&self, fingerprint: &Fingerprint) -> Option<u64>;
+    fn peek(&self, key: &K) -> Option<u64>;
 
-    /// Stores `value` for `fingerprint` (replacing any cached value) as a demand access; may
+    /// Stores `value` for `key` (replacing any cached value) as a demand access; may
     /// evict another entry.
-    fn insert(&mut self, fingerprint: &Fingerprint, value: u64);
+    fn insert(&mut self, key: &K, value: u64);
 
     /// Stores an entry loaded by a prefetch. A cached entry only has its value replaced; a new
     /// one is placed as the policy says for prefetched entries (paper 1 §4.4).
-    fn prefetch(&mut self, fingerprint: &Fingerprint, value: u64);
+    fn prefetch(&mut self, key: &K, value: u64);
 
     /// Removes the entry (and any policy history of it); returns its value if it was cached.
-    fn remove(&mut self, fingerprint: &Fingerprint) -> Option<u64>;
+    fn remove(&mut self, key: &K) -> Option<u64>;
 
     /// Entries cached now.
     fn len(&self) -> usize;
@@ -121,26 +143,37 @@ impl CachePolicy {
         }
     }
 
-    /// Bytes of memory a cache of this policy holding `entries` entries allocates.
+    /// Bytes of memory a cache of this policy holding `entries` fingerprint entries allocates.
     pub fn memory_bytes_for(self, entries: usize) -> usize {
+        self.memory_bytes_with_keys::<Fingerprint>(entries)
+    }
+
+    /// Bytes of memory a cache of this policy holding `entries` entries keyed by `K`
+    /// allocates.
+    pub fn memory_bytes_with_keys<K: CacheKey>(self, entries: usize) -> usize {
         match self {
-            CachePolicy::Lru => LruCache::memory_bytes_for(entries),
-            CachePolicy::Arc => ArcCache::memory_bytes_for(entries),
-            CachePolicy::Lfu => LfuCache::memory_bytes_for(entries),
+            CachePolicy::Lru => LruCache::<K>::memory_bytes_for(entries),
+            CachePolicy::Arc => ArcCache::<K>::memory_bytes_for(entries),
+            CachePolicy::Lfu => LfuCache::<K>::memory_bytes_for(entries),
         }
     }
 
     /// The largest entry limit whose memory fits `memory_bytes_limit` (0 if not even one).
     pub fn entries_for_budget(self, memory_bytes_limit: u64) -> usize {
+        self.entries_for_budget_with_keys::<Fingerprint>(memory_bytes_limit)
+    }
+
+    /// [`CachePolicy::entries_for_budget`] for entries keyed by `K`.
+    pub fn entries_for_budget_with_keys<K: CacheKey>(self, memory_bytes_limit: u64) -> usize {
         let budget = usize::try_from(memory_bytes_limit).unwrap_or(usize::MAX);
         // Memory grows with the entry count, so the limit is found by bisection.
         let (mut fits, mut too_many) = (0usize, table::SLAB_NODES_MAX / 2 + 1);
-        if self.memory_bytes_for(too_many - 1) <= budget {
+        if self.memory_bytes_with_keys::<K>(too_many - 1) <= budget {
             return too_many - 1;
         }
         while too_many - fits > 1 {
             let middle = fits + (too_many - fits) / 2;
-            if self.memory_bytes_for(middle) <= budget {
+            if self.memory_bytes_with_keys::<K>(middle) <= budget {
                 fits = middle;
             } else {
                 too_many = middle;
@@ -173,10 +206,10 @@ impl FromStr for CachePolicy {
 
 /// A cache of any policy, dispatched without virtual calls.
 #[derive(Debug)]
-pub enum Cache {
-    Lru(LruCache),
-    Arc(ArcCache),
-    Lfu(LfuCache),
+pub enum Cache<K = Fingerprint> {
+    Lru(LruCache<K>),
+    Arc(ArcCache<K>),
+    Lfu(LfuCache<K>),
 }
 
 macro_rules! dispatch {
@@ -189,25 +222,25 @@ macro_rules! dispatch {
     };
 }
 
-impl Cache {
+impl<K: CacheKey> Cache<K> {
     /// A cache of `policy` using at most `memory_bytes_limit` bytes. Fails when the budget
     /// does not fit a single entry.
-    pub fn new(policy: CachePolicy, memory_bytes_limit: u64) -> Result<Cache> {
-        let entries = policy.entries_for_budget(memory_bytes_limit);
+    pub fn new(policy: CachePolicy, memory_bytes_limit: u64) -> Result<Cache<K>> {
+        let entries = policy.entries_for_budget_with_keys::<K>(memory_bytes_limit);
         if entries == 0 {
             return Err(Error::InvalidArgument(format!(
                 "a {policy} cache needs at least {} bytes for one entry; {memory_bytes_limit} \
                  bytes were given",
-                policy.memory_bytes_for(1)
+                policy.memory_bytes_with_keys::<K>(1)
             )));
         }
-        let cache = Cache::with_entries(policy, entries);
+        let cache = Cache::<K>::with_entries(policy, entries);
         assert!(cache.memory_bytes() as u64 <= memory_bytes_limit);
         Ok(cache)
     }
 
     /// A cache of `policy` holding at most `entries` entries (at least one).
-    pub fn with_entries(policy: CachePolicy, entries: usize) -> Cache {
+    pub fn with_entries(policy: CachePolicy, entries: usize) -> Cache<K> {
         match policy {
             CachePolicy::Lru => Cache::Lru(LruCache::new(entries)),
             CachePolicy::Arc => Cache::Arc(ArcCache::new(entries)),
@@ -219,16 +252,16 @@ impl Cache {
     /// insertion evicted, if any (an insertion evicts at most one). Caches that keep data
     /// beside the policy, such as the block device's content cache, use it to reuse the
     /// evicted entry's storage.
-    pub fn insert_evicting(&mut self, fingerprint: &Fingerprint, value: u64) -> Option<u64> {
+    pub fn insert_evicting(&mut self, key: &K, value: u64) -> Option<u64> {
         dispatch!(self, cache => cache.residents.last_deleted = None);
-        self.insert(fingerprint, value);
+        self.insert(key, value);
         dispatch!(self, cache => cache.residents.last_deleted.take().map(|entry| entry.value))
     }
 
     /// Replaces the value of a cached entry without counting an access; false when the entry
     /// is not cached.
-    pub fn set_value(&mut self, fingerprint: &Fingerprint, value: u64) -> bool {
-        dispatch!(self, cache => match cache.residents.find(fingerprint) {
+    pub fn set_value(&mut self, key: &K, value: u64) -> bool {
+        dispatch!(self, cache => match cache.residents.find(key) {
             Some(index) => {
                 cache.residents.slab.item_mut(index).value = value;
                 true
@@ -237,11 +270,11 @@ impl Cache {
         })
     }
 
-    /// Starts loading the memory a lookup of `fingerprint` reads first (its slot-table line)
+    /// Starts loading the memory a lookup of `key` reads first (its slot-table line)
     /// into the processor's caches; changes nothing ([`warm`](crate::index::warm)).
     #[inline]
-    pub fn warm(&self, fingerprint: &Fingerprint) {
-        dispatch!(self, cache => cache.residents.table.warm(fingerprint.prefix_u64()))
+    pub fn warm(&self, key: &K) {
+        dispatch!(self, cache => cache.residents.table.warm(key.prefix_u64()))
     }
 
     /// The policy of this cache.
@@ -254,24 +287,24 @@ impl Cache {
     }
 }
 
-impl EntryCache for Cache {
+impl<K: CacheKey> EntryCache<K> for Cache<K> {
     #[inline]
-    fn get(&mut self, fingerprint: &Fingerprint) -> Option<u64> {
-        dispatch!(self, cache => cache.get(fingerprint))
-    }
-    #[inline]
-    fn peek(&self, fingerprint: &Fingerprint) -> Option<u64> {
-        dispatch!(self, cache => cache.peek(fingerprint))
+    fn get(&mut self, key: &K) -> Option<u64> {
+        dispatch!(self, cache => cache.get(key))
     }
     #[inline]
-    fn insert(&mut self, fingerprint: &Fingerprint, value: u64) {
-        dispatch!(self, cache => cache.insert(fingerprint, value))
+    fn peek(&self, key: &K) -> Option<u64> {
+        dispatch!(self, cache => cache.peek(key))
     }
-    fn prefetch(&mut self, fingerprint: &Fingerprint, value: u64) {
-        dispatch!(self, cache => cache.prefetch(fingerprint, value))
+    #[inline]
+    fn insert(&mut self, key: &K, value: u64) {
+        dispatch!(self, cache => cache.insert(key, value))
     }
-    fn remove(&mut self, fingerprint: &Fingerprint) -> Option<u64> {
-        dispatch!(self, cache => cache.remove(fingerprint))
+    fn prefetch(&mut self, key: &K, value: u64) {
+        dispatch!(self, cache => cache.prefetch(key, value))
+    }
+    fn remove(&mut self, key: &K) -> Option<u64> {
+        dispatch!(self, cache => cache.remove(key))
     }
     fn len(&self) -> usize {
         dispatch!(self, cache => cache.len())
@@ -289,8 +322,8 @@ impl EntryCache for Cache {
 
 /// A cached entry. `state` belongs to the policy (list membership, flags, frequency group).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Resident {
-    pub(crate) fingerprint: Fingerprint,
+pub(crate) struct Resident<K> {
+    pub(crate) key: K,
     pub(crate) value: u64,
     pub(crate) state: u32,
 }
@@ -298,14 +331,14 @@ pub(crate) struct Resident {
 /// The resident entries of a cache: a slab of linked nodes and a table finding them by
 /// fingerprint. Policies thread their lists through the slab.
 #[derive(Debug)]
-pub(crate) struct Residents {
-    pub(crate) slab: Slab<Resident>,
+pub(crate) struct Residents<K> {
+    pub(crate) slab: Slab<Resident<K>>,
     table: SlotTable,
     /// The entry most recently deleted, so [`Cache::insert_evicting`] can report evictions.
-    last_deleted: Option<Resident>,
+    last_deleted: Option<Resident<K>>,
 }
 
-impl Residents {
+impl<K: CacheKey> Residents<K> {
     pub(crate) fn new(entries: usize) -> Self {
         Residents {
             slab: Slab::with_capacity(entries),
@@ -315,7 +348,7 @@ impl Residents {
     }
 
     pub(crate) const fn memory_bytes_for(entries: usize) -> usize {
-        Slab::<Resident>::bytes_for(entries) + SlotTable::bytes_for(entries)
+        Slab::<Resident<K>>::bytes_for(entries) + SlotTable::bytes_for(entries)
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {
@@ -327,27 +360,26 @@ impl Residents {
     }
 
     #[inline]
-    pub(crate) fn find(&self, fingerprint: &Fingerprint) -> Option<u32> {
-        self.table.find(fingerprint.prefix_u64(), |index| {
-            self.slab.item(index).fingerprint == *fingerprint
-        })
+    pub(crate) fn find(&self, key: &K) -> Option<u32> {
+        self.table
+            .find(key.prefix_u64(), |index| self.slab.item(index).key == *key)
     }
 
     /// Adds an absent entry (unlinked) and returns its node.
-    pub(crate) fn add(&mut self, fingerprint: &Fingerprint, value: u64, state: u32) -> u32 {
+    pub(crate) fn add(&mut self, key: &K, value: u64, state: u32) -> u32 {
         let index = self.slab.allocate(Resident {
-            fingerprint: *fingerprint,
+            key: *key,
             value,
             state,
         });
-        self.table.insert(fingerprint.prefix_u64(), index);
+        self.table.insert(key.prefix_u64(), index);
         index
     }
 
     /// Deletes node `index`, already unlinked from its list; returns the entry.
-    pub(crate) fn delete(&mut self, index: u32) -> Resident {
+    pub(crate) fn delete(&mut self, index: u32) -> Resident<K> {
         let entry = *self.slab.item(index);
-        self.table.remove(entry.fingerprint.prefix_u64(), index);
+        self.table.remove(entry.key.prefix_u64(), index);
         self.slab.release(index);
         self.last_deleted = Some(entry);
         entry

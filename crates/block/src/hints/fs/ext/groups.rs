@@ -2,7 +2,8 @@
 //! descriptor blocks (classic or `meta_bg`), reserved descriptor blocks, bitmaps, inode tables.
 
 use super::superblock::ExtSuperblock;
-use crate::hints::fs::map::{MapBuilder, MetadataKind};
+use crate::hints::fs::builder::MapBuilder;
+use crate::hints::fs::layout::MetadataKind;
 use crate::hints::fs::{read_at, FsMetaError, ReadAt};
 use onecopy_core::bytes::le32;
 

@@ -3,7 +3,8 @@
 
 use super::groups::GroupDescriptor;
 use super::superblock::ExtSuperblock;
-use crate::hints::fs::map::{JournalPlacement, MapBuilder, MetadataKind};
+use crate::hints::fs::builder::MapBuilder;
+use crate::hints::fs::layout::{JournalPlacement, MetadataKind};
 use crate::hints::fs::{read_at, FsMetaError, ReadAt};
 use onecopy_core::bytes::{le16, le32};
 

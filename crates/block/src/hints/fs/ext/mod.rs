@@ -5,8 +5,10 @@ pub(crate) mod groups;
 pub(crate) mod journal;
 pub(crate) mod superblock;
 
-use super::detect::{FileSystemKind, LayoutFields, LayoutKey};
-use super::map::{ClassifyBounds, JournalPlacement, MapBuilder, MetadataKind, MetadataMap};
+use super::builder::MapBuilder;
+use super::detect::{LayoutFields, LayoutKey};
+use super::layout::{ClassifyBounds, FileSystemKind, JournalPlacement, MetadataKind};
+use super::map::MetadataMap;
 use super::{FsMetaError, ReadAt};
 use superblock::ExtSuperblock;
 

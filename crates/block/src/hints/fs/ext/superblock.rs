@@ -5,7 +5,7 @@
 //! *group descriptor* records where a group's bitmaps and inode table are; a *meta group* is
 //! the set of groups whose descriptors share one descriptor block (`meta_bg` feature).
 
-use crate::hints::fs::detect::FileSystemKind;
+use crate::hints::fs::layout::FileSystemKind;
 use crate::hints::fs::FsMetaError;
 use onecopy_core::bytes::{le16, le32, le64};
 

@@ -1,4 +1,4 @@
-//! Journal records of the block device.
+//! The changes a block-device request makes ([`BlockChange`]), and their journal records.
 //!
 //! One record per request (or background step) holds every change it made, so a request is
 //! replayed entirely or not at all: its chunk changes and the map updates that reference them
@@ -13,12 +13,31 @@
 
 use std::ops::Range;
 
+use crate::error::Result;
 use onecopy_core::bytes::{u32_at, u64_at, ByteReader};
 use onecopy_core::chunk_store::{ChunkChange, ChunkId};
-use onecopy_core::journal::{RecordTag, TAG_BYTES};
-use onecopy_core::{Error, Result};
+use onecopy_core::journal::{RecordTag, RECORD_BYTES_MAX, TAG_BYTES};
+use onecopy_core::Error;
 
 use crate::volume::{VolumeId, VolumeRecord};
+
+/// Bytes of the record header: the change count.
+const COUNT_BYTES: usize = 4;
+/// Bytes of an encoded map update: tag, volume, block, chunk id.
+const MAP_UPDATE_BYTES: usize = 1 + 4 + 8 + 8;
+/// Bytes of an encoded chunk release: tag, the chunk change's own tag, chunk id.
+const CHUNK_RELEASE_BYTES: usize = 1 + 1 + 8;
+/// Most blocks an operation that releases many (a trim or write-zeroes, a volume's deletion
+/// or shrink) changes per journal record: it journals every this many, which bounds the
+/// record's size and the memory its changes take.
+pub const RECORD_RELEASED_BLOCKS_MAX: u64 = 1 << 16;
+
+// A block released is a map update and the release of its old chunk; that many fit in a
+// record.
+const _: () = assert!(
+    COUNT_BYTES + RECORD_RELEASED_BLOCKS_MAX as usize * (MAP_UPDATE_BYTES + CHUNK_RELEASE_BYTES)
+        <= RECORD_BYTES_MAX
+);
 
 /// One change made by a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,7 +132,7 @@ pub fn decode(payload: &[u8]) -> Result<Vec<BlockChange>> {
     let count = reader.u32().ok_or_else(malformed)? as usize;
     // Each change takes at least 5 bytes, which bounds the allocation for corrupt counts.
     if count > payload.len() / 5 {
-        return Err(malformed());
+        return Err(malformed().into());
     }
     let mut changes = Vec::with_capacity(count);
     for _ in 0..count {
@@ -133,11 +152,11 @@ pub fn decode(payload: &[u8]) -> Result<Vec<BlockChange>> {
             3 => changes.push(BlockChange::VolumeRemoved(
                 reader.u32().ok_or_else(malformed)?,
             )),
-            _ => return Err(malformed()),
+            _ => return Err(malformed().into()),
         }
     }
     if !reader.is_empty() {
-        return Err(malformed());
+        return Err(malformed().into());
     }
     Ok(changes)
 }
@@ -145,6 +164,25 @@ pub fn decode(payload: &[u8]) -> Result<Vec<BlockChange>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Goal: the sizes that bound a record of released blocks are those of the encoding.
+    /// Method: encode one map update and one chunk release.
+    #[test]
+    fn released_block_sizes_match_the_encoding() {
+        let mut payload = Vec::new();
+        encode(&[], &mut payload);
+        assert_eq!(payload.len(), COUNT_BYTES);
+        let map = BlockChange::Map {
+            volume: 1,
+            block: 2,
+            chunk: 0,
+        };
+        encode(&[map], &mut payload);
+        assert_eq!(payload.len(), COUNT_BYTES + MAP_UPDATE_BYTES);
+        let release = BlockChange::Chunk(ChunkChange::Released { id: 3 });
+        encode(&[release], &mut payload);
+        assert_eq!(payload.len(), COUNT_BYTES + CHUNK_RELEASE_BYTES);
+    }
 
     /// Goal: records round-trip, and truncated or padded payloads are rejected.
     #[test]
