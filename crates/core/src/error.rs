@@ -41,12 +41,13 @@ pub enum Error {
     Limit(String),
     /// The embedded catalog (redb) reported an error, or refused an operation (`source` is
     /// then `None`): a write on a catalog opened read-only, a schema newer than this build.
-    #[error("catalog: {}", catalog_message(.context, .source.as_ref()))]
+    #[error("catalog: {}", catalog_message(.context, .source.as_deref()))]
     Catalog {
         /// What was being done; empty when redb's message says it all.
         context: String,
+        /// Boxed: redb's error is large, and every result of the engine carries this type.
         #[source]
-        source: Option<redb::Error>,
+        source: Option<Box<redb::Error>>,
     },
     /// Another process holds the lock of a face of the repository.
     #[error(
@@ -85,7 +86,7 @@ impl Error {
     pub fn catalog(context: impl Into<String>, source: impl Into<redb::Error>) -> Self {
         Error::Catalog {
             context: context.into(),
-            source: Some(source.into()),
+            source: Some(Box::new(source.into())),
         }
     }
 

@@ -4,7 +4,7 @@
 others, names A. A module naming its own parent or ancestors is not counted: a parent owns
 its children, and children reach shared items through it.
 
-Usage: scripts/import-cycles.py CRATE_SRC_DIR...
+Usage: scripts/import-circles.py CRATE_SRC_DIR...
 
 Prints each circle with the imports that close it and exits with status 1 when there is one.
 Test modules (`#[cfg(test)] mod tests` and everything after it) and comments are skipped.
