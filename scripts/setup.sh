@@ -10,7 +10,7 @@ packages=(
   libnbd-bin      # nbdcopy, nbdinfo, nbdfuse
   nbdkit          # plain NBD server: the benchmark baseline
   fio             # load generator with an nbd engine
-  fuse3           # fusermount3, for nbdfuse
+  fuse3           # fusermount3: for nbdfuse and for `onecopy mount` (the fs face, fuser without libfuse)
   e2fsprogs       # mkfs.ext4, mke2fs -d, e2fsck, debugfs
   xfsprogs        # mkfs.xfs, for the xfs log hint
   util-linux      # losetup, mount
