@@ -55,6 +55,10 @@ pub struct PlannedFile {
     /// False when the file already is chunked this way with nothing plain: it only changes
     /// rank queue.
     pub rechunk: bool,
+    /// The file's data version when planned: a file written since is skipped (it is rank 0
+    /// again).
+    #[serde(skip)]
+    pub version: u64,
 }
 
 /// What a deduplication run will do.
@@ -131,6 +135,7 @@ pub fn plan_at(engine: &FsEngine, fs: FsId, now_ns: i64) -> Result<DedupPlan> {
             bytes,
             plain_bytes,
             rechunk,
+            version: system.version(decision.ino),
         });
     }
     plan.files_left_rank_0 = system.queues[0].len() as u64
@@ -284,6 +289,9 @@ fn dedup_file(
             engine.config().fingerprint,
         )
     };
+    if version != file.version {
+        return Ok(false);
+    }
     if file.rechunk {
         let mut cutter = Cutter::new(
             file.chunking,

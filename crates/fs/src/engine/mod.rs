@@ -26,6 +26,7 @@
 //!    writes pages and the manifest; journals older than the previous checkpoint's are
 //!    removed after it, retired containers two checkpoints later.
 
+mod check;
 mod data;
 mod namespace;
 mod recovery;
@@ -50,12 +51,13 @@ use crate::changes::{self, FileSystemRecord, FsChange, FsId};
 use crate::error::{FsError, Result};
 use crate::node::{Ino, Inode, Kind, Rank};
 
+pub use check::FACE_NAME;
 pub(crate) use data::map_data;
 pub use data::SeekWhence;
 pub(crate) use namespace::update_inode;
 pub use namespace::{AttributeChanges, Caller, NewNode, NodeInfo, TimeChange, NAME_BYTES_MAX};
 pub use recovery::OpenMode;
-pub use stats::{FaceStats, FileRank, FsStats, RankStats};
+pub use stats::{ExtentPlace, FaceStats, FileRank, FsStats, RankStats};
 
 pub(crate) const META_DIRECTORY: &str = "meta";
 const CONFIG_FILE: &str = "config.json";

@@ -51,6 +51,19 @@ pub struct FsStats {
     pub face: FaceStats,
 }
 
+/// Where one extent of a file lies ([`FsEngine::file_layout`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ExtentPlace {
+    pub offset: u64,
+    pub length: u64,
+    pub chunk: u64,
+    pub container: u64,
+    pub container_offset: u64,
+    /// The chunk's reference count.
+    pub references: u32,
+    pub plain: bool,
+}
+
 /// One file in `onecopy fs ranks`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FileRank {
@@ -125,6 +138,34 @@ impl FsEngine {
             container_bytes,
         };
         Ok(stats)
+    }
+
+    /// Where each extent of file `ino` lies: file offset, length, container and offset in
+    /// it (for tests and the lab's layout measurements).
+    pub fn file_layout(&self, fs: FsId, ino: u64) -> Result<Vec<ExtentPlace>> {
+        let mut state = self.state.lock();
+        let state = &mut *state;
+        let extents: Vec<(u64, crate::node::Extent)> = state
+            .system(fs)?
+            .inode(ino)?
+            .extents
+            .iter()
+            .map(|(offset, extent)| (*offset, *extent))
+            .collect();
+        let mut places = Vec::with_capacity(extents.len());
+        for (offset, extent) in extents {
+            let record = state.chunks.record(&mut state.pages, extent.chunk)?;
+            places.push(ExtentPlace {
+                offset,
+                length: extent.length as u64,
+                chunk: extent.chunk,
+                container: record.location.container,
+                container_offset: record.location.offset as u64,
+                references: record.references,
+                plain: extent.plain,
+            });
+        }
+        Ok(places)
     }
 
     /// Inodes of file system `fs` (for `statfs`).

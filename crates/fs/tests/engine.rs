@@ -1,0 +1,225 @@
+//! The engine without FUSE: map replication and reference counts, rank-1 layout, recovery.
+
+use std::sync::Arc;
+
+use onecopy_core::check::CheckOptions;
+use onecopy_core::repository::Repository;
+use onecopy_core::storage::Storage;
+use onecopy_fs::dedup::{self, Yield};
+use onecopy_fs::engine::{Caller, NewNode};
+use onecopy_fs::node::{Chunking, Kind, ROOT};
+use onecopy_fs::{FsEngine, FsId, FsOptions, OpenMode, RuntimeOptions};
+
+const ROOT_CALLER: Caller = Caller { uid: 0, gid: 0 };
+
+fn bytes(seed: u64, length: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..length)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+/// Options that rank every file at once: no evaluation interval or count.
+fn eager() -> FsOptions {
+    FsOptions {
+        min_evaluation_interval_seconds: 0,
+        min_evaluation_count: 0,
+        idle_seconds: 0,
+        ..FsOptions::default()
+    }
+}
+
+fn open(storage: &Arc<dyn Storage>) -> Arc<FsEngine> {
+    FsEngine::open(
+        Arc::clone(storage),
+        RuntimeOptions::default(),
+        OpenMode::ReadWrite,
+    )
+    .unwrap()
+}
+
+fn file(engine: &FsEngine, fs: FsId, name: &str, data: &[u8]) -> u64 {
+    let node = NewNode {
+        kind: Kind::File,
+        mode: 0o644,
+        rdev: 0,
+        target: Vec::new(),
+    };
+    let info = engine
+        .create_node(fs, ROOT, name.as_bytes(), node, ROOT_CALLER)
+        .unwrap();
+    for (index, piece) in data.chunks(1 << 20).enumerate() {
+        engine
+            .write(fs, info.ino, (index as u64) << 20, piece)
+            .unwrap();
+    }
+    info.ino
+}
+
+fn contents(engine: &FsEngine, fs: FsId, ino: u64) -> Vec<u8> {
+    let size = engine.getattr(fs, ino).unwrap().attributes.size;
+    let mut out = Vec::new();
+    while (out.len() as u64) < size {
+        out.extend(engine.read(fs, ino, out.len() as u64, 1 << 20).unwrap());
+    }
+    out
+}
+
+fn assert_clean(engine: &FsEngine) {
+    let report = engine
+        .check(CheckOptions {
+            repair: false,
+            read_data: true,
+        })
+        .unwrap();
+    assert!(report.findings.is_empty(), "{:#?}", report.findings);
+}
+
+/// Goal: after deduplication two identical files share chunks; a write into one splits its
+/// map without changing the shared chunk, reference counts stay right, and deleting the
+/// other leaves it readable. Method: engine calls, `check` after each step.
+#[test]
+fn map_replication_keeps_shared_chunks_and_counts() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let storage = repository.face_storage("fs").unwrap();
+    let engine = open(&storage);
+    let fs = engine
+        .create_file_system("data", eager(), ROOT_CALLER)
+        .unwrap();
+    let original = bytes(1, 600_000);
+    let a = file(&engine, fs, "a", &original);
+    let b = file(&engine, fs, "b", &original);
+    let before = engine.stats(fs).unwrap();
+    assert_eq!(before.pending_bytes, 1_200_000);
+    let plan = dedup::plan(&engine, fs).unwrap();
+    assert_eq!(plan.files.len(), 2, "{plan:?}");
+    assert!(plan
+        .files
+        .iter()
+        .all(|file| file.chunking == Chunking::Small));
+    let report = dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+    assert_eq!(report.files_deduplicated, 2);
+    let after = engine.stats(fs).unwrap();
+    assert_eq!(after.pending_bytes, 0);
+    assert!(
+        after.stored_bytes < 620_000,
+        "the copy shares the original's chunks: {after:?}"
+    );
+    assert_clean(&engine);
+
+    // A write into the middle of a shared chunk of b.
+    engine.write(fs, b, 10_000, b"changed").unwrap();
+    let mut expected_b = original.clone();
+    expected_b[10_000..10_007].copy_from_slice(b"changed");
+    assert_eq!(contents(&engine, fs, a), original);
+    assert_eq!(contents(&engine, fs, b), expected_b);
+    let layout = engine.file_layout(fs, b).unwrap();
+    let split: Vec<_> = layout
+        .iter()
+        .filter(|place| place.offset >= 8192 && place.offset < 12_288)
+        .collect();
+    assert_eq!(
+        split.len(),
+        3,
+        "the chunk's map is split in three: {layout:?}"
+    );
+    assert!(split[1].plain);
+    assert_eq!(split[0].chunk, split[2].chunk);
+    assert_eq!(split[0].references, 3, "a's extent and b's two pieces");
+    assert_clean(&engine);
+
+    engine.remove(fs, ROOT, b"a", false).unwrap();
+    assert_eq!(contents(&engine, fs, b), expected_b);
+    assert_clean(&engine);
+    // Everything survives a reopen (journal replay after a flush, no checkpoint).
+    engine.flush().unwrap();
+    drop(engine);
+    let engine = open(&storage);
+    assert_eq!(contents(&engine, fs, b), expected_b);
+    assert_clean(&engine);
+}
+
+/// Goal: a file read sequentially becomes rank 1, gets big chunks written contiguously in
+/// file order, and reads the same; a file read randomly becomes rank 2 with small chunks.
+/// Method: reads through the engine (the I/O monitor), then a deduplication run.
+#[test]
+fn sequential_files_get_contiguous_big_chunks() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let engine = open(&repository.face_storage("fs").unwrap());
+    let options = FsOptions {
+        min_evaluation_count: 4,
+        ..eager()
+    };
+    let fs = engine
+        .create_file_system("seq", options, ROOT_CALLER)
+        .unwrap();
+    let data = bytes(2, 3 << 20);
+    let sequential = file(&engine, fs, "sequential", &data);
+    let random = file(&engine, fs, "random", &bytes(3, 1 << 20));
+    for offset in (0..(3u64 << 20)).step_by(256 << 10) {
+        engine.read(fs, sequential, offset, 256 << 10).unwrap();
+    }
+    for offset in [900_000u64, 5, 400_000, 77_777, 12] {
+        engine.read(fs, random, offset, 4096).unwrap();
+    }
+    let plan = dedup::plan(&engine, fs).unwrap();
+    let ranks: Vec<(u64, u8)> = plan
+        .files
+        .iter()
+        .map(|file| (file.ino, file.rank))
+        .collect();
+    assert!(ranks.contains(&(sequential, 1)), "{plan:?}");
+    assert!(ranks.contains(&(random, 2)), "{plan:?}");
+    dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+    let layout = engine.file_layout(fs, sequential).unwrap();
+    assert_eq!(layout.len(), 12, "3 MiB in 256 KiB chunks: {layout:?}");
+    for pair in layout.windows(2) {
+        assert_eq!(pair[0].length, 256 << 10);
+        let contiguous = pair[0].container == pair[1].container
+            && pair[1].container_offset > pair[0].container_offset;
+        let next_container = pair[1].container == pair[0].container + 1;
+        assert!(contiguous || next_container, "file order on disk: {pair:?}");
+    }
+    let ranks = engine.ranks(fs).unwrap();
+    let rank_of = |ino| ranks.iter().find(|file| file.ino == ino).unwrap().clone();
+    assert_eq!(rank_of(sequential).chunking, Some(Chunking::Big));
+    assert_eq!(
+        rank_of(sequential).sequential_reads,
+        0,
+        "counters reset when ranked"
+    );
+    assert_eq!(rank_of(random).chunking, Some(Chunking::Small));
+    assert_eq!(contents(&engine, fs, sequential), data);
+    assert_clean(&engine);
+}
+
+/// Goal: a write to a file while it is deduplicated stops that file's deduplication and
+/// loses nothing. Method: plan, write, execute the stale plan.
+#[test]
+fn write_during_dedup_wins() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let engine = open(&repository.face_storage("fs").unwrap());
+    let fs = engine
+        .create_file_system("race", eager(), ROOT_CALLER)
+        .unwrap();
+    let data = bytes(4, 100_000);
+    let ino = file(&engine, fs, "f", &data);
+    let plan = dedup::plan(&engine, fs).unwrap();
+    engine.write(fs, ino, 50, b"new").unwrap();
+    // The plan still names the file, which was written since: the run skips it.
+    let report = dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+    let mut expected = data;
+    expected[50..53].copy_from_slice(b"new");
+    assert_eq!(contents(&engine, fs, ino), expected);
+    assert_eq!((report.files_deduplicated, report.files_skipped), (0, 1));
+    assert_eq!(engine.stats(fs).unwrap().pending_bytes, 100_000);
+    assert_clean(&engine);
+}
