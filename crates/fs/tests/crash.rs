@@ -68,9 +68,12 @@ fn assert_checks_clean(engine: &FsEngine, context: &str) {
     assert!(problems.is_empty(), "{context}: {problems:#?}");
 }
 
+/// Files by name with their contents: the reference model.
+type Model = Vec<(&'static str, Vec<u8>)>;
+
 /// The files of the deduplication crash test: two copies of one file and one that shares
 /// part of it, all written and synced, not yet deduplicated.
-fn dedup_setup(storage: &SimulatedStorage) -> (Arc<FsEngine>, FsId, Vec<(&'static str, Vec<u8>)>) {
+fn dedup_setup(storage: &SimulatedStorage) -> (Arc<FsEngine>, FsId, Model) {
     let engine = open(storage).unwrap();
     let options = FsOptions {
         min_evaluation_interval_seconds: 0,
