@@ -1,0 +1,331 @@
+//! The file system face through the `onecopy` binary: mount in the background, commands
+//! while mounted, real programs on the mount (git, tar), kill -9 after fsync, SIGTERM and
+//! `onecopy umount`.
+
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Fails (never skips) when FUSE cannot run here, saying what to install.
+fn require_fuse() {
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "this test mounts a FUSE file system: /dev/fuse is missing (load the fuse module, or \
+         pass --device /dev/fuse to the container)"
+    );
+    let found = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|directory| directory.join("fusermount3").exists())
+    });
+    assert!(
+        found,
+        "this test needs fusermount3: install the fuse3 package"
+    );
+}
+
+struct Setup {
+    _base: tempfile::TempDir,
+    repository: PathBuf,
+    mount_point: PathBuf,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        require_fuse();
+        let base = tempfile::tempdir().unwrap();
+        let repository = base.path().join("repository");
+        let mount_point = base.path().join("mnt");
+        std::fs::create_dir(&mount_point).unwrap();
+        let setup = Setup {
+            _base: base,
+            repository,
+            mount_point,
+        };
+        setup.ok(&["init"]);
+        setup
+    }
+
+    fn run(&self, arguments: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_onecopy"))
+            .arg("--repo")
+            .arg(&self.repository)
+            .args(arguments)
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, arguments: &[&str]) -> String {
+        let output = self.run(arguments);
+        assert!(
+            output.status.success(),
+            "onecopy {arguments:?} failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    fn json(&self, arguments: &[&str]) -> Value {
+        serde_json::from_str(&self.ok(arguments)).unwrap()
+    }
+
+    fn mount(&self, name: &str) {
+        let mount_point = self.mount_point.to_str().unwrap();
+        self.ok(&["mount", name, mount_point]);
+    }
+
+    /// The pid of the process serving the mount, from the face's lock.
+    fn server_pid(&self) -> i32 {
+        let holder = std::fs::read_to_string(self.repository.join("fs/lock")).unwrap();
+        holder
+            .strip_prefix("pid ")
+            .and_then(|rest| rest.split(':').next())
+            .and_then(|pid| pid.parse().ok())
+            .unwrap_or_else(|| panic!("lock holder {holder:?}"))
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for the process.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+fn wait_gone(pid: i32, within: Duration) {
+    let started = Instant::now();
+    while alive(pid) {
+        // Reap it if it is our child (it is not: the mount command's child was re-parented).
+        assert!(
+            started.elapsed() < within,
+            "process {pid} still runs after {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn is_mounted(path: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let path = path.to_str().unwrap();
+    mounts
+        .lines()
+        .any(|line| line.split(' ').nth(1) == Some(path))
+}
+
+fn git(directory: &Path, arguments: &[&str]) {
+    let output = Command::new("git")
+        .current_dir(directory)
+        .args(arguments)
+        .output()
+        .expect("git is installed");
+    assert!(
+        output.status.success(),
+        "git {arguments:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Goal: the commands of the issue work while mounted, answered by the mounting process
+/// (list shows the mount, stats and ranks see live I/O, dedup plans and executes, config
+/// changes options, delete of the mounted file system is refused), and `umount` ends the
+/// serving process. Method: the binary, its JSON output.
+#[test]
+fn commands_work_while_mounted() {
+    let setup = Setup::new();
+    setup.ok(&[
+        "fs",
+        "create",
+        "data",
+        "--min-evaluation-interval",
+        "0",
+        "--idle",
+        "0",
+    ]);
+    setup.mount("data");
+    let mounted = &setup.mount_point;
+    let payload: Vec<u8> = (0..3u32 << 20).map(|i| (i / 4096) as u8).collect();
+    std::fs::write(mounted.join("one"), &payload).unwrap();
+    std::fs::write(mounted.join("two"), &payload).unwrap();
+
+    let list = setup.json(&["fs", "list", "--json"]);
+    assert_eq!(list[0]["name"], "data");
+    assert_eq!(
+        list[0]["mount_point"],
+        mounted.canonicalize().unwrap().to_str().unwrap()
+    );
+    let stats = setup.json(&["fs", "stats", "data", "--json"]);
+    assert_eq!(stats["files"], 2);
+    assert_eq!(stats["logical_bytes"], 6 << 20);
+    assert_eq!(stats["pending_bytes"], 6 << 20);
+    assert_eq!(stats["ranks"][0]["files"], 2);
+
+    // Not read enough yet (MIN_EVALUATION_CNT is 100): nothing to do.
+    let plan = setup.json(&["fs", "dedup", "data", "--dry-run", "--json"]);
+    assert_eq!(plan["plan"]["files"].as_array().unwrap().len(), 0, "{plan}");
+    setup.ok(&["fs", "config", "data", "--min-evaluation-count", "0"]);
+    let plan = setup.json(&["fs", "dedup", "data", "--dry-run", "--json"]);
+    assert_eq!(plan["plan"]["files"].as_array().unwrap().len(), 2, "{plan}");
+    assert!(plan["report"].is_null());
+    let run = setup.json(&["fs", "dedup", "data", "--json"]);
+    assert_eq!(run["report"]["files_deduplicated"], 2, "{run}");
+    let stats = setup.json(&["fs", "stats", "data", "--json"]);
+    assert_eq!(stats["pending_bytes"], 0);
+    assert!(
+        stats["stored_bytes"].as_u64().unwrap() < (1 << 20),
+        "repeated blocks and the copy deduplicate: {stats}"
+    );
+    assert_eq!(std::fs::read(mounted.join("two")).unwrap(), payload);
+    let ranks = setup.json(&["fs", "ranks", "data", "--json"]);
+    assert_eq!(ranks.as_array().unwrap().len(), 2);
+    assert!(
+        ranks[1]["sequential_reads"].as_u64().unwrap() > 0,
+        "{ranks}"
+    );
+
+    let refused = setup.run(&["fs", "delete", "data"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("unmount it first"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let pid = setup.server_pid();
+    setup.ok(&["umount", mounted.to_str().unwrap()]);
+    assert!(!is_mounted(&mounted.canonicalize().unwrap()));
+    wait_gone(pid, Duration::from_secs(10));
+    // Without a mount the commands open the face themselves.
+    let stats = setup.json(&["fs", "stats", "data", "--json"]);
+    assert_eq!(stats["files"], 2);
+    setup.ok(&["fs", "delete", "data"]);
+    assert_eq!(setup.json(&["fs", "list", "--json"]), serde_json::json!([]));
+}
+
+/// Goal: real programs work on the mount: `git clone` of a local repository then `git fsck`,
+/// and `tar x` of a real source tree that compares equal with `diff -r`. Method: the binary
+/// mounts; git, tar and diff run on the mount.
+#[test]
+fn git_and_tar_on_the_mount() {
+    let setup = Setup::new();
+    setup.ok(&["fs", "create", "work"]);
+    setup.mount("work");
+    let mounted = setup.mount_point.canonicalize().unwrap();
+    // A small repository with history, made here.
+    let origin = setup._base.path().join("origin");
+    std::fs::create_dir(&origin).unwrap();
+    git(&origin, &["init", "-q"]);
+    for round in 0..5 {
+        for file in 0..20 {
+            let mut content = format!("round {round} file {file}\n").repeat(200 + file);
+            content.push_str(&"x".repeat(round * 1000));
+            std::fs::write(origin.join(format!("f{file}.txt")), content).unwrap();
+        }
+        git(&origin, &["add", "."]);
+        git(
+            &origin,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-q",
+                "-m",
+                "round",
+            ],
+        );
+    }
+    let origin_url = format!("file://{}", origin.display());
+    git(&mounted, &["clone", "-q", &origin_url, "clone"]);
+    git(&mounted.join("clone"), &["fsck", "--full", "--strict"]);
+    git(&mounted.join("clone"), &["gc", "-q"]);
+    git(&mounted.join("clone"), &["fsck", "--full"]);
+
+    // tar x of this crate's source tree, compared with the original.
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core");
+    let tar = Command::new("tar")
+        .arg("-C")
+        .arg(&source)
+        .args(["-cf", "-", "."])
+        .output()
+        .unwrap();
+    assert!(tar.status.success());
+    std::fs::create_dir(mounted.join("core")).unwrap();
+    let mut untar = Command::new("tar")
+        .arg("-C")
+        .arg(mounted.join("core"))
+        .args(["-xf", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    untar.stdin.take().unwrap().write_all(&tar.stdout).unwrap();
+    assert!(untar.wait().unwrap().success());
+    let diff = Command::new("diff")
+        .arg("-r")
+        .arg(&source)
+        .arg(mounted.join("core"))
+        .output()
+        .unwrap();
+    assert!(
+        diff.status.success(),
+        "{}",
+        String::from_utf8_lossy(&diff.stdout)
+    );
+    let pid = setup.server_pid();
+    setup.ok(&["umount", mounted.to_str().unwrap()]);
+    wait_gone(pid, Duration::from_secs(10));
+}
+
+/// Goal: what fsync acknowledged survives kill -9 of the mounting process, and the file
+/// system mounts again; SIGTERM unmounts cleanly. Method: write and fsync through the
+/// mount, kill -9 the server, clear the dead mount, mount again and read; then SIGTERM.
+#[test]
+fn fsync_survives_kill_9_and_sigterm_unmounts() {
+    let setup = Setup::new();
+    setup.ok(&["fs", "create", "crash"]);
+    setup.mount("crash");
+    let mounted = setup.mount_point.canonicalize().unwrap();
+    let synced: Vec<u8> = (0..2_500_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let file = std::fs::File::create(mounted.join("synced")).unwrap();
+    file.write_all_at(&synced, 0).unwrap();
+    file.write_all_at(b"patch", 1_000_000).unwrap();
+    file.sync_all().unwrap();
+    drop(file);
+    std::fs::create_dir(mounted.join("directory")).unwrap();
+    std::fs::write(mounted.join("directory/small"), b"small").unwrap();
+    std::fs::File::open(mounted.join("directory/small"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+    let pid = setup.server_pid();
+    // SAFETY: kill sends a signal.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    wait_gone(pid, Duration::from_secs(10));
+    let cleared = Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mounted)
+        .status()
+        .unwrap();
+    assert!(cleared.success(), "the dead mount is cleared");
+
+    setup.mount("crash");
+    let mut expected = synced;
+    expected[1_000_000..1_000_005].copy_from_slice(b"patch");
+    assert!(std::fs::read(mounted.join("synced")).unwrap() == expected);
+    assert_eq!(
+        std::fs::read(mounted.join("directory/small")).unwrap(),
+        b"small"
+    );
+    let check = setup.json(&["fs", "stats", "crash", "--json"]);
+    assert_eq!(check["files"], 2);
+
+    let pid = setup.server_pid();
+    // SAFETY: kill sends a signal.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    wait_gone(pid, Duration::from_secs(10));
+    assert!(!is_mounted(&mounted), "SIGTERM unmounted");
+    // A clean end: the next open replays nothing and the data is there.
+    setup.mount("crash");
+    assert!(std::fs::read(mounted.join("synced")).unwrap() == expected);
+    setup.ok(&["umount", mounted.to_str().unwrap()]);
+}
