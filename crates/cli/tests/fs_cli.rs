@@ -183,6 +183,17 @@ fn commands_work_while_mounted() {
         "{ranks}"
     );
 
+    // `onecopy check` asks the mounting process for the face's report.
+    let check = setup.json(&["check", "--read-data", "--json"]);
+    let face = check["faces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|face| face["face"] == "fs")
+        .unwrap_or_else(|| panic!("the fs face is checked: {check}"));
+    assert_eq!(face["findings"], serde_json::json!([]), "{check}");
+    assert!(face["checked"]["chunks"].as_u64().unwrap() > 0, "{check}");
+
     let refused = setup.run(&["fs", "delete", "data"]);
     assert!(!refused.status.success());
     assert!(
@@ -197,6 +208,7 @@ fn commands_work_while_mounted() {
     // Without a mount the commands open the face themselves.
     let stats = setup.json(&["fs", "stats", "data", "--json"]);
     assert_eq!(stats["files"], 2);
+    setup.ok(&["check", "--read-data"]);
     setup.ok(&["fs", "delete", "data"]);
     assert_eq!(setup.json(&["fs", "list", "--json"]), serde_json::json!([]));
 }
@@ -328,4 +340,55 @@ fn fsync_survives_kill_9_and_sigterm_unmounts() {
     setup.mount("crash");
     assert!(std::fs::read(mounted.join("synced")).unwrap() == expected);
     setup.ok(&["umount", mounted.to_str().unwrap()]);
+}
+
+/// Goal: deduplication runs by itself once the file system has been idle for `--idle`
+/// seconds, and not while requests keep arriving. Method: a mount with --idle 1 and no
+/// evaluation thresholds; writes every 100 ms for 2 s leave the data pending, then an idle
+/// second deduplicates it.
+#[test]
+fn idle_file_system_deduplicates_by_itself() {
+    let setup = Setup::new();
+    setup.ok(&[
+        "fs",
+        "create",
+        "idle",
+        "--idle",
+        "1",
+        "--min-evaluation-interval",
+        "0",
+        "--min-evaluation-count",
+        "0",
+    ]);
+    setup.mount("idle");
+    let mounted = setup.mount_point.canonicalize().unwrap();
+    let started = Instant::now();
+    let mut round = 0u8;
+    while started.elapsed() < Duration::from_secs(2) {
+        std::fs::write(
+            mounted.join(format!("f{}", round % 4)),
+            vec![round + 1; 100_000],
+        )
+        .unwrap();
+        round = round.wrapping_add(1);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let busy = setup.json(&["fs", "stats", "idle", "--json"]);
+    assert!(busy["pending_bytes"].as_u64().unwrap() > 0, "{busy}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stats = setup.json(&["fs", "stats", "idle", "--json"]);
+        if stats["pending_bytes"] == 0 {
+            assert_eq!(stats["ranks"][0]["files"], 0, "{stats}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not deduplicated when idle: {stats}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let pid = setup.server_pid();
+    setup.ok(&["umount", mounted.to_str().unwrap()]);
+    wait_gone(pid, Duration::from_secs(10));
 }

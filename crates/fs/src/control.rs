@@ -57,6 +57,11 @@ pub enum Request {
         name: String,
         dry_run: bool,
     },
+    /// `onecopy check` of the face (a repair sets reference counts right, live).
+    Check {
+        repair: bool,
+        read_data: bool,
+    },
 }
 
 /// The answer to a [`Request`]: its JSON result, or the error's message.
@@ -134,6 +139,12 @@ pub fn execute(
                 Some(report)
             };
             serde_json::json!({ "plan": plan, "report": report })
+        }
+        Request::Check { repair, read_data } => {
+            json(&engine.check(onecopy_core::check::CheckOptions {
+                repair: *repair,
+                read_data: *read_data,
+            })?)
         }
     })
 }

@@ -48,6 +48,10 @@ pub fn run(cli: &Cli, args: &CheckArgs) -> anyhow::Result<u8> {
     if repository.path().join("backup").exists() {
         reports.push(crate::commands::backup::check_face(cli, options)?);
     }
+    let fs = repository.path().join("fs");
+    if fs.join("config.json").exists() || fs.join("meta").exists() {
+        reports.push(crate::commands::fs::check_face(cli, &repository, options)?);
+    }
     let status = reports
         .iter()
         .map(FaceReport::status)
@@ -220,6 +224,7 @@ fn face_name(face: &str) -> &str {
         "repository" => "repository files",
         "block" => "block device",
         "backup" => "backup store",
+        "fs" => "file systems",
         other => other,
     }
 }

@@ -6,6 +6,7 @@
 //! live state. Otherwise the command opens the face itself.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
+use onecopy_core::check::{CheckOptions, FaceReport, Finding, FindingKind};
 use onecopy_core::repository::{LockWait, Repository};
 use onecopy_core::units::{format_size, parse_size};
 use onecopy_fs::control::{self, Request};
@@ -367,6 +369,59 @@ fn print_dedup(value: &Value) {
     );
 }
 
+/// `onecopy check` of the file system face: in the mounting process when one has it (a
+/// repair there sets reference counts right on the live state), otherwise here (read-only
+/// without `--repair`). A face that does not open is reported as damage.
+pub fn check_face(
+    cli: &Cli,
+    repository: &Repository,
+    options: CheckOptions,
+) -> anyhow::Result<FaceReport> {
+    let request = Request::Check {
+        repair: options.repair,
+        read_data: options.read_data,
+    };
+    let lock = match repository.lock_face(FACE, "onecopy check") {
+        Ok(lock) => lock,
+        Err(onecopy_core::Error::Locked { .. }) => {
+            if let Some(value) = control::send(&repository.path().join(FACE), &request)? {
+                return Ok(serde_json::from_value(value)?);
+            }
+            repository.lock_face_waiting(FACE, "onecopy check", cli.lock_wait()?)?
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let mode = if options.repair {
+        OpenMode::ReadWrite
+    } else {
+        OpenMode::ReadOnly
+    };
+    let report = match FsEngine::open(
+        repository.face_storage(FACE)?,
+        RuntimeOptions::default(),
+        mode,
+    ) {
+        Ok(engine) => {
+            let report = engine.check(options)?;
+            if options.repair {
+                engine.shutdown()?;
+            }
+            report
+        }
+        Err(error) => {
+            let mut report = FaceReport::new(onecopy_fs::engine::FACE_NAME);
+            report.push(Finding::new(
+                FindingKind::Damage,
+                "fs",
+                format!("the file systems cannot be opened: {error}"),
+            ));
+            report
+        }
+    };
+    drop(lock);
+    Ok(report)
+}
+
 /// `onecopy mount`.
 pub fn mount(cli: &Cli, args: &MountArgs) -> anyhow::Result<()> {
     let options = MountOptions::parse(&args.options)?;
@@ -434,10 +489,12 @@ fn mount_in_background(cli: &Cli, args: &MountArgs) -> anyhow::Result<()> {
     mount::fuse_available()?;
     let repository = Repository::open(&cli.repository_path())?;
     let log_path = repository.path().join(FACE).join("mount.log");
-    std::fs::create_dir_all(repository.path().join(FACE))?;
+    // Creates the face's directory private (0700), as every repository directory is.
+    repository.face_storage(FACE)?;
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(&log_path)
         .with_context(|| format!("opening {}", log_path.display()))?;
     let mut command = std::process::Command::new(std::env::current_exe()?);
