@@ -476,9 +476,12 @@ impl FsEngine {
                         }
                     })?;
                 }
+                // Each parent loses the directory it gave and gains the one it got.
                 let moved = source_is_dir as i64 - target_is_dir as i64;
-                touch_directory(state, fs, parent, -moved)?;
-                if new_parent != parent {
+                if new_parent == parent {
+                    touch_directory(state, fs, parent, 0)?;
+                } else {
+                    touch_directory(state, fs, parent, -moved)?;
                     touch_directory(state, fs, new_parent, moved)?;
                 }
                 return Ok(());
