@@ -57,6 +57,10 @@ pub enum Request {
         name: String,
         dry_run: bool,
     },
+    /// Compaction of the face's containers (every file system's).
+    Compact {
+        dry_run: bool,
+    },
     /// `onecopy check` of the face (a repair sets reference counts right, live).
     Check {
         repair: bool,
@@ -138,6 +142,10 @@ pub fn execute(
                 engine.flush()?;
                 Some(report)
             };
+            serde_json::json!({ "plan": plan, "report": report })
+        }
+        Request::Compact { dry_run } => {
+            let (plan, report) = engine.compact(*dry_run)?;
             serde_json::json!({ "plan": plan, "report": report })
         }
         Request::Check { repair, read_data } => {

@@ -152,6 +152,14 @@ pub enum FsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Reclaim the space of freed chunks (of every file system of the repository).
+    Compact {
+        /// Show the plan only.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `onecopy mount NAME MOUNTPOINT`.
@@ -291,6 +299,30 @@ pub fn run(cli: &Cli, args: &FsArgs) -> anyhow::Result<()> {
                 return print_json(&value);
             }
             print_dedup(&value);
+        }
+        FsCommand::Compact { dry_run, json } => {
+            let request = Request::Compact { dry_run: *dry_run };
+            let value = run_request(cli, &request, "fs compact")?;
+            if *json {
+                return print_json(&value);
+            }
+            let plan = &value["plan"];
+            println!(
+                "plan: {} containers, {} to copy, {} to reclaim",
+                plan["containers"].as_array().map_or(0, Vec::len),
+                format_size(plan["copy_bytes"].as_u64().unwrap_or(0)),
+                format_size(plan["reclaim_bytes"].as_u64().unwrap_or(0))
+            );
+            if value["report"].is_null() {
+                println!("dry run: nothing changed");
+            } else {
+                println!(
+                    "moved {} chunks ({}), removed {} containers",
+                    value["report"]["chunks_moved"],
+                    format_size(value["report"]["bytes_moved"].as_u64().unwrap_or(0)),
+                    value["report"]["containers_retired"]
+                );
+            }
         }
     }
     Ok(())

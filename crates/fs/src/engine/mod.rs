@@ -27,6 +27,7 @@
 //!    removed after it, retired containers two checkpoints later.
 
 mod check;
+mod compact;
 mod data;
 mod namespace;
 mod recovery;

@@ -26,8 +26,8 @@ pub struct FaceStats {
     pub live_raw_bytes: u64,
     /// Bytes the chunks in use occupy in containers.
     pub live_stored_bytes: u64,
-    /// Bytes of sealed and closed container files, garbage (freed chunks waiting for
-    /// compaction) included; the open container is not counted until it is sealed.
+    /// Bytes of container files, garbage (freed chunks waiting for compaction) included;
+    /// the open container's appends still in memory are not counted.
     pub container_bytes: u64,
 }
 
@@ -121,14 +121,15 @@ impl FsEngine {
         let mut container_bytes = 0;
         for id in 1..chunk_state.next_container_id {
             let record = state.chunks.container_record(&mut state.pages, id)?;
-            if matches!(
-                record.state,
-                onecopy_core::chunk_store::ContainerState::Open
-                    | onecopy_core::chunk_store::ContainerState::Sealed
-                    | onecopy_core::chunk_store::ContainerState::Closed
-            ) {
-                container_bytes += record.bytes;
-            }
+            use onecopy_core::chunk_store::ContainerState;
+            container_bytes += match record.state {
+                ContainerState::Sealed => record.bytes,
+                // Not sealed: the file's current length (buffered appends not yet included).
+                ContainerState::Open | ContainerState::Closed => {
+                    state.chunks.containers().container_bytes(id)?
+                }
+                _ => 0,
+            };
         }
         stats.face = FaceStats {
             file_systems: state.systems.len() as u64,
