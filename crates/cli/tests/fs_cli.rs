@@ -346,6 +346,10 @@ fn fsync_survives_kill_9_and_sigterm_unmounts() {
     );
     let check = setup.json(&["fs", "stats", "crash", "--json"]);
     assert_eq!(check["files"], 2);
+    // New writes after the crash get new containers, whatever the killed process left.
+    let after: Vec<u8> = (0..6_000_000u32).map(|i| (i * 13 % 241) as u8).collect();
+    std::fs::write(mounted.join("after"), &after).unwrap();
+    assert!(std::fs::read(mounted.join("after")).unwrap() == after);
 
     let pid = setup.server_pid();
     // SAFETY: kill sends a signal.
@@ -355,6 +359,7 @@ fn fsync_survives_kill_9_and_sigterm_unmounts() {
     // A clean end: the next open replays nothing and the data is there.
     setup.mount("crash");
     assert!(std::fs::read(mounted.join("synced")).unwrap() == expected);
+    assert!(std::fs::read(mounted.join("after")).unwrap() == after);
     setup.ok(&["umount", mounted.to_str().unwrap()]);
 }
 

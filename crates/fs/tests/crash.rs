@@ -232,6 +232,16 @@ fn acknowledged_writes_survive_a_crash_at_every_sync() {
                 found.len()
             );
             assert_checks_clean(&recovered, &context);
+            // The recovered face takes new writes (new containers, whatever the crash left).
+            let fresh = create_file(&recovered, fs, "after");
+            let data = bytes(99, 5 << 20);
+            for (index, piece) in data.chunks(1 << 20).enumerate() {
+                recovered
+                    .write(fs, fresh, (index as u64) << 20, piece)
+                    .unwrap_or_else(|error| panic!("{context}: writing after recovery: {error}"));
+            }
+            recovered.flush().unwrap();
+            assert!(contents(&recovered, fs, "after") == data, "{context}");
         }
     }
 }

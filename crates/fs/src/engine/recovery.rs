@@ -6,9 +6,12 @@
 //!    replayed through the live path's `apply`, in order. A record storing a chunk whose
 //!    container bytes did not reach the media ends the replay: it and everything after it
 //!    were never acknowledged by an fsync (fsync syncs containers before the journal).
-//! 3. Inodes without links and without open handles (unlinked while open at the crash) are
+//! 3. Containers at or past the recovered next container id hold only writes that were
+//!    never acknowledged (their journal records did not survive): they are removed, since
+//!    their ids are about to be handed out again.
+//! 4. Inodes without links and without open handles (unlinked while open at the crash) are
 //!    removed, their chunks released.
-//! 4. A writable open continues in a new journal generation and checkpoints at once.
+//! 5. A writable open continues in a new journal generation and checkpoints at once.
 //!
 //! Damage in a journal (durable bytes that fail their checks) is refused with an error naming
 //! it, as is a face whose checkpoint is gone while journals remain; `onecopy check` reports it.
@@ -242,6 +245,7 @@ impl FsEngine {
         if !read_only {
             chunks.close_recovered_container(&mut pages)?;
         }
+        leftover_containers(&containers, &chunks, read_only, &mut findings)?;
         let stamp_next = systems
             .values()
             .flat_map(|system| system.inodes.values().map(|inode| inode.monitor.stamp))
@@ -320,4 +324,38 @@ impl FsEngine {
         }
         Ok(())
     }
+}
+
+/// Removes (or, read-only, reports) the containers no durable record refers to: ids at or
+/// past the recovered next container id.
+fn leftover_containers(
+    containers: &ContainerStore,
+    chunks: &ChunkStore,
+    read_only: bool,
+    findings: &mut Vec<Finding>,
+) -> Result<()> {
+    let next = chunks.state().next_container_id;
+    let orphans: Vec<u64> = containers
+        .list()?
+        .into_iter()
+        .filter(|&id| id >= next)
+        .collect();
+    if orphans.is_empty() {
+        return Ok(());
+    }
+    if read_only {
+        for &id in &orphans {
+            findings.push(Finding::new(
+                FindingKind::Leftover,
+                format!("fs/{}", containers.name(id)),
+                "a container of writes never acknowledged (removed by the next writable open)",
+            ));
+        }
+        return Ok(());
+    }
+    for id in orphans {
+        containers.remove(id)?;
+    }
+    containers.sync_removals()?;
+    Ok(())
 }
