@@ -210,6 +210,19 @@ fn commands_work_while_mounted() {
     assert_eq!(face["findings"], serde_json::json!([]), "{check}");
     assert!(face["checked"]["chunks"].as_u64().unwrap() > 0, "{check}");
 
+    // A second mount of the repository's face is refused with status 4, naming the holder.
+    setup.ok(&["fs", "create", "other"]);
+    let second = setup._base.path().join("second");
+    std::fs::create_dir(&second).unwrap();
+    let refused = setup.run(&["mount", "other", second.to_str().unwrap()]);
+    assert_eq!(refused.status.code(), Some(4));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("mount data at"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    setup.ok(&["fs", "delete", "other"]);
+
     let refused = setup.run(&["fs", "delete", "data"]);
     assert!(!refused.status.success());
     assert!(

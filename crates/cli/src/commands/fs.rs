@@ -523,6 +523,11 @@ fn mount_in_background(cli: &Cli, args: &MountArgs) -> anyhow::Result<()> {
     let log_path = repository.path().join(FACE).join("mount.log");
     // Creates the face's directory private (0700), as every repository directory is.
     repository.face_storage(FACE)?;
+    // A face another process holds is refused here, with the holder named and exit status 4
+    // (the serving process would only report it as text). A `--wait` is left to it.
+    if cli.wait.is_none() {
+        drop(repository.lock_face(FACE, "mount (starting)")?);
+    }
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
