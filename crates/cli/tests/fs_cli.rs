@@ -426,3 +426,86 @@ fn idle_file_system_deduplicates_by_itself() {
     setup.ok(&["umount", mounted.to_str().unwrap()]);
     wait_gone(pid, Duration::from_secs(10));
 }
+
+/// Runs `script` as user nobody; its output and whether it succeeded.
+fn as_nobody(script: &str) -> (bool, String) {
+    let output = Command::new("su")
+        .args(["nobody", "-s", "/bin/sh", "-c", script])
+        .output()
+        .expect("su is installed (util-linux / login)");
+    (
+        output.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    )
+}
+
+/// Goal: with allow_other the kernel's permission checks apply to other users (modes,
+/// owners, who may chmod), new files belong to their creator, and `-o ro` refuses writes.
+/// Method: the binary mounts; `su nobody` tries reads, writes and a chmod.
+#[test]
+fn permissions_and_read_only_mounts() {
+    assert!(
+        unsafe { libc::geteuid() } == 0,
+        "this test switches to user nobody and must run as root"
+    );
+    let setup = Setup::new();
+    // Other users must reach the mount point.
+    let mut path = setup.mount_point.clone();
+    while path.pop() {
+        let mode = std::fs::metadata(&path).unwrap().permissions();
+        if std::os::unix::fs::PermissionsExt::mode(&mode) & 0o001 == 0 {
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+        }
+        if path == Path::new("/tmp") || path == Path::new("/") {
+            break;
+        }
+    }
+    setup.ok(&["fs", "create", "shared"]);
+    let mounted = setup.mount_point.canonicalize().unwrap();
+    let mount_point = mounted.to_str().unwrap();
+    setup.ok(&["mount", "shared", mount_point, "-o", "allow_other"]);
+    std::fs::create_dir(mounted.join("public")).unwrap();
+    std::fs::create_dir(mounted.join("private")).unwrap();
+    let set_mode = |name: &str, mode| {
+        std::fs::set_permissions(
+            mounted.join(name),
+            std::os::unix::fs::PermissionsExt::from_mode(mode),
+        )
+        .unwrap()
+    };
+    set_mode("public", 0o777);
+    set_mode("private", 0o700);
+    std::fs::write(mounted.join("private/secret"), b"secret").unwrap();
+
+    let (read, output) = as_nobody(&format!("cat {mount_point}/private/secret"));
+    assert!(!read && output.contains("Permission denied"), "{output}");
+    let (chmod, output) = as_nobody(&format!("chmod 777 {mount_point}/private"));
+    assert!(
+        !chmod && output.contains("Operation not permitted"),
+        "{output}"
+    );
+    let (created, output) = as_nobody(&format!(
+        "echo mine > {mount_point}/public/mine && stat -c '%U %a' {mount_point}/public/mine"
+    ));
+    assert!(created, "{output}");
+    assert!(output.starts_with("nobody "), "{output}");
+    let pid = setup.server_pid();
+    setup.ok(&["umount", mount_point]);
+    wait_gone(pid, Duration::from_secs(10));
+
+    setup.ok(&["mount", "shared", mount_point, "-o", "ro"]);
+    assert_eq!(
+        std::fs::read(mounted.join("public/mine")).unwrap(),
+        b"mine\n"
+    );
+    let refused = std::fs::write(mounted.join("new"), b"x").unwrap_err();
+    assert_eq!(refused.raw_os_error(), Some(libc::EROFS));
+    let pid = setup.server_pid();
+    setup.ok(&["umount", mount_point]);
+    wait_gone(pid, Duration::from_secs(10));
+}
