@@ -9,7 +9,8 @@ use std::collections::HashSet;
 use std::ffi::{CString, OsStr};
 use std::fs::OpenOptions;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use onecopy_fs::dedup::{self, Yield};
@@ -134,6 +135,22 @@ enum Operation {
     Fsync {
         path: PathBuf,
     },
+    Exchange {
+        from: PathBuf,
+        to: PathBuf,
+    },
+    PunchHole {
+        path: PathBuf,
+        offset: u64,
+        length: u64,
+    },
+    Fifo {
+        path: PathBuf,
+    },
+    Rewrite {
+        path: PathBuf,
+        data: Vec<u8>,
+    },
 }
 
 fn choose(random: &mut Random, reference: &Path) -> Operation {
@@ -156,7 +173,7 @@ fn choose(random: &mut Random, reference: &Path) -> Operation {
     };
     let any: Vec<PathBuf> = directories[1..].iter().chain(&others).cloned().collect();
     loop {
-        let operation = match random.below(16) {
+        let operation = match random.below(20) {
             0..=3 => {
                 let path = match pick(random, &files) {
                     Some(path) if random.below(3) > 0 => path,
@@ -244,10 +261,37 @@ fn choose(random: &mut Random, reference: &Path) -> Operation {
                 },
                 None => continue,
             },
-            _ => match pick(random, &files) {
+            15 => match pick(random, &files) {
                 Some(path) => Operation::Fsync { path },
                 None => continue,
             },
+            16 => match (pick(random, &any), pick(random, &any)) {
+                (Some(from), Some(to)) => Operation::Exchange { from, to },
+                _ => continue,
+            },
+            17 => match pick(random, &files) {
+                Some(path) => Operation::PunchHole {
+                    path,
+                    offset: random.below(300_000),
+                    length: random.below(100_000),
+                },
+                None => continue,
+            },
+            18 => Operation::Fifo {
+                path: fresh(random),
+            },
+            _ => {
+                // O_TRUNC and a write of up to 2.5 MiB (several 1 MiB requests).
+                let path = match pick(random, &files) {
+                    Some(path) => path,
+                    None => fresh(random),
+                };
+                let length = random.below(2_600_000) as usize;
+                Operation::Rewrite {
+                    path,
+                    data: random.bytes(length),
+                }
+            }
         };
         return operation;
     }
@@ -273,10 +317,13 @@ fn check_libc(result: libc::c_int) -> std::io::Result<()> {
 fn apply(root: &Path, operation: &Operation) -> Result<(), i32> {
     let at = |path: &PathBuf| root.join(path);
     errno_of(match operation {
+        // O_NONBLOCK: a FIFO named like a file fails at once (ENXIO) instead of waiting for a
+        // reader; regular files ignore the flag.
         Operation::Write { path, offset, data } => OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(false)
+            .custom_flags(libc::O_NONBLOCK)
             .open(at(path))
             .and_then(|file| file.write_all_at(data, *offset)),
         Operation::Truncate { path, size } => OpenOptions::new()
@@ -332,6 +379,49 @@ fn apply(root: &Path, operation: &Operation) -> Result<(), i32> {
             check_libc(unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), times.as_ptr(), 0) })
         }
         Operation::Fsync { path } => std::fs::File::open(at(path)).and_then(|file| file.sync_all()),
+        Operation::Exchange { from, to } => {
+            let (from, to) = (c_path(&at(from)), c_path(&at(to)));
+            // SAFETY: both paths outlive the call.
+            check_libc(unsafe {
+                libc::renameat2(
+                    libc::AT_FDCWD,
+                    from.as_ptr(),
+                    libc::AT_FDCWD,
+                    to.as_ptr(),
+                    libc::RENAME_EXCHANGE,
+                )
+            })
+        }
+        Operation::PunchHole {
+            path,
+            offset,
+            length,
+        } => OpenOptions::new()
+            .write(true)
+            .open(at(path))
+            .and_then(|file| {
+                // SAFETY: fallocate on an open descriptor.
+                check_libc(unsafe {
+                    libc::fallocate(
+                        file.as_raw_fd(),
+                        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                        *offset as i64,
+                        *length as i64,
+                    )
+                })
+            }),
+        Operation::Fifo { path } => {
+            let path = c_path(&at(path));
+            // SAFETY: the path outlives the call.
+            check_libc(unsafe { libc::mkfifo(path.as_ptr(), 0o640) })
+        }
+        Operation::Rewrite { path, data } => OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(at(path))
+            .and_then(|mut file| std::io::Write::write_all(&mut file, data)),
     })
 }
 
@@ -361,7 +451,10 @@ fn run_operations(
                 let ino = std::fs::metadata(reference.join(path)).unwrap().ino();
                 explicit_mtimes.insert(ino);
             }
-            Operation::Write { path, .. } | Operation::Truncate { path, .. } => {
+            Operation::Write { path, .. }
+            | Operation::Truncate { path, .. }
+            | Operation::PunchHole { path, .. }
+            | Operation::Rewrite { path, .. } => {
                 if let Ok(metadata) = std::fs::metadata(reference.join(path)) {
                     explicit_mtimes.remove(&metadata.ino());
                 }
@@ -383,7 +476,7 @@ fn compare(mounted: &Path, reference: &Path, explicit: &HashSet<u64>, phase: &st
 /// mount and on a reference directory, errno and trees compared after each phase.
 #[test]
 fn random_operations_match_a_local_directory() {
-    for seed in [0x5eed_0001u64, 0x5eed_0002] {
+    for seed in [0x5eed_0001u64, 0x5eed_0002, 0x5eed_0003] {
         let base = tempfile::tempdir().unwrap();
         let reference = base.path().join("reference");
         std::fs::create_dir(&reference).unwrap();
