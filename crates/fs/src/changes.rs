@@ -41,6 +41,9 @@ pub struct FileSystemRecord {
     pub options: FsOptions,
     /// When it was created (unix seconds).
     pub created: u64,
+    /// Its deletion started: its files are being released; the next open finishes it.
+    #[serde(default)]
+    pub deleting: bool,
 }
 
 /// One change made by a request.

@@ -263,3 +263,29 @@ fn content_defined_chunks_find_shifted_duplicates() {
         "content-defined chunks find it: {content_defined}"
     );
 }
+
+/// Goal: removing a file of more extents than one journal record can hold works and
+/// survives a reopen (the removal spans several records). Method: 600,000 one-byte writes
+/// two bytes apart (one extent each), unlink, reopen, check.
+#[test]
+fn removing_a_file_of_many_extents_spans_records() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let storage = repository.face_storage("fs").unwrap();
+    let engine = open(&storage);
+    let fs = engine
+        .create_file_system("many", eager(), ROOT_CALLER)
+        .unwrap();
+    let ino = file(&engine, fs, "many", &[]);
+    for index in 0..600_000u64 {
+        engine.write(fs, ino, index * 2, &[1]).unwrap();
+    }
+    assert_eq!(engine.file_layout(fs, ino).unwrap().len(), 600_000);
+    engine.remove(fs, ROOT, b"many", false).unwrap();
+    assert_eq!(engine.stats(fs).unwrap().face.live_chunks, 0);
+    engine.flush().unwrap();
+    drop(engine);
+    let engine = open(&storage);
+    assert_eq!(engine.stats(fs).unwrap().files, 0);
+    assert_clean(&engine);
+}

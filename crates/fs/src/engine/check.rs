@@ -46,6 +46,16 @@ impl FsEngine {
             for system in state.systems.values() {
                 let name = &system.record.name;
                 report.count("file systems", 1);
+                // A deletion a crash interrupted: its entries may name inodes already gone,
+                // and the next writable open finishes it. Its extents still hold references.
+                let deleting = system.record.deleting;
+                if deleting {
+                    report.push(Finding::new(
+                        FindingKind::Leftover,
+                        format!("fs {name}"),
+                        "a deletion was interrupted; the next writable open finishes it",
+                    ));
+                }
                 let mut names: HashMap<Ino, u32> = HashMap::new();
                 let mut subdirectories: HashMap<Ino, u32> = HashMap::new();
                 if !system.inodes.contains_key(&ROOT) {
@@ -65,6 +75,7 @@ impl FsEngine {
                                     *subdirectories.entry(*ino).or_default() += 1;
                                 }
                             }
+                            None if deleting => {}
                             None => report.push(Finding::new(
                                 FindingKind::Damage,
                                 format!("fs {name}: inode {ino}"),
@@ -130,7 +141,7 @@ impl FsEngine {
                         }
                     }
                 }
-                for (ino, inode) in &system.inodes {
+                for (ino, inode) in system.inodes.iter().filter(|_| !deleting) {
                     let expected = match inode.attributes.kind {
                         Kind::Directory => 2 + subdirectories.get(ino).copied().unwrap_or(0),
                         _ => names.get(ino).copied().unwrap_or(0),

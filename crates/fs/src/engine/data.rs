@@ -29,7 +29,9 @@ pub enum SeekWhence {
     Hole,
 }
 
-/// Removes the mapping of `[from, to)` of file `ino`, releasing or splitting extents.
+/// Removes the mapping of `[from, to)` of file `ino`, releasing or splitting extents. A range
+/// of more than [`super::CHANGES_PER_RECORD`] extents is logged in several records (only
+/// truncation and removal punch such ranges; a write's range holds at most 256).
 pub(crate) fn punch(state: &mut State, fs: FsId, ino: Ino, from: u64, to: u64) -> Result<()> {
     if from >= to {
         return Ok(());
@@ -45,6 +47,7 @@ pub(crate) fn punch(state: &mut State, fs: FsId, ino: Ino, from: u64, to: u64) -
             .collect()
     };
     for (start, extent) in overlapping {
+        state.log_if_large()?;
         let end = start + extent.length as u64;
         state.push(FsChange::Extent {
             fs,
@@ -137,10 +140,13 @@ pub(crate) fn truncate_locked(
         return Err(FsError::posix(libc::EFBIG, "truncate"));
     }
     let old = state.system(fs)?.inode(ino)?.attributes.size;
+    // The size first: removing a big file's extents takes several records, and a crash
+    // between them leaves extents past the end, which opening removes.
+    note_modified(state, fs, ino, size, now)?;
     if size < old {
         punch(state, fs, ino, size, old)?;
     }
-    note_modified(state, fs, ino, size, now)
+    Ok(())
 }
 
 fn file(state: &State, fs: FsId, ino: Ino) -> Result<()> {

@@ -61,6 +61,10 @@ pub use recovery::OpenMode;
 pub use stats::{ExtentPlace, FaceStats, FileRank, FsStats, RankStats};
 
 pub(crate) const META_DIRECTORY: &str = "meta";
+/// Changes in one journal record of a long operation (each encodes to at most about 150
+/// bytes, so a record stays near 2.5 MiB, far below the journal's 16 MiB limit).
+pub(crate) const CHANGES_PER_RECORD: usize = 16_384;
+const _: () = assert!(CHANGES_PER_RECORD * 150 < onecopy_core::journal::RECORD_BYTES_MAX);
 const CONFIG_FILE: &str = "config.json";
 
 /// Settings fixed when the face is first used (`fs/config.json`).
@@ -278,6 +282,32 @@ impl State {
             .release(&mut self.pages, id, &mut self.chunk_changes);
         self.take_chunk_changes();
         Ok(result?)
+    }
+
+    /// Appends the changes listed so far to the journal as one record.
+    pub(crate) fn log_changes(&mut self) -> Result<()> {
+        if self.changes.is_empty() {
+            return Ok(());
+        }
+        let mut payload = std::mem::take(&mut self.payload);
+        changes::encode(&self.changes, &mut payload);
+        let journal = self.journal.as_mut().expect("changes need a journal");
+        let result = journal.append(&[0u8; onecopy_core::journal::TAG_BYTES], &payload);
+        self.payload = payload;
+        result?;
+        self.changes.clear();
+        Ok(())
+    }
+
+    /// Ends the record being built when it holds [`CHANGES_PER_RECORD`] changes. Long
+    /// operations (removing a big file's extents, deleting a file system) call it only where
+    /// a crash leaves a state that opening completes: keeps every record far below the
+    /// journal's record limit.
+    pub(crate) fn log_if_large(&mut self) -> Result<()> {
+        if self.changes.len() >= CHANGES_PER_RECORD {
+            self.log_changes()?;
+        }
+        Ok(())
     }
 
     pub(crate) fn next_stamp(&mut self) -> u64 {
@@ -527,17 +557,7 @@ impl FsEngine {
     }
 
     fn log_changes(&self, state: &mut State) -> Result<()> {
-        if state.changes.is_empty() {
-            return Ok(());
-        }
-        let mut payload = std::mem::take(&mut state.payload);
-        changes::encode(&state.changes, &mut payload);
-        let journal = state.journal.as_mut().expect("mutate checked the journal");
-        let result = journal.append(&[0u8; onecopy_core::journal::TAG_BYTES], &payload);
-        state.payload = payload;
-        result?;
-        state.changes.clear();
-        Ok(())
+        state.log_changes()
     }
 
     /// Makes every completed request durable: containers first, then the journal.
@@ -614,7 +634,7 @@ impl FsEngine {
         state
             .systems
             .values()
-            .find(|system| system.record.name == name)
+            .find(|system| system.record.name == name && !system.record.deleting)
             .map(|system| system.record.id)
             .ok_or_else(|| FsError::NoFileSystem {
                 name: name.to_string(),
@@ -627,6 +647,7 @@ impl FsEngine {
         let mut records: Vec<FileSystemRecord> = state
             .systems
             .values()
+            .filter(|system| !system.record.deleting)
             .map(|system| system.record.clone())
             .collect();
         records.sort_by(|a, b| a.name.cmp(&b.name));

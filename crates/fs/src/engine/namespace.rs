@@ -110,6 +110,9 @@ pub(crate) fn drop_inode(state: &mut State, fs: FsId, ino: Ino) -> Result<()> {
         .map(|(offset, extent)| (*offset, *extent))
         .collect();
     for (offset, extent) in extents {
+        // The inode has no links (or its file system is being deleted): a crash between
+        // records leaves an orphan that opening removes.
+        state.log_if_large()?;
         state.push(FsChange::Extent {
             fs,
             ino,
@@ -190,6 +193,7 @@ impl FsEngine {
                 name: name.to_string(),
                 options,
                 created: onecopy_core::chunk_store::unix_seconds(),
+                deleting: false,
             })))?;
             let now = now_ns();
             let root = Inode::new(
@@ -217,11 +221,18 @@ impl FsEngine {
         })
     }
 
-    /// Deletes file system `fs` and every file in it (their chunks are released).
+    /// Deletes file system `fs` and every file in it (their chunks are released). The file
+    /// system is first marked as being deleted (it disappears from names at once); a
+    /// deletion a crash interrupted is finished by the next open.
     pub fn delete_file_system(&self, fs: FsId) -> Result<()> {
         self.mutate(|state| {
+            let mut record = state.system(fs)?.record.clone();
+            record.deleting = true;
+            state.push(FsChange::FileSystemSet(Box::new(record)))?;
+            state.log_changes()?;
             let inos: Vec<Ino> = state.system(fs)?.inodes.keys().copied().collect();
             for ino in inos {
+                state.log_if_large()?;
                 drop_inode(state, fs, ino)?;
             }
             state.push(FsChange::FileSystemRemoved(fs))

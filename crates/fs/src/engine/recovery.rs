@@ -296,11 +296,57 @@ impl FsEngine {
             findings,
         });
         if !read_only {
+            engine.finish_deletions()?;
+            engine.trim_past_end()?;
             engine.remove_orphans()?;
             let mut state = engine.state.lock();
             engine.checkpoint_locked(&mut state)?;
         }
         Ok(engine)
+    }
+
+    /// Finishes the deletions of file systems a crash interrupted.
+    fn finish_deletions(&self) -> Result<()> {
+        let deleting: Vec<FsId> = {
+            let state = self.state.lock();
+            state
+                .systems
+                .values()
+                .filter(|system| system.record.deleting)
+                .map(|system| system.record.id)
+                .collect()
+        };
+        for fs in deleting {
+            self.delete_file_system(fs)?;
+        }
+        Ok(())
+    }
+
+    /// Removes extents past the end of files (left by a truncation a crash interrupted), so
+    /// that a later extension reads zeros there.
+    fn trim_past_end(&self) -> Result<()> {
+        let trims: Vec<(FsId, Ino, u64)> = {
+            let state = self.state.lock();
+            state
+                .systems
+                .values()
+                .flat_map(|system| {
+                    system.inodes.iter().filter_map(move |(&ino, inode)| {
+                        let size = inode.attributes.size;
+                        let past = inode
+                            .extents
+                            .iter()
+                            .next_back()
+                            .is_some_and(|(offset, extent)| offset + extent.length as u64 > size);
+                        past.then_some((system.record.id, ino, size))
+                    })
+                })
+                .collect()
+        };
+        for (fs, ino, size) in trims {
+            self.mutate(|state| super::data::punch(state, fs, ino, size, u64::MAX))?;
+        }
+        Ok(())
     }
 
     /// Removes inodes without links (unlinked while open when the last run ended).
