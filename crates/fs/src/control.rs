@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -26,6 +26,8 @@ use crate::options::{FsOptions, OptionChanges};
 pub const SOCKET_FILE: &str = "control.sock";
 /// Longest request line accepted.
 const REQUEST_BYTES_MAX: u64 = 1 << 20;
+/// Requests answered at once; more are refused (a deduplication run holds one).
+const REQUESTS_IN_FLIGHT_MAX: usize = 16;
 /// How long a client waits for an answer (a deduplication run can take long).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
@@ -191,19 +193,36 @@ impl ControlServer {
         let thread = std::thread::Builder::new()
             .name("fs-control".to_string())
             .spawn(move || {
+                let in_flight = Arc::new(AtomicUsize::new(0));
                 for stream in listener.incoming() {
                     if stopping.load(Ordering::Relaxed) {
                         break;
                     }
                     let Ok(stream) = stream else { continue };
+                    if in_flight.fetch_add(1, Ordering::AcqRel) >= REQUESTS_IN_FLIGHT_MAX {
+                        in_flight.fetch_sub(1, Ordering::AcqRel);
+                        let busy: Response = Err(format!(
+                            "the mounting process is answering {REQUESTS_IN_FLIGHT_MAX} \
+                             requests already; try again"
+                        ));
+                        let mut out = serde_json::to_vec(&busy).expect("responses serialise");
+                        out.push(b'\n');
+                        let _ = (&stream).write_all(&out);
+                        continue;
+                    }
                     let engine = Arc::clone(&engine);
                     let mount_point = mount_point.clone();
+                    let done = Arc::clone(&in_flight);
                     // A long request (a deduplication run) must not hold up `stats`.
-                    let _ = std::thread::Builder::new()
+                    let spawned = std::thread::Builder::new()
                         .name("fs-control-request".to_string())
                         .spawn(move || {
                             let _ = answer(&engine, stream, mounted, &mount_point);
+                            done.fetch_sub(1, Ordering::AcqRel);
                         });
+                    if spawned.is_err() {
+                        in_flight.fetch_sub(1, Ordering::AcqRel);
+                    }
                 }
             })
             .map_err(|error| FsError::io("starting the control thread", error))?;
