@@ -39,15 +39,27 @@ pub struct FuseFileSystem {
     /// The face's directory, for `statfs` of the disk under it.
     face_directory: PathBuf,
     next_handle: AtomicU64,
+    /// Flags of every opened file; see [`crate::mount::MountOptions::keep_cache`].
+    open_flags: FopenFlags,
 }
 
 impl FuseFileSystem {
-    pub fn new(engine: Arc<FsEngine>, fs: FsId, face_directory: &Path) -> FuseFileSystem {
+    pub fn new(
+        engine: Arc<FsEngine>,
+        fs: FsId,
+        face_directory: &Path,
+        keep_cache: bool,
+    ) -> FuseFileSystem {
         FuseFileSystem {
             engine,
             fs,
             face_directory: face_directory.to_path_buf(),
             next_handle: AtomicU64::new(1),
+            open_flags: if keep_cache {
+                FopenFlags::FOPEN_KEEP_CACHE
+            } else {
+                FopenFlags::empty()
+            },
         }
     }
 
@@ -344,7 +356,7 @@ impl Filesystem for FuseFileSystem {
     fn open(&self, _request: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.engine.note_request();
         match self.engine.open_handle(self.fs, ino.0) {
-            Ok(()) => reply.opened(self.handle(), FopenFlags::empty()),
+            Ok(()) => reply.opened(self.handle(), self.open_flags),
             Err(error) => reply.error(errno(&error)),
         }
     }
@@ -602,7 +614,7 @@ impl Filesystem for FuseFileSystem {
                 &attr(&info),
                 Generation(0),
                 self.handle(),
-                FopenFlags::empty(),
+                self.open_flags,
             ),
             Err(error) => reply.error(errno(&error)),
         }

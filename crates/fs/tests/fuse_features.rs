@@ -321,3 +321,45 @@ fn rename_flags() {
     std::fs::create_dir(root.join("file/sub")).unwrap();
     assert_eq!(rename("file", "file/sub/x", 0), Err(libc::EINVAL));
 }
+
+/// Goal: by default every opening's reading reaches the engine (and the I/O monitor); with
+/// `keep_cache` the kernel keeps an unchanged file's pages across opens and a second reading
+/// costs no request, while a write through another descriptor is seen at once. Method: the
+/// I/O monitor's counters of the file between readings, without and with the option.
+#[test]
+fn page_cache_across_opens() {
+    for keep_cache in [false, true] {
+        let (_base, mut test) = mount();
+        test.unmount(true);
+        test.mount_with(&onecopy_fs::mount::MountOptions {
+            keep_cache,
+            ..Default::default()
+        });
+        let path = test.mount_point.join("cached");
+        std::fs::write(&path, vec![3u8; 1 << 20]).unwrap();
+        let engine = test.engine().clone();
+        let ino = engine.lookup(test.fs, ROOT, b"cached").unwrap().ino;
+        let reads = || {
+            let ranks = engine.ranks(test.fs).unwrap();
+            let file = ranks.iter().find(|file| file.ino == ino).unwrap().clone();
+            file.sequential_reads + file.random_reads
+        };
+        let before = reads();
+        assert_eq!(std::fs::read(&path).unwrap(), vec![3u8; 1 << 20]);
+        assert_eq!(std::fs::read(&path).unwrap(), vec![3u8; 1 << 20]);
+        if keep_cache {
+            assert_eq!(reads(), before, "both readings come from the page cache");
+        } else {
+            assert!(reads() >= before + 2, "each opening reads through");
+        }
+        OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .write_all_at(b"new", 4096)
+            .unwrap();
+        let read = std::fs::read(&path).unwrap();
+        assert_eq!(&read[4096..4099], b"new");
+        assert_eq!(read[4099], 3);
+    }
+}

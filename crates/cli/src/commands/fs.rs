@@ -172,7 +172,8 @@ pub struct MountArgs {
     /// serve in the background).
     #[arg(long)]
     pub foreground: bool,
-    /// Mount options, comma separated: allow_other, ro, threads=N.
+    /// Mount options, comma separated: allow_other, ro, keep_cache (the page cache across
+    /// opens; the I/O monitor then sees cache misses only), threads=N.
     #[arg(short = 'o', value_name = "OPTIONS", default_value = "")]
     pub options: String,
     /// Set by the background mount for its serving process: report readiness on stdout.

@@ -59,13 +59,18 @@ impl TestMount {
 
     /// Mounts (again).
     pub fn mount(&mut self) {
+        self.mount_with(&MountOptions::default());
+    }
+
+    /// Mounts (again) with `options`.
+    pub fn mount_with(&mut self, options: &MountOptions) {
         assert!(self.mounted.is_none());
         let engine = open_engine(&self.repository);
         let mounted = mount::mount(
             Arc::clone(&engine),
             self.fs,
             &self.mount_point,
-            &MountOptions::default(),
+            options,
             &self.repository.join("fs"),
         )
         .unwrap();
