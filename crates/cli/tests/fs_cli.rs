@@ -509,3 +509,80 @@ fn permissions_and_read_only_mounts() {
     setup.ok(&["umount", mount_point]);
     wait_gone(pid, Duration::from_secs(10));
 }
+
+/// Goal: a damaged durable journal record is never replayed as data: mounting refuses with
+/// a message naming the journal, and `onecopy check` reports damage (exit status 1).
+/// Method: fsync'd writes, kill -9 (so the journal holds them), a flipped byte in the first
+/// record, then mount and check.
+#[test]
+fn damaged_journal_is_refused_and_reported() {
+    let setup = Setup::new();
+    setup.ok(&["fs", "create", "damaged"]);
+    setup.mount("damaged");
+    let mounted = setup.mount_point.canonicalize().unwrap();
+    for index in 0..5 {
+        let file = std::fs::File::create(mounted.join(format!("f{index}"))).unwrap();
+        file.write_all_at(&vec![index as u8 + 1; 10_000], 0)
+            .unwrap();
+        file.sync_all().unwrap();
+    }
+    let pid = setup.server_pid();
+    // SAFETY: kill sends a signal.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    wait_gone(pid, Duration::from_secs(10));
+    assert!(Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mounted)
+        .status()
+        .unwrap()
+        .success());
+
+    let meta = setup.repository.join("fs/meta");
+    let mut journals: Vec<PathBuf> = std::fs::read_dir(&meta)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            path.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("journal-")
+        })
+        .collect();
+    journals.sort();
+    let journal = journals.last().unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(journal)
+        .unwrap();
+    // The first record's payload: after the 64-byte file header and its 32-byte header.
+    let mut byte = [0u8; 1];
+    file.read_exact_at(&mut byte, 64 + 32 + 2).unwrap();
+    byte[0] ^= 0x40;
+    file.write_all_at(&byte, 64 + 32 + 2).unwrap();
+    drop(file);
+
+    let refused = setup.run(&["mount", "damaged", mounted.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(message.contains("journal"), "{message}");
+    let check = setup.run(&["check", "--json"]);
+    assert_eq!(check.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&check.stdout).unwrap();
+    let face = report["faces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|face| face["face"] == "fs")
+        .unwrap()
+        .clone();
+    assert_eq!(face["findings"][0]["kind"], "damage", "{face}");
+    assert!(
+        face["findings"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("journal"),
+        "{face}"
+    );
+}

@@ -289,3 +289,78 @@ fn removing_a_file_of_many_extents_spans_records() {
     assert_eq!(engine.stats(fs).unwrap().files, 0);
     assert_clean(&engine);
 }
+
+/// Goal: `check` finds a chunk whose stored reference count disagrees with the extents
+/// that map it, a repair sets it right, and the next check is clean. Method: the face is
+/// closed, one chunk's count is raised directly in its chunk table (core API, the same
+/// checkpoint state kept), then the face is opened and checked.
+#[test]
+fn check_repairs_reference_counts() {
+    use onecopy_core::chunk_store::{ChunkStore, ChunkStoreOptions, ChunkStoreState};
+    use onecopy_core::container::ContainerStore;
+    use onecopy_core::pages::{ByteReader, PageStore, PageStoreOptions};
+
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let storage = repository.face_storage("fs").unwrap();
+    let engine = open(&storage);
+    let fs = engine
+        .create_file_system("counts", eager(), ROOT_CALLER)
+        .unwrap();
+    let ino = file(&engine, fs, "f", &bytes(7, 10_000));
+    let chunk = engine.file_layout(fs, ino).unwrap()[0].chunk;
+    engine.shutdown().unwrap();
+    drop(engine);
+
+    {
+        let (mut pages, user_state) =
+            PageStore::open(Arc::clone(&storage), "meta", PageStoreOptions::default()).unwrap();
+        let mut reader = ByteReader { bytes: &user_state };
+        let length = reader.u32().unwrap() as usize;
+        let saved: serde_json::Value =
+            serde_json::from_slice(reader.take(length).unwrap()).unwrap();
+        let state: ChunkStoreState = serde_json::from_value(saved["chunk_store"].clone()).unwrap();
+        let containers = Arc::new(
+            ContainerStore::new(Arc::clone(&storage), "containers", Default::default()).unwrap(),
+        );
+        let mut chunks = ChunkStore::open(
+            &mut pages,
+            containers,
+            state,
+            ChunkStoreOptions {
+                fingerprint: Default::default(),
+                index: Default::default(),
+            },
+        )
+        .unwrap();
+        let mut changes = Vec::new();
+        chunks.reference(&mut pages, chunk, &mut changes).unwrap();
+        chunks.prepare_checkpoint(&mut pages).unwrap();
+        pages.checkpoint(&user_state).unwrap();
+    }
+
+    let engine = open(&storage);
+    let found = engine
+        .check(onecopy_core::check::CheckOptions::default())
+        .unwrap();
+    assert_eq!(found.findings.len(), 1, "{:#?}", found.findings);
+    assert_eq!(
+        found.findings[0].kind,
+        onecopy_core::check::FindingKind::Derived
+    );
+    assert!(
+        found.findings[0].detail.contains("reference count 2 but 1"),
+        "{found:?}"
+    );
+    let repaired = engine
+        .check(onecopy_core::check::CheckOptions {
+            repair: true,
+            read_data: false,
+        })
+        .unwrap();
+    assert!(repaired.repaired, "{repaired:?}");
+    drop(engine);
+    let engine = open(&storage);
+    assert_clean(&engine);
+    assert_eq!(contents(&engine, fs, ino), bytes(7, 10_000));
+}
