@@ -18,7 +18,9 @@
 //! A write to the file while it is deduplicated stops its deduplication (the file is rank 0
 //! again and waits for a later run). Between batches the deduplicator yields: when run by
 //! idleness it stops as soon as a foreground request arrives, so foreground I/O waits at most
-//! for one batch. Not guaranteed: a rank-1 file's new chunks are contiguous only as long as
+//! for one batch, and it pauses after each batch so that it takes at most
+//! `dedup_share_percent` of one core and of the disk's time (reported as `busy_ms` against
+//! `elapsed_ms`). Not guaranteed: a rank-1 file's new chunks are contiguous only as long as
 //! no foreground write appends between two of its batches.
 
 use std::collections::HashMap;
@@ -89,6 +91,9 @@ pub struct DedupReport {
     /// Runs stopped to let foreground requests through.
     pub stopped_for_foreground: bool,
     pub elapsed_ms: u64,
+    /// Time spent reading, hashing and remapping (the rest of `elapsed_ms` is the pauses of
+    /// a run started by idleness; see `FsOptions::dedup_share_percent`).
+    pub busy_ms: u64,
 }
 
 /// Plans a run over file system `fs` now.
@@ -307,6 +312,7 @@ fn dedup_file(
                 report.stopped_for_foreground = true;
                 return Ok(false);
             }
+            let batch_started = Instant::now();
             let length = BATCH_BYTES.min(size - offset);
             let Some((data, read_version)) = engine.read_for_dedup(fs, file.ino, offset, length)?
             else {
@@ -350,6 +356,14 @@ fn dedup_file(
             }
             pending.drain(..taken);
             pending_at += taken as u64;
+            let busy = batch_started.elapsed();
+            report.busy_ms += busy.as_millis() as u64;
+            if yielding == Yield::ToForeground {
+                // The share of the machine a run started by idleness takes: a pause after each
+                // batch, in proportion to the batch's time.
+                let share = options.dedup_share_percent.clamp(1, 100) as u32;
+                std::thread::sleep(busy * (100 - share) / share);
+            }
             if end && pending.is_empty() {
                 break;
             }

@@ -42,6 +42,14 @@ pub struct FsOptions {
     pub small_chunk_bytes: u64,
     /// How small chunks are cut.
     pub small_chunking: SmallChunking,
+    /// Share of its time a deduplication run started by idleness works (it pauses the
+    /// rest), 1 to 100 percent; `onecopy fs dedup` always runs at full speed.
+    #[serde(default = "dedup_share_default")]
+    pub dedup_share_percent: u64,
+}
+
+fn dedup_share_default() -> u64 {
+    50
 }
 
 impl Default for FsOptions {
@@ -54,6 +62,7 @@ impl Default for FsOptions {
             big_chunk_bytes: 256 << 10,
             small_chunk_bytes: 4 << 10,
             small_chunking: SmallChunking::Fixed,
+            dedup_share_percent: dedup_share_default(),
         }
     }
 }
@@ -71,6 +80,12 @@ impl FsOptions {
                      and {CHUNK_BYTES_MAX} bytes"
                 )));
             }
+        }
+        if !(1..=100).contains(&self.dedup_share_percent) {
+            return Err(FsError::InvalidArgument(format!(
+                "the deduplicator's share {}% must be between 1 and 100",
+                self.dedup_share_percent
+            )));
         }
         if self.small_chunk_bytes > self.big_chunk_bytes {
             return Err(FsError::InvalidArgument(format!(
@@ -92,6 +107,8 @@ pub struct OptionChanges {
     pub big_chunk_bytes: Option<u64>,
     pub small_chunk_bytes: Option<u64>,
     pub small_chunking: Option<SmallChunking>,
+    #[serde(default)]
+    pub dedup_share_percent: Option<u64>,
 }
 
 impl OptionChanges {
@@ -111,6 +128,7 @@ impl OptionChanges {
             (&mut changed.idle_seconds, self.idle_seconds),
             (&mut changed.big_chunk_bytes, self.big_chunk_bytes),
             (&mut changed.small_chunk_bytes, self.small_chunk_bytes),
+            (&mut changed.dedup_share_percent, self.dedup_share_percent),
         ];
         for (field, value) in pairs {
             if let Some(value) = value {

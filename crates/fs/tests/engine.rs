@@ -364,3 +364,55 @@ fn check_repairs_reference_counts() {
     assert_clean(&engine);
     assert_eq!(contents(&engine, fs, ino), bytes(7, 10_000));
 }
+
+/// Goal: a run started by idleness works at most its configured share of the time, and a
+/// foreground request stops it. Method: a run over 24 MiB with a 25% share (busy time
+/// against elapsed time), then a run interrupted by a noted request.
+#[test]
+fn idle_runs_keep_to_their_share_and_yield() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let engine = open(&repository.face_storage("fs").unwrap());
+    let options = FsOptions {
+        dedup_share_percent: 25,
+        ..eager()
+    };
+    let fs = engine
+        .create_file_system("share", options, ROOT_CALLER)
+        .unwrap();
+    for index in 0..6 {
+        file(
+            &engine,
+            fs,
+            &format!("f{index}"),
+            &bytes(20 + index, 4 << 20),
+        );
+    }
+    let plan = dedup::plan(&engine, fs).unwrap();
+    let report = dedup::execute(&engine, fs, &plan, Yield::ToForeground).unwrap();
+    assert_eq!(report.files_deduplicated, 6, "{report:?}");
+    assert!(report.busy_ms > 0, "{report:?}");
+    let share = report.busy_ms as f64 / report.elapsed_ms as f64;
+    assert!(share < 0.4, "worked {share:.2} of the time: {report:?}");
+
+    for index in 6..9 {
+        file(
+            &engine,
+            fs,
+            &format!("f{index}"),
+            &bytes(20 + index, 4 << 20),
+        );
+    }
+    let plan = dedup::plan(&engine, fs).unwrap();
+    let stopper = std::thread::scope(|scope| {
+        let engine = &engine;
+        scope.spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            engine.note_request();
+        });
+        dedup::execute(engine, fs, &plan, Yield::ToForeground).unwrap()
+    });
+    assert!(stopper.stopped_for_foreground, "{stopper:?}");
+    assert!(stopper.files_deduplicated < 3, "{stopper:?}");
+    assert_clean(&engine);
+}

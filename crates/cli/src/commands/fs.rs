@@ -60,6 +60,10 @@ pub struct RankerArgs {
     /// How small chunks are cut: fixed or cdc (content-defined) [default: fixed].
     #[arg(long, value_name = "fixed|cdc")]
     pub small_chunking: Option<String>,
+    /// Share of its time a deduplication run started by idleness works, 1 to 100 percent
+    /// [default: 50].
+    #[arg(long, value_name = "PERCENT")]
+    pub dedup_share: Option<u64>,
 }
 
 /// Seconds from `30`, `30s`, `10m`, `2h` or `2d`.
@@ -98,6 +102,7 @@ impl RankerArgs {
             idle_seconds: seconds(&self.idle)?,
             big_chunk_bytes: size(&self.big_chunk)?,
             small_chunk_bytes: size(&self.small_chunk)?,
+            dedup_share_percent: self.dedup_share,
             small_chunking: match self.small_chunking.as_deref() {
                 None => None,
                 Some("fixed") => Some(SmallChunking::Fixed),
