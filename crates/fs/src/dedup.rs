@@ -265,10 +265,16 @@ impl Cutter {
         if data.is_empty() || (!end && data.len() < self.bytes_max) {
             return None;
         }
-        Some(match &mut self.chunker {
+        let cut = match &mut self.chunker {
             Some(chunker) => chunker.next_cut(data, end).len,
             None => self.fixed_bytes.min(data.len()),
-        })
+        };
+        assert!(cut > 0, "a cut takes at least one byte");
+        assert!(
+            cut <= data.len().min(self.bytes_max),
+            "a cut stays within its limits"
+        );
+        Some(cut)
     }
 }
 

@@ -321,6 +321,10 @@ impl FsEngine {
             }
             (end - offset) as usize
         };
+        assert!(
+            length as u64 <= size,
+            "a read returns at most what was asked"
+        );
         let mut out = vec![0u8; length];
         for piece in pieces {
             match piece {

@@ -392,6 +392,22 @@ pub(crate) fn apply(
                 .ok_or_else(|| corrupt(format!("an extent names unknown inode {ino}")))?;
             match extent {
                 Some(extent) => {
+                    assert!(extent.length > 0, "extents are never empty");
+                    // The live path removes what a new extent covers first: extents never
+                    // overlap.
+                    let end = offset + extent.length as u64;
+                    assert!(
+                        inode
+                            .extents
+                            .range(..*offset)
+                            .next_back()
+                            .is_none_or(|(start, before)| start + before.length as u64 <= *offset),
+                        "inode {ino}: the extent at {offset} overlaps the one before"
+                    );
+                    assert!(
+                        inode.extents.range(*offset..end).next().is_none(),
+                        "inode {ino}: the extent at {offset} overlaps the one after"
+                    );
                     inode.extents.insert(*offset, *extent);
                 }
                 None => {
