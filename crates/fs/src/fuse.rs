@@ -5,6 +5,7 @@
 //! event loops, [`crate::mount::MountOptions::threads`]); the engine serialises metadata
 //! changes under its lock and reads chunk data outside it.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -18,6 +19,8 @@ use fuser::{
     ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+
+use parking_lot::Mutex;
 
 use crate::changes::FsId;
 use crate::engine::{
@@ -41,7 +44,14 @@ pub struct FuseFileSystem {
     next_handle: AtomicU64,
     /// Flags of every opened file; see [`crate::mount::MountOptions::keep_cache`].
     open_flags: FopenFlags,
+    /// The entries of each open directory handle, as they were at `opendir`: positions then
+    /// never shift under a reader that removes entries as it goes (POSIX leaves it open
+    /// whether entries added or removed after `opendir` are returned).
+    directories: Mutex<HashMap<u64, Arc<Vec<DirectoryEntry>>>>,
 }
+
+/// One entry of a directory snapshot: position of the next entry, name, inode, kind.
+type DirectoryEntry = (u64, Vec<u8>, u64, FileType);
 
 impl FuseFileSystem {
     pub fn new(
@@ -60,6 +70,7 @@ impl FuseFileSystem {
             } else {
                 FopenFlags::empty()
             },
+            directories: Mutex::new(HashMap::new()),
         }
     }
 
@@ -438,11 +449,18 @@ impl Filesystem for FuseFileSystem {
 
     fn opendir(&self, _request: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.engine.note_request();
-        match self.engine.getattr(self.fs, ino.0) {
-            Ok(info) if info.attributes.kind == Kind::Directory => {
-                reply.opened(self.handle(), FopenFlags::empty())
+        match self.engine.read_directory(self.fs, ino.0, 0, usize::MAX) {
+            Ok(entries) => {
+                let snapshot: Vec<DirectoryEntry> = entries
+                    .into_iter()
+                    .map(|(next, name, info)| {
+                        (next, name, info.ino, file_type(info.attributes.kind))
+                    })
+                    .collect();
+                let handle = self.handle();
+                self.directories.lock().insert(handle.0, Arc::new(snapshot));
+                reply.opened(handle, FopenFlags::empty())
             }
-            Ok(_) => reply.error(Errno::ENOTDIR),
             Err(error) => reply.error(errno(&error)),
         }
     }
@@ -450,29 +468,34 @@ impl Filesystem for FuseFileSystem {
     fn readdir(
         &self,
         _request: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
+        _ino: INodeNo,
+        fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
         self.engine.note_request();
-        match self.engine.read_directory(self.fs, ino.0, offset, 4096) {
-            Ok(entries) => {
-                for (next, name, info) in entries {
-                    let full = reply.add(
-                        INodeNo(info.ino),
-                        next,
-                        file_type(info.attributes.kind),
-                        OsStr::from_bytes(&name),
-                    );
-                    if full {
-                        break;
-                    }
-                }
-                reply.ok();
+        let Some(snapshot) = self.directories.lock().get(&fh.0).cloned() else {
+            reply.error(Errno::EBADF);
+            return;
+        };
+        for (next, name, ino, kind) in snapshot.iter().skip(offset as usize) {
+            if reply.add(INodeNo(*ino), *next, *kind, OsStr::from_bytes(name)) {
+                break;
             }
-            Err(error) => reply.error(errno(&error)),
         }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _request: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.directories.lock().remove(&fh.0);
+        reply.ok();
     }
 
     fn fsyncdir(

@@ -363,3 +363,27 @@ fn page_cache_across_opens() {
         assert_eq!(read[4099], 3);
     }
 }
+
+/// Goal: removing entries while a directory is being read skips none of the others (the
+/// position of an entry must not shift under the reader). Method: 3,000 entries with long
+/// names (many readdir requests), each removed as soon as it is read.
+#[test]
+fn removing_entries_while_reading_a_directory_skips_none() {
+    let (_base, test) = mount();
+    let directory = test.mount_point.join("many");
+    std::fs::create_dir(&directory).unwrap();
+    for index in 0..3000 {
+        std::fs::write(
+            directory.join(format!("an-entry-with-a-rather-long-name-{index:05}")),
+            b"",
+        )
+        .unwrap();
+    }
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&directory).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+        seen += 1;
+    }
+    assert_eq!(seen, 3000);
+    std::fs::remove_dir(&directory).unwrap();
+}
