@@ -243,8 +243,9 @@ fn commands_work_while_mounted() {
 }
 
 /// Goal: real programs work on the mount: `git clone` of a local repository then `git fsck`,
-/// and `tar x` of a real source tree that compares equal with `diff -r`. Method: the binary
-/// mounts; git, tar and diff run on the mount.
+/// `tar x` of a real source tree that compares equal with `diff -r`, and `fio
+/// --verify=crc32c` before and after deduplication. Method: the binary mounts; the programs
+/// run on the mount.
 #[test]
 fn git_and_tar_on_the_mount() {
     let setup = Setup::new();
@@ -312,6 +313,41 @@ fn git_and_tar_on_the_mount() {
         "{}",
         String::from_utf8_lossy(&diff.stdout)
     );
+    // fio writes random 4 KiB blocks with checksums and verifies them, before and after a
+    // deduplication run.
+    let fio = |arguments: &[&str]| {
+        let output = Command::new("fio")
+            .args([
+                "--name=verify",
+                "--size=16M",
+                "--bs=4k",
+                "--verify=crc32c",
+                "--ioengine=psync",
+            ])
+            .arg(format!("--filename={}", mounted.join("fio.dat").display()))
+            .args(arguments)
+            .output()
+            .expect("fio is installed (scripts/setup.sh)");
+        assert!(
+            output.status.success(),
+            "fio {arguments:?}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    fio(&["--rw=randwrite", "--do_verify=1"]);
+    setup.ok(&[
+        "fs",
+        "config",
+        "work",
+        "--min-evaluation-interval",
+        "0",
+        "--min-evaluation-count",
+        "0",
+    ]);
+    setup.ok(&["fs", "dedup", "work"]);
+    fio(&["--rw=read", "--verify_only"]);
+
     let pid = setup.server_pid();
     setup.ok(&["umount", mounted.to_str().unwrap()]);
     wait_gone(pid, Duration::from_secs(10));
