@@ -10,7 +10,7 @@ packages=(
   libnbd-bin      # nbdcopy, nbdinfo, nbdfuse
   nbdkit          # plain NBD server: the benchmark baseline
   fio             # load generator with an nbd engine
-  fuse3           # fusermount3, for nbdfuse
+  fuse3           # fusermount3: for nbdfuse and for `onecopy mount` (the fs face, fuser without libfuse)
   e2fsprogs       # mkfs.ext4, mke2fs -d, e2fsck, debugfs
   xfsprogs        # mkfs.xfs, for the xfs log hint
   util-linux      # losetup, mount
@@ -18,6 +18,7 @@ packages=(
   borgbackup      # backup peer
   python3         # independent cross-checks in tests; bench/block's report
   diffutils       # diff -r of file trees in the block device's file-system test
+  git             # the fs face's test clones a repository onto a mount and runs git fsck
   gdb             # thread stacks of a stalled server in the crash test's failure message
   curl            # test data and lab paper2: real software releases from the npm registry
   time            # /usr/bin/time: peak memory of the peers (lab paper2)

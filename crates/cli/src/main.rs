@@ -86,6 +86,12 @@ pub enum Command {
     Backup(commands::backup::BackupArgs),
     /// Run the experiments that reproduce the papers (docs/LAB.md).
     Lab(commands::lab::LabArgs),
+    /// Manage the file systems (FUSE, selective offline deduplication).
+    Fs(commands::fs::FsArgs),
+    /// Mount a file system.
+    Mount(commands::fs::MountArgs),
+    /// Unmount a file system.
+    Umount(commands::fs::UmountArgs),
 }
 
 /// Exit status of a command that found the repository in use by another process (without
@@ -102,6 +108,9 @@ impl Cli {
             Command::Serve(args) => Some(&args.repository),
             Command::Check(args) => Some(&args.repository),
             Command::Backup(args) => Some(&args.repository),
+            Command::Fs(args) => Some(&args.repository),
+            Command::Mount(args) => Some(&args.repository),
+            Command::Umount(args) => Some(&args.repository),
             Command::Analyze(_) | Command::Lab(_) => None,
         }
     }
@@ -172,6 +181,9 @@ fn main() -> ExitCode {
         Command::Serve(args) => commands::serve::run(&cli, args),
         Command::Backup(args) => commands::backup::run(&cli, args),
         Command::Lab(args) => commands::lab::run(&cli, args),
+        Command::Fs(args) => commands::fs::run(&cli, args),
+        Command::Mount(args) => commands::fs::mount(&cli, args),
+        Command::Umount(args) => commands::fs::umount(&cli, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,6 +8,8 @@
 //!   and copy workloads at injected index latencies, LRU and ARC, hints on and off);
 //! - [`paper2`]: paper 2 §4, RevDedup against conventional deduplication on synthetic and
 //!   real backup series, and [`paper2::peers`]: restic and borg run on the same series.
+//! - [`paper3`]: paper 3 §5, selective offline deduplication on the file system face (a
+//!   first measurement: Fig. 3 and the I/O monitor's cost);
 //! - [`trace`]: block traces with content digests (the FIU format of paper 4);
 //! - [`trace_replay`]: paper 4 §4.1, content- vs sector-addressed caches over a trace.
 //!
@@ -18,6 +20,7 @@ pub mod error;
 pub mod mount;
 pub mod paper1;
 pub mod paper2;
+pub mod paper3;
 pub mod plot;
 pub mod results;
 pub mod trace;

@@ -51,6 +51,10 @@ pub fn run(cli: &Cli, args: &CheckArgs) -> anyhow::Result<u8> {
     if repository.path().join("backup").exists() {
         reports.push(crate::commands::backup::check_face(cli, options)?);
     }
+    let fs = repository.path().join("fs");
+    if fs.join("config.json").exists() || fs.join("meta").exists() {
+        reports.push(crate::commands::fs::check_face(cli, &repository, options)?);
+    }
     let status = reports
         .iter()
         .map(FaceReport::status)
@@ -225,6 +229,7 @@ fn face_name(face: &str) -> &str {
         "repository" => "repository files",
         "block" => "block device",
         "backup" => "backup store",
+        "fs" => "file systems",
         other => other,
     }
 }

@@ -30,6 +30,9 @@ pub enum LabCommand {
     /// (SG1-SG5, GP) and typescript releases, and restic and borg on the same releases (needs
     /// e2fsprogs, curl, tar, restic, borgbackup and /usr/bin/time).
     Paper2(Paper2Args),
+    /// Paper 3 §5 (first measurement): dedup ratio and sequential read throughput against
+    /// the chunk size on the file system face (Fig. 3), and the I/O monitor's cost.
+    Paper3(Paper3Args),
     /// Paper 4 §4.1: replay a block trace with content digests (FIU format) through content-
     /// and sector-addressed caches, ARC and LRU, simulated and through the engine.
     Trace(TraceArgs),
@@ -101,8 +104,34 @@ pub fn run(_cli: &Cli, args: &LabArgs) -> anyhow::Result<()> {
     match &args.experiment {
         LabCommand::Paper1(paper1_args) => run_paper1(paper1_args),
         LabCommand::Paper2(paper2_args) => run_paper2(paper2_args),
+        LabCommand::Paper3(paper3_args) => run_paper3(paper3_args),
         LabCommand::Trace(trace_args) => run_trace(trace_args),
     }
+}
+
+#[derive(Args, Debug)]
+pub struct Paper3Args {
+    /// Directory for results.json, results.csv, summary.md and paper3-fig3.svg.
+    #[arg(long, value_name = "DIR", default_value = "lab-results/paper3")]
+    pub out: PathBuf,
+    /// 16 files of 4 MiB instead of 64 of 8 MiB.
+    #[arg(long)]
+    pub quick: bool,
+    /// Where the temporary repositories are made [default: the system temporary directory].
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+}
+
+fn run_paper3(args: &Paper3Args) -> anyhow::Result<()> {
+    let options = onecopy_lab::paper3::Paper3Options {
+        out: args.out.clone(),
+        quick: args.quick,
+        work_dir: args.work_dir.clone(),
+    };
+    for path in onecopy_lab::paper3::run(&options)? {
+        println!("wrote {}", path.display());
+    }
+    Ok(())
 }
 
 fn run_trace(args: &TraceArgs) -> anyhow::Result<()> {

@@ -3,6 +3,7 @@
 pub mod analyze;
 pub mod backup;
 pub mod check;
+pub mod fs;
 pub mod init;
 pub mod lab;
 pub mod serve;

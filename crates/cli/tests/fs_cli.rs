@@ -1,0 +1,624 @@
+//! The file system face through the `onecopy` binary: mount in the background, commands
+//! while mounted, real programs on the mount (git, tar), kill -9 after fsync, SIGTERM and
+//! `onecopy umount`.
+
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Fails (never skips) when FUSE cannot run here, saying what to install.
+fn require_fuse() {
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "this test mounts a FUSE file system: /dev/fuse is missing (load the fuse module, or \
+         pass --device /dev/fuse to the container)"
+    );
+    let found = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|directory| directory.join("fusermount3").exists())
+    });
+    assert!(
+        found,
+        "this test needs fusermount3: install the fuse3 package"
+    );
+}
+
+struct Setup {
+    _base: tempfile::TempDir,
+    repository: PathBuf,
+    mount_point: PathBuf,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        require_fuse();
+        let base = tempfile::tempdir().unwrap();
+        let repository = base.path().join("repository");
+        let mount_point = base.path().join("mnt");
+        std::fs::create_dir(&mount_point).unwrap();
+        let setup = Setup {
+            _base: base,
+            repository,
+            mount_point,
+        };
+        setup.ok(&["init"]);
+        setup
+    }
+
+    fn run(&self, arguments: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_onecopy"))
+            .arg("--repo")
+            .arg(&self.repository)
+            .args(arguments)
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, arguments: &[&str]) -> String {
+        let output = self.run(arguments);
+        assert!(
+            output.status.success(),
+            "onecopy {arguments:?} failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    fn json(&self, arguments: &[&str]) -> Value {
+        serde_json::from_str(&self.ok(arguments)).unwrap()
+    }
+
+    fn mount(&self, name: &str) {
+        let mount_point = self.mount_point.to_str().unwrap();
+        self.ok(&["mount", name, mount_point]);
+    }
+
+    /// The pid of the process serving the mount, from the face's lock.
+    fn server_pid(&self) -> i32 {
+        let holder = std::fs::read_to_string(self.repository.join("fs/lock")).unwrap();
+        holder
+            .strip_prefix("pid ")
+            .and_then(|rest| rest.split(':').next())
+            .and_then(|pid| pid.parse().ok())
+            .unwrap_or_else(|| panic!("lock holder {holder:?}"))
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for the process.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+fn wait_gone(pid: i32, within: Duration) {
+    let started = Instant::now();
+    while alive(pid) {
+        // Reap it if it is our child (it is not: the mount command's child was re-parented).
+        assert!(
+            started.elapsed() < within,
+            "process {pid} still runs after {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn is_mounted(path: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let path = path.to_str().unwrap();
+    mounts
+        .lines()
+        .any(|line| line.split(' ').nth(1) == Some(path))
+}
+
+fn git(directory: &Path, arguments: &[&str]) {
+    let output = Command::new("git")
+        .current_dir(directory)
+        .args(arguments)
+        .output()
+        .expect("git is installed");
+    assert!(
+        output.status.success(),
+        "git {arguments:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Goal: the commands of the issue work while mounted, answered by the mounting process
+/// (list shows the mount, stats and ranks see live I/O, dedup plans and executes, config
+/// changes options, delete of the mounted file system is refused), and `umount` ends the
+/// serving process. Method: the binary, its JSON output.
+#[test]
+fn commands_work_while_mounted() {
+    let setup = Setup::new();
+    setup.ok(&[
+        "fs",
+        "create",
+        "data",
+        "--min-evaluation-interval",
+        "0",
+        "--idle",
+        "0",
+    ]);
+    setup.mount("data");
+    let mounted = &setup.mount_point;
+    let payload: Vec<u8> = (0..3u32 << 20).map(|i| (i / 4096) as u8).collect();
+    std::fs::write(mounted.join("one"), &payload).unwrap();
+    std::fs::write(mounted.join("two"), &payload).unwrap();
+
+    let list = setup.json(&["fs", "list", "--json"]);
+    assert_eq!(list[0]["name"], "data");
+    assert_eq!(
+        list[0]["mount_point"],
+        mounted.canonicalize().unwrap().to_str().unwrap()
+    );
+    let stats = setup.json(&["fs", "stats", "data", "--json"]);
+    assert_eq!(stats["files"], 2);
+    assert_eq!(stats["logical_bytes"], 6 << 20);
+    assert_eq!(stats["pending_bytes"], 6 << 20);
+    assert_eq!(stats["ranks"][0]["files"], 2);
+
+    // Not read enough yet (MIN_EVALUATION_CNT is 100): nothing to do.
+    let plan = setup.json(&["fs", "dedup", "data", "--dry-run", "--json"]);
+    assert_eq!(plan["plan"]["files"].as_array().unwrap().len(), 0, "{plan}");
+    setup.ok(&["fs", "config", "data", "--min-evaluation-count", "0"]);
+    let plan = setup.json(&["fs", "dedup", "data", "--dry-run", "--json"]);
+    assert_eq!(plan["plan"]["files"].as_array().unwrap().len(), 2, "{plan}");
+    assert!(plan["report"].is_null());
+    let run = setup.json(&["fs", "dedup", "data", "--json"]);
+    assert_eq!(run["report"]["files_deduplicated"], 2, "{run}");
+    let stats = setup.json(&["fs", "stats", "data", "--json"]);
+    assert_eq!(stats["pending_bytes"], 0);
+    assert!(
+        stats["stored_bytes"].as_u64().unwrap() < (1 << 20),
+        "repeated blocks and the copy deduplicate: {stats}"
+    );
+    assert_eq!(std::fs::read(mounted.join("two")).unwrap(), payload);
+    // The plain copies the run freed wait in their containers until a compaction.
+    let waiting = |stats: &Value| {
+        stats["face"]["container_bytes"]
+            .as_u64()
+            .unwrap()
+            .saturating_sub(stats["face"]["live_stored_bytes"].as_u64().unwrap())
+    };
+    assert!(waiting(&stats) > (4 << 20), "{stats}");
+    let compact = setup.json(&["fs", "compact", "--json"]);
+    assert!(
+        compact["report"]["containers_retired"].as_u64().unwrap() > 0,
+        "{compact}"
+    );
+    let stats = setup.json(&["fs", "stats", "data", "--json"]);
+    assert!(waiting(&stats) < (1 << 20), "{stats}");
+    assert_eq!(std::fs::read(mounted.join("one")).unwrap(), payload);
+    let ranks = setup.json(&["fs", "ranks", "data", "--json"]);
+    assert_eq!(ranks.as_array().unwrap().len(), 2);
+    assert!(
+        ranks[1]["sequential_reads"].as_u64().unwrap() > 0,
+        "{ranks}"
+    );
+
+    // `onecopy check` asks the mounting process for the face's report.
+    let check = setup.json(&["check", "--read-data", "--json"]);
+    let face = check["faces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|face| face["face"] == "fs")
+        .unwrap_or_else(|| panic!("the fs face is checked: {check}"));
+    assert_eq!(face["findings"], serde_json::json!([]), "{check}");
+    assert!(face["checked"]["chunks"].as_u64().unwrap() > 0, "{check}");
+
+    // A second mount of the repository's face is refused with status 4, naming the holder.
+    setup.ok(&["fs", "create", "other"]);
+    let second = setup._base.path().join("second");
+    std::fs::create_dir(&second).unwrap();
+    let refused = setup.run(&["mount", "other", second.to_str().unwrap()]);
+    assert_eq!(refused.status.code(), Some(4));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("mount data at"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    setup.ok(&["fs", "delete", "other"]);
+
+    let refused = setup.run(&["fs", "delete", "data"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("unmount it first"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let pid = setup.server_pid();
+    setup.ok(&["umount", mounted.to_str().unwrap()]);
+    assert!(!is_mounted(&mounted.canonicalize().unwrap()));
+    wait_gone(pid, Duration::from_secs(10));
+    // Without a mount the commands open the face themselves.
+    let stats = setup.json(&["fs", "stats", "data", "--json"]);
+    assert_eq!(stats["files"], 2);
+    setup.ok(&["check", "--read-data"]);
+    setup.ok(&["fs", "delete", "data"]);
+    assert_eq!(setup.json(&["fs", "list", "--json"]), serde_json::json!([]));
+}
+
+/// Goal: real programs work on the mount: `git clone` of a local repository then `git fsck`,
+/// `tar x` of a real source tree that compares equal with `diff -r`, and `fio
+/// --verify=crc32c` before and after deduplication. Method: the binary mounts; the programs
+/// run on the mount.
+#[test]
+fn git_and_tar_on_the_mount() {
+    let setup = Setup::new();
+    setup.ok(&["fs", "create", "work"]);
+    setup.mount("work");
+    let mounted = setup.mount_point.canonicalize().unwrap();
+    // A small repository with history, made here.
+    let origin = setup._base.path().join("origin");
+    std::fs::create_dir(&origin).unwrap();
+    git(&origin, &["init", "-q"]);
+    for round in 0..5 {
+        for file in 0..20 {
+            let mut content = format!("round {round} file {file}\n").repeat(200 + file);
+            content.push_str(&"x".repeat(round * 1000));
+            std::fs::write(origin.join(format!("f{file}.txt")), content).unwrap();
+        }
+        git(&origin, &["add", "."]);
+        git(
+            &origin,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-q",
+                "-m",
+                "round",
+            ],
+        );
+    }
+    let origin_url = format!("file://{}", origin.display());
+    git(&mounted, &["clone", "-q", &origin_url, "clone"]);
+    git(&mounted.join("clone"), &["fsck", "--full", "--strict"]);
+    git(&mounted.join("clone"), &["gc", "-q"]);
+    git(&mounted.join("clone"), &["fsck", "--full"]);
+
+    // tar x of this crate's source tree, compared with the original.
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core");
+    let tar = Command::new("tar")
+        .arg("-C")
+        .arg(&source)
+        .args(["-cf", "-", "."])
+        .output()
+        .unwrap();
+    assert!(tar.status.success());
+    std::fs::create_dir(mounted.join("core")).unwrap();
+    let mut untar = Command::new("tar")
+        .arg("-C")
+        .arg(mounted.join("core"))
+        .args(["-xf", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    untar.stdin.take().unwrap().write_all(&tar.stdout).unwrap();
+    assert!(untar.wait().unwrap().success());
+    let diff = Command::new("diff")
+        .arg("-r")
+        .arg(&source)
+        .arg(mounted.join("core"))
+        .output()
+        .unwrap();
+    assert!(
+        diff.status.success(),
+        "{}",
+        String::from_utf8_lossy(&diff.stdout)
+    );
+    // fio writes random 4 KiB blocks with checksums and verifies them, before and after a
+    // deduplication run.
+    let fio = |arguments: &[&str]| {
+        let output = Command::new("fio")
+            .args([
+                "--name=verify",
+                "--size=16M",
+                "--bs=4k",
+                "--verify=crc32c",
+                "--ioengine=psync",
+            ])
+            .arg(format!("--filename={}", mounted.join("fio.dat").display()))
+            .args(arguments)
+            .output()
+            .expect("fio is installed (scripts/setup.sh)");
+        assert!(
+            output.status.success(),
+            "fio {arguments:?}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    fio(&["--rw=randwrite", "--do_verify=1"]);
+    setup.ok(&[
+        "fs",
+        "config",
+        "work",
+        "--min-evaluation-interval",
+        "0",
+        "--min-evaluation-count",
+        "0",
+    ]);
+    setup.ok(&["fs", "dedup", "work"]);
+    fio(&["--rw=read", "--verify_only"]);
+
+    let pid = setup.server_pid();
+    setup.ok(&["umount", mounted.to_str().unwrap()]);
+    wait_gone(pid, Duration::from_secs(10));
+}
+
+/// Goal: what fsync acknowledged survives kill -9 of the mounting process, and the file
+/// system mounts again; SIGTERM unmounts cleanly. Method: write and fsync through the
+/// mount, kill -9 the server, clear the dead mount, mount again and read; then SIGTERM.
+#[test]
+fn fsync_survives_kill_9_and_sigterm_unmounts() {
+    let setup = Setup::new();
+    setup.ok(&["fs", "create", "crash"]);
+    setup.mount("crash");
+    let mounted = setup.mount_point.canonicalize().unwrap();
+    let synced: Vec<u8> = (0..2_500_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let file = std::fs::File::create(mounted.join("synced")).unwrap();
+    file.write_all_at(&synced, 0).unwrap();
+    file.write_all_at(b"patch", 1_000_000).unwrap();
+    file.sync_all().unwrap();
+    drop(file);
+    std::fs::create_dir(mounted.join("directory")).unwrap();
+    std::fs::write(mounted.join("directory/small"), b"small").unwrap();
+    std::fs::File::open(mounted.join("directory/small"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+    let pid = setup.server_pid();
+    // SAFETY: kill sends a signal.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    wait_gone(pid, Duration::from_secs(10));
+    let cleared = Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mounted)
+        .status()
+        .unwrap();
+    assert!(cleared.success(), "the dead mount is cleared");
+
+    setup.mount("crash");
+    let mut expected = synced;
+    expected[1_000_000..1_000_005].copy_from_slice(b"patch");
+    assert!(std::fs::read(mounted.join("synced")).unwrap() == expected);
+    assert_eq!(
+        std::fs::read(mounted.join("directory/small")).unwrap(),
+        b"small"
+    );
+    let check = setup.json(&["fs", "stats", "crash", "--json"]);
+    assert_eq!(check["files"], 2);
+    // New writes after the crash get new containers, whatever the killed process left.
+    let after: Vec<u8> = (0..6_000_000u32).map(|i| (i * 13 % 241) as u8).collect();
+    std::fs::write(mounted.join("after"), &after).unwrap();
+    assert!(std::fs::read(mounted.join("after")).unwrap() == after);
+
+    let pid = setup.server_pid();
+    // SAFETY: kill sends a signal.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    wait_gone(pid, Duration::from_secs(10));
+    assert!(!is_mounted(&mounted), "SIGTERM unmounted");
+    // A clean end: the next open replays nothing and the data is there.
+    setup.mount("crash");
+    assert!(std::fs::read(mounted.join("synced")).unwrap() == expected);
+    assert!(std::fs::read(mounted.join("after")).unwrap() == after);
+    setup.ok(&["umount", mounted.to_str().unwrap()]);
+}
+
+/// Goal: deduplication runs by itself once the file system has been idle for `--idle`
+/// seconds, and not while requests keep arriving. Method: a mount with --idle 1 and no
+/// evaluation thresholds; writes every 100 ms for 2 s leave the data pending, then an idle
+/// second deduplicates it.
+#[test]
+fn idle_file_system_deduplicates_by_itself() {
+    let setup = Setup::new();
+    setup.ok(&[
+        "fs",
+        "create",
+        "idle",
+        "--idle",
+        "1",
+        "--min-evaluation-interval",
+        "0",
+        "--min-evaluation-count",
+        "0",
+    ]);
+    setup.mount("idle");
+    let mounted = setup.mount_point.canonicalize().unwrap();
+    let started = Instant::now();
+    let mut round = 0u8;
+    while started.elapsed() < Duration::from_secs(2) {
+        std::fs::write(
+            mounted.join(format!("f{}", round % 4)),
+            vec![round + 1; 100_000],
+        )
+        .unwrap();
+        round = round.wrapping_add(1);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let busy = setup.json(&["fs", "stats", "idle", "--json"]);
+    assert!(busy["pending_bytes"].as_u64().unwrap() > 0, "{busy}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stats = setup.json(&["fs", "stats", "idle", "--json"]);
+        if stats["pending_bytes"] == 0 {
+            assert_eq!(stats["ranks"][0]["files"], 0, "{stats}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not deduplicated when idle: {stats}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let pid = setup.server_pid();
+    setup.ok(&["umount", mounted.to_str().unwrap()]);
+    wait_gone(pid, Duration::from_secs(10));
+}
+
+/// Runs `script` as user nobody; its output and whether it succeeded.
+fn as_nobody(script: &str) -> (bool, String) {
+    let output = Command::new("su")
+        .args(["nobody", "-s", "/bin/sh", "-c", script])
+        .output()
+        .expect("su is installed (util-linux / login)");
+    (
+        output.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    )
+}
+
+/// Goal: with allow_other the kernel's permission checks apply to other users (modes,
+/// owners, who may chmod), new files belong to their creator, and `-o ro` refuses writes.
+/// Method: the binary mounts; `su nobody` tries reads, writes and a chmod.
+#[test]
+fn permissions_and_read_only_mounts() {
+    assert!(
+        unsafe { libc::geteuid() } == 0,
+        "this test switches to user nobody and must run as root"
+    );
+    let setup = Setup::new();
+    // Other users must reach the mount point.
+    let mut path = setup.mount_point.clone();
+    while path.pop() {
+        let mode = std::fs::metadata(&path).unwrap().permissions();
+        if std::os::unix::fs::PermissionsExt::mode(&mode) & 0o001 == 0 {
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+        }
+        if path == Path::new("/tmp") || path == Path::new("/") {
+            break;
+        }
+    }
+    setup.ok(&["fs", "create", "shared"]);
+    let mounted = setup.mount_point.canonicalize().unwrap();
+    let mount_point = mounted.to_str().unwrap();
+    setup.ok(&["mount", "shared", mount_point, "-o", "allow_other"]);
+    std::fs::create_dir(mounted.join("public")).unwrap();
+    std::fs::create_dir(mounted.join("private")).unwrap();
+    let set_mode = |name: &str, mode| {
+        std::fs::set_permissions(
+            mounted.join(name),
+            std::os::unix::fs::PermissionsExt::from_mode(mode),
+        )
+        .unwrap()
+    };
+    set_mode("public", 0o777);
+    set_mode("private", 0o700);
+    std::fs::write(mounted.join("private/secret"), b"secret").unwrap();
+
+    let (read, output) = as_nobody(&format!("cat {mount_point}/private/secret"));
+    assert!(!read && output.contains("Permission denied"), "{output}");
+    let (chmod, output) = as_nobody(&format!("chmod 777 {mount_point}/private"));
+    assert!(
+        !chmod && output.contains("Operation not permitted"),
+        "{output}"
+    );
+    let (created, output) = as_nobody(&format!(
+        "echo mine > {mount_point}/public/mine && stat -c '%U %a' {mount_point}/public/mine"
+    ));
+    assert!(created, "{output}");
+    assert!(output.starts_with("nobody "), "{output}");
+    let pid = setup.server_pid();
+    setup.ok(&["umount", mount_point]);
+    wait_gone(pid, Duration::from_secs(10));
+
+    setup.ok(&["mount", "shared", mount_point, "-o", "ro"]);
+    assert_eq!(
+        std::fs::read(mounted.join("public/mine")).unwrap(),
+        b"mine\n"
+    );
+    let refused = std::fs::write(mounted.join("new"), b"x").unwrap_err();
+    assert_eq!(refused.raw_os_error(), Some(libc::EROFS));
+    let pid = setup.server_pid();
+    setup.ok(&["umount", mount_point]);
+    wait_gone(pid, Duration::from_secs(10));
+}
+
+/// Goal: a damaged durable journal record is never replayed as data: mounting refuses with
+/// a message naming the journal, and `onecopy check` reports damage (exit status 1).
+/// Method: fsync'd writes, kill -9 (so the journal holds them), a flipped byte in the first
+/// record, then mount and check.
+#[test]
+fn damaged_journal_is_refused_and_reported() {
+    let setup = Setup::new();
+    setup.ok(&["fs", "create", "damaged"]);
+    setup.mount("damaged");
+    let mounted = setup.mount_point.canonicalize().unwrap();
+    for index in 0..5 {
+        let file = std::fs::File::create(mounted.join(format!("f{index}"))).unwrap();
+        file.write_all_at(&vec![index as u8 + 1; 10_000], 0)
+            .unwrap();
+        file.sync_all().unwrap();
+    }
+    let pid = setup.server_pid();
+    // SAFETY: kill sends a signal.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    wait_gone(pid, Duration::from_secs(10));
+    assert!(Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mounted)
+        .status()
+        .unwrap()
+        .success());
+
+    let meta = setup.repository.join("fs/meta");
+    let mut journals: Vec<PathBuf> = std::fs::read_dir(&meta)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            path.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("journal-")
+        })
+        .collect();
+    journals.sort();
+    let journal = journals.last().unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(journal)
+        .unwrap();
+    // The first record's payload: after the 64-byte file header and its 32-byte header.
+    let mut byte = [0u8; 1];
+    file.read_exact_at(&mut byte, 64 + 32 + 2).unwrap();
+    byte[0] ^= 0x40;
+    file.write_all_at(&byte, 64 + 32 + 2).unwrap();
+    drop(file);
+
+    let refused = setup.run(&["mount", "damaged", mounted.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(message.contains("journal"), "{message}");
+    let check = setup.run(&["check", "--json"]);
+    assert_eq!(check.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&check.stdout).unwrap();
+    let face = report["faces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|face| face["face"] == "fs")
+        .unwrap()
+        .clone();
+    assert_eq!(face["findings"][0]["kind"], "damage", "{face}");
+    assert!(
+        face["findings"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("journal"),
+        "{face}"
+    );
+}

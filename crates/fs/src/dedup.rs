@@ -1,0 +1,392 @@
+//! The offline deduplicator (paper 3 §4.1): a pure *plan* (the ranker's decisions, shown by
+//! `onecopy fs dedup --dry-run`) and its *execution*.
+//!
+//! Executing a file of rank r:
+//!
+//! 1. the file is read in batches of [`BATCH_BYTES`] (outside the engine lock), noting its
+//!    data version;
+//! 2. each batch is cut into chunks — big for rank 1, small for ranks 2 and 3 (fixed at
+//!    multiples of the size, or content-defined) — and fingerprinted, outside the lock;
+//! 3. under the lock, if the file is unchanged, each chunk is looked up in the repository's
+//!    fingerprint index: a known chunk gains a reference, a new one is appended (a rank-1
+//!    file's new chunks in file order, so it stays sequential); then the plain extents of the
+//!    range are released (their chunks are freed when no other extent holds them) and the
+//!    range is mapped to the new chunks; one journal record per batch;
+//! 4. at the end the file takes its rank and chunking, its read counters are reset, and it
+//!    moves to its rank queue.
+//!
+//! A write to the file while it is deduplicated stops its deduplication (the file is rank 0
+//! again and waits for a later run). Between batches the deduplicator yields: when run by
+//! idleness it stops as soon as a foreground request arrives, so foreground I/O waits at most
+//! for one batch, and it pauses after each batch so that it takes at most
+//! `dedup_share_percent` of one core and of the disk's time (reported as `busy_ms` against
+//! `elapsed_ms`). Not guaranteed: a rank-1 file's new chunks are contiguous only as long as
+//! no foreground write appends between two of its batches.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use onecopy_core::chunking::fastcdc::FastCdcChunker;
+use onecopy_core::chunking::{Chunker, SizeRange};
+use serde::Serialize;
+
+use crate::changes::FsId;
+use crate::engine::{now_ns, FsEngine};
+use crate::error::Result;
+use crate::node::{Chunking, Ino, Kind, Rank, ROOT};
+use crate::options::SmallChunking;
+use crate::ranker::{chunking_of, plan_ranks};
+
+/// Bytes of a file read and deduplicated per step (and per journal record).
+pub const BATCH_BYTES: u64 = 4 << 20;
+
+/// One file the plan deduplicates.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PlannedFile {
+    pub ino: Ino,
+    /// A path of the file (one of its names), for messages.
+    pub path: String,
+    pub rank_before: Rank,
+    pub rank: Rank,
+    /// How the file is chunked now and after.
+    pub chunking_before: Option<Chunking>,
+    pub chunking: Chunking,
+    /// Bytes of the file (holes excluded) and those of it written plainly.
+    pub bytes: u64,
+    pub plain_bytes: u64,
+    /// False when the file already is chunked this way with nothing plain: it only changes
+    /// rank queue.
+    pub rechunk: bool,
+    /// The file's data version when planned: a file written since is skipped (it is rank 0
+    /// again).
+    #[serde(skip)]
+    pub version: u64,
+}
+
+/// What a deduplication run will do.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DedupPlan {
+    pub file_system: String,
+    pub files: Vec<PlannedFile>,
+    /// Bytes the run reads (of the files it re-chunks).
+    pub read_bytes: u64,
+    /// Files left in rank 0 (modified recently or not read enough yet).
+    pub files_left_rank_0: u64,
+}
+
+/// What a deduplication run did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DedupReport {
+    pub files_deduplicated: u64,
+    /// Files written to while they were deduplicated (left for a later run).
+    pub files_skipped: u64,
+    pub bytes_read: u64,
+    /// Chunks found in the index (their bytes not stored again).
+    pub chunks_deduplicated: u64,
+    pub chunks_stored: u64,
+    /// Bytes the face's live chunks occupy in containers before and after the run (plain
+    /// copies freed by the run wait in their containers for compaction).
+    pub stored_bytes_before: u64,
+    pub stored_bytes_after: u64,
+    /// Runs stopped to let foreground requests through.
+    pub stopped_for_foreground: bool,
+    pub elapsed_ms: u64,
+    /// Time spent reading, hashing and remapping (the rest of `elapsed_ms` is the pauses of
+    /// a run started by idleness; see `FsOptions::dedup_share_percent`).
+    pub busy_ms: u64,
+}
+
+/// Plans a run over file system `fs` now.
+pub fn plan(engine: &FsEngine, fs: FsId) -> Result<DedupPlan> {
+    plan_at(engine, fs, now_ns())
+}
+
+/// Plans a run over file system `fs` at time `now_ns` (tests compress time with it).
+pub fn plan_at(engine: &FsEngine, fs: FsId, now_ns: i64) -> Result<DedupPlan> {
+    let state = engine.state.lock();
+    let system = state.system(fs)?;
+    let options = &system.record.options;
+    let queue = |rank: usize| {
+        system.queues[rank]
+            .values()
+            .filter_map(|ino| system.inodes.get(ino).map(|inode| (*ino, inode.monitor)))
+            .collect::<Vec<_>>()
+    };
+    let ranked = plan_ranks([queue(0), queue(1), queue(2)], now_ns, options);
+    let paths = paths_of(system);
+    let mut plan = DedupPlan {
+        file_system: system.record.name.clone(),
+        ..DedupPlan::default()
+    };
+    for decision in &ranked {
+        let inode = &system.inodes[&decision.ino];
+        let chunking = chunking_of(decision.rank);
+        let plain_bytes = inode.plain_bytes();
+        let rechunk = inode.monitor.chunking != Some(chunking) || plain_bytes > 0;
+        let bytes = inode.mapped_bytes();
+        if rechunk {
+            plan.read_bytes += bytes;
+        }
+        plan.files.push(PlannedFile {
+            ino: decision.ino,
+            path: paths
+                .get(&decision.ino)
+                .cloned()
+                .unwrap_or_else(|| format!("<inode {}>", decision.ino)),
+            rank_before: decision.rank_before,
+            rank: decision.rank,
+            chunking_before: inode.monitor.chunking,
+            chunking,
+            bytes,
+            plain_bytes,
+            rechunk,
+            version: system.version(decision.ino),
+        });
+    }
+    plan.files_left_rank_0 = system.queues[0].len() as u64
+        - ranked
+            .iter()
+            .filter(|decision| decision.rank_before == 0)
+            .count() as u64;
+    Ok(plan)
+}
+
+/// One path of every inode (the first found), lossily as UTF-8.
+pub(crate) fn paths_of(system: &crate::engine::FileSystem) -> HashMap<Ino, String> {
+    let mut paths = HashMap::new();
+    let mut pending = vec![(ROOT, String::new())];
+    while let Some((ino, path)) = pending.pop() {
+        let Some(inode) = system.inodes.get(&ino) else {
+            continue;
+        };
+        for (name, child) in &inode.entries {
+            let child_path = format!("{path}/{}", String::from_utf8_lossy(name));
+            if paths.contains_key(child) {
+                continue;
+            }
+            paths.insert(*child, child_path.clone());
+            if system.inodes[child].attributes.kind == Kind::Directory {
+                pending.push((*child, child_path));
+            }
+        }
+    }
+    paths
+}
+
+/// When to stop a run early.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Yield {
+    /// Run to the end (`onecopy fs dedup`).
+    Never,
+    /// Stop at the first foreground request (runs started by idleness).
+    ToForeground,
+}
+
+/// Executes `plan` on file system `fs`.
+pub fn execute(
+    engine: &FsEngine,
+    fs: FsId,
+    plan: &DedupPlan,
+    yielding: Yield,
+) -> Result<DedupReport> {
+    let started = Instant::now();
+    let requests_at_start = engine.request_count();
+    let mut report = DedupReport::default();
+    let (stored_before, counters_before) = {
+        let state = engine.state.lock();
+        (
+            state.chunks.state().live_stored_bytes,
+            state.chunks.counters().clone(),
+        )
+    };
+    for file in &plan.files {
+        if yielding == Yield::ToForeground && engine.request_count() != requests_at_start {
+            report.stopped_for_foreground = true;
+            break;
+        }
+        let done = dedup_file(engine, fs, file, &mut report, yielding, requests_at_start)?;
+        if done {
+            report.files_deduplicated += 1;
+        } else if report.stopped_for_foreground {
+            break;
+        } else {
+            report.files_skipped += 1;
+        }
+    }
+    let state = engine.state.lock();
+    let counters = state.chunks.counters();
+    report.chunks_deduplicated = counters.chunks_deduplicated - counters_before.chunks_deduplicated;
+    report.chunks_stored = counters.chunks_stored - counters_before.chunks_stored;
+    report.stored_bytes_before = stored_before;
+    report.stored_bytes_after = state.chunks.state().live_stored_bytes;
+    report.elapsed_ms = started.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+/// Cuts a stream into chunks: fixed sizes at multiples of the size, or FastCDC.
+struct Cutter {
+    chunker: Option<FastCdcChunker>,
+    fixed_bytes: usize,
+    bytes_max: usize,
+}
+
+impl Cutter {
+    fn new(chunking: Chunking, big: u64, small: u64, small_chunking: SmallChunking) -> Cutter {
+        match (chunking, small_chunking) {
+            (Chunking::Small, SmallChunking::ContentDefined) => {
+                let average = small as usize;
+                let sizes = SizeRange {
+                    bytes_min: average / 4,
+                    bytes_average: average,
+                    bytes_max: average * 4,
+                };
+                Cutter {
+                    chunker: Some(FastCdcChunker::new(sizes)),
+                    fixed_bytes: 0,
+                    bytes_max: average * 4,
+                }
+            }
+            (Chunking::Big, _) => Cutter {
+                chunker: None,
+                fixed_bytes: big as usize,
+                bytes_max: big as usize,
+            },
+            _ => Cutter {
+                chunker: None,
+                fixed_bytes: small as usize,
+                bytes_max: small as usize,
+            },
+        }
+    }
+
+    /// The length of the next chunk at the start of `data`, or `None` when more data is
+    /// needed first (`data` shorter than the largest chunk and not the end).
+    fn next(&mut self, data: &[u8], end: bool) -> Option<usize> {
+        if data.is_empty() || (!end && data.len() < self.bytes_max) {
+            return None;
+        }
+        let cut = match &mut self.chunker {
+            Some(chunker) => chunker.next_cut(data, end).len,
+            None => self.fixed_bytes.min(data.len()),
+        };
+        assert!(cut > 0, "a cut takes at least one byte");
+        assert!(
+            cut <= data.len().min(self.bytes_max),
+            "a cut stays within its limits"
+        );
+        Some(cut)
+    }
+}
+
+/// Deduplicates one planned file; returns whether it finished.
+fn dedup_file(
+    engine: &FsEngine,
+    fs: FsId,
+    file: &PlannedFile,
+    report: &mut DedupReport,
+    yielding: Yield,
+    requests_at_start: u64,
+) -> Result<bool> {
+    let (options, version, size, fingerprint) = {
+        let state = engine.state.lock();
+        let system = state.system(fs)?;
+        let Some(inode) = system.inodes.get(&file.ino) else {
+            return Ok(false);
+        };
+        (
+            system.record.options.clone(),
+            system.version(file.ino),
+            inode.attributes.size,
+            engine.config().fingerprint,
+        )
+    };
+    if version != file.version {
+        return Ok(false);
+    }
+    if file.rechunk {
+        let mut cutter = Cutter::new(
+            file.chunking,
+            options.big_chunk_bytes,
+            options.small_chunk_bytes,
+            options.small_chunking,
+        );
+        let mut pending: Vec<u8> = Vec::new();
+        let mut pending_at = 0u64;
+        let mut offset = 0u64;
+        while offset < size || !pending.is_empty() {
+            if yielding == Yield::ToForeground && engine.request_count() != requests_at_start {
+                report.stopped_for_foreground = true;
+                return Ok(false);
+            }
+            let batch_started = Instant::now();
+            let length = BATCH_BYTES.min(size - offset);
+            let Some((data, read_version)) = engine.read_for_dedup(fs, file.ino, offset, length)?
+            else {
+                return Ok(false);
+            };
+            if read_version != version {
+                return Ok(false);
+            }
+            report.bytes_read += data.len() as u64;
+            pending.extend_from_slice(&data);
+            offset += length;
+            let end = offset >= size;
+            let mut pieces = Vec::new();
+            let mut taken = 0;
+            while let Some(cut) = cutter.next(&pending[taken..], end) {
+                pieces.push((pending_at + taken as u64, taken, cut));
+                taken += cut;
+            }
+            let fingerprints: Vec<_> = pieces
+                .iter()
+                .map(|&(_, at, length)| fingerprint.hash(&pending[at..at + length]))
+                .collect();
+            let unchanged = engine.mutate(|state| {
+                if state.system(fs)?.version(file.ino) != version {
+                    return Ok(false);
+                }
+                for (&(file_offset, at, length), print) in pieces.iter().zip(&fingerprints) {
+                    crate::engine::map_data(
+                        state,
+                        fs,
+                        file.ino,
+                        file_offset,
+                        &pending[at..at + length],
+                        Some(print),
+                    )?;
+                }
+                Ok(true)
+            })?;
+            if !unchanged {
+                return Ok(false);
+            }
+            pending.drain(..taken);
+            pending_at += taken as u64;
+            let busy = batch_started.elapsed();
+            report.busy_ms += busy.as_millis() as u64;
+            if yielding == Yield::ToForeground {
+                // The share of the machine a run started by idleness takes: a pause after each
+                // batch, in proportion to the batch's time.
+                let share = options.dedup_share_percent.clamp(1, 100) as u32;
+                std::thread::sleep(busy * (100 - share) / share);
+            }
+            if end && pending.is_empty() {
+                break;
+            }
+        }
+    }
+    engine.mutate(|state| {
+        if state.system(fs)?.version(file.ino) != version {
+            return Ok(false);
+        }
+        let stamp = state.next_stamp();
+        crate::engine::update_inode(state, fs, file.ino, |inode| {
+            inode.monitor.rank = file.rank;
+            inode.monitor.chunking = Some(file.chunking);
+            inode.monitor.sequential_reads = 0;
+            inode.monitor.random_reads = 0;
+            inode.monitor.stamp = stamp;
+        })?;
+        Ok(true)
+    })
+}

@@ -1,0 +1,419 @@
+//! The engine without FUSE: map replication and reference counts, rank-1 layout, recovery.
+
+use std::sync::Arc;
+
+use onecopy_core::check::CheckOptions;
+use onecopy_core::repository::Repository;
+use onecopy_core::storage::Storage;
+use onecopy_fs::dedup::{self, Yield};
+use onecopy_fs::engine::{Caller, NewNode};
+use onecopy_fs::node::{Chunking, Kind, ROOT};
+use onecopy_fs::{FsEngine, FsId, FsOptions, OpenMode, RuntimeOptions};
+
+const ROOT_CALLER: Caller = Caller { uid: 0, gid: 0 };
+
+fn bytes(seed: u64, length: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..length)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+/// Options that rank every file at once: no evaluation interval or count.
+fn eager() -> FsOptions {
+    FsOptions {
+        min_evaluation_interval_seconds: 0,
+        min_evaluation_count: 0,
+        idle_seconds: 0,
+        ..FsOptions::default()
+    }
+}
+
+fn open(storage: &Arc<dyn Storage>) -> Arc<FsEngine> {
+    FsEngine::open(
+        Arc::clone(storage),
+        RuntimeOptions::default(),
+        OpenMode::ReadWrite,
+    )
+    .unwrap()
+}
+
+fn file(engine: &FsEngine, fs: FsId, name: &str, data: &[u8]) -> u64 {
+    let node = NewNode {
+        kind: Kind::File,
+        mode: 0o644,
+        rdev: 0,
+        target: Vec::new(),
+    };
+    let info = engine
+        .create_node(fs, ROOT, name.as_bytes(), node, ROOT_CALLER)
+        .unwrap();
+    for (index, piece) in data.chunks(1 << 20).enumerate() {
+        engine
+            .write(fs, info.ino, (index as u64) << 20, piece)
+            .unwrap();
+    }
+    info.ino
+}
+
+fn contents(engine: &FsEngine, fs: FsId, ino: u64) -> Vec<u8> {
+    let size = engine.getattr(fs, ino).unwrap().attributes.size;
+    let mut out = Vec::new();
+    while (out.len() as u64) < size {
+        out.extend(engine.read(fs, ino, out.len() as u64, 1 << 20).unwrap());
+    }
+    out
+}
+
+fn assert_clean(engine: &FsEngine) {
+    let report = engine
+        .check(CheckOptions {
+            repair: false,
+            read_data: true,
+        })
+        .unwrap();
+    assert!(report.findings.is_empty(), "{:#?}", report.findings);
+}
+
+/// Goal: after deduplication two identical files share chunks; a write into one splits its
+/// map without changing the shared chunk, reference counts stay right, and deleting the
+/// other leaves it readable. Method: engine calls, `check` after each step.
+#[test]
+fn map_replication_keeps_shared_chunks_and_counts() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let storage = repository.face_storage("fs").unwrap();
+    let engine = open(&storage);
+    let fs = engine
+        .create_file_system("data", eager(), ROOT_CALLER)
+        .unwrap();
+    let original = bytes(1, 600_000);
+    let a = file(&engine, fs, "a", &original);
+    let b = file(&engine, fs, "b", &original);
+    let before = engine.stats(fs).unwrap();
+    assert_eq!(before.pending_bytes, 1_200_000);
+    let plan = dedup::plan(&engine, fs).unwrap();
+    assert_eq!(plan.files.len(), 2, "{plan:?}");
+    assert!(plan
+        .files
+        .iter()
+        .all(|file| file.chunking == Chunking::Small));
+    let report = dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+    assert_eq!(report.files_deduplicated, 2);
+    let after = engine.stats(fs).unwrap();
+    assert_eq!(after.pending_bytes, 0);
+    assert!(
+        after.stored_bytes < 620_000,
+        "the copy shares the original's chunks: {after:?}"
+    );
+    assert_clean(&engine);
+
+    // A write into the middle of a shared chunk of b.
+    engine.write(fs, b, 10_000, b"changed").unwrap();
+    let mut expected_b = original.clone();
+    expected_b[10_000..10_007].copy_from_slice(b"changed");
+    assert_eq!(contents(&engine, fs, a), original);
+    assert_eq!(contents(&engine, fs, b), expected_b);
+    let layout = engine.file_layout(fs, b).unwrap();
+    let split: Vec<_> = layout
+        .iter()
+        .filter(|place| place.offset >= 8192 && place.offset < 12_288)
+        .collect();
+    assert_eq!(
+        split.len(),
+        3,
+        "the chunk's map is split in three: {layout:?}"
+    );
+    assert!(split[1].plain);
+    assert_eq!(split[0].chunk, split[2].chunk);
+    assert_eq!(split[0].references, 3, "a's extent and b's two pieces");
+    assert_clean(&engine);
+
+    engine.remove(fs, ROOT, b"a", false).unwrap();
+    assert_eq!(contents(&engine, fs, b), expected_b);
+    assert_clean(&engine);
+    // Everything survives a reopen (journal replay after a flush, no checkpoint).
+    engine.flush().unwrap();
+    drop(engine);
+    let engine = open(&storage);
+    assert_eq!(contents(&engine, fs, b), expected_b);
+    assert_clean(&engine);
+}
+
+/// Goal: a file read sequentially becomes rank 1, gets big chunks written contiguously in
+/// file order, and reads the same; a file read randomly becomes rank 2 with small chunks.
+/// Method: reads through the engine (the I/O monitor), then a deduplication run.
+#[test]
+fn sequential_files_get_contiguous_big_chunks() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let engine = open(&repository.face_storage("fs").unwrap());
+    let options = FsOptions {
+        min_evaluation_count: 4,
+        ..eager()
+    };
+    let fs = engine
+        .create_file_system("seq", options, ROOT_CALLER)
+        .unwrap();
+    let data = bytes(2, 3 << 20);
+    let sequential = file(&engine, fs, "sequential", &data);
+    let random = file(&engine, fs, "random", &bytes(3, 1 << 20));
+    for offset in (0..(3u64 << 20)).step_by(256 << 10) {
+        engine.read(fs, sequential, offset, 256 << 10).unwrap();
+    }
+    for offset in [900_000u64, 5, 400_000, 77_777, 12] {
+        engine.read(fs, random, offset, 4096).unwrap();
+    }
+    let plan = dedup::plan(&engine, fs).unwrap();
+    let ranks: Vec<(u64, u8)> = plan
+        .files
+        .iter()
+        .map(|file| (file.ino, file.rank))
+        .collect();
+    assert!(ranks.contains(&(sequential, 1)), "{plan:?}");
+    assert!(ranks.contains(&(random, 2)), "{plan:?}");
+    dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+    let layout = engine.file_layout(fs, sequential).unwrap();
+    assert_eq!(layout.len(), 12, "3 MiB in 256 KiB chunks: {layout:?}");
+    for pair in layout.windows(2) {
+        assert_eq!(pair[0].length, 256 << 10);
+        let contiguous = pair[0].container == pair[1].container
+            && pair[1].container_offset > pair[0].container_offset;
+        let next_container = pair[1].container == pair[0].container + 1;
+        assert!(contiguous || next_container, "file order on disk: {pair:?}");
+    }
+    let ranks = engine.ranks(fs).unwrap();
+    let rank_of = |ino| ranks.iter().find(|file| file.ino == ino).unwrap().clone();
+    assert_eq!(rank_of(sequential).chunking, Some(Chunking::Big));
+    assert_eq!(
+        rank_of(sequential).sequential_reads,
+        0,
+        "counters reset when ranked"
+    );
+    assert_eq!(rank_of(random).chunking, Some(Chunking::Small));
+    assert_eq!(contents(&engine, fs, sequential), data);
+    assert_clean(&engine);
+}
+
+/// Goal: a write to a file while it is deduplicated stops that file's deduplication and
+/// loses nothing. Method: plan, write, execute the stale plan.
+#[test]
+fn write_during_dedup_wins() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let engine = open(&repository.face_storage("fs").unwrap());
+    let fs = engine
+        .create_file_system("race", eager(), ROOT_CALLER)
+        .unwrap();
+    let data = bytes(4, 100_000);
+    let ino = file(&engine, fs, "f", &data);
+    let plan = dedup::plan(&engine, fs).unwrap();
+    engine.write(fs, ino, 50, b"new").unwrap();
+    // The plan still names the file, which was written since: the run skips it.
+    let report = dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+    let mut expected = data;
+    expected[50..53].copy_from_slice(b"new");
+    assert_eq!(contents(&engine, fs, ino), expected);
+    assert_eq!((report.files_deduplicated, report.files_skipped), (0, 1));
+    assert_eq!(engine.stats(fs).unwrap().pending_bytes, 100_000);
+    assert_clean(&engine);
+}
+
+/// Goal: content-defined small chunks find a duplicate shifted within a file, which fixed
+/// chunks miss. Method: a file and a copy with 777 bytes inserted at the front, deduplicated
+/// once with each small chunking; stored bytes compared.
+#[test]
+fn content_defined_chunks_find_shifted_duplicates() {
+    let stored = |small_chunking| {
+        let directory = tempfile::tempdir().unwrap();
+        let repository = Repository::init(directory.path()).unwrap();
+        let engine = open(&repository.face_storage("fs").unwrap());
+        let options = FsOptions {
+            small_chunking,
+            ..eager()
+        };
+        let fs = engine
+            .create_file_system("cdc", options, ROOT_CALLER)
+            .unwrap();
+        let original = bytes(5, 800_000);
+        let mut shifted = bytes(6, 777);
+        shifted.extend_from_slice(&original);
+        let a = file(&engine, fs, "a", &original);
+        let b = file(&engine, fs, "b", &shifted);
+        let plan = dedup::plan(&engine, fs).unwrap();
+        dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+        assert_eq!(contents(&engine, fs, a), original);
+        assert_eq!(contents(&engine, fs, b), shifted);
+        assert_clean(&engine);
+        engine.stats(fs).unwrap().stored_bytes
+    };
+    let fixed = stored(onecopy_fs::SmallChunking::Fixed);
+    let content_defined = stored(onecopy_fs::SmallChunking::ContentDefined);
+    assert!(
+        fixed > 1_500_000,
+        "fixed chunks miss the shifted copy: {fixed}"
+    );
+    assert!(
+        content_defined < 900_000,
+        "content-defined chunks find it: {content_defined}"
+    );
+}
+
+/// Goal: removing a file of more extents than one journal record can hold works and
+/// survives a reopen (the removal spans several records). Method: 600,000 one-byte writes
+/// two bytes apart (one extent each), unlink, reopen, check.
+#[test]
+fn removing_a_file_of_many_extents_spans_records() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let storage = repository.face_storage("fs").unwrap();
+    let engine = open(&storage);
+    let fs = engine
+        .create_file_system("many", eager(), ROOT_CALLER)
+        .unwrap();
+    let ino = file(&engine, fs, "many", &[]);
+    for index in 0..600_000u64 {
+        engine.write(fs, ino, index * 2, &[1]).unwrap();
+    }
+    assert_eq!(engine.file_layout(fs, ino).unwrap().len(), 600_000);
+    engine.remove(fs, ROOT, b"many", false).unwrap();
+    assert_eq!(engine.stats(fs).unwrap().face.live_chunks, 0);
+    engine.flush().unwrap();
+    drop(engine);
+    let engine = open(&storage);
+    assert_eq!(engine.stats(fs).unwrap().files, 0);
+    assert_clean(&engine);
+}
+
+/// Goal: `check` finds a chunk whose stored reference count disagrees with the extents
+/// that map it, a repair sets it right, and the next check is clean. Method: the face is
+/// closed, one chunk's count is raised directly in its chunk table (core API, the same
+/// checkpoint state kept), then the face is opened and checked.
+#[test]
+fn check_repairs_reference_counts() {
+    use onecopy_core::bytes::ByteReader;
+    use onecopy_core::chunk_store::{ChunkStore, ChunkStoreOptions, ChunkStoreState};
+    use onecopy_core::container::ContainerStore;
+    use onecopy_core::pages::{PageStore, PageStoreOptions};
+
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let storage = repository.face_storage("fs").unwrap();
+    let engine = open(&storage);
+    let fs = engine
+        .create_file_system("counts", eager(), ROOT_CALLER)
+        .unwrap();
+    let ino = file(&engine, fs, "f", &bytes(7, 10_000));
+    let chunk = engine.file_layout(fs, ino).unwrap()[0].chunk;
+    engine.shutdown().unwrap();
+    drop(engine);
+
+    {
+        let (mut pages, user_state) =
+            PageStore::open(Arc::clone(&storage), "meta", PageStoreOptions::default()).unwrap();
+        let mut reader = ByteReader::new(&user_state);
+        let length = reader.u32().unwrap() as usize;
+        let saved: serde_json::Value =
+            serde_json::from_slice(reader.take(length).unwrap()).unwrap();
+        let state: ChunkStoreState = serde_json::from_value(saved["chunk_store"].clone()).unwrap();
+        let containers = Arc::new(
+            ContainerStore::new(Arc::clone(&storage), "containers", Default::default()).unwrap(),
+        );
+        let mut chunks = ChunkStore::open(
+            &mut pages,
+            containers,
+            state,
+            ChunkStoreOptions {
+                fingerprint: Default::default(),
+                index: Default::default(),
+            },
+        )
+        .unwrap();
+        let mut changes = Vec::new();
+        chunks.reference(&mut pages, chunk, &mut changes).unwrap();
+        chunks.prepare_checkpoint(&mut pages).unwrap();
+        pages.checkpoint(&user_state).unwrap();
+    }
+
+    let engine = open(&storage);
+    let found = engine
+        .check(onecopy_core::check::CheckOptions::default())
+        .unwrap();
+    assert_eq!(found.findings.len(), 1, "{:#?}", found.findings);
+    assert_eq!(
+        found.findings[0].kind,
+        onecopy_core::check::FindingKind::Derived
+    );
+    assert!(
+        found.findings[0].detail.contains("reference count 2 but 1"),
+        "{found:?}"
+    );
+    let repaired = engine
+        .check(onecopy_core::check::CheckOptions {
+            repair: true,
+            read_data: false,
+        })
+        .unwrap();
+    assert!(repaired.repaired, "{repaired:?}");
+    drop(engine);
+    let engine = open(&storage);
+    assert_clean(&engine);
+    assert_eq!(contents(&engine, fs, ino), bytes(7, 10_000));
+}
+
+/// Goal: a run started by idleness works at most its configured share of the time, and a
+/// foreground request stops it. Method: a run over 24 MiB with a 25% share (busy time
+/// against elapsed time), then a run interrupted by a noted request.
+#[test]
+fn idle_runs_keep_to_their_share_and_yield() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let engine = open(&repository.face_storage("fs").unwrap());
+    let options = FsOptions {
+        dedup_share_percent: 25,
+        ..eager()
+    };
+    let fs = engine
+        .create_file_system("share", options, ROOT_CALLER)
+        .unwrap();
+    for index in 0..6 {
+        file(
+            &engine,
+            fs,
+            &format!("f{index}"),
+            &bytes(20 + index, 4 << 20),
+        );
+    }
+    let plan = dedup::plan(&engine, fs).unwrap();
+    let report = dedup::execute(&engine, fs, &plan, Yield::ToForeground).unwrap();
+    assert_eq!(report.files_deduplicated, 6, "{report:?}");
+    assert!(report.busy_ms > 0, "{report:?}");
+    let share = report.busy_ms as f64 / report.elapsed_ms as f64;
+    assert!(share < 0.4, "worked {share:.2} of the time: {report:?}");
+
+    for index in 6..9 {
+        file(
+            &engine,
+            fs,
+            &format!("f{index}"),
+            &bytes(20 + index, 4 << 20),
+        );
+    }
+    let plan = dedup::plan(&engine, fs).unwrap();
+    let stopper = std::thread::scope(|scope| {
+        let engine = &engine;
+        scope.spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            engine.note_request();
+        });
+        dedup::execute(engine, fs, &plan, Yield::ToForeground).unwrap()
+    });
+    assert!(stopper.stopped_for_foreground, "{stopper:?}");
+    assert!(stopper.files_deduplicated < 3, "{stopper:?}");
+    assert_clean(&engine);
+}
