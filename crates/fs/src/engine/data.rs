@@ -16,7 +16,7 @@ use crate::error::{FsError, Result};
 use crate::node::{Extent, Ino, Kind};
 use crate::options::CHUNK_BYTES_MAX;
 
-use super::namespace::update_inode;
+use super::update_inode;
 use super::{now_ns, FsEngine, State};
 
 /// Largest file (the kernel's limit for 64-bit offsets, rounded to what extents address).

@@ -55,7 +55,6 @@ use crate::node::{Ino, Inode, Kind, Rank};
 pub use check::FACE_NAME;
 pub(crate) use data::map_data;
 pub use data::SeekWhence;
-pub(crate) use namespace::update_inode;
 pub use namespace::{AttributeChanges, Caller, NewNode, NodeInfo, TimeChange, NAME_BYTES_MAX};
 pub use recovery::OpenMode;
 pub use stats::{ExtentPlace, FaceStats, FileRank, FsStats, RankStats};
@@ -199,6 +198,22 @@ impl FileSystem {
     pub(crate) fn version(&self, ino: Ino) -> u64 {
         self.data_versions.get(&ino).copied().unwrap_or(0)
     }
+}
+
+/// Sets the head of inode `ino` to `update`'s change of it, as one `InodeSet`.
+pub(crate) fn update_inode(
+    state: &mut State,
+    fs: FsId,
+    ino: Ino,
+    update: impl FnOnce(&mut Inode),
+) -> Result<()> {
+    let mut head = state.system(fs)?.inode(ino)?.head();
+    update(&mut head);
+    state.push(FsChange::InodeSet {
+        fs,
+        ino,
+        inode: Box::new(head),
+    })
 }
 
 /// Everything guarded by the engine mutex.

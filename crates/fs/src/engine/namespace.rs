@@ -6,7 +6,7 @@ use crate::error::{FsError, Result};
 use crate::node::{Attributes, Ino, Inode, Kind, ROOT};
 use crate::options::{FsOptions, OptionChanges};
 
-use super::{now_ns, FsEngine, State};
+use super::{now_ns, update_inode, FsEngine, State};
 
 /// Longest name of a directory entry.
 pub const NAME_BYTES_MAX: usize = 255;
@@ -82,22 +82,6 @@ fn check_name(name: &[u8]) -> Result<()> {
         return Err(FsError::posix(libc::EINVAL, "name"));
     }
     Ok(())
-}
-
-/// Sets the head of inode `ino` to `update`'s change of it, as one `InodeSet`.
-pub(crate) fn update_inode(
-    state: &mut State,
-    fs: FsId,
-    ino: Ino,
-    update: impl FnOnce(&mut Inode),
-) -> Result<()> {
-    let mut head = state.system(fs)?.inode(ino)?.head();
-    update(&mut head);
-    state.push(FsChange::InodeSet {
-        fs,
-        ino,
-        inode: Box::new(head),
-    })
 }
 
 /// Removes an inode without links: its extents (releasing their chunks), then the inode.
