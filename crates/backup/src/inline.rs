@@ -240,6 +240,25 @@ pub(crate) fn run(
     Ok(outcome)
 }
 
+/// A chunk of a batch, hashed.
+#[derive(Clone, Copy)]
+struct HashedChunk {
+    fingerprint: Fingerprint,
+    /// All its bytes are zero: stored as nothing.
+    zero: bool,
+}
+
+/// What the segment index says about one segment of a batch.
+struct SegmentDecision {
+    /// The segment's chunks, as positions in the batch.
+    chunks: Range<usize>,
+    fingerprint: Fingerprint,
+    /// The existing segment with this fingerprint, or the id allocated for a new one.
+    id: SegmentId,
+    /// No segment had this fingerprint: its chunks are stored.
+    new: bool,
+}
+
 struct PathState {
     outcome: InlineOutcome,
     /// New segments of this backup by fingerprint (the index has them too, but the catalog
@@ -265,7 +284,7 @@ impl PathState {
         let start = Instant::now();
         // In batches: BLAKE3 hashes a batch of chunks across SIMD lanes, several times faster
         // than one chunk at a time.
-        let hashed: Vec<(Fingerprint, bool)> = slices
+        let hashed: Vec<HashedChunk> = slices
             .par_chunks(CHUNKS_PER_TASK)
             .flat_map_iter(|chunks| {
                 let mut fingerprints = vec![Fingerprint::ZERO; chunks.len()];
@@ -273,7 +292,10 @@ impl PathState {
                 fingerprints
                     .into_iter()
                     .zip(chunks)
-                    .map(|(fingerprint, chunk)| (fingerprint, is_zero(chunk)))
+                    .map(|(fingerprint, chunk)| HashedChunk {
+                        fingerprint,
+                        zero: is_zero(chunk),
+                    })
             })
             .collect();
         self.outcome.report.fingerprint_seconds += start.elapsed().as_secs_f64();
@@ -297,8 +319,8 @@ impl PathState {
             .iter()
             .map(|range| {
                 fingerprint_bytes.clear();
-                for (fingerprint, _) in &hashed[range.clone()] {
-                    fingerprint_bytes.extend_from_slice(&fingerprint.0);
+                for chunk in &hashed[range.clone()] {
+                    fingerprint_bytes.extend_from_slice(&chunk.fingerprint.0);
                 }
                 algorithm.hash(&fingerprint_bytes)
             })
@@ -323,7 +345,12 @@ impl PathState {
                     (id, true)
                 }
             };
-            decisions.push((range, fingerprint, id, new));
+            decisions.push(SegmentDecision {
+                chunks: range,
+                fingerprint,
+                id,
+                new,
+            });
         }
         drop(read);
         self.outcome.report.index_seconds += start.elapsed().as_secs_f64();
@@ -332,8 +359,8 @@ impl PathState {
         let level = store.state.options.compression_level;
         let new_chunks: Vec<usize> = decisions
             .iter()
-            .filter(|decision| decision.3)
-            .flat_map(|decision| decision.0.clone())
+            .filter(|decision| decision.new)
+            .flat_map(|decision| decision.chunks.clone())
             .collect();
         // Chunks the predecessor stores: their stored form is read back, not recomputed.
         let mut prepared: Vec<Option<StoredForm>> = (0..new_chunks.len()).map(|_| None).collect();
@@ -341,10 +368,10 @@ impl PathState {
             let wanted: Vec<(usize, ChunkLocation)> = new_chunks
                 .iter()
                 .enumerate()
-                .filter(|(_, &chunk)| !hashed[chunk].1)
+                .filter(|(_, &chunk)| !hashed[chunk].zero)
                 .filter_map(|(position, &chunk)| {
                     predecessor
-                        .get(&hashed[chunk].0, slices[chunk].len())
+                        .get(&hashed[chunk].fingerprint, slices[chunk].len())
                         .map(|location| (position, location))
                 })
                 .collect();
@@ -363,7 +390,7 @@ impl PathState {
             .with_min_len(CHUNKS_PER_TASK)
             .map(|(ready, &chunk)| match ready {
                 Some(form) => Ok(form),
-                None if hashed[chunk].1 => Ok(StoredForm::Zero),
+                None if hashed[chunk].zero => Ok(StoredForm::Zero),
                 None => Ok(StoredForm::Stored(codec::encode(slices[chunk], level)?)),
             })
             .collect::<Result<_>>()?;
@@ -371,7 +398,13 @@ impl PathState {
 
         let start = Instant::now();
         let mut forms = forms.into_iter();
-        for (range, fingerprint, id, new) in decisions {
+        for SegmentDecision {
+            chunks: range,
+            fingerprint,
+            id,
+            new,
+        } in decisions
+        {
             let raw_bytes: u64 = slices[range.clone()]
                 .iter()
                 .map(|chunk| chunk.len() as u64)
@@ -388,7 +421,7 @@ impl PathState {
             });
             let zero_bytes: u64 = range
                 .clone()
-                .filter(|&chunk| hashed[chunk].1)
+                .filter(|&chunk| hashed[chunk].zero)
                 .map(|chunk| slices[chunk].len() as u64)
                 .sum();
             report.zero_bytes += zero_bytes;
@@ -424,7 +457,7 @@ impl PathState {
         &mut self,
         store: &mut BackupStore,
         slices: &[&[u8]],
-        hashed: &[(Fingerprint, bool)],
+        hashed: &[HashedChunk],
         range: std::ops::Range<usize>,
         forms: &[StoredForm],
         fingerprint: Fingerprint,
@@ -451,7 +484,7 @@ impl PathState {
             let encoded = match form {
                 StoredForm::Zero => {
                     chunks.push(SegmentChunk {
-                        fingerprint: hashed[chunk].0,
+                        fingerprint: hashed[chunk].fingerprint,
                         raw_bytes: data.len() as u32,
                         storage: ChunkStorage::Zero,
                         direct_references: 0,
@@ -461,11 +494,11 @@ impl PathState {
                 StoredForm::Stored(encoded) => encoded,
             };
             let (writer, _) = self.open.as_mut().expect("room_for opened a container");
-            let location = writer.append_encoded(&hashed[chunk].0, data, encoded)?;
+            let location = writer.append_encoded(&hashed[chunk].fingerprint, data, encoded)?;
             self.outcome.report.new_raw_bytes += data.len() as u64;
             self.outcome.report.new_stored_bytes += location.footprint_bytes();
             chunks.push(SegmentChunk {
-                fingerprint: hashed[chunk].0,
+                fingerprint: hashed[chunk].fingerprint,
                 raw_bytes: data.len() as u32,
                 storage: ChunkStorage::Stored(location),
                 direct_references: 0,
