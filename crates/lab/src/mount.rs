@@ -56,7 +56,8 @@ pub struct FileSystemOptions {
 
 impl FileSystemOptions {
     /// ext4 with 4 KiB blocks, everything initialised by mkfs (so that no background
-    /// initialisation writes during a measurement), no discard at mkfs, and one inode per
+    /// initialisation writes during a measurement), no discard at mkfs (the volume is new:
+    /// nothing to discard), and one inode per
     /// 8 KiB so that metadata workloads do not run out of inodes.
     pub fn ext4() -> FileSystemOptions {
         FileSystemOptions {
