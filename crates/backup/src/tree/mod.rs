@@ -41,6 +41,9 @@ pub mod apply;
 pub mod archive;
 mod beneath;
 pub mod capture;
+pub mod compare;
+pub mod exclude;
+pub mod select;
 
 use std::cmp::Ordering;
 
