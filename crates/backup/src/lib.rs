@@ -22,6 +22,9 @@
 //! - Null chunks are never stored and are regenerated on restore ([`restore`]).
 //! - Chunks of new segments that the series' newest backup already stores are not compressed
 //!   again: their stored form is read back ([`reuse`]).
+//! - **Retention** deletes the backups no rule keeps: the newest N, and the newest backup of
+//!   each of the N newest hours, days, weeks, months or years, as restic's `forget` does
+//!   ([`retention`]).
 //!
 //! # Write ordering
 //!

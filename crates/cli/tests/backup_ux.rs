@@ -334,6 +334,24 @@ fn restore_includes_part_of_a_tree() {
         std::fs::metadata(target.join("dir1/file01")).unwrap().ino()
     );
 
+    // The same choice as a tar archive on standard output.
+    let archive =
+        run(onecopy(&repository).args(["backup", "restore", "s", "-", "--include", "dir4/c"]));
+    let archive_path = scratch.path().join("part.tar");
+    std::fs::write(&archive_path, &archive.stdout).unwrap();
+    let listing = Command::new("tar")
+        .arg("-tf")
+        .arg(&archive_path)
+        .output()
+        .expect("tar runs (install GNU tar)");
+    assert!(listing.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&listing.stdout)
+            .lines()
+            .collect::<Vec<_>>(),
+        ["./", "dir4/", "dir4/c"]
+    );
+
     let refused = scratch.path().join("refused");
     let error = fails(
         onecopy(&repository)

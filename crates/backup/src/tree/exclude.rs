@@ -60,7 +60,7 @@ impl ExcludePattern {
                 }
                 continue;
             }
-            check_classes(part.as_bytes()).map_err(|why| invalid(why))?;
+            check_classes(part.as_bytes()).map_err(invalid)?;
             components.push(Component::Glob(part.as_bytes().to_vec()));
         }
         Ok(ExcludePattern {
