@@ -180,6 +180,16 @@ impl BackupStore {
             skip_lost: false,
         };
         let name = format!("{series}@{}", backup.version);
+        let whole_tree = matches!(
+            target,
+            RestoreTarget::Directory(_) | RestoreTarget::Archive(_)
+        );
+        if !options.include.is_empty() && (backup.source != SourceKind::Directory || !whole_tree) {
+            return Err(BackupError::InvalidArgument(format!(
+                "--include chooses files of a directory backup restored into a directory or \
+                 as a tar archive; {name} is restored whole here"
+            )));
+        }
         match (backup.source, target) {
             (
                 SourceKind::Directory,

@@ -361,6 +361,17 @@ fn restore_includes_part_of_a_tree() {
     );
     assert!(error.contains("dir9"), "{error}");
     assert!(!refused.exists(), "nothing is written for an unknown path");
+    let error = fails(
+        onecopy(&repository)
+            .args(["backup", "restore", "s", "--to-file"])
+            .arg(&refused)
+            .args(["--include", "dir2"]),
+    );
+    assert!(error.contains("--include"), "{error}");
+    assert!(
+        !refused.exists(),
+        "nothing is written for a stream restore with --include"
+    );
 }
 
 /// Goal: `diff` lists added, removed, modified and metadata-only changes with sizes, as
