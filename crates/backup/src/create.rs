@@ -30,13 +30,20 @@ use crate::series::{
     SourceKind, BACKUPS, SERIES,
 };
 use crate::store::{load_head, now_unix_ns, BackupStore, RecoveryReport};
-use crate::tree::capture::{walk, FileWarning, ReadObserver, TreeReader};
+use crate::tree::capture::{
+    walk_selection, FileWarning, ReadObserver, Selection, TreeReader, WalkOptions,
+};
+use crate::tree::compare::{summarize, ChangeSummary};
 use onecopy_core::error::IoContext;
 
 /// What to back up.
 pub enum BackupSource {
     /// A directory tree, with its metadata.
     Directory(PathBuf),
+    /// Several paths (directories, files, links...) in one tree rooted at their deepest
+    /// common directory ([`Selection`]); one directory is the same as
+    /// [`BackupSource::Directory`].
+    Paths(Vec<PathBuf>),
     /// A regular file or disk image (or a block device), read as a byte stream. Anything
     /// else (a FIFO, socket or character device, whose reading may never end) is refused.
     File(PathBuf),
@@ -62,6 +69,12 @@ pub struct CreateOptions<'a> {
     /// Called by a directory backup's reader after each read from a file (tests use it to
     /// change a file while it is read).
     pub read_observer: Option<ReadObserver<'a>>,
+    /// What a directory backup leaves out.
+    pub walk: WalkOptions,
+    /// Labels kept in the backup record (`backup create --tag`).
+    pub tags: Vec<String>,
+    /// The machine the backup is of, kept in the backup record.
+    pub host: Option<String>,
 }
 
 /// What creating a backup did, phase by phase.
@@ -80,12 +93,34 @@ pub struct CreateReport {
     /// Files of a directory backup that changed while they were read, or were no longer
     /// regular files when their turn came, and what the backup holds for each.
     pub warnings: Vec<FileWarning>,
+    /// A directory backup's new, changed and unchanged files compared with the series'
+    /// previous backup.
+    pub summary: Option<ChangeSummary>,
+    /// Why there is no summary for a directory backup (the previous backup's tree could not
+    /// be read); the backup itself is committed.
+    pub summary_error: Option<String>,
     pub reverse: Vec<ReverseReport>,
     /// Why reverse deduplication was left for later although it was due (the file system
     /// filled up while repackaging); the backup itself is committed.
     pub reverse_deferred: Option<String>,
     pub expire: Vec<DeleteReport>,
     pub seconds: f64,
+}
+
+/// Checks a tag or host name: 1 to 200 printable characters without a comma (which separates
+/// tags on the command line).
+fn validate_label(what: &str, label: &str) -> Result<()> {
+    let valid = !label.is_empty()
+        && label.len() <= 200
+        && !label.contains(',')
+        && !label.chars().any(char::is_control);
+    if valid {
+        Ok(())
+    } else {
+        Err(BackupError::InvalidArgument(format!(
+            "{what} {label:?} must be 1 to 200 printable characters without ','"
+        )))
+    }
 }
 
 /// Opens a file source: a regular file or a block device. The open does not block (a FIFO
@@ -167,6 +202,12 @@ impl BackupStore {
     ) -> Result<CreateReport> {
         let started = Instant::now();
         validate_series_name(series)?;
+        for tag in &options.tags {
+            validate_label("tag", tag)?;
+        }
+        if let Some(host) = &options.host {
+            validate_label("host name", host)?;
+        }
         if let Some(series_options) = &options.series_options {
             series_options.validate()?;
         }
@@ -188,18 +229,33 @@ impl BackupStore {
 
         let walk_started = Instant::now();
         let mut capture = None;
+        let mut selection = None;
+        let source = match source {
+            BackupSource::Directory(path) => BackupSource::Paths(vec![path]),
+            other => other,
+        };
         let (kind, name, mut reader): (SourceKind, String, Box<dyn Read + Send + '_>) = match source
         {
-            BackupSource::Directory(path) => {
-                let tree = walk(&path)?;
-                let reader = TreeReader::new(&path, tree, options.read_observer)?;
+            BackupSource::Paths(paths) => {
+                if paths.is_empty() {
+                    return Err(BackupError::InvalidArgument(
+                        "a backup needs at least one path".to_string(),
+                    ));
+                }
+                let selected = Selection::of(&paths)?;
+                let tree = walk_selection(&selected, &options.walk)?;
+                let reader = TreeReader::new(&selected.root, tree, options.read_observer)?;
                 capture = Some(reader.outcome());
-                (
-                    SourceKind::Directory,
-                    path.display().to_string(),
-                    Box::new(reader),
-                )
+                let name = selected
+                    .given
+                    .iter()
+                    .map(|path| path.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                selection = Some(selected);
+                (SourceKind::Directory, name, Box::new(reader))
             }
+            BackupSource::Directory(_) => unreachable!("turned into paths above"),
             BackupSource::File(path) => (
                 SourceKind::File,
                 path.display().to_string(),
@@ -225,7 +281,7 @@ impl BackupStore {
         };
         let outcome = inline::run(self, reader.as_mut(), options.progress, load_predecessor)?;
         drop(reader);
-        let (tree, warnings) = match capture {
+        let (tree, warnings, entries) = match capture {
             Some(capture) => {
                 let capture = std::mem::take(
                     &mut *capture
@@ -240,15 +296,16 @@ impl BackupStore {
                     range.offset + range.bytes,
                     "the stream ends with the tree"
                 );
-                (Some(range), capture.warnings)
+                (Some(range), capture.warnings, capture.entries)
             }
-            None => (None, Vec::new()),
+            None => (None, Vec::new(), None),
         };
 
         let commit_started = Instant::now();
         let mut state = outcome.state;
         let backup_id = state.backup_id_next;
         state.backup_id_next += 1;
+        let previous_version = series_record.newest();
         let version = series_record.version_next;
         series_record.version_next += 1;
         series_record.versions.insert(version, backup_id);
@@ -297,11 +354,41 @@ impl BackupStore {
             tree,
             added_bytes: outcome.report.new_stored_bytes,
             archival_bytes: 0,
+            host: options.host,
+            tags: options.tags,
+            paths: selection.as_ref().map_or_else(Vec::new, |selection| {
+                selection
+                    .given
+                    .iter()
+                    .map(|path| path.display().to_string())
+                    .collect()
+            }),
+            root: selection.map(|selection| selection.root.display().to_string()),
+            excludes: options.walk.excludes.texts(),
+        };
+        // The previous backup, for the summary: read before the commit makes this one the
+        // newest.
+        let previous = match previous_version {
+            Some(newest) if entries.is_some() => {
+                Some(load_backup(&write, series_record.versions[&newest])?)
+            }
+            _ => None,
         };
         write.put_id(BACKUPS, backup_id, &encode_backup(&record))?;
         write.put_json(SERIES, series, &series_record)?;
         self.commit(write, state, &[])?;
         let commit_seconds = commit_started.elapsed().as_secs_f64();
+
+        let (mut summary, mut summary_error) = (None, None);
+        if let Some(entries) = &entries {
+            match previous.filter(|previous| previous.source == SourceKind::Directory) {
+                Some(previous) => match self.read_tree(&previous) {
+                    Ok(tree) => summary = Some(summarize(Some((previous.version, &tree)), entries)),
+                    Err(error) => summary_error = Some(error.to_string()),
+                },
+                None => summary = Some(summarize(None, entries)),
+            }
+        }
 
         let mut reverse_deferred = None;
         let reverse = if options.defer_reverse || self.state.options.mode == DedupMode::Conventional
@@ -331,6 +418,8 @@ impl BackupStore {
             inline: outcome.report,
             commit_seconds,
             warnings,
+            summary,
+            summary_error,
             reverse,
             reverse_deferred,
             expire,

@@ -36,6 +36,7 @@ use crate::compact::plan_compact;
 use crate::config::DeleteMethod;
 use crate::error::{BackupError, Result};
 use crate::recipe::{ChunkReference, Recipe};
+use crate::retention::{plan_retention, KeptBackup, RetentionPolicy};
 use crate::segment::{ChunkStorage, SegmentContainer, CONTAINERS};
 use crate::series::{load_backup, load_series, BackupState};
 use crate::settle::{execute_settlement, plan_settlement, CopyReport, Settlement};
@@ -58,14 +59,15 @@ pub struct DeletePlan {
     pub(crate) changes: Changes,
 }
 
-/// What expiring a series will do: the versions [`BackupStore::expire`] deletes, oldest
-/// first, so that `keep` remain.
+/// What expiring a series will do: the backups a [`RetentionPolicy`] keeps, and the
+/// versions [`BackupStore::expire_with`] deletes ([`crate::retention`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ExpirePlan {
     pub series: String,
-    /// Backups kept: the newest ones.
-    pub keep: u32,
-    /// Versions to delete, oldest first (empty when no more than `keep` exist).
+    pub policy: RetentionPolicy,
+    /// Backups kept, newest first, with the rules that keep each.
+    pub kept: Vec<KeptBackup>,
+    /// Versions to delete, oldest first.
     pub versions: Vec<u32>,
 }
 
@@ -319,9 +321,8 @@ impl BackupStore {
         self.execute_delete(plan, method)
     }
 
-    /// Plans the expiry of `series`: the oldest backups to delete until `keep` remain (the
-    /// series' retention window when `keep` is `None`). Reads only; `expire --dry-run` shows
-    /// this plan and [`BackupStore::expire`] carries it out.
+    /// Plans the expiry of `series` keeping the newest `keep` backups (the series' retention
+    /// window when `keep` is `None`); see [`BackupStore::plan_expire_with`].
     pub fn plan_expire(&self, series: &str, keep: Option<u32>) -> Result<ExpirePlan> {
         let record = load_series(&self.catalog.read()?, series)?;
         let keep = keep.or(record.options.retention).ok_or_else(|| {
@@ -329,24 +330,30 @@ impl BackupStore {
                 "series {series:?} has no retention window: give the number of backups to keep"
             ))
         })?;
-        if keep < 1 {
+        self.plan_expire_with(series, &RetentionPolicy::last(keep))
+    }
+
+    /// Plans the expiry of `series` by `policy` ([`crate::retention`]). Reads only;
+    /// `expire --dry-run` shows this plan and [`BackupStore::expire_with`] carries it out.
+    pub fn plan_expire_with(&self, series: &str, policy: &RetentionPolicy) -> Result<ExpirePlan> {
+        if policy.keeps_nothing() {
             return Err(BackupError::InvalidArgument(
-                "keep at least one backup".to_string(),
+                "keep at least one backup: give --keep-last, --keep-hourly, --keep-daily, \
+                 --keep-weekly, --keep-monthly or --keep-yearly with a count of 1 or more"
+                    .to_string(),
             ));
         }
-        let versions: Vec<u32> = record
-            .versions
-            .keys()
-            .copied()
-            .take(record.versions.len().saturating_sub(keep as usize))
-            .collect();
-        assert!(
-            record.versions.len() - versions.len() == (keep as usize).min(record.versions.len()),
-            "the newest `keep` backups stay"
-        );
+        let read = self.catalog.read()?;
+        let record = load_series(&read, series)?;
+        let mut backups = Vec::with_capacity(record.versions.len());
+        for (&version, &id) in &record.versions {
+            backups.push((version, load_backup(&read, id)?.created_unix_ns));
+        }
+        let (kept, versions) = plan_retention(&backups, policy);
         Ok(ExpirePlan {
             series: series.to_string(),
-            keep,
+            policy: *policy,
+            kept,
             versions,
         })
     }
@@ -361,9 +368,31 @@ impl BackupStore {
     ) -> Result<Vec<DeleteReport>> {
         self.recover()?;
         let plan = self.plan_expire(series, keep)?;
+        self.execute_expire(plan, method)
+    }
+
+    /// Deletes the backups of `series` that `policy` does not keep: carries out
+    /// [`BackupStore::plan_expire_with`]'s plan.
+    pub fn expire_with(
+        &mut self,
+        series: &str,
+        policy: &RetentionPolicy,
+        method: Option<DeleteMethod>,
+    ) -> Result<Vec<DeleteReport>> {
+        self.recover()?;
+        let plan = self.plan_expire_with(series, policy)?;
+        self.execute_expire(plan, method)
+    }
+
+    /// Deletes the versions of an expiry plan, oldest first.
+    pub fn execute_expire(
+        &mut self,
+        plan: ExpirePlan,
+        method: Option<DeleteMethod>,
+    ) -> Result<Vec<DeleteReport>> {
         let mut reports = Vec::new();
         for version in plan.versions {
-            reports.push(self.delete(series, version, method)?);
+            reports.push(self.delete(&plan.series, version, method)?);
         }
         Ok(reports)
     }

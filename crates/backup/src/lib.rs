@@ -22,6 +22,9 @@
 //! - Null chunks are never stored and are regenerated on restore ([`restore`]).
 //! - Chunks of new segments that the series' newest backup already stores are not compressed
 //!   again: their stored form is read back ([`reuse`]).
+//! - **Retention** deletes the backups no rule keeps: the newest N, and the newest backup of
+//!   each of the N newest hours, days, weeks, months or years, as restic's `forget` does
+//!   ([`retention`]).
 //!
 //! # Write ordering
 //!
@@ -100,6 +103,7 @@ pub mod recipe;
 pub mod repair;
 pub mod resolve;
 pub mod restore;
+pub mod retention;
 pub mod reuse;
 pub mod reverse;
 pub mod segment;
@@ -118,6 +122,7 @@ pub use error::{BackupError, Result};
 pub use inline::InlineReport;
 pub use onecopy_core::check::{CheckOptions, ExitStatus, FaceReport, Finding, FindingKind};
 pub use restore::{RestoreOptions, RestoreReport, RestoreTarget};
+pub use retention::{KeptBackup, RetentionPolicy};
 pub use reverse::{ReversePlan, ReverseReport};
 pub use series::{BackupRecord, BackupState, SeriesRecord, SourceKind};
 pub use settle::{CopyReport, Settlement};

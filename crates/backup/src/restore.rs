@@ -43,14 +43,17 @@ use onecopy_core::container::{
 use rayon::prelude::*;
 use serde::Serialize;
 
+use crate::error::escape_path;
 use crate::error::{BackupError, Result};
 use crate::losses;
 use crate::resolve::{resolve, ChunkSource, ResolveReport, SegmentCache};
 use crate::segment::ChunkStorage;
 use crate::series::{find_backup, SourceKind};
+use crate::series::{load_series, BackupRecord};
 use crate::store::BackupStore;
 use crate::tree::apply::{ApplyOptions, ApplyReport, TreeApplier};
 use crate::tree::archive::ArchiveWriter;
+use crate::tree::select::{is_beneath, select};
 use crate::tree::Tree;
 use onecopy_core::error::IoContext;
 
@@ -84,12 +87,17 @@ pub enum RestoreTarget {
 }
 
 /// How to restore.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct RestoreOptions {
     /// Replace what the target holds: the entries of a directory target that the backup
     /// has (others stay), or an existing file's contents. Without it such a target is
     /// refused.
     pub overwrite: bool,
+    /// Restore only these paths of a directory backup (relative to its root, see
+    /// [`crate::BackupRecord::tree_path`]), with what they hold and the directories leading
+    /// to them ([`crate::tree::select`]); empty for the whole tree. Only the stream bytes of
+    /// the chosen files are read.
+    pub include: Vec<Vec<u8>>,
 }
 
 /// Counters and timings of a restore.
@@ -121,6 +129,8 @@ struct SpanRead {
 /// A planned window of the stream.
 struct Window {
     start: u64,
+    /// The range of the copy it serves: the bytes of the window delivered.
+    range: (u64, u64),
     bytes: usize,
     reads: Vec<SpanRead>,
     zero_bytes: u64,
@@ -170,6 +180,16 @@ impl BackupStore {
             skip_lost: false,
         };
         let name = format!("{series}@{}", backup.version);
+        let whole_tree = matches!(
+            target,
+            RestoreTarget::Directory(_) | RestoreTarget::Archive(_)
+        );
+        if !options.include.is_empty() && (backup.source != SourceKind::Directory || !whole_tree) {
+            return Err(BackupError::InvalidArgument(format!(
+                "--include chooses files of a directory backup restored into a directory or \
+                 as a tar archive; {name} is restored whole here"
+            )));
+        }
         match (backup.source, target) {
             (
                 SourceKind::Directory,
@@ -200,8 +220,28 @@ impl BackupStore {
                     },
                 )?;
                 let tree = Tree::decode(&tree_bytes)?;
-                let left_out = losses::exclude_lost_files(tree, &lost);
+                let mut left_out = losses::exclude_lost_files(tree, &lost);
                 reader.skip_lost = !lost.is_empty();
+                // Stream ranges to read: every file's, or those of the chosen ones.
+                let mut ranges = vec![(0, tree_range.offset)];
+                if !options.include.is_empty() {
+                    let chosen = select(left_out.tree, &options.include).map_err(|missing| {
+                        BackupError::InvalidArgument(format!(
+                            "{} is not in backup {name} (see `onecopy backup ls {name}`); \
+                             nothing was restored",
+                            escape_path(&missing)
+                        ))
+                    })?;
+                    left_out.tree = chosen.tree;
+                    ranges = chosen.ranges;
+                    // Lost files outside the chosen paths are no loss to this restore.
+                    left_out.paths.retain(|path| {
+                        options
+                            .include
+                            .iter()
+                            .any(|include| is_beneath(path.as_bytes(), include))
+                    });
+                }
                 match target {
                     RestoreTarget::Directory(root) => {
                         let apply_options = ApplyOptions {
@@ -214,7 +254,7 @@ impl BackupStore {
                             tree_range.offset,
                             &apply_options,
                         )?;
-                        reader.copy(0, tree_range.offset, &mut report, |offset, data| {
+                        reader.copy_ranges(&ranges, &mut report, |offset, data| {
                             losses::write_outside(
                                 &left_out.excluded,
                                 offset,
@@ -233,7 +273,7 @@ impl BackupStore {
                             })?;
                         let what = || "writing the tar archive".to_string();
                         let mut archive = ArchiveWriter::new(writer, left_out.tree);
-                        reader.copy(0, tree_range.offset, &mut report, |offset, data| {
+                        reader.copy_ranges(&ranges, &mut report, |offset, data| {
                             losses::write_outside(
                                 &left_out.excluded,
                                 offset,
@@ -301,6 +341,63 @@ impl BackupStore {
         }
         report.seconds = started.elapsed().as_secs_f64();
         Ok(report)
+    }
+}
+
+impl BackupStore {
+    /// The record and directory tree of `series@version` (the newest when `version` is
+    /// `None`): what `backup ls` lists and `backup diff` compares. Reads only the tree's part
+    /// of the backup's stream.
+    pub fn tree(&self, series: &str, version: Option<u32>) -> Result<(BackupRecord, Tree)> {
+        self.catalog.read_ahead();
+        let read = self.catalog.read()?;
+        let (series_record, backup) = find_backup(&read, series, version)?;
+        let tree = self.read_tree_in(&read, &series_record, &backup)?;
+        Ok((backup, tree))
+    }
+
+    /// The directory tree of `backup`.
+    pub(crate) fn read_tree(&self, backup: &BackupRecord) -> Result<Tree> {
+        let read = self.catalog.read()?;
+        let series_record = load_series(&read, &backup.series)?;
+        self.read_tree_in(&read, &series_record, backup)
+    }
+
+    fn read_tree_in(
+        &self,
+        read: &impl CatalogView,
+        series_record: &crate::series::SeriesRecord,
+        backup: &BackupRecord,
+    ) -> Result<Tree> {
+        let name = format!("{}@{}", backup.series, backup.version);
+        if backup.source != SourceKind::Directory {
+            return Err(BackupError::InvalidArgument(format!(
+                "backup {name} is an image or stream, not a directory: it holds no files"
+            )));
+        }
+        let range = backup
+            .tree
+            .ok_or_else(|| BackupError::corrupt(format!("backup {name}"), "no tree"))?;
+        let (sources, _) = resolve(read, series_record, backup)?;
+        let mut reader = StreamReader {
+            store: self,
+            view: read,
+            sources: &sources,
+            cache: SegmentCache::new(),
+            skip_lost: false,
+        };
+        let mut bytes = Vec::with_capacity(range.bytes as usize);
+        let mut report = RestoreReport::default();
+        reader.copy(
+            range.offset,
+            range.offset + range.bytes,
+            &mut report,
+            |_, data| {
+                bytes.extend_from_slice(data);
+                Ok(())
+            },
+        )?;
+        Tree::decode(&bytes)
     }
 }
 
@@ -387,9 +484,29 @@ impl<V: CatalogView> StreamReader<'_, V> {
         start: u64,
         end: u64,
         report: &mut RestoreReport,
+        sink: impl FnMut(u64, &[u8]) -> Result<()> + Send,
+    ) -> Result<()> {
+        self.copy_ranges(&[(start, end)], report, sink)
+    }
+
+    /// Delivers the stream bytes of `ranges` (sorted, disjoint `[start, end)`) to `sink` in
+    /// order, as (stream offset, bytes), reading only the chunks they overlap.
+    fn copy_ranges(
+        &mut self,
+        ranges: &[(u64, u64)],
+        report: &mut RestoreReport,
         mut sink: impl FnMut(u64, &[u8]) -> Result<()> + Send,
     ) -> Result<()> {
-        if start >= end {
+        let ranges: Vec<(u64, u64)> = ranges
+            .iter()
+            .copied()
+            .filter(|(start, end)| start < end)
+            .collect();
+        assert!(
+            ranges.windows(2).all(|pair| pair[0].1 <= pair[1].0),
+            "ranges are sorted and disjoint"
+        );
+        if ranges.is_empty() {
             return Ok(());
         }
         let window_bytes = self.store.runtime.restore_window_bytes.max(1);
@@ -406,8 +523,9 @@ impl<V: CatalogView> StreamReader<'_, V> {
         let mut windows = WindowPlanner {
             position: 0,
             offset: 0,
-            start,
-            end,
+            ranges,
+            range_index: 0,
+            last_chunk: None,
             window_bytes,
         };
         std::thread::scope(|scope| -> Result<()> {
@@ -421,9 +539,10 @@ impl<V: CatalogView> StreamReader<'_, V> {
                     }
                 }
             });
-            let (window_sender, window_receiver) = bounded::<(u64, Vec<u8>)>(WRITE_QUEUE_WINDOWS);
+            let (window_sender, window_receiver) =
+                bounded::<(u64, (u64, u64), Vec<u8>)>(WRITE_QUEUE_WINDOWS);
             let writer = scope.spawn(move || -> Result<()> {
-                for (offset, buffer) in window_receiver {
+                for (offset, (start, end), buffer) in window_receiver {
                     let clip_start = start.max(offset);
                     let clip_end = end.min(offset + buffer.len() as u64);
                     if clip_start < clip_end {
@@ -447,7 +566,10 @@ impl<V: CatalogView> StreamReader<'_, V> {
                         }
                     }
                     let buffer = read_window(containers, &pool, &window, report)?;
-                    if window_sender.send((window.start, buffer)).is_err() {
+                    if window_sender
+                        .send((window.start, window.range, buffer))
+                        .is_err()
+                    {
                         break; // The writer failed; its error is reported below.
                     }
                 }
@@ -461,43 +583,66 @@ impl<V: CatalogView> StreamReader<'_, V> {
     }
 }
 
-/// Cuts the stream into windows.
+/// Cuts the ranges of the stream to copy into windows, one range after the other.
 struct WindowPlanner {
     /// Next chunk to place.
     position: usize,
     /// Stream offset of that chunk.
     offset: u64,
-    start: u64,
-    end: u64,
+    /// Sorted, disjoint, non-empty ranges.
+    ranges: Vec<(u64, u64)>,
+    /// The range being cut.
+    range_index: usize,
+    /// (position, offset) of the last chunk placed in a window: the next range may start
+    /// inside it.
+    last_chunk: Option<(usize, u64)>,
     window_bytes: usize,
 }
 
 impl WindowPlanner {
     fn next<V: CatalogView>(&mut self, reader: &mut StreamReader<'_, V>) -> Result<Option<Window>> {
         let sources = reader.sources;
-        // Skip whole chunks before `start`.
-        while self.position < sources.len() && self.offset < self.start {
-            let bytes = chunk_bytes(reader, sources[self.position])? as u64;
-            if self.offset + bytes > self.start {
-                break;
+        let (start, end) = loop {
+            let Some(&(start, end)) = self.ranges.get(self.range_index) else {
+                return Ok(None);
+            };
+            // Skip whole chunks before `start`.
+            while self.position < sources.len() && self.offset < start {
+                let bytes = chunk_bytes(reader, sources[self.position])? as u64;
+                if self.offset + bytes > start {
+                    break;
+                }
+                self.offset += bytes;
+                self.position += 1;
             }
-            self.offset += bytes;
-            self.position += 1;
-        }
-        if self.position >= sources.len() || self.offset >= self.end {
-            return Ok(None);
-        }
+            if self.position >= sources.len() {
+                return Ok(None);
+            }
+            if self.offset < end {
+                break (start, end);
+            }
+            self.range_index += 1;
+            // The last chunk of this range may hold the start of the next: place it again.
+            if let (Some(&(next_start, _)), Some((position, offset))) =
+                (self.ranges.get(self.range_index), self.last_chunk)
+            {
+                if self.offset > next_start {
+                    assert!(offset <= next_start, "ranges are disjoint and sorted");
+                    (self.position, self.offset) = (position, offset);
+                }
+            }
+        };
         let mut window = Window {
             start: self.offset,
+            range: (start, end),
             bytes: 0,
             reads: Vec::new(),
             zero_bytes: 0,
         };
         let mut by_container: HashMap<ContainerId, Vec<(ChunkLocation, usize)>> = HashMap::new();
-        while self.position < sources.len()
-            && window.bytes < self.window_bytes
-            && self.offset < self.end
+        while self.position < sources.len() && window.bytes < self.window_bytes && self.offset < end
         {
+            self.last_chunk = Some((self.position, self.offset));
             let source = sources[self.position];
             let raw_bytes = match source {
                 ChunkSource::Zero { raw_bytes } => {

@@ -74,6 +74,47 @@ pub struct BackupRecord {
     pub added_bytes: u64,
     /// Stored bytes of the archival containers stamped with this backup's time.
     pub archival_bytes: u64,
+    /// The machine backed up (`backup create --host`, the host name by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Labels given at creation (`backup create --tag`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// A directory backup's given paths, absolute.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// The directory a directory backup's tree is rooted at: the deepest directory holding
+    /// every given path ([`crate::tree::capture::Selection`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// The exclude patterns of a directory backup.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excludes: Vec<String>,
+}
+
+impl BackupRecord {
+    /// The stored path (relative to the tree's root) that `text` names in this directory
+    /// backup: an absolute path beneath the backup's root has the root taken off (so the
+    /// paths as they were on the backed-up machine work); otherwise leading and trailing `/`
+    /// are dropped, and `.` or nothing names the root.
+    pub fn tree_path(&self, text: &str) -> Vec<u8> {
+        let mut path = text;
+        if let Some(root) = &self.root {
+            let root = root.trim_end_matches('/');
+            if path == root {
+                return Vec::new();
+            }
+            if let Some(rest) = path.strip_prefix(root).filter(|rest| rest.starts_with('/')) {
+                path = rest;
+            }
+        }
+        let path = path.trim_matches('/');
+        let path = path.strip_prefix("./").unwrap_or(path);
+        if path == "." {
+            return Vec::new();
+        }
+        path.as_bytes().to_vec()
+    }
 }
 
 /// A series: its options and versions.

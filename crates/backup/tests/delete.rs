@@ -164,7 +164,8 @@ fn expire_carries_out_its_plan() {
     let mut store = store_with(DedupMode::Revdedup, &images);
     let plan = store.plan_expire("vm", Some(2)).unwrap();
     assert_eq!(plan.versions, vec![1, 2, 3]);
-    assert_eq!(plan.keep, 2);
+    assert_eq!(plan.policy.keep_last, 2);
+    assert_eq!(plan.kept.len(), 2);
     assert_eq!(
         store.plan_expire("vm", Some(2)).unwrap(),
         plan,

@@ -79,7 +79,10 @@ fn back_up(store: &mut BackupStore, source: &Path) {
 }
 
 fn overwrite() -> RestoreOptions {
-    RestoreOptions { overwrite: true }
+    RestoreOptions {
+        overwrite: true,
+        ..RestoreOptions::default()
+    }
 }
 
 /// Backs up version 1 with `sub` a link to `outside`, then version 2 with `sub/` a real

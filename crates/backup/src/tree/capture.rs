@@ -43,6 +43,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 
 use super::beneath::{is_regular, stat_fd, Beneath};
+use super::exclude::Excludes;
 use super::{EntryKind, Extent, Tree, TreeEntry};
 use crate::error::{BackupError, Result};
 use crate::series::TreeRange;
@@ -70,9 +71,167 @@ fn entry_path(root: &Path, relative: &[u8]) -> PathBuf {
     }
 }
 
+/// What a walk leaves out.
+#[derive(Clone, Debug, Default)]
+pub struct WalkOptions {
+    /// Names whose absolute path matches one of these are not recorded (nor, for a
+    /// directory, what it holds).
+    pub excludes: Excludes,
+    /// Directories on another file system than their parent are recorded without what they
+    /// hold (the paths given to [`walk_paths`] are walked wherever they are).
+    pub one_file_system: bool,
+}
+
 /// Walks `root` (a directory) and returns its tree. Regular files have their size from the
 /// walk and no extents yet: [`TreeReader`] records what it reads.
 pub fn walk(root: &Path) -> Result<Tree> {
+    let selection = Selection {
+        root: root.to_path_buf(),
+        selected: vec![Vec::new()],
+        given: vec![root.to_path_buf()],
+    };
+    walk_selection(&selection, &WalkOptions::default())
+}
+
+/// Which paths of the file system a backup of several paths holds, and the directory its
+/// tree is rooted at.
+///
+/// The root is the deepest directory holding every given path (the path itself when one
+/// directory is given), so a backup of one directory is that directory's tree as before,
+/// and each of several paths keeps its place below their common directory:
+/// `/home/me/docs /home/me/music` gives the entries `docs/...` and `music/...`, and
+/// `/etc /home/me` gives `etc/...`, `home` and `home/me/...`. The directories between the
+/// root and a given path are recorded with their metadata but without their other entries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selection {
+    pub root: PathBuf,
+    /// The given paths relative to the root (empty: the root itself), sorted, none beneath
+    /// another.
+    pub selected: Vec<Vec<u8>>,
+    /// The given paths, absolute and without `.` or `..`.
+    pub given: Vec<PathBuf>,
+}
+
+/// `path` made absolute (against the working directory) with `.` and `..` resolved by name
+/// and symbolic links resolved in its directories, not in its last component (a given link
+/// is backed up as a link).
+fn normalized(path: &Path) -> Result<PathBuf> {
+    use std::path::Component;
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .context_io(|| "reading the working directory".to_string())?
+            .join(path)
+    };
+    let mut clean = PathBuf::from("/");
+    for component in absolute.components() {
+        match component {
+            Component::Normal(name) => clean.push(name),
+            Component::ParentDir => {
+                clean.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    match (clean.parent(), clean.file_name()) {
+        (Some(parent), Some(name)) => {
+            let parent =
+                fs::canonicalize(parent).context_io(|| format!("reading {}", parent.display()))?;
+            Ok(parent.join(name))
+        }
+        _ => Ok(clean),
+    }
+}
+
+impl Selection {
+    /// The selection of `paths` (at least one); see [`Selection`].
+    pub fn of(paths: &[PathBuf]) -> Result<Selection> {
+        assert!(!paths.is_empty(), "a backup has at least one path");
+        let given = paths
+            .iter()
+            .map(|path| normalized(path))
+            .collect::<Result<Vec<_>>>()?;
+        let mut root: PathBuf = given[0].clone();
+        for path in &given[1..] {
+            root = root
+                .components()
+                .zip(path.components())
+                .take_while(|(a, b)| a == b)
+                .map(|(a, _)| a)
+                .collect();
+        }
+        let metadata =
+            fs::symlink_metadata(&root).context_io(|| format!("reading {}", root.display()))?;
+        if !metadata.is_dir() {
+            return Err(BackupError::InvalidArgument(format!(
+                "{} is not a directory",
+                root.display()
+            )));
+        }
+        let mut selected: Vec<Vec<u8>> = given
+            .iter()
+            .map(|path| {
+                path.strip_prefix(&root)
+                    .expect("the root is a prefix of every path")
+                    .as_os_str()
+                    .as_bytes()
+                    .to_vec()
+            })
+            .collect();
+        selected.sort_by(|a, b| super::walk_order(a, b));
+        selected.dedup();
+        // A path beneath another given path is walked with it.
+        let mut kept: Vec<Vec<u8>> = Vec::new();
+        for path in selected {
+            let beneath = kept.iter().any(|ancestor| {
+                ancestor.is_empty()
+                    || (path.starts_with(ancestor) && path.get(ancestor.len()) == Some(&b'/'))
+            });
+            if !beneath {
+                kept.push(path);
+            }
+        }
+        Ok(Selection {
+            root,
+            selected: kept,
+            given,
+        })
+    }
+
+    fn is_selected(&self, relative: &[u8]) -> bool {
+        self.selected.iter().any(|path| path == relative)
+    }
+
+    /// The names of the next components of the selected paths beneath `relative`, sorted.
+    fn names_beneath(&self, relative: &[u8]) -> Vec<Vec<u8>> {
+        let mut names: Vec<Vec<u8>> = self
+            .selected
+            .iter()
+            .filter_map(|path| {
+                let rest = if relative.is_empty() {
+                    path.as_slice()
+                } else if path.starts_with(relative) && path.get(relative.len()) == Some(&b'/') {
+                    &path[relative.len() + 1..]
+                } else {
+                    return None;
+                };
+                rest.split(|&byte| byte == b'/')
+                    .next()
+                    .filter(|name| !name.is_empty())
+                    .map(<[u8]>::to_vec)
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+/// Walks the paths of `selection` (see [`Selection`]) and returns the tree rooted at its
+/// root, without what `options` leaves out.
+pub fn walk_selection(selection: &Selection, options: &WalkOptions) -> Result<Tree> {
+    let root = selection.root.as_path();
     let metadata =
         fs::symlink_metadata(root).context_io(|| format!("reading {}", root.display()))?;
     if !metadata.is_dir() {
@@ -85,20 +244,45 @@ pub fn walk(root: &Path) -> Result<Tree> {
         root: root.to_path_buf(),
         tree: Tree::default(),
         inodes: HashMap::new(),
+        selection,
+        options,
     };
-    walker.visit(Vec::new(), &metadata)?;
+    walker.visit(Vec::new(), &metadata, selection.is_selected(b""), None)?;
     Ok(walker.tree)
 }
 
-struct Walker {
+struct Walker<'a> {
     root: PathBuf,
     tree: Tree,
     /// (device, inode) of regular files with several links, to their entry index.
     inodes: HashMap<(u64, u64), u32>,
+    selection: &'a Selection,
+    options: &'a WalkOptions,
 }
 
-impl Walker {
-    fn visit(&mut self, relative: Vec<u8>, metadata: &fs::Metadata) -> Result<()> {
+impl Walker<'_> {
+    /// The absolute path of `relative`, as bytes, for exclude patterns.
+    fn absolute(&self, relative: &[u8]) -> Vec<u8> {
+        let mut path = self.root.as_os_str().as_bytes().to_vec();
+        if !relative.is_empty() {
+            if path.last() != Some(&b'/') {
+                path.push(b'/');
+            }
+            path.extend_from_slice(relative);
+        }
+        path
+    }
+
+    /// Records `relative` and, for a directory, what it holds: everything when `whole` (it
+    /// is a given path or beneath one), else only the way to the given paths beneath it.
+    /// `parent_device` is the device of a parent walked whole (for `one_file_system`).
+    fn visit(
+        &mut self,
+        relative: Vec<u8>,
+        metadata: &fs::Metadata,
+        whole: bool,
+        parent_device: Option<u64>,
+    ) -> Result<()> {
         let path = entry_path(&self.root, &relative);
         let file_type = metadata.file_type();
         let kind = if file_type.is_dir() {
@@ -149,33 +333,54 @@ impl Walker {
             mtime: (metadata.mtime(), metadata.mtime_nsec() as u32),
             xattrs: read_xattrs(&path)?,
         });
-        if is_directory {
+        if !is_directory {
+            return Ok(());
+        }
+        let other_file_system = parent_device.is_some_and(|device| device != metadata.dev());
+        if whole && self.options.one_file_system && other_file_system {
+            return Ok(()); // A mount point: recorded, not entered.
+        }
+        let children: Vec<Vec<u8>> = if whole {
             let mut children = Vec::new();
             for child in fs::read_dir(&path).context_io(|| format!("listing {}", path.display()))? {
                 let child = child.context_io(|| format!("listing {}", path.display()))?;
-                children.push(child.file_name());
+                children.push(child.file_name().as_bytes().to_vec());
             }
-            children.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-            for name in children {
-                let mut child_relative = relative.clone();
-                if !child_relative.is_empty() {
-                    child_relative.push(b'/');
+            children.sort();
+            children
+        } else {
+            self.selection.names_beneath(&relative)
+        };
+        for name in children {
+            let mut child_relative = relative.clone();
+            if !child_relative.is_empty() {
+                child_relative.push(b'/');
+            }
+            child_relative.extend_from_slice(&name);
+            let child_whole = whole || self.selection.is_selected(&child_relative);
+            if child_whole
+                && self
+                    .options
+                    .excludes
+                    .excludes(&self.absolute(&child_relative))
+            {
+                continue;
+            }
+            let child_path = entry_path(&self.root, &child_relative);
+            let child_metadata = match fs::symlink_metadata(&child_path) {
+                Ok(metadata) => metadata,
+                // Removed since the listing: nothing to back up.
+                Err(error) if whole && error.kind() == io::ErrorKind::NotFound => continue,
+                Err(error) => {
+                    return Err(BackupError::io(
+                        format!("reading {}", child_path.display()),
+                        error,
+                    ))
                 }
-                child_relative.extend_from_slice(name.as_bytes());
-                let child_path = entry_path(&self.root, &child_relative);
-                let child_metadata = match fs::symlink_metadata(&child_path) {
-                    Ok(metadata) => metadata,
-                    // Removed since the listing: nothing to back up.
-                    Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
-                    Err(error) => {
-                        return Err(BackupError::io(
-                            format!("reading {}", child_path.display()),
-                            error,
-                        ))
-                    }
-                };
-                self.visit(child_relative, &child_metadata)?;
-            }
+            };
+            // A given path is walked wherever it is; what it holds stays on its file system.
+            let device = whole.then_some(metadata.dev());
+            self.visit(child_relative, &child_metadata, child_whole, device)?;
         }
         Ok(())
     }
@@ -343,6 +548,8 @@ pub struct CaptureOutcome {
     /// Where the encoded tree lies in the stream; set when the reader reaches it.
     pub tree: Option<TreeRange>,
     pub warnings: Vec<FileWarning>,
+    /// The tree as encoded at the stream's end; set with `tree`.
+    pub entries: Option<Tree>,
 }
 
 /// Called by the reader after each read from a file, with the file's path relative to the
@@ -732,13 +939,16 @@ impl Read for TreeReader<'_> {
         }
         if self.tail.is_none() {
             let encoded = self.tree.encode();
-            self.outcome
+            let mut outcome = self
+                .outcome
                 .lock()
-                .expect("the outcome's lock is never poisoned")
-                .tree = Some(TreeRange {
+                .expect("the outcome's lock is never poisoned");
+            outcome.tree = Some(TreeRange {
                 offset: self.stream_position,
                 bytes: encoded.len() as u64,
             });
+            // Every file is read: the reader needs the tree no more.
+            outcome.entries = Some(std::mem::take(&mut self.tree));
             self.tail = Some(encoded);
         }
         let tail = self.tail.as_ref().expect("set above");

@@ -13,6 +13,10 @@
 //! - [`apply`] recreates a tree in a target directory from the entries and the contents, with
 //!   every operation confined beneath the target ([`beneath`]).
 //! - [`archive`] writes a tree and its contents as a POSIX pax tar archive instead.
+//! - [`exclude`] matches the exclude patterns of a backup; [`capture::Selection`] roots a
+//!   backup of several paths at their deepest common directory.
+//! - [`select`] chooses part of a tree for a restore (`--include`), [`compare`] tells what
+//!   differs between two trees (`diff`, the summary after each backup).
 //!
 //! Names are stored as raw bytes (`OsStr` bytes), so names that are not UTF-8 survive. Paths
 //! are relative to the backed-up directory, `/`-separated; the empty path is the directory
@@ -41,6 +45,9 @@ pub mod apply;
 pub mod archive;
 mod beneath;
 pub mod capture;
+pub mod compare;
+pub mod exclude;
+pub mod select;
 
 use std::cmp::Ordering;
 

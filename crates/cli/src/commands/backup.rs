@@ -11,10 +11,15 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use onecopy_backup::create::describe_file_type;
+use onecopy_backup::tree::capture::WalkOptions;
+use onecopy_backup::tree::compare::{changes, ChangeKind, EntryType, TreeChange};
+use onecopy_backup::tree::exclude::Excludes;
+use onecopy_backup::tree::select::is_beneath;
+use onecopy_backup::tree::{EntryKind, Tree};
 use onecopy_backup::{
     BackupRecord, BackupSource, BackupState, BackupStore, CheckOptions, CreateOptions, DedupMode,
-    DeleteMethod, OpenOptions, RestoreOptions, RestoreTarget, RuntimeOptions, SeriesOptions,
-    SourceKind, StoreOptions,
+    DeleteMethod, OpenOptions, RestoreOptions, RestoreTarget, RetentionPolicy, RuntimeOptions,
+    SeriesOptions, SourceKind, StoreOptions,
 };
 use onecopy_core::repository::{FaceLock, Repository};
 use onecopy_core::units::{format_rate, format_size, parse_size};
@@ -25,7 +30,8 @@ use crate::output::{byte_progress, print_json};
 mod print;
 use crate::Cli;
 use print::{
-    dedup_mode_name, format_time, print_create, print_delete, print_delete_plan, print_face_report,
+    dedup_mode_name, format_time, print_create, print_delete, print_delete_plan, print_expire_plan,
+    print_face_report,
 };
 
 #[derive(Args, Debug)]
@@ -67,13 +73,33 @@ pub struct StoreArgs {
 #[derive(Subcommand, Debug)]
 pub enum BackupCommand {
     /// Back up PATH (a directory, a file or disk image, or `-` for standard input) as the
-    /// next version of SERIES.
+    /// next version of SERIES. Several paths make one directory backup rooted at their
+    /// deepest common directory, each path kept at its place beneath it.
     Create {
         /// The series the backup joins (created with its first backup): one name per thing
         /// backed up, for example the host or the disk.
         series: String,
-        /// What to back up: a directory, a file or disk image, or `-` for standard input.
-        path: PathBuf,
+        /// What to back up: directories, or one file or disk image, or `-` for standard
+        /// input.
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        /// Leave out names whose absolute path matches GLOB (`*`, `?`, `[a-z]`, `**`; a
+        /// pattern without a leading `/` matches a path's last components). Repeatable.
+        #[arg(long = "exclude", value_name = "GLOB")]
+        excludes: Vec<String>,
+        /// Read exclude patterns from FILE, one a line (`#` starts a comment). Repeatable.
+        #[arg(long = "exclude-file", value_name = "FILE")]
+        exclude_files: Vec<PathBuf>,
+        /// Do not enter directories on another file system than their parent (mount points
+        /// are recorded empty); the given paths are backed up wherever they are.
+        #[arg(long)]
+        one_file_system: bool,
+        /// Label the backup (repeatable, or comma-separated); shown by `backup list`.
+        #[arg(long = "tag", value_name = "TAG")]
+        tags: Vec<String>,
+        /// The machine the backup is of [default: this machine's host name].
+        #[arg(long, value_name = "NAME")]
+        host: Option<String>,
         /// Leave reverse deduplication to `onecopy backup reverse`.
         #[arg(long)]
         defer_reverse: bool,
@@ -106,6 +132,10 @@ pub enum BackupCommand {
         backup: String,
         /// Where to restore: a new or empty directory, a new file, or `-` for standard output.
         target: PathBuf,
+        /// Restore only PATH of a directory backup, with what it holds (relative to the
+        /// backup's root, or absolute as it was backed up; see `backup ls`). Repeatable.
+        #[arg(long = "include", value_name = "PATH", num_args = 1..)]
+        includes: Vec<String>,
         /// Replace what TARGET holds: the entries of a directory that the backup has (the
         /// others stay), or an existing file's contents.
         #[arg(long)]
@@ -137,13 +167,52 @@ pub enum BackupCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Delete the oldest backups of SERIES so that N remain.
+    /// List the entries of a directory backup SERIES[@VERSION] (the newest without a
+    /// version) at and beneath PATH (the whole tree without one).
+    Ls {
+        /// The backup: SERIES@VERSION, or SERIES for its newest version.
+        backup: String,
+        /// A path in the backup, relative to its root or absolute as it was backed up.
+        path: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List what was added (+), removed (-), modified (M) or changed only in its metadata
+    /// (U) from the directory backup SERIES@A to SERIES@B.
+    Diff {
+        /// The older backup, SERIES@VERSION.
+        from: String,
+        /// The newer backup, SERIES@VERSION.
+        to: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete the backups of SERIES that no --keep rule keeps. Calendar rules keep the
+    /// newest backup of each of the N newest hours, days, ISO weeks, months or years (UTC)
+    /// that have one; without rules, the series' retention window (`create --keep`) applies.
     Expire {
         /// The series whose oldest backups are deleted.
         series: String,
-        /// Backups to keep [default: the series' retention, set by `create --keep`].
+        /// Keep the newest N backups.
+        #[arg(long, visible_alias = "keep", value_name = "N")]
+        keep_last: Option<u32>,
+        /// Keep the newest backup of each of the N newest hours that have one.
         #[arg(long, value_name = "N")]
-        keep: Option<u32>,
+        keep_hourly: Option<u32>,
+        /// Keep the newest backup of each of the N newest days that have one.
+        #[arg(long, value_name = "N")]
+        keep_daily: Option<u32>,
+        /// Keep the newest backup of each of the N newest ISO weeks that have one.
+        #[arg(long, value_name = "N")]
+        keep_weekly: Option<u32>,
+        /// Keep the newest backup of each of the N newest months that have one.
+        #[arg(long, value_name = "N")]
+        keep_monthly: Option<u32>,
+        /// Keep the newest backup of each of the N newest years that have one.
+        #[arg(long, value_name = "N")]
+        keep_yearly: Option<u32>,
         /// timestamp or mark-and-sweep [default: the store's].
         #[arg(long, value_name = "METHOD")]
         method: Option<DeleteMethod>,
@@ -325,22 +394,57 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
     match &args.command {
         BackupCommand::Create {
             series,
-            path,
+            paths,
+            excludes,
+            exclude_files,
+            one_file_system,
+            tags,
+            host,
             defer_reverse,
             live_window,
             keep,
             store,
             json,
-        } => create(
-            cli,
-            series,
-            path,
-            *defer_reverse,
-            *live_window,
-            *keep,
-            store,
-            *json,
-        ),
+        } => {
+            let mut walk = WalkOptions {
+                excludes: Excludes::new(excludes)?,
+                one_file_system: *one_file_system,
+            };
+            for file in exclude_files {
+                walk.excludes.add_file(file)?;
+            }
+            let labels = Labels {
+                tags: tags
+                    .iter()
+                    .flat_map(|tag| tag.split(','))
+                    .map(str::to_string)
+                    .collect(),
+                host: match host {
+                    Some(host) => host.clone(),
+                    None => machine_host_name()?,
+                },
+            };
+            create(
+                cli,
+                series,
+                paths,
+                walk,
+                labels,
+                *defer_reverse,
+                *live_window,
+                *keep,
+                store,
+                *json,
+            )
+        }
+        BackupCommand::Ls { backup, path, json } => {
+            let opened = open_read_only(cli, "ls", RuntimeOptions::default())?;
+            list_files(&opened.store, backup, path.as_deref(), *json)
+        }
+        BackupCommand::Diff { from, to, json } => {
+            let opened = open_read_only(cli, "diff", RuntimeOptions::default())?;
+            diff(&opened.store, from, to, *json)
+        }
         BackupCommand::List { series, json } => {
             let opened = open_read_only(cli, "list", RuntimeOptions::default())?;
             list(&opened.store, series.as_deref(), *json)
@@ -348,6 +452,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
         BackupCommand::Restore {
             backup,
             target,
+            includes,
             overwrite,
             to_file,
             threads,
@@ -360,7 +465,15 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
             }
             runtime.prefetch = !no_prefetch;
             let opened = open_read_only(cli, "restore", runtime)?;
-            restore(&opened.store, backup, target, *to_file, *overwrite, *json)
+            restore(
+                &opened.store,
+                backup,
+                target,
+                includes,
+                *to_file,
+                *overwrite,
+                *json,
+            )
         }
         BackupCommand::Delete {
             backup,
@@ -389,49 +502,54 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
         }
         BackupCommand::Expire {
             series,
-            keep,
+            keep_last,
+            keep_hourly,
+            keep_daily,
+            keep_weekly,
+            keep_monthly,
+            keep_yearly,
             method,
             dry_run,
             json,
         } => {
             let mut opened = open(cli, "expire", None, RuntimeOptions::default())?;
+            let rules = [
+                keep_last,
+                keep_hourly,
+                keep_daily,
+                keep_weekly,
+                keep_monthly,
+                keep_yearly,
+            ];
+            let plan = if rules.iter().all(|rule| rule.is_none()) {
+                opened.store.plan_expire(series, None)?
+            } else {
+                let policy = RetentionPolicy {
+                    keep_last: keep_last.unwrap_or(0),
+                    keep_hourly: keep_hourly.unwrap_or(0),
+                    keep_daily: keep_daily.unwrap_or(0),
+                    keep_weekly: keep_weekly.unwrap_or(0),
+                    keep_monthly: keep_monthly.unwrap_or(0),
+                    keep_yearly: keep_yearly.unwrap_or(0),
+                };
+                opened.store.plan_expire_with(series, &policy)?
+            };
             if *dry_run {
-                let record = opened
-                    .store
-                    .series()?
-                    .into_iter()
-                    .find(|record| record.name == *series);
-                let record = record.with_context(|| format!("series {series:?} not found"))?;
-                let keep = keep.or(record.options.retention).context("give --keep N")? as usize;
-                let expired: Vec<u32> = record
-                    .versions
-                    .keys()
-                    .copied()
-                    .take(record.versions.len().saturating_sub(keep))
-                    .collect();
                 return if *json {
-                    print_json(&expired)
+                    print_json(&plan)
                 } else {
-                    if expired.is_empty() {
-                        println!("nothing to expire in {series}");
-                    } else {
-                        let versions: Vec<String> = expired
-                            .iter()
-                            .map(|version| format!("{series}@{version}"))
-                            .collect();
-                        println!("would delete {}", versions.join(", "));
-                    }
+                    print_expire_plan(&plan, true);
                     Ok(())
                 };
             }
-            let reports = opened.store.expire(series, *keep, *method)?;
+            if !*json {
+                print_expire_plan(&plan, false);
+            }
+            let deleted = opened.store.execute_expire(plan.clone(), *method)?;
             if *json {
-                return print_json(&reports);
+                return print_json(&ExpireOutcome { plan, deleted });
             }
-            if reports.is_empty() {
-                println!("nothing to expire in {series}");
-            }
-            reports.iter().for_each(print_delete);
+            deleted.iter().for_each(print_delete);
             Ok(())
         }
         BackupCommand::Reverse {
@@ -540,11 +658,35 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
     }
 }
 
+/// What `backup create` records about the backup besides its contents.
+struct Labels {
+    tags: Vec<String>,
+    host: String,
+}
+
+/// This machine's host name (`gethostname`).
+fn machine_host_name() -> anyhow::Result<String> {
+    let mut buffer = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that much.
+    let result = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) };
+    if result != 0 {
+        return Err(std::io::Error::last_os_error())
+            .context("reading this machine's host name (give --host NAME)");
+    }
+    let length = buffer
+        .iter()
+        .position(|&byte| byte == 0)
+        .unwrap_or(buffer.len());
+    Ok(String::from_utf8_lossy(&buffer[..length]).into_owned())
+}
+
 #[allow(clippy::too_many_arguments)]
 fn create(
     cli: &Cli,
     series: &str,
-    path: &Path,
+    paths: &[PathBuf],
+    walk: WalkOptions,
+    labels: Labels,
     defer_reverse: bool,
     live_window: Option<u32>,
     keep: Option<u32>,
@@ -553,7 +695,13 @@ fn create(
 ) -> anyhow::Result<()> {
     // What PATH is, decided before the lock is taken: a FIFO or socket is refused at once
     // rather than blocking on its open with the lock held.
-    let (source, total_bytes) = if path == Path::new("-") {
+    let path = paths[0].as_path();
+    let (source, total_bytes) = if paths.len() > 1 {
+        if paths.iter().any(|path| path == Path::new("-")) {
+            bail!("standard input (-) is backed up alone: give it as the only PATH");
+        }
+        (BackupSource::Paths(paths.to_vec()), 0)
+    } else if path == Path::new("-") {
         let reader = Box::new(std::io::stdin());
         (
             BackupSource::Reader {
@@ -617,6 +765,9 @@ fn create(
             delete_method: None,
             progress: Some(&progress),
             read_observer: None,
+            walk,
+            tags: labels.tags,
+            host: Some(labels.host),
         },
     )?;
     bar.finish_and_clear();
@@ -641,6 +792,9 @@ struct ListedBackup<'a> {
     logical_bytes: u64,
     /// Bytes added at creation (live) or kept in its archival containers (archival).
     stored_bytes: u64,
+    host: Option<&'a str>,
+    tags: &'a [String],
+    paths: &'a [String],
 }
 
 fn listed(backup: &BackupRecord) -> ListedBackup<'_> {
@@ -658,6 +812,9 @@ fn listed(backup: &BackupRecord) -> ListedBackup<'_> {
             BackupState::Live => backup.added_bytes,
             BackupState::Archival => backup.archival_bytes,
         },
+        host: backup.host.as_deref(),
+        tags: &backup.tags,
+        paths: &backup.paths,
     }
 }
 
@@ -672,8 +829,8 @@ fn list(store: &BackupStore, series: Option<&str>, json: bool) -> anyhow::Result
         return Ok(());
     }
     println!(
-        "{:<20} {:>7}  {:<19}  {:<9} {:>11} {:>11}  SOURCE",
-        "SERIES", "VERSION", "CREATED (UTC)", "STATE", "LOGICAL", "STORED"
+        "{:<20} {:>7}  {:<19}  {:<9} {:>11} {:>11}  {:<16} {:<16} SOURCE",
+        "SERIES", "VERSION", "CREATED (UTC)", "STATE", "LOGICAL", "STORED", "HOST", "TAGS"
     );
     let reverse_pending = rows.iter().any(|row| row.reverse_pending);
     for row in rows {
@@ -682,14 +839,21 @@ fn list(store: &BackupStore, series: Option<&str>, json: bool) -> anyhow::Result
             (BackupState::Archival, false) => "archival",
             (BackupState::Archival, true) => "archival*",
         };
+        let tags = if row.tags.is_empty() {
+            "-".to_string()
+        } else {
+            row.tags.join(",")
+        };
         println!(
-            "{:<20} {:>7}  {:<19}  {:<9} {:>11} {:>11}  {}",
+            "{:<20} {:>7}  {:<19}  {:<9} {:>11} {:>11}  {:<16} {:<16} {}",
             row.series,
             row.version,
             row.created,
             state,
             format_size(row.logical_bytes),
             format_size(row.stored_bytes),
+            row.host.unwrap_or("-"),
+            tags,
             row.source_name
         );
     }
@@ -708,10 +872,12 @@ fn list(store: &BackupStore, series: Option<&str>, json: bool) -> anyhow::Result
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn restore(
     store: &BackupStore,
     backup: &str,
     target: &Path,
+    includes: &[String],
     to_file: bool,
     overwrite: bool,
     json: bool,
@@ -744,7 +910,13 @@ fn restore(
         &series,
         Some(record.version),
         restore_target,
-        RestoreOptions { overwrite },
+        RestoreOptions {
+            overwrite,
+            include: includes
+                .iter()
+                .map(|include| record.tree_path(include))
+                .collect(),
+        },
     )?;
     if json && !to_stdout {
         return print_json(&report);
@@ -773,6 +945,232 @@ fn restore(
     } else {
         println!("{message}");
     }
+    Ok(())
+}
+
+/// What `backup expire --json` prints: the plan and the deletions that carried it out.
+#[derive(Serialize)]
+struct ExpireOutcome {
+    plan: onecopy_backup::ExpirePlan,
+    deleted: Vec<onecopy_backup::DeleteReport>,
+}
+
+/// One entry of `backup ls --json`.
+#[derive(Serialize)]
+struct ListedEntry {
+    /// Relative to the backup's root (`.` for the root).
+    path: String,
+    entry_type: EntryType,
+    /// Permission bits with set-user-id, set-group-id and sticky.
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    /// Bytes of a regular file (of the linked file for a hard link), else 0.
+    size: u64,
+    mtime: String,
+    mtime_unix_ns: i128,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    link_target: Option<String>,
+    /// The path a hard link shares its file with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hard_link_to: Option<String>,
+}
+
+/// `ls -l`'s mode column: the type letter and the permission bits.
+fn mode_string(entry_type: EntryType, mode: u32) -> String {
+    let kind = match entry_type {
+        EntryType::Directory => 'd',
+        EntryType::File | EntryType::HardLink => '-',
+        EntryType::Symlink => 'l',
+        EntryType::Fifo => 'p',
+        EntryType::CharDevice => 'c',
+        EntryType::BlockDevice => 'b',
+    };
+    let mut text = String::from(kind);
+    for (shift, special, special_letter) in [(6, 0o4000, 's'), (3, 0o2000, 's'), (0, 0o1000, 't')] {
+        let bits = (mode >> shift) & 7;
+        text.push(if bits & 4 != 0 { 'r' } else { '-' });
+        text.push(if bits & 2 != 0 { 'w' } else { '-' });
+        let execute = bits & 1 != 0;
+        text.push(match (mode & special != 0, execute) {
+            (true, true) => special_letter,
+            (true, false) => special_letter.to_ascii_uppercase(),
+            (false, true) => 'x',
+            (false, false) => '-',
+        });
+    }
+    text
+}
+
+fn entry_path(path: &[u8]) -> String {
+    if path.is_empty() {
+        ".".to_string()
+    } else {
+        String::from_utf8_lossy(path).into_owned()
+    }
+}
+
+fn listed_entries(tree: &Tree, under: &[u8]) -> Vec<ListedEntry> {
+    tree.entries
+        .iter()
+        .filter(|entry| is_beneath(&entry.path, under))
+        .filter(|entry| !(under.is_empty() && entry.path.is_empty()))
+        .map(|entry| {
+            let (size, link_target, hard_link_to) = match &entry.kind {
+                EntryKind::File { size, .. } => (*size, None, None),
+                EntryKind::HardLink { target } => {
+                    let linked = &tree.entries[*target as usize];
+                    let size = match linked.kind {
+                        EntryKind::File { size, .. } => size,
+                        _ => 0,
+                    };
+                    (size, None, Some(entry_path(&linked.path)))
+                }
+                EntryKind::Symlink { target } => {
+                    (0, Some(String::from_utf8_lossy(target).into_owned()), None)
+                }
+                _ => (0, None, None),
+            };
+            let mtime_unix_ns =
+                i128::from(entry.mtime.0) * 1_000_000_000 + i128::from(entry.mtime.1);
+            ListedEntry {
+                path: entry_path(&entry.path),
+                entry_type: EntryType::of(&entry.kind),
+                mode: entry.mode,
+                uid: entry.uid,
+                gid: entry.gid,
+                size,
+                mtime: format_time(mtime_unix_ns.max(0) as u64),
+                mtime_unix_ns,
+                link_target,
+                hard_link_to,
+            }
+        })
+        .collect()
+}
+
+fn list_files(
+    store: &BackupStore,
+    backup: &str,
+    path: Option<&str>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let (series, version) = parse_backup(backup, false)?;
+    let (record, tree) = store.tree(&series, version)?;
+    let under = path.map_or_else(Vec::new, |path| record.tree_path(path));
+    if !tree.entries.iter().any(|entry| entry.path == under) {
+        bail!(
+            "{} is not in backup {series}@{} (see `onecopy backup ls {series}@{}`)",
+            path.unwrap_or("."),
+            record.version,
+            record.version
+        );
+    }
+    let rows = listed_entries(&tree, &under);
+    if json {
+        return print_json(&rows);
+    }
+    for row in rows {
+        let mut name = row.path;
+        if let Some(target) = &row.link_target {
+            name.push_str(" -> ");
+            name.push_str(target);
+        }
+        if let Some(file) = &row.hard_link_to {
+            name.push_str(" link to ");
+            name.push_str(file);
+        }
+        println!(
+            "{} {:>6} {:>6} {:>12}  {}  {}",
+            mode_string(row.entry_type, row.mode),
+            row.uid,
+            row.gid,
+            row.size,
+            row.mtime,
+            name
+        );
+    }
+    Ok(())
+}
+
+/// What `backup diff --json` prints.
+#[derive(Serialize)]
+struct DiffReport {
+    from: String,
+    to: String,
+    changes: Vec<TreeChange>,
+    added: u64,
+    removed: u64,
+    modified: u64,
+    metadata: u64,
+    /// File bytes of the added files, of the removed ones, and the size change of the
+    /// modified ones (newer minus older).
+    added_bytes: u64,
+    removed_bytes: u64,
+    modified_bytes_delta: i64,
+}
+
+fn diff(store: &BackupStore, from: &str, to: &str, json: bool) -> anyhow::Result<()> {
+    let (from_series, from_version) = parse_backup(from, true)?;
+    let (to_series, to_version) = parse_backup(to, true)?;
+    let (from_record, old) = store.tree(&from_series, from_version)?;
+    let (to_record, new) = store.tree(&to_series, to_version)?;
+    let found = changes(&old, &new);
+    let count =
+        |kind: ChangeKind| found.iter().filter(|change| change.change == kind).count() as u64;
+    let mut report = DiffReport {
+        from: format!("{}@{}", from_record.series, from_record.version),
+        to: format!("{}@{}", to_record.series, to_record.version),
+        added: count(ChangeKind::Added),
+        removed: count(ChangeKind::Removed),
+        modified: count(ChangeKind::Modified),
+        metadata: count(ChangeKind::Metadata),
+        added_bytes: 0,
+        removed_bytes: 0,
+        modified_bytes_delta: 0,
+        changes: Vec::new(),
+    };
+    for change in &found {
+        match change.change {
+            ChangeKind::Added => report.added_bytes += change.new_size.unwrap_or(0),
+            ChangeKind::Removed => report.removed_bytes += change.old_size.unwrap_or(0),
+            ChangeKind::Modified => {
+                report.modified_bytes_delta +=
+                    change.new_size.unwrap_or(0) as i64 - change.old_size.unwrap_or(0) as i64
+            }
+            ChangeKind::Metadata => {}
+        }
+    }
+    report.changes = found;
+    if json {
+        return print_json(&report);
+    }
+    for change in &report.changes {
+        let sizes = match (change.change, change.old_size, change.new_size) {
+            (ChangeKind::Modified, Some(old), Some(new)) if old != new => {
+                format!("  ({} -> {})", format_size(old), format_size(new))
+            }
+            (_, _, Some(size)) | (_, Some(size), None) => format!("  ({})", format_size(size)),
+            _ => String::new(),
+        };
+        let slash = if change.entry_type == EntryType::Directory {
+            "/"
+        } else {
+            ""
+        };
+        println!("{}    {}{slash}{sizes}", change.change.mark(), change.path);
+    }
+    println!(
+        "{} -> {}: {} added ({}), {} removed ({}), {} modified, {} metadata only",
+        report.from,
+        report.to,
+        report.added,
+        format_size(report.added_bytes),
+        report.removed,
+        format_size(report.removed_bytes),
+        report.modified,
+        report.metadata
+    );
     Ok(())
 }
 

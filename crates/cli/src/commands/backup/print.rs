@@ -25,6 +25,25 @@ pub fn print_create(report: &CreateReport) {
         format_size(inline.duplicate_bytes),
         format_size(inline.zero_bytes)
     );
+    if let Some(summary) = &report.summary {
+        let against = match summary.previous_version {
+            Some(version) => format!("compared with @{version}"),
+            None => "first backup of the series".to_string(),
+        };
+        println!(
+            "  files    {} new ({}), {} changed ({}), {} unchanged ({}), {} removed; {against}",
+            summary.files_new,
+            format_size(summary.bytes_new),
+            summary.files_changed,
+            format_size(summary.bytes_changed),
+            summary.files_unchanged,
+            format_size(summary.bytes_unchanged),
+            summary.files_removed
+        );
+    }
+    if let Some(error) = &report.summary_error {
+        println!("  files    no summary: the previous backup's tree did not read back: {error}");
+    }
     for reverse in &report.reverse {
         let plan = &reverse.plan;
         println!(
@@ -63,6 +82,30 @@ pub fn dedup_mode_name(mode: DedupMode) -> &'static str {
     match mode {
         DedupMode::Revdedup => "revdedup",
         DedupMode::Conventional => "conventional",
+    }
+}
+
+/// An expiry plan: what stays and why, then what goes (`would` for a dry run).
+pub fn print_expire_plan(plan: &onecopy_backup::ExpirePlan, dry_run: bool) {
+    for kept in &plan.kept {
+        println!(
+            "keep   {}@{}  {}  {}",
+            plan.series,
+            kept.version,
+            format_time(kept.created_unix_ns),
+            kept.reasons.join(", ")
+        );
+    }
+    let verb = if dry_run { "would delete" } else { "delete" };
+    if plan.versions.is_empty() {
+        println!("nothing to expire in {}", plan.series);
+    } else {
+        let versions: Vec<String> = plan
+            .versions
+            .iter()
+            .map(|version| format!("{}@{version}", plan.series))
+            .collect();
+        println!("{verb} {}", versions.join(", "));
     }
 }
 
