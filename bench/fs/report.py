@@ -131,6 +131,21 @@ def cache(rows, out):
     out.append("")
 
 
+def threads(rows, out):
+    out.append("### Request threads and cold sequential reads\n")
+    rounds = sorted({r["round"] for r in rows})
+    by_key = {(r["round"], r["reader"]): r for r in rows}
+    readers = list(dict.fromkeys(r["reader"] for r in rows))
+    out.append("| reader | cold read | / bindfs --multithreaded (rounds) |")
+    out.append("|---|---|---|")
+    for reader in readers:
+        values = [by_key[(n, reader)]["bytes"] / by_key[(n, reader)]["seconds"] for n in rounds]
+        ratios = [by_key[(n, "bindfs-mt")]["seconds"] / by_key[(n, reader)]["seconds"] for n in rounds]
+        name = "bindfs --multithreaded" if reader == "bindfs-mt" else f"onecopy, threads={reader}"
+        out.append(f"| {name} | {statistics.median(values) / 1e9:.2f} GB/s | {ratios_text(ratios)} |")
+    out.append("")
+
+
 def main(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     out = []
@@ -138,7 +153,7 @@ def main(path):
     if machine:
         m = machine[0]
         out.append(f"Code {m['code']}, kernel {m['kernel']}, {m['cores']} cores, load {m['load']} at the start.\n")
-    for kind, function in [("compare", compare), ("ram", ram), ("cache", cache)]:
+    for kind, function in [("compare", compare), ("ram", ram), ("cache", cache), ("threads", threads)]:
         selected = [r for r in rows if r["kind"] == kind]
         if selected:
             function(selected, out)

@@ -16,15 +16,18 @@
 #   ram      the mounting process's RSS against stored bytes after deduplication, in steps of
 #            unique data (every file cold, so cut into SMALL_CHUNK chunks), per TB.
 #   cache    re-reading a file through the mount without and with `-o keep_cache`, alternated.
+#   threads  cold sequential reads of one file through bindfs --multithreaded and through the
+#            face with THREADS request threads each, alternated.
 #
 # FUSE caches are emptied before every cold read by unmounting and mounting again, the kernel's
 # by `echo 3 >/proc/sys/vm/drop_caches`. Run as root (drop_caches, mounts).
 #
 # Usage: bench/fs/run.sh    (environment: PAIRS=3 SEQ_SIZE=1G TREE=/usr/include
 #                            RANK_FILE_SIZE=512M RANK_ROUNDS=3 RAM_STEPS=3 RAM_STEP=1G
-#                            RAM_CHUNKS="4KiB 256KiB" CACHE_ROUNDS=3
+#                            RAM_CHUNKS="4KiB 256KiB" CACHE_ROUNDS=3 THREADS="1 4"
+#                            THREADS_ROUNDS=3
 #                            DISK_DIR=/var/tmp SHM_DIR=/dev/shm OUT=target/bench-fs
-#                            PHASES="compare rank1 ram cache")
+#                            PHASES="compare rank1 ram cache threads")
 # Prints the report (also OUT/report.md); every measurement is a JSON line in OUT/results.jsonl.
 set -euo pipefail
 
@@ -41,7 +44,9 @@ CACHE_ROUNDS=${CACHE_ROUNDS:-3}
 DISK_DIR=${DISK_DIR:-/var/tmp}
 SHM_DIR=${SHM_DIR:-/dev/shm}
 OUT=${OUT:-$root/target/bench-fs}
-PHASES=${PHASES:-compare rank1 ram cache}
+THREADS=${THREADS:-1 4}
+THREADS_ROUNDS=${THREADS_ROUNDS:-3}
+PHASES=${PHASES:-compare rank1 ram cache threads}
 phase() { [[ " $PHASES " == *" $1 "* ]]; }
 
 [ "$(id -u)" -eq 0 ] || { echo "run as root: the benchmark drops the kernel's caches" >&2; exit 1; }
@@ -341,6 +346,43 @@ if phase cache; then
     done
   done
   rm -rf "$repository"
+fi
+
+if phase threads; then
+  repository=$work/threads
+  ONECOPY_REPO=$repository "$onecopy" init >/dev/null
+  ONECOPY_REPO=$repository "$onecopy" fs create threads --idle 0 >/dev/null
+  head -c "$seq_bytes" /dev/urandom >"$shm/file.bin"
+  onecopy_mount "$repository" threads
+  dd if="$shm/file.bin" of="$mnt/file.bin" bs=1M conv=fsync status=none
+  onecopy_umount "$repository"
+  mkdir -p "$work/bindfs"
+  cp "$shm/file.bin" "$work/bindfs/file.bin"
+  rm -f "$shm/file.bin"
+  # Round 0 is not recorded: the disk's host may still cache what was just written (dropping
+  # the guest's caches does not reach it), which made the first reading up to 2.7x faster.
+  for ((round = 0; round <= THREADS_ROUNDS; round++)); do
+    for reader in bindfs-mt $THREADS; do
+      drop_caches
+      if [ "$reader" = bindfs-mt ]; then
+        bindfs --multithreaded "$work/bindfs" "$mnt"
+        mounted=$mnt
+      else
+        onecopy_mount "$repository" threads "threads=$reader"
+      fi
+      start=$(now)
+      dd if="$mnt/file.bin" of=/dev/null bs=1M status=none
+      seconds=$(elapsed "$start" "$(now)")
+      [ "$round" -eq 0 ] || record "{\"kind\":\"threads\",\"round\":$round,\"reader\":\"$reader\",\"seconds\":$seconds,\"bytes\":$seq_bytes,\"load\":$(load)}"
+      if [ "$reader" = bindfs-mt ]; then
+        fusermount3 -u "$mnt"
+        mounted=""
+      else
+        onecopy_umount "$repository"
+      fi
+    done
+  done
+  rm -rf "$repository" "$work/bindfs"
 fi
 
 python3 "$root/bench/fs/report.py" "$results" | tee "$OUT/report.md"
