@@ -25,6 +25,7 @@ packages=(
   tar             # unpacking the typescript releases of lab paper2; GNU tar extracts `backup restore -` archives in tests
   librsvg2-bin    # rsvg-convert: the lab's SVG figures as PNG, to look at them
   openssl         # certificates made by the NBD TLS tests
+  bindfs          # FUSE passthrough file system: the fs face's benchmark baseline (bench/fs)
 )
 
 missing=()
