@@ -99,6 +99,7 @@ pub mod error;
 pub mod inline;
 mod inspection;
 pub mod losses;
+pub mod mount;
 pub mod recipe;
 pub mod repair;
 pub mod resolve;

@@ -304,8 +304,9 @@ pub fn serve(
     served
 }
 
-/// Blocks SIGTERM, SIGINT and SIGHUP in this thread (and the threads it starts after).
-fn block_signals() -> Result<libc::sigset_t> {
+/// Blocks SIGTERM, SIGINT and SIGHUP in this thread (and the threads it starts after), for
+/// one thread to take with `sigwait`; also used by `onecopy backup mount`.
+pub fn block_signals() -> Result<libc::sigset_t> {
     // SAFETY: the set is initialised by sigemptyset before use; pthread_sigmask only reads it.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();

@@ -27,6 +27,7 @@ use serde::Serialize;
 
 use crate::output::{byte_progress, print_json};
 
+mod mount;
 mod print;
 use crate::Cli;
 use print::{
@@ -235,6 +236,22 @@ pub enum BackupCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Mount SERIES read-only at MOUNTPOINT: one directory per version (`1`, `2`, ...) and
+    /// `latest`; an image or stream backup is one file named after the series. The backup
+    /// store stays locked while mounted; unmount with `onecopy umount MOUNTPOINT`.
+    Mount {
+        /// The series to show.
+        series: String,
+        /// The directory to mount it on.
+        mount_point: PathBuf,
+        /// Serve in this process until unmounted (otherwise return once the mount is ready
+        /// and serve in the background, logging to `<repository>/backup/mount.log`).
+        #[arg(long)]
+        foreground: bool,
+        /// Set by the background mount for its serving process: report readiness on stdout.
+        #[arg(long, hide = true)]
+        report_ready: bool,
+    },
     /// Sizes, counts and settings of the backup store.
     Stats {
         /// Print JSON instead of text.
@@ -437,6 +454,12 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
                 *json,
             )
         }
+        BackupCommand::Mount {
+            series,
+            mount_point,
+            foreground,
+            report_ready,
+        } => mount::run(cli, series, mount_point, *foreground, *report_ready),
         BackupCommand::Ls { backup, path, json } => {
             let opened = open_read_only(cli, "ls", RuntimeOptions::default())?;
             list_files(&opened.store, backup, path.as_deref(), *json)

@@ -627,14 +627,17 @@ fn wait_for_server(repository: &Path, mount_point: &Path) {
     let Ok(repository) = Repository::open(repository) else {
         return;
     };
-    let holder =
-        std::fs::read_to_string(repository.path().join(FACE).join("lock")).unwrap_or_default();
-    if !holder.ends_with(&format!(" at {}", mount_point.display())) {
-        return;
+    // The file system face's mounts, and the backup face's (`onecopy backup mount`).
+    for face in [FACE, "backup"] {
+        let holder =
+            std::fs::read_to_string(repository.path().join(face).join("lock")).unwrap_or_default();
+        if !holder.ends_with(&format!(" at {}", mount_point.display())) {
+            continue;
+        }
+        let _ = repository.lock_face_waiting(
+            face,
+            "umount",
+            LockWait::For(std::time::Duration::from_secs(60)),
+        );
     }
-    let _ = repository.lock_face_waiting(
-        FACE,
-        "umount",
-        LockWait::For(std::time::Duration::from_secs(60)),
-    );
 }
