@@ -1,6 +1,7 @@
 //! The `onecopy` command: argument parsing and output only; the work is done by the crates
 //! under `crates/`.
 
+mod background;
 mod block_face;
 mod commands;
 mod output;

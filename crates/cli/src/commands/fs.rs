@@ -5,10 +5,7 @@
 //! the face, so the command is sent to it through its control socket and it answers from its
 //! live state. Otherwise the command opens the face itself.
 
-use std::io::{BufRead, BufReader};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
@@ -556,57 +553,15 @@ fn mount_in_background(cli: &Cli, args: &MountArgs) -> anyhow::Result<()> {
     if cli.wait.is_none() {
         drop(repository.lock_face(FACE, "mount (starting)")?);
     }
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(&log_path)
-        .with_context(|| format!("opening {}", log_path.display()))?;
-    let mut command = std::process::Command::new(std::env::current_exe()?);
-    command
-        .arg("--repo")
-        .arg(repository.path())
-        .arg("mount")
-        .arg(&args.name)
-        .arg(&args.mount_point)
-        .arg("--foreground")
-        .arg("--report-ready")
-        .arg("-o")
-        .arg(&args.options)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log);
-    if let Some(wait) = &cli.wait {
-        command.arg(format!("--wait={wait}"));
-    }
-    // Its own process group: a Ctrl-C in the terminal that started it does not unmount.
-    std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    let mut child = command.spawn().context("starting the mount process")?;
-    let stdout = child.stdout.take().expect("piped");
-    let mut lines = BufReader::new(stdout).lines();
-    match lines.next() {
-        Some(Ok(line)) if line == "ready" => {
-            println!(
-                "mounted {} at {} (pid {}; log {})",
-                args.name,
-                args.mount_point.display(),
-                child.id(),
-                log_path.display()
-            );
-            Ok(())
-        }
-        Some(Ok(line)) => {
-            let _ = child.wait();
-            bail!("{}", line.strip_prefix("error: ").unwrap_or(&line))
-        }
-        _ => {
-            let status = child.wait()?;
-            bail!(
-                "the mount process ended ({status}) before the mount was ready; see {}",
-                log_path.display()
-            )
-        }
-    }
+    let arguments: Vec<std::ffi::OsString> = vec![
+        "mount".into(),
+        args.name.clone().into(),
+        args.mount_point.clone().into(),
+        "-o".into(),
+        args.options.clone().into(),
+    ];
+    let what = format!("{} at {}", args.name, args.mount_point.display());
+    crate::background::serve_in_background(cli, repository.path(), &arguments, &log_path, &what)
 }
 
 /// `onecopy umount`: unmounts, then waits for the serving process of this repository (if it

@@ -5,10 +5,7 @@
 //! must not be opened by another process while one writes, so backups, expiry and the other
 //! backup commands wait (`--wait`) or fail naming the mount until it ends.
 
-use std::io::{BufRead, BufReader};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::process::Stdio;
 
 use anyhow::{bail, Context};
 use onecopy_backup::mount::{fuse, SeriesView};
@@ -102,49 +99,12 @@ fn start_in_background(cli: &Cli, series: &str, mount_point: &Path) -> anyhow::R
         drop(repository.lock_face("backup", "onecopy backup mount (starting)")?);
     }
     let log_path = repository.path().join("backup").join("mount.log");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(&log_path)
-        .with_context(|| format!("opening {}", log_path.display()))?;
-    let mut command = std::process::Command::new(std::env::current_exe()?);
-    command
-        .arg("--repo")
-        .arg(repository.path())
-        .args(["backup", "mount", series])
-        .arg(mount_point)
-        .args(["--foreground", "--report-ready"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log);
-    if let Some(wait) = &cli.wait {
-        command.arg(format!("--wait={wait}"));
-    }
-    // Its own process group: a Ctrl-C in the terminal that started it does not unmount.
-    std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    let mut child = command.spawn().context("starting the mount process")?;
-    let stdout = child.stdout.take().expect("piped");
-    match BufReader::new(stdout).lines().next() {
-        Some(Ok(line)) if line == "ready" => {
-            println!(
-                "mounted {series} at {} (pid {}; log {})",
-                mount_point.display(),
-                child.id(),
-                log_path.display()
-            );
-            Ok(())
-        }
-        Some(Ok(line)) => {
-            let _ = child.wait();
-            bail!("{}", line.strip_prefix("error: ").unwrap_or(&line))
-        }
-        _ => {
-            let status = child.wait()?;
-            bail!(
-                "the mount process ended ({status}) before the mount was ready; see {}",
-                log_path.display()
-            )
-        }
-    }
+    let arguments: Vec<std::ffi::OsString> = vec![
+        "backup".into(),
+        "mount".into(),
+        series.into(),
+        mount_point.into(),
+    ];
+    let what = format!("{series} at {}", mount_point.display());
+    crate::background::serve_in_background(cli, repository.path(), &arguments, &log_path, &what)
 }
