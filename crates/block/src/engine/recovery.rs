@@ -205,7 +205,7 @@ impl Engine {
                 findings.push(finding);
             }
         }
-        leftover_containers(&containers, &chunks, read_only, &mut findings)?;
+        findings.extend(chunks.leftover_containers("block", read_only)?);
 
         let names: BTreeMap<String, VolumeId> = volumes
             .values()
@@ -881,39 +881,4 @@ pub(crate) fn block_ranges<'a>(
         .into_iter()
         .map(|(start, end)| format!("volume {volume} blocks {start}-{end}"))
         .collect()
-}
-
-/// Container files at or past the next container id: created for requests whose journal
-/// records did not survive a crash (never acknowledged by a FLUSH), so nothing durable refers
-/// to them, and their ids are about to be handed out again. Removed unless read-only.
-fn leftover_containers(
-    containers: &ContainerStore,
-    chunks: &ChunkStore,
-    read_only: bool,
-    findings: &mut Vec<Finding>,
-) -> Result<()> {
-    let next = chunks.state().container_id_next;
-    let orphans: Vec<u64> = containers
-        .list()?
-        .into_iter()
-        .filter(|&id| id >= next)
-        .collect();
-    if orphans.is_empty() {
-        return Ok(());
-    }
-    if read_only {
-        for &id in &orphans {
-            findings.push(Finding::new(
-                FindingKind::Leftover,
-                format!("block/{}", containers.name(id)),
-                "a container of writes never acknowledged (removed by the next open for \
-                 writing)",
-            ));
-        }
-        return Ok(());
-    }
-    for id in orphans {
-        containers.remove(id)?;
-    }
-    Ok(containers.sync_removals()?)
 }

@@ -29,6 +29,7 @@ pub use changes::ChunkChange;
 pub use rebuild::RebuildReport;
 pub use records::{ChunkRecord, ContainerRecord, ContainerState};
 
+use crate::check::{Finding, FindingKind};
 use crate::container::{
     ChunkLocation, ContainerId, ContainerStore, ContainerWriter, CHUNK_UNFINGERPRINTED,
 };
@@ -874,6 +875,40 @@ impl ChunkStore {
             Err(Error::NotFound(_)) => Ok(false),
             Err(error) => Err(error),
         }
+    }
+
+    /// Container files at or past the recovered next container id: created for requests
+    /// whose journal records did not survive a crash (never acknowledged by a sync), so
+    /// nothing durable refers to them, and their ids are about to be handed out again. They
+    /// are removed, or with `read_only` reported as leftovers of the face `face`.
+    pub fn leftover_containers(&self, face: &str, read_only: bool) -> Result<Vec<Finding>> {
+        let next = self.state.container_id_next;
+        let orphans: Vec<u64> = self
+            .containers
+            .list()?
+            .into_iter()
+            .filter(|&id| id >= next)
+            .collect();
+        if read_only {
+            return Ok(orphans
+                .into_iter()
+                .map(|id| {
+                    Finding::new(
+                        FindingKind::Leftover,
+                        format!("{face}/{}", self.containers.name(id)),
+                        "a container of writes never acknowledged (removed by the next open \
+                         for writing)",
+                    )
+                })
+                .collect());
+        }
+        if !orphans.is_empty() {
+            for id in orphans {
+                self.containers.remove(id)?;
+            }
+            self.containers.sync_removals()?;
+        }
+        Ok(Vec::new())
     }
 
     /// Saves in-memory state that lives in pages (the index filter) into the page store; call

@@ -238,7 +238,7 @@ impl FsEngine {
         if !read_only {
             chunks.close_recovered_container(&mut pages)?;
         }
-        leftover_containers(&containers, &chunks, read_only, &mut findings)?;
+        findings.extend(chunks.leftover_containers("fs", read_only)?);
         let stamp_next = systems
             .values()
             .flat_map(|system| system.inodes.values().map(|inode| inode.monitor.stamp))
@@ -363,38 +363,4 @@ impl FsEngine {
         }
         Ok(())
     }
-}
-
-/// Removes (or, read-only, reports) the containers no durable record refers to: ids at or
-/// past the recovered next container id.
-fn leftover_containers(
-    containers: &ContainerStore,
-    chunks: &ChunkStore,
-    read_only: bool,
-    findings: &mut Vec<Finding>,
-) -> Result<()> {
-    let next = chunks.state().container_id_next;
-    let orphans: Vec<u64> = containers
-        .list()?
-        .into_iter()
-        .filter(|&id| id >= next)
-        .collect();
-    if orphans.is_empty() {
-        return Ok(());
-    }
-    if read_only {
-        for &id in &orphans {
-            findings.push(Finding::new(
-                FindingKind::Leftover,
-                format!("fs/{}", containers.name(id)),
-                "a container of writes never acknowledged (removed by the next writable open)",
-            ));
-        }
-        return Ok(());
-    }
-    for id in orphans {
-        containers.remove(id)?;
-    }
-    containers.sync_removals()?;
-    Ok(())
 }
