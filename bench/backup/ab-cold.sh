@@ -18,7 +18,10 @@ mapfile -t releases < <(ls "$TREES")
 [ "${#releases[@]}" -gt "$HISTORY" ] || { echo "need more than $HISTORY releases in $TREES" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$1" --repo "$work/template" init >/dev/null
+# The repositories are encrypted (the default); INIT_ARGS=--insecure-no-encryption times
+# without encryption.
+export ONECOPY_PASSWORD=${ONECOPY_PASSWORD:-bench}
+"$1" --repo "$work/template" init ${INIT_ARGS:-} >/dev/null
 for ((i = 0; i < HISTORY; i++)); do
   "$1" --repo "$work/template" backup create ts "$TREES/${releases[$i]}" >/dev/null
 done

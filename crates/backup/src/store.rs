@@ -38,7 +38,7 @@ use onecopy_core::catalog::{Catalog, CatalogRead, CatalogView, CatalogWrite, Nam
 use onecopy_core::container::{ContainerId, ContainerStore};
 use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::index::IndexKey;
-use onecopy_core::storage::{parent_directory, Storage};
+use onecopy_core::storage::{parent_directory, Layout, Storage};
 use onecopy_core::Error as CoreError;
 use serde::{Deserialize, Serialize};
 
@@ -54,8 +54,23 @@ pub(crate) const STORE: NamedTable = NamedTable("store");
 pub(crate) const STATE_KEY: &str = "state";
 /// Format of the backup store's records.
 pub const STORE_FORMAT: u32 = 1;
-pub(crate) const CATALOG_FILE: &str = "catalog.redb";
-pub(crate) const CONTAINERS_DIRECTORY: &str = "containers";
+/// The catalog's file.
+pub const CATALOG_FILE: &str = "catalog.redb";
+/// The directory of the containers.
+pub const CONTAINERS_DIRECTORY: &str = "containers";
+
+/// How each file of the store is kept when the store is sealed
+/// ([`onecopy_core::storage::SealedStorage`]): the catalog, which redb rewrites in place and
+/// whose header must survive a torn write, in the paired layout (with the new catalog a store
+/// is created in, `catalog.redb.new`); everything else (containers written once, the derived
+/// segment index, the reserve) in the single layout.
+pub fn sealed_layout(name: &str) -> Layout {
+    if name.starts_with(CATALOG_FILE) {
+        Layout::Paired
+    } else {
+        Layout::Single
+    }
+}
 /// The reserve file (see the module documentation).
 pub(crate) const RESERVE_FILE: &str = "reserve";
 /// Largest reserve.

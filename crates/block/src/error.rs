@@ -140,6 +140,7 @@ fn duplicate_core(error: &Error) -> Error {
             face: face.clone(),
             holder: holder.clone(),
         },
+        Error::WrongPassword { keys } => Error::WrongPassword { keys: keys.clone() },
     }
 }
 

@@ -13,13 +13,14 @@ use anyhow::{bail, Context};
 use crate::Cli;
 
 /// Starts `onecopy --repo REPOSITORY ARGUMENTS... --foreground --report-ready` (with the
-/// command line's `--wait`), its standard error appended to `log_path` (0600), and waits for
+/// command line's `--wait`, and `environment` added to its environment), its standard error appended to `log_path` (0600), and waits for
 /// its first line: `ready`, or the error it stopped on. `what` names the mount in the message
 /// printed once it is ready.
 pub fn serve_in_background(
     cli: &Cli,
     repository: &Path,
     arguments: &[OsString],
+    environment: &[(&str, String)],
     log_path: &Path,
     what: &str,
 ) -> anyhow::Result<()> {
@@ -35,6 +36,7 @@ pub fn serve_in_background(
         .arg(repository)
         .args(arguments)
         .args(["--foreground", "--report-ready"])
+        .envs(environment.iter().map(|(name, value)| (name, value)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log);

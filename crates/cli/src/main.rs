@@ -4,6 +4,7 @@
 mod background;
 mod block_face;
 mod commands;
+mod keys;
 mod output;
 
 use std::path::PathBuf;
@@ -85,6 +86,8 @@ pub enum Command {
     Check(commands::check::CheckArgs),
     /// Back up directories, images and streams with RevDedup; restore, delete, check.
     Backup(commands::backup::BackupArgs),
+    /// Manage the passwords of an encrypted repository.
+    Key(commands::key::KeyArgs),
     /// Run the experiments that reproduce the papers (docs/LAB.md).
     Lab(commands::lab::LabArgs),
     /// Manage the file systems (FUSE, selective offline deduplication).
@@ -112,8 +115,21 @@ impl Cli {
             Command::Fs(args) => Some(&args.repository),
             Command::Mount(args) => Some(&args.repository),
             Command::Umount(args) => Some(&args.repository),
+            Command::Key(args) => Some(&args.repository),
             Command::Analyze(_) | Command::Lab(_) => None,
         }
+    }
+
+    /// `--password-file` of the commands that open the backup store.
+    pub fn password_file(&self) -> Option<&std::path::Path> {
+        let args = match &self.command {
+            Command::Init(args) => &args.password,
+            Command::Check(args) => &args.password,
+            Command::Backup(args) => &args.password,
+            Command::Key(args) => &args.password,
+            _ => return None,
+        };
+        args.file.as_deref()
     }
 
     /// How long to wait for a repository face another process uses (`--wait`).
@@ -182,6 +198,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => commands::serve::run(&cli, args),
         Command::Backup(args) => commands::backup::run(&cli, args),
         Command::Lab(args) => commands::lab::run(&cli, args),
+        Command::Key(args) => commands::key::run(&cli, args),
         Command::Fs(args) => commands::fs::run(&cli, args),
         Command::Mount(args) => commands::fs::mount(&cli, args),
         Command::Umount(args) => commands::fs::umount(&cli, args),

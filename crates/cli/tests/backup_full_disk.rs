@@ -10,6 +10,7 @@ use std::process::{Command, Output};
 fn onecopy(repository: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_onecopy"));
     command.env("ONECOPY_REPO", repository);
+    command.env("ONECOPY_PASSWORD", "test password");
     command
 }
 

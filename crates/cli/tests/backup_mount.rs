@@ -28,6 +28,7 @@ fn onecopy(repository: &Path, arguments: &[&std::ffi::OsStr]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_onecopy"))
         .arg("--repo")
         .arg(repository)
+        .env("ONECOPY_PASSWORD", "test password")
         .args(arguments)
         .output()
         .unwrap()

@@ -11,6 +11,7 @@ use serde_json::Value;
 fn onecopy(repository: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_onecopy"));
     command.env("ONECOPY_REPO", repository);
+    command.env("ONECOPY_PASSWORD", "test password");
     command
 }
 

@@ -7,6 +7,7 @@ use std::process::{Command, Output};
 fn onecopy(repository: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_onecopy"))
         .env("ONECOPY_REPO", repository)
+        .env("ONECOPY_PASSWORD", "test password")
         .args(args)
         .output()
         .expect("onecopy runs")

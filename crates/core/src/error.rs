@@ -49,6 +49,15 @@ pub enum Error {
         #[source]
         source: Option<Box<redb::Error>>,
     },
+    /// No key of an encrypted repository opens with the password given.
+    #[error(
+        "wrong password: no key in {keys} opens with it (check ONECOPY_PASSWORD or \
+         --password-file)"
+    )]
+    WrongPassword {
+        /// The keys directory.
+        keys: String,
+    },
     /// Another process holds the lock of a face of the repository.
     #[error(
         "{face} is in use by another onecopy process ({holder}); wait for it to finish, stop \

@@ -29,6 +29,7 @@ pub mod gc;
 pub mod index;
 pub mod integer_hash;
 pub mod journal;
+pub mod keys;
 pub mod memory;
 pub mod pages;
 pub mod repository;

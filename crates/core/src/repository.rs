@@ -5,7 +5,11 @@
 //!   config.json         format version and defaults (written once by `onecopy init`)
 //!   block/              the block device: lock, meta/ (pages, journal), containers/, catalog
 //!   backup/             the backup store: lock, meta/, containers/, catalog
+//!   keys/               the master key wrapped once per password (crate::keys)
 //! ```
+//!
+//! The backup store's files are sealed ([`crate::storage::SealedStorage`]) unless the
+//! repository was created without encryption ([`Encryption::None`]).
 //!
 //! Each face keeps its own metadata and containers (same formats, same code) so that faces
 //! never contend for one writer lock; a face takes its exclusive [`FaceLock`] while it has the
@@ -46,6 +50,19 @@ pub struct RepositoryConfig {
     pub id: String,
     /// When `onecopy init` ran (unix seconds).
     pub created: u64,
+    /// How the backup store's files are protected.
+    pub encryption: Encryption,
+}
+
+/// How a repository protects the backup store's files at rest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Encryption {
+    /// Sealed with AES-256-GCM under a key derived from the master key (`keys/`).
+    #[default]
+    Aes256Gcm,
+    /// Stored as plain files (`onecopy init --insecure-no-encryption`).
+    None,
 }
 
 /// An opened repository directory.
@@ -60,6 +77,11 @@ impl Repository {
     /// repository). The directory is made private to its owner (mode 0700), also when it
     /// existed.
     pub fn init(path: &Path) -> Result<Repository> {
+        Repository::init_with(path, Encryption::default())
+    }
+
+    /// [`init`](Self::init) with the backup store's protection chosen.
+    pub fn init_with(path: &Path, encryption: Encryption) -> Result<Repository> {
         let config_path = path.join(CONFIG_FILE);
         if config_path.exists() {
             return Err(Error::AlreadyExists(format!(
@@ -74,6 +96,7 @@ impl Repository {
             format: REPOSITORY_FORMAT,
             id: random_id(),
             created: crate::chunk_store::unix_seconds(),
+            encryption,
         };
         let storage = LocalStorage::open(path)?;
         let bytes = serde_json::to_vec_pretty(&config).expect("config serialises");

@@ -39,6 +39,8 @@ use print::{
 pub struct BackupArgs {
     #[command(flatten)]
     pub repository: crate::RepositoryArgs,
+    #[command(flatten)]
+    pub password: crate::keys::PasswordArgs,
     #[command(subcommand)]
     pub command: BackupCommand,
 }
@@ -304,8 +306,17 @@ pub fn check_face(
         "onecopy check"
     };
     let _lock = repository.lock_face_waiting("backup", command, cli.lock_wait()?)?;
-    let storage = repository.face_storage("backup")?;
-    Ok(BackupStore::check_at(storage, options)?)
+    let Some(sealed) = crate::keys::sealed_backup_storage(cli, &repository)? else {
+        return Ok(BackupStore::check_at(
+            repository.face_storage("backup")?,
+            options,
+        )?);
+    };
+    let mut report = BackupStore::check_at(sealed.clone(), options)?;
+    report
+        .findings
+        .extend(crate::keys::verify_sealed(&sealed, options)?);
+    Ok(report)
 }
 
 fn open(
@@ -335,7 +346,7 @@ fn open_with(
         &format!("onecopy backup {command}"),
         cli.lock_wait()?,
     )?;
-    let storage = repository.face_storage("backup")?;
+    let storage = crate::keys::backup_storage(cli, &repository, crate::keys::FirstKey::Create)?;
     // A face never used has no catalog yet: a first read creates the empty store.
     let read_only = read_only && storage.exists("catalog.redb")?;
     let mut store = BackupStore::open(

@@ -23,6 +23,8 @@ use crate::Cli;
 pub struct CheckArgs {
     #[command(flatten)]
     pub repository: crate::RepositoryArgs,
+    #[command(flatten)]
+    pub password: crate::keys::PasswordArgs,
     /// Make the repository usable again: rebuild what is derived (indexes, reference counts,
     /// tables), remove leftovers, and record exactly what is lost so the rest works.
     #[arg(long)]

@@ -561,7 +561,14 @@ fn mount_in_background(cli: &Cli, args: &MountArgs) -> anyhow::Result<()> {
         args.options.clone().into(),
     ];
     let what = format!("{} at {}", args.name, args.mount_point.display());
-    crate::background::serve_in_background(cli, repository.path(), &arguments, &log_path, &what)
+    crate::background::serve_in_background(
+        cli,
+        repository.path(),
+        &arguments,
+        &[],
+        &log_path,
+        &what,
+    )
 }
 
 /// `onecopy umount`: unmounts, then waits for the serving process of this repository (if it

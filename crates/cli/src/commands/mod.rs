@@ -5,6 +5,7 @@ pub mod backup;
 pub mod check;
 pub mod fs;
 pub mod init;
+pub mod key;
 pub mod lab;
 pub mod serve;
 pub mod volume;

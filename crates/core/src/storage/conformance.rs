@@ -81,6 +81,24 @@ fn local_storage_conforms() {
     });
 }
 
+/// Goal: sealed storage, in both layouts, meets every contract of the suite.
+#[test]
+fn sealed_storage_conforms() {
+    for layout in [Layout::Single, Layout::Paired] {
+        let policy: sealed::LayoutPolicy = match layout {
+            Layout::Single => |_| Layout::Single,
+            Layout::Paired => |_| Layout::Paired,
+        };
+        run_all(&|| {
+            Arc::new(SealedStorage::new(
+                Arc::new(SimulatedStorage::new()),
+                SealingKey::from_bytes(&[1; 32]),
+                policy,
+            ))
+        });
+    }
+}
+
 /// Goal: the simulated backend meets every contract of the suite.
 #[test]
 fn simulated_storage_conforms() {

@@ -12,6 +12,7 @@
 //! metadata (pages, journal, catalog) stays on a local file system.
 
 mod local;
+pub mod sealed;
 mod simulated;
 
 #[cfg(test)]
@@ -21,6 +22,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 pub use local::{create_private_directories, LocalStorage, DIRECTORY_MODE, FILE_MODE};
+pub use sealed::{Layout, SealedStorage, SealingKey};
 pub use simulated::{CrashMode, SimulatedStorage};
 
 use crate::{Error, Result};

@@ -15,7 +15,8 @@
 //! - **borg** (1.2): `--encryption=none`, `--compression zstd,3`, its default buzhash chunks
 //!   (2 MiB average); borg 1.2 is single-threaded.
 //! - **onecopy**: the backup store's defaults (RevDedup, 4 MiB segments, 4 KiB chunks, 32 MiB
-//!   containers, zstd level 3, all cores), and `create` reverse-deduplicates the previous
+//!   containers, zstd level 3, all cores, encrypted with AES-256-GCM like restic's; the
+//!   password comes from `ONECOPY_PASSWORD`), and `create` reverse-deduplicates the previous
 //!   backup before it returns (its report separates the two phases).
 //!
 //! Deleting the oldest backup is `restic forget --keep-last N --prune`, `borg prune
@@ -181,7 +182,10 @@ impl PeerRepository {
         match self.tool {
             Tool::Onecopy => {
                 let mut command = Command::new(&self.onecopy);
-                command.arg("--repo").arg(&repo);
+                command
+                    .arg("--repo")
+                    .arg(&repo)
+                    .env("ONECOPY_PASSWORD", RESTIC_PASSWORD);
                 command
             }
             Tool::Restic => {

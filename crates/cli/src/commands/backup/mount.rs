@@ -52,7 +52,7 @@ fn serve(cli: &Cli, series: &str, mount_point: &Path, report_ready: bool) -> any
         &format!("onecopy backup mount {series} at {}", mount_point.display()),
         cli.lock_wait()?,
     )?;
-    let storage = repository.face_storage("backup")?;
+    let storage = crate::keys::backup_storage(cli, &repository, crate::keys::FirstKey::Refuse)?;
     let mut store = BackupStore::open(
         storage,
         OpenOptions {
@@ -106,5 +106,20 @@ fn start_in_background(cli: &Cli, series: &str, mount_point: &Path) -> anyhow::R
         mount_point.into(),
     ];
     let what = format!("{series} at {}", mount_point.display());
-    crate::background::serve_in_background(cli, repository.path(), &arguments, &log_path, &what)
+    // The serving process cannot ask on the terminal: it gets the password asked here.
+    let mut environment = Vec::new();
+    if repository.config().encryption != onecopy_core::repository::Encryption::None
+        && cli.password_file().is_none()
+        && std::env::var_os("ONECOPY_PASSWORD").is_none()
+    {
+        environment.push(("ONECOPY_PASSWORD", crate::keys::password(cli)?));
+    }
+    crate::background::serve_in_background(
+        cli,
+        repository.path(),
+        &arguments,
+        &environment,
+        &log_path,
+        &what,
+    )
 }
