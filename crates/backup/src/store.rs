@@ -145,6 +145,13 @@ impl std::fmt::Debug for BackupStore {
 }
 
 impl BackupStore {
+    /// Compacts the catalog when more than half of its file is unused
+    /// ([`Catalog::compact_if_wasteful`]); for the end of the commands that add or drop many
+    /// records (create, delete, expire, compact). Returns the file's length before and after.
+    pub fn compact_catalog(&mut self) -> Result<Option<(u64, u64)>> {
+        Ok(self.catalog.compact_if_wasteful()?)
+    }
+
     /// Opens the store kept in `storage`, creating it when empty. Opening changes nothing
     /// but the creation of missing files (none when read-only) and the rebuild of a damaged
     /// segment index; call [`recover`](Self::recover) (every mutating operation does) to

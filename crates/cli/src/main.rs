@@ -187,6 +187,12 @@ fn parse() -> Cli {
 
 fn main() -> ExitCode {
     let cli = parse();
+    if prints_for_pipes(&cli.command) {
+        // A reader that stops early (`onecopy backup list | head`) ends the command quietly,
+        // as it ends any Unix tool, instead of a failed write to standard output.
+        // SAFETY: setting a signal's disposition before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result = match &cli.command {
         Command::Init(args) => commands::init::run(&cli, args),
         Command::Analyze(args) => commands::analyze::run(&cli, args),
@@ -209,6 +215,19 @@ fn main() -> ExitCode {
             eprintln!("onecopy: error: {}", output::error_message(&error));
             ExitCode::from(exit_status(&error))
         }
+    }
+}
+
+/// Whether `command` only prints results: servers and mounts (and the lab, which runs them)
+/// keep Rust's ignored SIGPIPE, so that a peer that goes away is an error on its socket, not
+/// the end of the process.
+fn prints_for_pipes(command: &Command) -> bool {
+    match command {
+        Command::Serve(_) | Command::Mount(_) | Command::Lab(_) => false,
+        Command::Backup(args) => {
+            !matches!(args.command, commands::backup::BackupCommand::Mount { .. })
+        }
+        _ => true,
     }
 }
 

@@ -250,3 +250,37 @@ fn backup_output_uses_option_names() {
     let deleted = succeeds(&repository, &["backup", "delete", "s@1"]);
     assert!(deleted.contains("(timestamp)"), "{deleted}");
 }
+
+/// Goal: a reader that stops early (`onecopy ... | head`) ends the command quietly, without a
+/// panic message. Method: `backup ls` of a 2000-file backup into a pipe whose reading end is
+/// closed at once; standard error must hold no panic.
+#[test]
+fn closed_pipe_ends_quietly() {
+    let scratch = tempfile::tempdir().unwrap();
+    let repository = scratch.path().join("repository");
+    let init = onecopy(&repository, &["init"]);
+    assert!(init.status.success());
+    let source = scratch.path().join("source");
+    std::fs::create_dir_all(&source).unwrap();
+    for index in 0..2000 {
+        std::fs::write(source.join(format!("file-{index}")), b"x").unwrap();
+    }
+    let created = onecopy(
+        &repository,
+        &["backup", "create", "s", source.to_str().unwrap()],
+    );
+    assert!(created.status.success());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onecopy"))
+        .env("ONECOPY_REPO", &repository)
+        .env("ONECOPY_PASSWORD", "test password")
+        .args(["backup", "ls", "s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("Broken pipe"), "{stderr}");
+}

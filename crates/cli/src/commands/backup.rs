@@ -319,6 +319,15 @@ pub fn check_face(
     Ok(report)
 }
 
+/// Compacts the catalog after a command that changed many records, when that pays
+/// ([`BackupStore::compact_catalog`]). The command's work is committed already, so a failure
+/// is a warning: the catalog stays as it was, only larger.
+fn settle_catalog(opened: &mut Opened) {
+    if let Err(error) = opened.store.compact_catalog() {
+        eprintln!("onecopy: warning: the catalog was not compacted: {error}");
+    }
+}
+
 fn open(
     cli: &Cli,
     command: &str,
@@ -527,6 +536,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
                 };
             }
             let report = opened.store.delete(&series, version, *method)?;
+            settle_catalog(&mut opened);
             if *json {
                 print_json(&report)
             } else {
@@ -580,6 +590,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
                 print_expire_plan(&plan, false);
             }
             let deleted = opened.store.execute_expire(plan.clone(), *method)?;
+            settle_catalog(&mut opened);
             if *json {
                 return print_json(&ExpireOutcome { plan, deleted });
             }
@@ -677,6 +688,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
                 };
             }
             let report = opened.store.compact(plan)?;
+            settle_catalog(&mut opened);
             if *json {
                 return print_json(&report);
             }
@@ -805,6 +817,7 @@ fn create(
         },
     )?;
     bar.finish_and_clear();
+    settle_catalog(&mut opened);
     if json {
         return print_json(&report);
     }
