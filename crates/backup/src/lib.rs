@@ -96,6 +96,7 @@ pub mod config;
 pub mod create;
 pub mod delete;
 pub mod error;
+pub mod files_cache;
 pub mod inline;
 mod inspection;
 pub mod losses;
