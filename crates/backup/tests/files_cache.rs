@@ -240,8 +240,9 @@ fn rewritten_files_are_read_again() {
 
 /// Goal: a file that changes while a files-cache backup reads it is read again (with a
 /// warning), the backup holds a version the file had, and the next backup reads it once more
-/// rather than trusting times taken while it changed. Method: change a file's size and mtime
-/// during its first reading; back up twice more without changes.
+/// rather than trusting times taken while it changed; so is a file changed moments before the
+/// backup. Method: change a file's size and mtime during its first reading, and rewrite
+/// another just before; back up once more without changes.
 #[test]
 fn a_file_changed_while_read_is_read_again() {
     let scratch = tempfile::tempdir().unwrap();
@@ -255,6 +256,8 @@ fn a_file_changed_while_read_is_read_again() {
 
     let big = source.join("lib/big-b");
     write_random(&big, &mut random, 200 << 10);
+    // Changed just before the backup, not while it is read.
+    write_random(&source.join("big-a"), &mut random, 300 << 10);
     let done = AtomicBool::new(false);
     let observer = |path: &[u8], reading: u32, delivered: u64| {
         if path == b"lib/big-b"
@@ -283,9 +286,10 @@ fn a_file_changed_while_read_is_read_again() {
     let expected = contents(&source);
     assert_eq!(restored(&store, scratch.path(), 2), expected);
 
-    // Its times were taken moments ago: not trusted, read again.
+    // Their times were taken moments after a change: not trusted, both read again.
     let (report, read) = create(&mut store, &source, false);
     assert!(read.contains(&"lib/big-b".to_string()), "{read:?}");
+    assert!(read.contains(&"big-a".to_string()), "{read:?}");
     assert!(report.warnings.is_empty());
     assert_eq!(restored(&store, scratch.path(), 3), expected);
     assert_check_ok(&mut store);
