@@ -358,8 +358,8 @@ impl BackupStore {
             };
         let walk_seconds = walk_started.elapsed().as_secs_f64();
         // Reusing stored forms only saves work when chunks are compressed; conventional mode
-        // finds every such chunk inline already. The map is loaded by the inline phase once
-        // its chunker has started reading the source, so that the disk is never idle.
+        // finds every such chunk inline already. The map is loaded by the inline phase when
+        // the first new segment needs it: a backup of unchanged files never does.
         let reuse = self.state.options.compression_level.is_some()
             && self.state.options.mode == DedupMode::Revdedup;
         let load_predecessor = |store: &BackupStore| -> Result<Option<PredecessorChunks>> {

@@ -90,7 +90,8 @@ pub struct InlineReport {
     pub reuse_read_bytes: u64,
     /// Chunks in the predecessor map.
     pub predecessor_chunks: u64,
-    /// Time spent loading the predecessor map (overlaps the chunker).
+    /// Time spent loading the predecessor map, when the first new segment needed it
+    /// (overlaps the chunker).
     pub predecessor_seconds: f64,
     /// Segments of the series' previous backup placed in the stream as they are, for runs of
     /// files the files cache found unchanged (nothing read, compared or written).
@@ -339,8 +340,8 @@ enum StoredForm {
 }
 
 /// Runs the inline phase over `source`. `load_predecessor` builds the map of chunks whose
-/// stored form can be reused; it runs once the chunker thread is reading the source, so that
-/// its catalog reads overlap the source's.
+/// stored form can be reused; it runs when the first new segment needs it (a backup of
+/// unchanged files has none), while the chunker thread goes on reading the source.
 pub(crate) fn run(
     store: &mut BackupStore,
     source: &mut dyn PartedSource,
@@ -389,28 +390,24 @@ pub(crate) fn run(
             }
             cutter.busy
         });
-        let loaded = Instant::now();
-        let mut consumed = load_predecessor(store).map(|predecessor| {
-            writer.outcome.report.predecessor_chunks =
-                predecessor.as_ref().map_or(0, |map| map.len() as u64);
-            writer.predecessor = predecessor;
-        });
-        writer.outcome.report.predecessor_seconds = loaded.elapsed().as_secs_f64();
-        // After a failed load nothing is consumed: the chunker stops when the receiver goes.
-        if consumed.is_ok() {
-            for batch in receiver.iter() {
-                let step = batch.and_then(|batch| writer.add_batch(store, &batch).map(|()| batch));
-                match step {
-                    // A full recycling queue only means the chunker has buffers enough.
-                    Ok(batch) => drop(recycle_sender.try_send(batch)),
-                    Err(error) => {
-                        consumed = Err(error);
-                        break;
-                    }
+        let mut load_predecessor = Some(load_predecessor);
+        let mut consumed = Ok(());
+        for batch in receiver.iter() {
+            let step = batch.and_then(|batch| {
+                writer
+                    .add_batch(store, &batch, &mut load_predecessor)
+                    .map(|()| batch)
+            });
+            match step {
+                // A full recycling queue only means the chunker has buffers enough.
+                Ok(batch) => drop(recycle_sender.try_send(batch)),
+                Err(error) => {
+                    consumed = Err(error);
+                    break;
                 }
-                if let Some(progress) = progress {
-                    progress(writer.outcome.report.logical_bytes);
-                }
+            }
+            if let Some(progress) = progress {
+                progress(writer.outcome.report.logical_bytes);
             }
         }
         // Dropping the receiver stops the chunker at its next send.
@@ -458,7 +455,14 @@ struct PathState {
 }
 
 impl PathState {
-    fn add_batch(&mut self, store: &mut BackupStore, batch: &Batch) -> Result<()> {
+    fn add_batch(
+        &mut self,
+        store: &mut BackupStore,
+        batch: &Batch,
+        load_predecessor: &mut Option<
+            impl FnOnce(&BackupStore) -> Result<Option<PredecessorChunks>>,
+        >,
+    ) -> Result<()> {
         let algorithm: FingerprintAlgorithm = store.state.options.fingerprint;
         let mut slices = Vec::new();
         let mut offset = 0usize;
@@ -550,6 +554,16 @@ impl PathState {
             .filter(|decision| decision.new)
             .flat_map(|decision| decision.chunks.clone())
             .collect();
+        if !new_chunks.is_empty() {
+            if let Some(load) = load_predecessor.take() {
+                let loaded = Instant::now();
+                self.predecessor = load(store)?;
+                let report = &mut self.outcome.report;
+                report.predecessor_chunks =
+                    self.predecessor.as_ref().map_or(0, |map| map.len() as u64);
+                report.predecessor_seconds = loaded.elapsed().as_secs_f64();
+            }
+        }
         // Chunks the predecessor stores: their stored form is read back, not recomputed.
         let mut prepared: Vec<Option<StoredForm>> = (0..new_chunks.len()).map(|_| None).collect();
         if let Some(predecessor) = &self.predecessor {
