@@ -4,7 +4,10 @@
 //!
 //! 1. **chunk** (a thread of its own): the two-level chunker cuts the stream into chunks and
 //!    segments in one pass and hands over *batches* of whole segments through a bounded queue
-//!    ([`QUEUE_BATCHES`] batches of about [`BATCH_BYTES`]);
+//!    ([`QUEUE_BATCHES`] batches of about [`BATCH_BYTES`]). A directory backup's stream comes
+//!    in parts ([`StreamPart`]): each file starts a chunk and ends one, files of at least the
+//!    minimum segment size have segments of their own and smaller ones share one; runs of
+//!    unchanged files arrive as segments of the previous backup, placed as they are;
 //! 2. **fingerprint** (all cores): every chunk is fingerprinted and tested for zeros; a
 //!    segment's fingerprint is the hash of its chunk fingerprints;
 //! 3. **index lookup**: a segment already stored (the index names it and its catalog head

@@ -19,8 +19,15 @@
 //!    stay in the stream as bytes of no file (the stream only grows, and they mostly
 //!    deduplicate against the last one).
 //! 4. The file's entry records what was read: the size and extents of that reading (cut where
-//!    the file ended early), and the mode, owner and times from its first `fstat`, so that
-//!    contents and metadata belong together.
+//!    the file ended early), and the mode, owner, times and stamp (ctime, inode, device) from
+//!    its first `fstat`, so that contents and metadata belong together. The stamp is
+//!    *settled* (trusted by the next backup's files cache) only when the reading found the
+//!    file unchanged and its mtime and ctime are [`RACY_NANOSECONDS`] older than the backup.
+//!
+//! With a previous backup ([`ReaderSettings::previous`]), the reader hands the stream out in
+//! parts ([`PartedSource`]): each file read is a part, and runs of unchanged files are
+//! segments of the previous backup, not read ([`crate::files_cache`]); their entries take
+//! the previous extents at their new stream offsets.
 //!
 //! So a restored file is always a version the file really had, or, after
 //! [`FILE_READINGS_MAX`] changing readings, exactly the bytes read, with a [`FileWarning`]

@@ -3,8 +3,10 @@
 //! A directory backup's stream is the contents of its regular files, concatenated in walk
 //! order (only the data extents of sparse files), followed by the encoded [`Tree`]: one
 //! [`TreeEntry`] per file, directory, symbolic link, hard link, FIFO or device, with its mode,
-//! owner, times and extended attributes. Both parts are chunked and deduplicated like any
-//! stream, so an unchanged tree costs almost nothing in the next backup. The backup record
+//! owner, times and extended attributes (and, for a regular file, the [`FileStamp`] the next
+//! backup's files cache compares). Both parts are chunked and deduplicated like any stream,
+//! each file and the tree starting a new chunk, so an unchanged tree costs almost nothing in
+//! the next backup, and unchanged files are not even read ([`crate::files_cache`]). The backup record
 //! keeps where the tree starts ([`crate::series::TreeRange`]).
 //!
 //! - [`capture`] walks a directory ([`capture::walk`]) and reads it as that stream
