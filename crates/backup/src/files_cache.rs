@@ -4,8 +4,8 @@
 //! # Terms
 //!
 //! - A regular file is **unchanged** when the previous backup's tree has a regular file at
-//!   the same path with the same size, mtime and [`FileStamp`](crate::tree::FileStamp) (ctime, inode, device) as the
-//!   walk's `lstat` finds now, and the previous stamp is *settled*: the stream holds exactly
+//!   the same path with the same size, mtime and [`FileStamp`](crate::tree::FileStamp)
+//!   (ctime, inode, device) as the walk's `lstat` finds now, and the previous stamp is *settled*: the stream holds exactly
 //!   the version it names, read at least [`RACY_NANOSECONDS`] after its last change (see
 //!   [`crate::tree::capture`]). The tree is the cache: nothing else is persisted.
 //! - Segments respect file boundaries: every file starts a new chunk and its last chunk ends
