@@ -15,12 +15,14 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use onecopy_core::catalog::CatalogView;
+use onecopy_core::chunking::ChunkerSpec;
 use serde::Serialize;
 
 use crate::config::{DedupMode, DeleteMethod, SeriesOptions};
 use crate::delete::DeleteReport;
 use crate::error::{BackupError, Result};
-use crate::inline::{self, InlineReport, Progress};
+use crate::files_cache::{FilesReport, PreviousBackup, RACY_NANOSECONDS};
+use crate::inline::{self, InlineReport, PartedSource, Progress, WholeStream};
 use crate::recipe::Recipe;
 use crate::reuse::PredecessorChunks;
 use crate::reverse::ReverseReport;
@@ -31,9 +33,10 @@ use crate::series::{
 };
 use crate::store::{load_head, now_unix_ns, BackupStore, RecoveryReport};
 use crate::tree::capture::{
-    walk_selection, FileWarning, ReadObserver, Selection, TreeReader, WalkOptions,
+    walk_selection, FileWarning, ReadObserver, ReaderSettings, Selection, TreeReader, WalkOptions,
 };
 use crate::tree::compare::{summarize, ChangeSummary};
+use crate::tree::Tree;
 use onecopy_core::error::IoContext;
 
 /// What to back up.
@@ -75,6 +78,9 @@ pub struct CreateOptions<'a> {
     pub tags: Vec<String>,
     /// The machine the backup is of, kept in the backup record.
     pub host: Option<String>,
+    /// Read every file of a directory backup, even those the files cache finds unchanged
+    /// since the series' previous backup (`backup create --force`).
+    pub force: bool,
 }
 
 /// What creating a backup did, phase by phase.
@@ -99,6 +105,12 @@ pub struct CreateReport {
     /// Why there is no summary for a directory backup (the previous backup's tree could not
     /// be read); the backup itself is committed.
     pub summary_error: Option<String>,
+    /// A directory backup's files read and files taken unchanged from the previous backup
+    /// ([`crate::files_cache`]).
+    pub files: Option<FilesReport>,
+    /// Why a directory backup read every file although the series has a previous directory
+    /// backup (its tree could not be read); the backup itself is complete.
+    pub files_cache_error: Option<String>,
     pub reverse: Vec<ReverseReport>,
     /// Why reverse deduplication was left for later although it was due (the file system
     /// filled up while repackaging); the backup itself is committed.
@@ -178,6 +190,34 @@ pub fn describe_file_type(file_type: &std::fs::FileType) -> &'static str {
 }
 
 impl BackupStore {
+    /// The previous directory backup's tree, and what the files cache needs of it when its
+    /// recipe is still live (an archival recipe names chunks, not segments to place).
+    fn files_cache_of(&self, previous: &BackupRecord) -> Result<Option<(Tree, PreviousBackup)>> {
+        let tree = self.read_tree(previous)?;
+        let read = self.catalog.read()?;
+        let Recipe::Live(recipe) = Recipe::load(&read, previous.id, previous.recipe_parts)? else {
+            return Ok(None);
+        };
+        let damaged = self.state.damaged_segments.clone();
+        Ok(Some((
+            tree.clone(),
+            PreviousBackup {
+                tree,
+                recipe,
+                damaged,
+            },
+        )))
+    }
+
+    /// Files of at least this size start and end their own segments: the minimum segment
+    /// size (every file, when every chunk is a segment).
+    fn alone_bytes(&self) -> Result<u64> {
+        Ok(match self.state.options.chunker_spec()? {
+            ChunkerSpec::Segment { segment, .. } => segment.bytes_min as u64,
+            _ => 0,
+        })
+    }
+
     /// Backs `source` up as the next version of `series`; see the module documentation.
     ///
     /// On a full file system the backup fails with [`BackupError::Full`] before its commit
@@ -222,51 +262,104 @@ impl BackupStore {
         }
         // Time stamps increase within a series even if the clock steps back.
         let mut created_unix_ns = now_unix_ns();
+        let mut previous = None;
         if let Some(&newest) = series_record.versions.values().next_back() {
-            created_unix_ns = created_unix_ns.max(load_backup(&read, newest)?.created_unix_ns + 1);
+            let record = load_backup(&read, newest)?;
+            created_unix_ns = created_unix_ns.max(record.created_unix_ns + 1);
+            previous = Some(record);
         }
         drop(read);
+        // Files modified after this get no stamp: a change in the same timestamp tick would
+        // not show in their times.
+        let stamp_before_ns = now_unix_ns() as i128 - RACY_NANOSECONDS;
 
         let walk_started = Instant::now();
         let mut capture = None;
+        let mut files_cache_error = None;
+        let mut previous_tree = None;
         let mut selection = None;
         let source = match source {
             BackupSource::Directory(path) => BackupSource::Paths(vec![path]),
             other => other,
         };
-        let (kind, name, mut reader): (SourceKind, String, Box<dyn Read + Send + '_>) = match source
-        {
-            BackupSource::Paths(paths) => {
-                if paths.is_empty() {
-                    return Err(BackupError::InvalidArgument(
-                        "a backup needs at least one path".to_string(),
-                    ));
+        let (kind, name, mut reader): (SourceKind, String, Box<dyn PartedSource + '_>) =
+            match source {
+                BackupSource::Paths(paths) => {
+                    if paths.is_empty() {
+                        return Err(BackupError::InvalidArgument(
+                            "a backup needs at least one path".to_string(),
+                        ));
+                    }
+                    let selected = Selection::of(&paths)?;
+                    let tree = walk_selection(&selected, &options.walk)?;
+                    let cached = match previous.as_ref() {
+                        Some(previous) if previous.source == SourceKind::Directory => {
+                            match self.files_cache_of(previous) {
+                                Ok(cached) => cached,
+                                Err(error) => {
+                                    files_cache_error = Some(error.to_string());
+                                    None
+                                }
+                            }
+                        }
+                        _ => None,
+                    };
+                    let settings = ReaderSettings {
+                        previous: None,
+                        stamp_before_ns,
+                        alone_bytes: self.alone_bytes()?,
+                    };
+                    let settings = match cached {
+                        Some((tree, previous_backup)) => {
+                            previous_tree = Some(tree);
+                            ReaderSettings {
+                                previous: (!options.force).then_some(previous_backup),
+                                ..settings
+                            }
+                        }
+                        None => settings,
+                    };
+                    let files_cache_version = settings
+                        .previous
+                        .as_ref()
+                        .and(previous.as_ref())
+                        .map(|previous| previous.version);
+                    let reader = TreeReader::with_settings(
+                        &selected.root,
+                        tree,
+                        options.read_observer,
+                        settings,
+                    )?;
+                    reader
+                        .outcome()
+                        .lock()
+                        .expect("the outcome's lock is never poisoned")
+                        .files
+                        .previous_version = files_cache_version;
+                    capture = Some(reader.outcome());
+                    let name = selected
+                        .given
+                        .iter()
+                        .map(|path| path.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    selection = Some(selected);
+                    (SourceKind::Directory, name, Box::new(reader))
                 }
-                let selected = Selection::of(&paths)?;
-                let tree = walk_selection(&selected, &options.walk)?;
-                let reader = TreeReader::new(&selected.root, tree, options.read_observer)?;
-                capture = Some(reader.outcome());
-                let name = selected
-                    .given
-                    .iter()
-                    .map(|path| path.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(" ");
-                selection = Some(selected);
-                (SourceKind::Directory, name, Box::new(reader))
-            }
-            BackupSource::Directory(_) => unreachable!("turned into paths above"),
-            BackupSource::File(path) => (
-                SourceKind::File,
-                path.display().to_string(),
-                Box::new(open_file_source(&path)?),
-            ),
-            BackupSource::Reader { reader, name } => (SourceKind::Stream, name, reader),
-        };
+                BackupSource::Directory(_) => unreachable!("turned into paths above"),
+                BackupSource::File(path) => (
+                    SourceKind::File,
+                    path.display().to_string(),
+                    Box::new(WholeStream::new(open_file_source(&path)?)),
+                ),
+                BackupSource::Reader { reader, name } => {
+                    (SourceKind::Stream, name, Box::new(WholeStream::new(reader)))
+                }
+            };
         let walk_seconds = walk_started.elapsed().as_secs_f64();
         // Reusing stored forms only saves work when chunks are compressed; conventional mode
-        // finds every such chunk inline already. The map is loaded by the inline phase once
-        // its chunker has started reading the source, so that the disk is never idle.
+        // finds every such chunk inline already. The map is loaded by the inline phase when
+        // the first new segment needs it: a backup of unchanged files never does.
         let reuse = self.state.options.compression_level.is_some()
             && self.state.options.mode == DedupMode::Revdedup;
         let load_predecessor = |store: &BackupStore| -> Result<Option<PredecessorChunks>> {
@@ -281,6 +374,7 @@ impl BackupStore {
         };
         let outcome = inline::run(self, reader.as_mut(), options.progress, load_predecessor)?;
         drop(reader);
+        let mut files = None;
         let (tree, warnings, entries) = match capture {
             Some(capture) => {
                 let capture = std::mem::take(
@@ -296,6 +390,7 @@ impl BackupStore {
                     range.offset + range.bytes,
                     "the stream ends with the tree"
                 );
+                files = Some(capture.files);
                 (Some(range), capture.warnings, capture.entries)
             }
             None => (None, Vec::new(), None),
@@ -366,14 +461,11 @@ impl BackupStore {
             root: selection.map(|selection| selection.root.display().to_string()),
             excludes: options.walk.excludes.texts(),
         };
-        // The previous backup, for the summary: read before the commit makes this one the
-        // newest.
-        let previous = match previous_version {
-            Some(newest) if entries.is_some() => {
-                Some(load_backup(&write, series_record.versions[&newest])?)
-            }
-            _ => None,
-        };
+        assert_eq!(
+            previous.as_ref().map(|previous| previous.version),
+            previous_version,
+            "the previous backup is the series' newest"
+        );
         write.put_id(BACKUPS, backup_id, &encode_backup(&record))?;
         write.put_json(SERIES, series, &series_record)?;
         self.commit(write, state, &[])?;
@@ -382,10 +474,18 @@ impl BackupStore {
         let (mut summary, mut summary_error) = (None, None);
         if let Some(entries) = &entries {
             match previous.filter(|previous| previous.source == SourceKind::Directory) {
-                Some(previous) => match self.read_tree(&previous) {
-                    Ok(tree) => summary = Some(summarize(Some((previous.version, &tree)), entries)),
-                    Err(error) => summary_error = Some(error.to_string()),
-                },
+                Some(previous) => {
+                    let tree = match previous_tree {
+                        Some(tree) => Ok(tree),
+                        None => self.read_tree(&previous),
+                    };
+                    match tree {
+                        Ok(tree) => {
+                            summary = Some(summarize(Some((previous.version, &tree)), entries))
+                        }
+                        Err(error) => summary_error = Some(error.to_string()),
+                    }
+                }
                 None => summary = Some(summarize(None, entries)),
             }
         }
@@ -420,6 +520,8 @@ impl BackupStore {
             warnings,
             summary,
             summary_error,
+            files,
+            files_cache_error,
             reverse,
             reverse_deferred,
             expire,

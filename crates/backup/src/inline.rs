@@ -4,7 +4,10 @@
 //!
 //! 1. **chunk** (a thread of its own): the two-level chunker cuts the stream into chunks and
 //!    segments in one pass and hands over *batches* of whole segments through a bounded queue
-//!    ([`QUEUE_BATCHES`] batches of about [`BATCH_BYTES`]);
+//!    ([`QUEUE_BATCHES`] batches of about [`BATCH_BYTES`]). A directory backup's stream comes
+//!    in parts ([`StreamPart`]): each file starts a chunk and ends one, files of at least the
+//!    minimum segment size have segments of their own and smaller ones share one; runs of
+//!    unchanged files arrive as segments of the previous backup, placed as they are;
 //! 2. **fingerprint** (all cores): every chunk is fingerprinted and tested for zeros; a
 //!    segment's fingerprint is the hash of its chunk fingerprints;
 //! 3. **index lookup**: a segment already stored (the index names it and its catalog head
@@ -24,8 +27,8 @@ use std::io::Read;
 use std::ops::Range;
 use std::time::Instant;
 
-use crossbeam_channel::bounded;
-use onecopy_core::chunking::ChunkReader;
+use crossbeam_channel::{bounded, Receiver, Sender};
+use onecopy_core::chunking::{ChunkerSpec, READ_BUFFER_BYTES_DEFAULT};
 use onecopy_core::container::{
     codec, is_zero, ChunkLocation, ContainerId, ContainerWriter, Encoded, CHUNK_HEADER_BYTES,
 };
@@ -90,8 +93,14 @@ pub struct InlineReport {
     pub reuse_read_bytes: u64,
     /// Chunks in the predecessor map.
     pub predecessor_chunks: u64,
-    /// Time spent loading the predecessor map (overlaps the chunker).
+    /// Time spent loading the predecessor map, when the first new segment needed it
+    /// (overlaps the chunker).
     pub predecessor_seconds: f64,
+    /// Segments of the series' previous backup placed in the stream as they are, for runs of
+    /// files the files cache found unchanged (nothing read, compared or written).
+    pub placed_segments: u64,
+    /// Their bytes.
+    pub placed_bytes: u64,
 }
 
 /// What the inline phase produced, not yet committed.
@@ -106,11 +115,224 @@ pub(crate) struct InlineOutcome {
     pub report: InlineReport,
 }
 
-/// A run of whole segments cut by the chunker thread.
+/// A run of whole segments cut by the chunker thread, and segments of the series' previous
+/// backup placed between them.
+#[derive(Default)]
 struct Batch {
     data: Vec<u8>,
     /// Chunk lengths of each segment, in order.
     segments: Vec<Vec<u32>>,
+    /// Segments placed as they are (a [`StreamPart::Segments`]), each with the number of cut
+    /// segments of the batch that come before it.
+    placed: Vec<(usize, SegmentReference)>,
+}
+
+impl Batch {
+    fn clear(&mut self) {
+        self.data.clear();
+        self.segments.clear();
+        self.placed.clear();
+    }
+}
+
+/// One part of a backup stream, as a [`PartedSource`] hands it out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum StreamPart {
+    /// Bytes, read from the source until its `read` returns 0. A new chunk starts where the
+    /// part starts and one ends where it ends. `alone`: the part starts a new segment and its
+    /// last chunk ends one (a whole stream, a large file, a directory tree); otherwise (a
+    /// small file) its segment ends with it only once the segment holds at least the minimum
+    /// segment size, so that small files share segments.
+    Bytes { alone: bool },
+    /// Stored segments placed in the stream as they are, without reading anything: a run of
+    /// unchanged files whose contents these segments of the previous backup hold exactly
+    /// ([`crate::files_cache`]).
+    Segments(Vec<SegmentReference>),
+}
+
+/// A backup stream handed out in parts; see [`StreamPart`].
+pub(crate) trait PartedSource: Send {
+    /// Starts the next part (the previous one has been read to its end); `None` at the end of
+    /// the stream.
+    fn next_part(&mut self) -> std::io::Result<Option<StreamPart>>;
+    /// Reads bytes of the current [`StreamPart::Bytes`] part; 0 at its end.
+    fn read_part(&mut self, buffer: &mut [u8]) -> std::io::Result<usize>;
+}
+
+/// Any reader as a stream of one part, chunked as a whole.
+pub(crate) struct WholeStream<R> {
+    reader: R,
+    started: bool,
+}
+
+impl<R> WholeStream<R> {
+    pub(crate) fn new(reader: R) -> Self {
+        WholeStream {
+            reader,
+            started: false,
+        }
+    }
+}
+
+impl<R: Read + Send> PartedSource for WholeStream<R> {
+    fn next_part(&mut self) -> std::io::Result<Option<StreamPart>> {
+        if std::mem::replace(&mut self.started, true) {
+            return Ok(None);
+        }
+        Ok(Some(StreamPart::Bytes { alone: true }))
+    }
+
+    fn read_part(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        self.reader.read(buffer)
+    }
+}
+
+/// The chunker thread's state: it cuts the parts of the source into chunks and segments and
+/// sends them on in batches.
+struct Cutter {
+    spec: ChunkerSpec,
+    every_chunk_is_a_segment: bool,
+    sender: Sender<Result<Batch>>,
+    recycle: Receiver<Batch>,
+    batch: Batch,
+    /// Chunk lengths of the open segment.
+    segment: Vec<u32>,
+    segment_bytes: usize,
+    /// Seconds spent cutting.
+    busy: f64,
+}
+
+/// Sent when the receiver is gone: the chunker stops.
+struct Stopped;
+
+impl Cutter {
+    fn next_batch(&self) -> Batch {
+        match self.recycle.try_recv() {
+            Ok(mut batch) => {
+                batch.clear();
+                batch
+            }
+            Err(_) => Batch {
+                data: Vec::with_capacity(BATCH_BYTES * 2),
+                ..Batch::default()
+            },
+        }
+    }
+
+    /// The minimum and maximum segment sizes of the chunker (a one-chunk segment for
+    /// chunkers without segments).
+    fn segment_limits(&self) -> (usize, usize) {
+        match self.spec {
+            ChunkerSpec::Segment { segment, .. } => (segment.bytes_min, segment.bytes_max),
+            _ => (0, usize::MAX),
+        }
+    }
+
+    /// Ends the open segment, if it has chunks, and sends the batch once it is large enough.
+    fn end_segment(&mut self) -> std::result::Result<(), Stopped> {
+        if self.segment.is_empty() {
+            return Ok(());
+        }
+        self.batch.segments.push(std::mem::take(&mut self.segment));
+        self.segment_bytes = 0;
+        if self.batch.data.len() >= BATCH_BYTES {
+            let next = self.next_batch();
+            let full = std::mem::replace(&mut self.batch, next);
+            self.sender.send(Ok(full)).map_err(|_| Stopped)?;
+        }
+        Ok(())
+    }
+
+    fn cut_parts(&mut self, source: &mut dyn PartedSource) -> Result<()> {
+        let mut buffer = vec![0u8; READ_BUFFER_BYTES_DEFAULT.max(2 * self.spec.chunk_bytes_max())];
+        let (segment_bytes_min, segment_bytes_max) = self.segment_limits();
+        loop {
+            let part = source
+                .next_part()
+                .map_err(|error| BackupError::io("reading the backup source", error))?;
+            let Some(part) = part else { return Ok(()) };
+            let alone = match part {
+                StreamPart::Segments(references) => {
+                    if self.end_segment().is_err() {
+                        return Ok(());
+                    }
+                    let position = self.batch.segments.len();
+                    self.batch.placed.extend(
+                        references
+                            .into_iter()
+                            .map(|reference| (position, reference)),
+                    );
+                    continue;
+                }
+                StreamPart::Bytes { alone } => alone,
+            };
+            if alone && self.end_segment().is_err() {
+                return Ok(());
+            }
+            // A fresh chunker per part: a part's chunks do not depend on what precedes it.
+            let mut chunker = self.spec.build();
+            let chunk_bytes_max = chunker.chunk_bytes_max();
+            let (mut start, mut end, mut end_of_part) = (0usize, 0usize, false);
+            loop {
+                if end - start < chunk_bytes_max && !end_of_part {
+                    buffer.copy_within(start..end, 0);
+                    end -= start;
+                    start = 0;
+                    while end < buffer.len() {
+                        match source.read_part(&mut buffer[end..]) {
+                            Ok(0) => {
+                                end_of_part = true;
+                                break;
+                            }
+                            Ok(read) => end += read,
+                            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                            Err(error) => {
+                                return Err(BackupError::io("reading the backup source", error))
+                            }
+                        }
+                    }
+                }
+                if start == end {
+                    break;
+                }
+                let started = Instant::now();
+                let cut = chunker.next_cut(&buffer[start..end], end_of_part);
+                assert!(cut.len >= 1 && cut.len <= end - start);
+                let last = end_of_part && start + cut.len == end;
+                // Small files share segments, which must still stay within the maximum.
+                if self.segment_bytes + cut.len > segment_bytes_max && self.end_segment().is_err() {
+                    return Ok(());
+                }
+                self.batch
+                    .data
+                    .extend_from_slice(&buffer[start..start + cut.len]);
+                self.segment.push(cut.len as u32);
+                self.segment_bytes += cut.len;
+                start += cut.len;
+                let ends_segment = self.every_chunk_is_a_segment
+                    || if last {
+                        alone || self.segment_bytes >= segment_bytes_min
+                    } else {
+                        cut.ends_segment
+                    };
+                self.busy += started.elapsed().as_secs_f64();
+                if ends_segment && self.end_segment().is_err() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Sends what is left at the end of the stream.
+    fn finish(&mut self) {
+        if self.end_segment().is_err() {
+            return;
+        }
+        if !self.batch.segments.is_empty() || !self.batch.placed.is_empty() {
+            let last = std::mem::take(&mut self.batch);
+            let _ = self.sender.send(Ok(last));
+        }
+    }
 }
 
 /// Stored form of a chunk of a new segment.
@@ -121,11 +343,11 @@ enum StoredForm {
 }
 
 /// Runs the inline phase over `source`. `load_predecessor` builds the map of chunks whose
-/// stored form can be reused; it runs once the chunker thread is reading the source, so that
-/// its catalog reads overlap the source's.
+/// stored form can be reused; it runs when the first new segment needs it (a backup of
+/// unchanged files has none), while the chunker thread goes on reading the source.
 pub(crate) fn run(
     store: &mut BackupStore,
-    source: &mut (dyn Read + Send),
+    source: &mut dyn PartedSource,
     progress: Option<Progress>,
     load_predecessor: impl FnOnce(&BackupStore) -> Result<Option<PredecessorChunks>>,
 ) -> Result<InlineOutcome> {
@@ -152,77 +374,43 @@ pub(crate) fn run(
     let (recycle_sender, recycle_receiver) = bounded::<Batch>(QUEUE_BATCHES + 2);
     let result = std::thread::scope(|scope| {
         let chunker = scope.spawn(move || -> f64 {
-            let mut busy = 0.0;
-            let mut reader = ChunkReader::new(source, spec.build());
-            let next_batch = || match recycle_receiver.try_recv() {
-                Ok(mut batch) => {
-                    batch.data.clear();
-                    batch.segments.clear();
-                    batch
-                }
-                Err(_) => Batch {
-                    data: Vec::with_capacity(BATCH_BYTES * 2),
-                    segments: Vec::new(),
-                },
+            let mut cutter = Cutter {
+                spec,
+                every_chunk_is_a_segment,
+                sender,
+                recycle: recycle_receiver,
+                batch: Batch::default(),
+                segment: Vec::new(),
+                segment_bytes: 0,
+                busy: 0.0,
             };
-            let mut batch = next_batch();
-            let mut segment = Vec::new();
-            loop {
-                let start = Instant::now();
-                let chunk = match reader.next_chunk() {
-                    Ok(chunk) => chunk,
-                    Err(error) => {
-                        let _ =
-                            sender.send(Err(BackupError::io("reading the backup source", error)));
-                        return busy;
-                    }
-                };
-                let Some(chunk) = chunk else { break };
-                batch.data.extend_from_slice(chunk.data);
-                segment.push(chunk.data.len() as u32);
-                if every_chunk_is_a_segment || chunk.ends_segment {
-                    batch.segments.push(std::mem::take(&mut segment));
-                    if batch.data.len() >= BATCH_BYTES {
-                        busy += start.elapsed().as_secs_f64();
-                        let full = std::mem::replace(&mut batch, next_batch());
-                        if sender.send(Ok(full)).is_err() {
-                            return busy;
-                        }
-                        continue;
-                    }
+            cutter.batch = cutter.next_batch();
+            match cutter.cut_parts(source) {
+                Ok(()) => cutter.finish(),
+                Err(error) => {
+                    let _ = cutter.sender.send(Err(error));
                 }
-                busy += start.elapsed().as_secs_f64();
             }
-            if !segment.is_empty() {
-                batch.segments.push(segment);
-            }
-            if !batch.segments.is_empty() {
-                let _ = sender.send(Ok(batch));
-            }
-            busy
+            cutter.busy
         });
-        let loaded = Instant::now();
-        let mut consumed = load_predecessor(store).map(|predecessor| {
-            writer.outcome.report.predecessor_chunks =
-                predecessor.as_ref().map_or(0, |map| map.len() as u64);
-            writer.predecessor = predecessor;
-        });
-        writer.outcome.report.predecessor_seconds = loaded.elapsed().as_secs_f64();
-        // After a failed load nothing is consumed: the chunker stops when the receiver goes.
-        if consumed.is_ok() {
-            for batch in receiver.iter() {
-                let step = batch.and_then(|batch| writer.add_batch(store, &batch).map(|()| batch));
-                match step {
-                    // A full recycling queue only means the chunker has buffers enough.
-                    Ok(batch) => drop(recycle_sender.try_send(batch)),
-                    Err(error) => {
-                        consumed = Err(error);
-                        break;
-                    }
+        let mut load_predecessor = Some(load_predecessor);
+        let mut consumed = Ok(());
+        for batch in receiver.iter() {
+            let step = batch.and_then(|batch| {
+                writer
+                    .add_batch(store, &batch, &mut load_predecessor)
+                    .map(|()| batch)
+            });
+            match step {
+                // A full recycling queue only means the chunker has buffers enough.
+                Ok(batch) => drop(recycle_sender.try_send(batch)),
+                Err(error) => {
+                    consumed = Err(error);
+                    break;
                 }
-                if let Some(progress) = progress {
-                    progress(writer.outcome.report.logical_bytes);
-                }
+            }
+            if let Some(progress) = progress {
+                progress(writer.outcome.report.logical_bytes);
             }
         }
         // Dropping the receiver stops the chunker at its next send.
@@ -270,7 +458,14 @@ struct PathState {
 }
 
 impl PathState {
-    fn add_batch(&mut self, store: &mut BackupStore, batch: &Batch) -> Result<()> {
+    fn add_batch(
+        &mut self,
+        store: &mut BackupStore,
+        batch: &Batch,
+        load_predecessor: &mut Option<
+            impl FnOnce(&BackupStore) -> Result<Option<PredecessorChunks>>,
+        >,
+    ) -> Result<()> {
         let algorithm: FingerprintAlgorithm = store.state.options.fingerprint;
         let mut slices = Vec::new();
         let mut offset = 0usize;
@@ -362,6 +557,16 @@ impl PathState {
             .filter(|decision| decision.new)
             .flat_map(|decision| decision.chunks.clone())
             .collect();
+        if !new_chunks.is_empty() {
+            if let Some(load) = load_predecessor.take() {
+                let loaded = Instant::now();
+                self.predecessor = load(store)?;
+                let report = &mut self.outcome.report;
+                report.predecessor_chunks =
+                    self.predecessor.as_ref().map_or(0, |map| map.len() as u64);
+                report.predecessor_seconds = loaded.elapsed().as_secs_f64();
+            }
+        }
         // Chunks the predecessor stores: their stored form is read back, not recomputed.
         let mut prepared: Vec<Option<StoredForm>> = (0..new_chunks.len()).map(|_| None).collect();
         if let Some(predecessor) = &self.predecessor {
@@ -398,13 +603,17 @@ impl PathState {
 
         let start = Instant::now();
         let mut forms = forms.into_iter();
-        for SegmentDecision {
-            chunks: range,
-            fingerprint,
-            id,
-            new,
-        } in decisions
-        {
+        let mut placed = batch.placed.iter().peekable();
+        for (position, decision) in decisions.into_iter().enumerate() {
+            while let Some((_, reference)) = placed.next_if(|(before, _)| *before == position) {
+                self.place(reference);
+            }
+            let SegmentDecision {
+                chunks: range,
+                fingerprint,
+                id,
+                new,
+            } = decision;
             let raw_bytes: u64 = slices[range.clone()]
                 .iter()
                 .map(|chunk| chunk.len() as u64)
@@ -444,12 +653,32 @@ impl PathState {
             store.index_insert(&fingerprint, id);
             self.outcome.new_segments.push((id, record));
         }
+        for (_, reference) in placed {
+            self.place(reference);
+        }
         // The disk writes the batch while the next one is prepared, not all at the seal.
         if let Some((writer, _)) = self.open.as_mut() {
             writer.start_writeback();
         }
         self.outcome.report.write_seconds += start.elapsed().as_secs_f64();
         Ok(())
+    }
+
+    /// Adds a segment placed as it is (see [`StreamPart::Segments`]): a reference, nothing
+    /// written.
+    fn place(&mut self, reference: &SegmentReference) {
+        let report = &mut self.outcome.report;
+        report.logical_bytes += reference.raw_bytes;
+        report.chunks += reference.chunk_count as u64;
+        report.segments += 1;
+        report.placed_segments += 1;
+        report.placed_bytes += reference.raw_bytes;
+        *self
+            .outcome
+            .references
+            .entry(reference.segment)
+            .or_insert(0) += 1;
+        self.outcome.segments.push(*reference);
     }
 
     #[allow(clippy::too_many_arguments)]

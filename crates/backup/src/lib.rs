@@ -22,6 +22,10 @@
 //! - Null chunks are never stored and are regenerated on restore ([`restore`]).
 //! - Chunks of new segments that the series' newest backup already stores are not compressed
 //!   again: their stored form is read back ([`reuse`]).
+//! - The **files cache**: a directory backup does not read the files unchanged since the
+//!   series' previous backup (same path, size, mtime, ctime, inode and device); chunk and
+//!   segment boundaries follow file boundaries, so it places that backup's segments holding
+//!   them in its stream, as references ([`files_cache`]).
 //! - **Retention** deletes the backups no rule keeps: the newest N, and the newest backup of
 //!   each of the N newest hours, days, weeks, months or years, as restic's `forget` does
 //!   ([`retention`]).
@@ -96,6 +100,7 @@ pub mod config;
 pub mod create;
 pub mod delete;
 pub mod error;
+pub mod files_cache;
 pub mod inline;
 mod inspection;
 pub mod losses;

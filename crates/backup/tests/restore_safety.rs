@@ -191,6 +191,7 @@ fn entry(path: &[u8], kind: EntryKind) -> TreeEntry {
         atime: (0, 0),
         mtime: (0, 0),
         xattrs: Vec::new(),
+        stamp: None,
     }
 }
 

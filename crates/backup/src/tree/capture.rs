@@ -19,8 +19,15 @@
 //!    stay in the stream as bytes of no file (the stream only grows, and they mostly
 //!    deduplicate against the last one).
 //! 4. The file's entry records what was read: the size and extents of that reading (cut where
-//!    the file ended early), and the mode, owner and times from its first `fstat`, so that
-//!    contents and metadata belong together.
+//!    the file ended early), and the mode, owner, times and stamp (ctime, inode, device) from
+//!    its first `fstat`, so that contents and metadata belong together. The stamp is
+//!    *settled* (trusted by the next backup's files cache) only when the reading found the
+//!    file unchanged and its mtime and ctime are [`RACY_NANOSECONDS`] older than the backup.
+//!
+//! With a previous backup ([`ReaderSettings::previous`]), the reader hands the stream out in
+//! parts ([`PartedSource`]): each file read is a part, and runs of unchanged files are
+//! segments of the previous backup, not read ([`crate::files_cache`]); their entries take
+//! the previous extents at their new stream offsets.
 //!
 //! So a restored file is always a version the file really had, or, after
 //! [`FILE_READINGS_MAX`] changing readings, exactly the bytes read, with a [`FileWarning`]
@@ -44,8 +51,12 @@ use serde::Serialize;
 
 use super::beneath::{is_regular, stat_fd, Beneath};
 use super::exclude::Excludes;
-use super::{EntryKind, Extent, Tree, TreeEntry};
+use super::{EntryKind, Extent, FileStamp, Tree, TreeEntry};
 use crate::error::{BackupError, Result};
+use crate::files_cache::{
+    kept_kind, plan, FilesReport, Layout, PreviousBackup, Step, RACY_NANOSECONDS,
+};
+use crate::inline::{PartedSource, StreamPart};
 use crate::series::TreeRange;
 use onecopy_core::error::IoContext;
 
@@ -323,6 +334,14 @@ impl Walker<'_> {
             return Ok(());
         };
         let is_directory = matches!(kind, EntryKind::Directory);
+        let stamp = matches!(kind, EntryKind::File { .. }).then(|| FileStamp {
+            ctime: (metadata.ctime(), metadata.ctime_nsec() as u32),
+            inode: metadata.ino(),
+            device: metadata.dev(),
+            // Until the reader reads it: a file taken from the previous backup keeps the
+            // version the previous stamp settled.
+            settled: true,
+        });
         self.tree.entries.push(TreeEntry {
             path: relative.clone(),
             kind,
@@ -332,6 +351,7 @@ impl Walker<'_> {
             atime: (metadata.atime(), metadata.atime_nsec() as u32),
             mtime: (metadata.mtime(), metadata.mtime_nsec() as u32),
             xattrs: read_xattrs(&path)?,
+            stamp,
         });
         if !is_directory {
             return Ok(());
@@ -545,6 +565,8 @@ pub struct FileWarning {
 /// What the reader found, shared with the caller that hands the reader to the inline phase.
 #[derive(Clone, Debug, Default)]
 pub struct CaptureOutcome {
+    /// Files read and files taken from the previous backup.
+    pub files: FilesReport,
     /// Where the encoded tree lies in the stream; set when the reader reaches it.
     pub tree: Option<TreeRange>,
     pub warnings: Vec<FileWarning>,
@@ -621,19 +643,74 @@ pub struct TreeReader<'a> {
     tail_position: usize,
     outcome: Arc<Mutex<CaptureOutcome>>,
     observer: Option<ReadObserver<'a>>,
+    /// What to do with each file, or run of files, in order ([`crate::files_cache`]).
+    steps: VecDeque<Step>,
+    /// Per position in `files`: whether a step reads the file.
+    to_read: Vec<bool>,
+    /// The previous backup's tree, whose entries the steps name.
+    previous: Tree,
+    /// Files modified at or after this time (unix ns) get no stamp.
+    stamp_before_ns: i128,
+    /// Files of at least this walked size are parts of their own.
+    alone_bytes: u64,
+    /// The part under way in the [`Read`] view of the stream.
+    in_part: bool,
+}
+
+/// How a [`TreeReader`] reads for a backup.
+pub(crate) struct ReaderSettings {
+    /// The series' previous backup, whose unchanged files are not read.
+    pub previous: Option<PreviousBackup>,
+    /// Files whose mtime or ctime (unix ns) is at or after this get no stamp.
+    pub stamp_before_ns: i128,
+    /// Files of at least this size start and end their own segments (the minimum segment
+    /// size).
+    pub alone_bytes: u64,
 }
 
 impl<'a> TreeReader<'a> {
-    /// A reader of the files of `tree` (walked from `root`), followed by the tree as read.
+    /// A reader of the files of `tree` (walked from `root`), followed by the tree as read;
+    /// it reads every file and stamps those not modified in the last
+    /// [`crate::files_cache::RACY_NANOSECONDS`].
     pub fn new(root: &Path, tree: Tree, observer: Option<ReadObserver<'a>>) -> Result<Self> {
+        let settings = ReaderSettings {
+            previous: None,
+            stamp_before_ns: crate::store::now_unix_ns() as i128 - RACY_NANOSECONDS,
+            alone_bytes: 0,
+        };
+        Self::with_settings(root, tree, observer, settings)
+    }
+
+    /// A reader for a backup: see [`ReaderSettings`].
+    pub(crate) fn with_settings(
+        root: &Path,
+        tree: Tree,
+        observer: Option<ReadObserver<'a>>,
+        settings: ReaderSettings,
+    ) -> Result<Self> {
         let source = Beneath::open(root).context_io(|| format!("opening {}", root.display()))?;
-        let files = tree
+        let files: Vec<usize> = tree
             .entries
             .iter()
             .enumerate()
             .filter(|(_, entry)| matches!(entry.kind, EntryKind::File { .. }))
             .map(|(index, _)| index)
             .collect();
+        let (previous, steps) = match settings.previous {
+            Some(previous) => {
+                let layout = Layout::of(&previous.tree, &previous.recipe, &previous.damaged);
+                let steps = plan(&tree, &files, &layout);
+                drop(layout);
+                (previous.tree, steps)
+            }
+            None => (Tree::default(), (0..files.len()).map(Step::Read).collect()),
+        };
+        let mut to_read = vec![false; files.len()];
+        for step in &steps {
+            if let Step::Read(position) = step {
+                to_read[*position] = true;
+            }
+        }
         let mut reader = TreeReader {
             root: root.to_path_buf(),
             source,
@@ -648,6 +725,12 @@ impl<'a> TreeReader<'a> {
             tail_position: 0,
             outcome: Arc::new(Mutex::new(CaptureOutcome::default())),
             observer,
+            steps: steps.into(),
+            to_read,
+            previous,
+            stamp_before_ns: settings.stamp_before_ns,
+            alone_bytes: settings.alone_bytes,
+            in_part: false,
         };
         // The disk starts on the first files while the caller prepares the rest of the
         // backup (the predecessor's chunk map, the pipeline).
@@ -698,7 +781,7 @@ impl<'a> TreeReader<'a> {
             let position = self.ahead_next;
             self.ahead_next += 1;
             let walked = self.walked_bytes(position);
-            if walked == 0 {
+            if walked == 0 || !self.to_read[position] {
                 continue;
             }
             let path = self.tree.entries[self.files[position]].path.clone();
@@ -749,6 +832,7 @@ impl<'a> TreeReader<'a> {
             stream_offset: self.stream_position,
             extents: Vec::new(),
         };
+        self.tree.entries[index].stamp = None;
         self.warn(
             self.file_index,
             FileProblem::NotARegularFile,
@@ -843,12 +927,34 @@ impl<'a> TreeReader<'a> {
             "the recorded extents are the bytes delivered"
         );
         let index = self.files[self.file_index];
+        let stamp_before_ns = self.stamp_before_ns;
         let entry = &mut self.tree.entries[index];
         entry.kind = EntryKind::File {
             size,
             stream_offset: reading.stream_offset,
             extents,
         };
+        // Only a reading that is one version of the file, old enough that a later change
+        // shows in its times, may spare the next backup from reading it.
+        let nanoseconds =
+            |seconds: i64, nanoseconds: i64| seconds as i128 * 1_000_000_000 + nanoseconds as i128;
+        let settled = nanoseconds(before.st_mtime, before.st_mtime_nsec) < stamp_before_ns
+            && nanoseconds(before.st_ctime, before.st_ctime_nsec) < stamp_before_ns;
+        entry.stamp = Some(FileStamp {
+            ctime: (before.st_ctime, before.st_ctime_nsec as u32),
+            inode: before.st_ino,
+            device: before.st_dev,
+            settled: !changed && settled,
+        });
+        {
+            let mut outcome = self
+                .outcome
+                .lock()
+                .expect("the outcome's lock is never poisoned");
+            outcome.files.files_read += 1;
+            outcome.files.bytes_read += reading.delivered;
+        }
+        let entry = &mut self.tree.entries[index];
         entry.mode = before.st_mode & 0o7777;
         entry.uid = before.st_uid;
         entry.gid = before.st_gid;
@@ -884,18 +990,105 @@ impl<'a> TreeReader<'a> {
     }
 }
 
-impl Read for TreeReader<'_> {
-    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+impl TreeReader<'_> {
+    /// Takes the contents of the previous entry `previous` for the file at `position`, at
+    /// `stream_offset`; returns the end of its stream range.
+    fn keep(&mut self, position: usize, previous: usize, stream_offset: u64) -> u64 {
+        let old = &self.previous.entries[previous];
+        let kind = kept_kind(old, stream_offset);
+        let index = self.files[position];
+        let entry = &mut self.tree.entries[index];
+        assert_eq!(entry.path, old.path, "a kept file keeps its path");
+        entry.kind = kind;
+        let bytes = entry.stream_bytes();
+        let mut outcome = self
+            .outcome
+            .lock()
+            .expect("the outcome's lock is never poisoned");
+        outcome.files.files_kept += 1;
+        outcome.files.bytes_kept += bytes;
+        stream_offset + bytes
+    }
+
+    /// Encodes the tree as the stream's last part.
+    fn start_tail(&mut self) {
+        let encoded = self.tree.encode();
+        let mut outcome = self
+            .outcome
+            .lock()
+            .expect("the outcome's lock is never poisoned");
+        outcome.tree = Some(TreeRange {
+            offset: self.stream_position,
+            bytes: encoded.len() as u64,
+        });
+        // Every file is read: the reader needs the tree no more.
+        outcome.entries = Some(std::mem::take(&mut self.tree));
+        self.tail = Some(encoded);
+    }
+}
+
+impl PartedSource for TreeReader<'_> {
+    fn next_part(&mut self) -> io::Result<Option<StreamPart>> {
+        assert!(
+            self.current.is_none(),
+            "the previous part was read to its end"
+        );
+        loop {
+            match self.steps.pop_front() {
+                Some(Step::Read(position)) => {
+                    self.file_index = position;
+                    let alone = self.walked_bytes(position) >= self.alone_bytes;
+                    self.start_file()?;
+                    return Ok(Some(StreamPart::Bytes { alone }));
+                }
+                Some(Step::Keep { position, previous }) => {
+                    self.keep(position, previous, self.stream_position);
+                }
+                Some(Step::Place {
+                    segments,
+                    stream_start,
+                    files,
+                }) => {
+                    let base = self.stream_position;
+                    let bytes: u64 = segments.iter().map(|segment| segment.raw_bytes).sum();
+                    let mut cursor = base;
+                    for (position, previous) in files {
+                        let old = &self.previous.entries[previous];
+                        let offset = match old.kind {
+                            EntryKind::File { stream_offset, .. } if old.stream_bytes() > 0 => {
+                                base + (stream_offset - stream_start)
+                            }
+                            _ => cursor,
+                        };
+                        cursor = self.keep(position, previous, offset);
+                    }
+                    assert_eq!(cursor, base + bytes, "a run's files fill its segments");
+                    self.stream_position = base + bytes;
+                    return Ok(Some(StreamPart::Segments(segments)));
+                }
+                None if self.tail.is_none() => {
+                    self.start_tail();
+                    return Ok(Some(StreamPart::Bytes { alone: true }));
+                }
+                None => return Ok(None),
+            }
+        }
+    }
+
+    fn read_part(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
         if buffer.is_empty() {
             return Ok(0);
         }
+        if let Some(tail) = &self.tail {
+            let rest = &tail[self.tail_position..];
+            let count = rest.len().min(buffer.len());
+            buffer[..count].copy_from_slice(&rest[..count]);
+            self.tail_position += count;
+            return Ok(count);
+        }
         loop {
             let Some(reading) = self.current.as_mut() else {
-                if self.file_index < self.files.len() {
-                    self.start_file()?;
-                    continue;
-                }
-                break;
+                return Ok(0);
             };
             let Some(extent) = reading.extents.get(reading.extent_index).copied() else {
                 self.end_reading()?;
@@ -937,26 +1130,32 @@ impl Read for TreeReader<'_> {
             }
             return Ok(read);
         }
-        if self.tail.is_none() {
-            let encoded = self.tree.encode();
-            let mut outcome = self
-                .outcome
-                .lock()
-                .expect("the outcome's lock is never poisoned");
-            outcome.tree = Some(TreeRange {
-                offset: self.stream_position,
-                bytes: encoded.len() as u64,
-            });
-            // Every file is read: the reader needs the tree no more.
-            outcome.entries = Some(std::mem::take(&mut self.tree));
-            self.tail = Some(encoded);
+    }
+}
+
+/// The whole stream as one reader, for a reader that reads every file (one without a
+/// previous backup: it places no segments).
+impl Read for TreeReader<'_> {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        if buffer.is_empty() {
+            return Ok(0);
         }
-        let tail = self.tail.as_ref().expect("set above");
-        let rest = &tail[self.tail_position..];
-        let count = rest.len().min(buffer.len());
-        buffer[..count].copy_from_slice(&rest[..count]);
-        self.tail_position += count;
-        Ok(count)
+        loop {
+            if !self.in_part {
+                match self.next_part()? {
+                    None => return Ok(0),
+                    Some(StreamPart::Bytes { .. }) => self.in_part = true,
+                    Some(StreamPart::Segments(_)) => {
+                        unreachable!("a reader without a previous backup places no segments")
+                    }
+                }
+            }
+            let read = self.read_part(buffer)?;
+            if read > 0 {
+                return Ok(read);
+            }
+            self.in_part = false;
+        }
     }
 }
 

@@ -4,11 +4,15 @@
 //!
 //! - **added** or **removed** when only the newer or the older tree has its path;
 //! - **modified** when its contents differ: another kind of entry, or a regular file of
-//!   another size or modification time (as restic and borg decide without reading the
-//!   files), a symbolic link to another target, a device of another number, a hard link to
-//!   another path;
+//!   another size or modification time, or (where both backups recorded them) another inode
+//!   or device, or another change time that no change of mode, owner or attributes explains
+//!   (as restic and borg decide without reading the files), a symbolic link to another
+//!   target, a device of another number, a hard link to another path;
 //! - **metadata** changed when only its mode, owner or extended attributes differ (access
 //!   times are ignored: reading a file changes them).
+//!
+//! The summary after a backup counts a file as changed by the files cache's stricter rule:
+//! any other ctime, inode or device (so its changed files are the files read again).
 //!
 //! Paths are relative to each backup's root, so two backups rooted at different directories
 //! (taken of different paths) compare by those relative paths.
@@ -143,7 +147,7 @@ fn difference(
     let contents_differ = match (&old.kind, &new.kind) {
         (EntryKind::Directory, EntryKind::Directory) | (EntryKind::Fifo, EntryKind::Fifo) => false,
         (EntryKind::File { size: a, .. }, EntryKind::File { size: b, .. }) => {
-            a != b || old.mtime != new.mtime
+            a != b || !same_file_contents(old, new)
         }
         (EntryKind::Symlink { target: a }, EntryKind::Symlink { target: b }) => a != b,
         (EntryKind::CharDevice { rdev: a }, EntryKind::CharDevice { rdev: b })
@@ -234,6 +238,36 @@ pub fn changes(old: &Tree, new: &Tree) -> Vec<TreeChange> {
     found
 }
 
+/// Two regular files of the same size are the same version when their mtimes agree and,
+/// where both backups recorded them, their ctimes, inodes and devices: what the files cache
+/// decides on ([`crate::files_cache`]), so a summary's changed files are the files it read
+/// again (a file whose mode changed is counted changed: its ctime changed).
+fn same_file_version(before: &TreeEntry, after: &TreeEntry) -> bool {
+    before.mtime == after.mtime
+        && match (&before.stamp, &after.stamp) {
+            (Some(before), Some(after)) => before.same_version(after),
+            _ => true,
+        }
+}
+
+/// Two regular files of the same size have the same contents, as far as metadata tells, when
+/// their mtimes agree and, where both backups recorded them, their inodes and devices, and
+/// their ctimes unless a change of mode, owner or attributes explains the new ctime.
+fn same_file_contents(before: &TreeEntry, after: &TreeEntry) -> bool {
+    let metadata_changed = before.mode != after.mode
+        || before.uid != after.uid
+        || before.gid != after.gid
+        || before.xattrs != after.xattrs;
+    before.mtime == after.mtime
+        && match (&before.stamp, &after.stamp) {
+            (Some(old), Some(new)) => {
+                (old.inode, old.device) == (new.inode, new.device)
+                    && (metadata_changed || old.ctime == new.ctime)
+            }
+            _ => true,
+        }
+}
+
 /// The counts of new, changed, unchanged and removed files from `old` (version
 /// `previous_version`; `None` for no earlier backup) to `new`.
 pub fn summarize(old: Option<(u32, &Tree)>, new: &Tree) -> ChangeSummary {
@@ -261,7 +295,7 @@ pub fn summarize(old: Option<(u32, &Tree)>, new: &Tree) -> ChangeSummary {
                 summary.bytes_new += size;
             }
             (Some(old_size), Some(size)) => {
-                let same = before.expect("a file").mtime == after.expect("a file").mtime
+                let same = same_file_version(before.expect("a file"), after.expect("a file"))
                     && old_size == size;
                 if same {
                     summary.files_unchanged += 1;
@@ -297,6 +331,7 @@ mod tests {
             atime: (0, 0),
             mtime: (mtime, 0),
             xattrs: Vec::new(),
+            stamp: None,
         }
     }
 

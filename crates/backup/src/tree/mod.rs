@@ -3,8 +3,10 @@
 //! A directory backup's stream is the contents of its regular files, concatenated in walk
 //! order (only the data extents of sparse files), followed by the encoded [`Tree`]: one
 //! [`TreeEntry`] per file, directory, symbolic link, hard link, FIFO or device, with its mode,
-//! owner, times and extended attributes. Both parts are chunked and deduplicated like any
-//! stream, so an unchanged tree costs almost nothing in the next backup. The backup record
+//! owner, times and extended attributes (and, for a regular file, the [`FileStamp`] the next
+//! backup's files cache compares). Both parts are chunked and deduplicated like any stream,
+//! each file and the tree starting a new chunk, so an unchanged tree costs almost nothing in
+//! the next backup, and unchanged files are not even read ([`crate::files_cache`]). The backup record
 //! keeps where the tree starts ([`crate::series::TreeRange`]).
 //!
 //! - [`capture`] walks a directory ([`capture::walk`]) and reads it as that stream
@@ -33,11 +35,12 @@
 //! Format (little-endian, ends with a CRC-32C):
 //!
 //! ```text
-//! "TRE1" | entry count u32 | entry*
+//! "TRE2" | entry count u32 | entry*
 //! entry: path blob | kind u8 | mode u32 | uid u32 | gid u32 | atime s i64 | atime ns u32 |
 //!        mtime s i64 | mtime ns u32 | xattr count u32 | (name blob | value blob)* | details
 //! details: directory, fifo: nothing;  file: size u64 | stream offset u64 | extent count u32 |
-//!          (offset u64 | length u64)*;  symlink: target blob;  hard link: entry index u32;
+//!          (offset u64 | length u64)* | stamp u8 (0 none; 1 settled, 2 not: then ctime s i64 |
+//!          ctime ns u32 | inode u64 | device u64);  symlink: target blob;  hard link: entry index u32;
 //!          character or block device: rdev u64
 //! ```
 
@@ -54,6 +57,8 @@ use std::cmp::Ordering;
 use crate::codec::{Decoder, Encoder};
 use crate::error::Result;
 
+/// Magic of an encoded tree.
+const TREE_MAGIC: &[u8; 4] = b"TRE2";
 /// Entries a tree may hold (a bound on memory while decoding a corrupt count).
 pub const TREE_ENTRIES_MAX: usize = 1 << 28;
 
@@ -104,6 +109,32 @@ pub struct TreeEntry {
     pub mtime: (i64, u32),
     /// Extended attributes (name, value), sorted by name.
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// For a regular file: what identifies the version its contents in the stream are, for
+    /// the next backup's files cache ([`FileStamp`]); `None` for other kinds, and for a file
+    /// whose contents may not be that version (see [`capture`]).
+    pub stamp: Option<FileStamp>,
+}
+
+/// The change time, inode and device of a regular file when it was backed up. When
+/// `settled`, the stored contents are exactly the version the file had with them (and the
+/// entry's size and mtime), and the next backup of the series reads the file again only when
+/// one of the five differs ([`crate::files_cache`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileStamp {
+    pub ctime: (i64, u32),
+    pub inode: u64,
+    pub device: u64,
+    /// The contents are one version, read long enough after its last change that a later
+    /// change shows in these times.
+    pub settled: bool,
+}
+
+impl FileStamp {
+    /// The same ctime, inode and device: to the files cache, the same version of a file
+    /// (with the same size and mtime).
+    pub fn same_version(&self, other: &FileStamp) -> bool {
+        (self.ctime, self.inode, self.device) == (other.ctime, other.inode, other.device)
+    }
 }
 
 impl TreeEntry {
@@ -126,7 +157,7 @@ impl Tree {
     /// Encodes the tree.
     pub fn encode(&self) -> Vec<u8> {
         let mut encoder = Encoder::with_capacity(64 + self.entries.len() * 96);
-        encoder.raw(b"TRE1");
+        encoder.raw(TREE_MAGIC);
         encoder.u32(self.entries.len() as u32);
         for entry in &self.entries {
             encoder.blob(&entry.path);
@@ -165,6 +196,16 @@ impl Tree {
                         encoder.u64(extent.offset);
                         encoder.u64(extent.length);
                     }
+                    match &entry.stamp {
+                        None => encoder.u8(0),
+                        Some(stamp) => {
+                            encoder.u8(if stamp.settled { 1 } else { 2 });
+                            encoder.i64(stamp.ctime.0);
+                            encoder.u32(stamp.ctime.1);
+                            encoder.u64(stamp.inode);
+                            encoder.u64(stamp.device);
+                        }
+                    }
                 }
                 EntryKind::Symlink { target } => encoder.blob(target),
                 EntryKind::HardLink { target } => encoder.u32(*target),
@@ -179,7 +220,7 @@ impl Tree {
     /// Decodes a tree, checking its checksum, hard link targets and file extents.
     pub fn decode(bytes: &[u8]) -> Result<Tree> {
         let mut decoder = Decoder::new_checked(bytes, "directory tree")?;
-        if [decoder.u8()?, decoder.u8()?, decoder.u8()?, decoder.u8()?] != *b"TRE1" {
+        if [decoder.u8()?, decoder.u8()?, decoder.u8()?, decoder.u8()?] != *TREE_MAGIC {
             return decoder.invalid("bad magic");
         }
         let count = decoder.u32()? as usize;
@@ -200,6 +241,7 @@ impl Tree {
             for _ in 0..xattr_count {
                 xattrs.push((decoder.blob()?.to_vec(), decoder.blob()?.to_vec()));
             }
+            let mut stamp = None;
             let kind = match kind_code {
                 1 => EntryKind::Directory,
                 2 => {
@@ -221,6 +263,16 @@ impl Tree {
                         }
                         extents.push(extent);
                     }
+                    stamp = match decoder.u8()? {
+                        0 => None,
+                        flag @ (1 | 2) => Some(FileStamp {
+                            ctime: (decoder.i64()?, decoder.u32()?),
+                            inode: decoder.u64()?,
+                            device: decoder.u64()?,
+                            settled: flag == 1,
+                        }),
+                        other => return decoder.invalid(format!("unknown stamp flag {other}")),
+                    };
                     EntryKind::File {
                         size,
                         stream_offset,
@@ -261,6 +313,7 @@ impl Tree {
                 atime,
                 mtime,
                 xattrs,
+                stamp,
             });
         }
         decoder.finish()?;
@@ -425,7 +478,8 @@ impl Tree {
 mod tests {
     use super::*;
 
-    /// Goal: every entry kind round-trips; a hard link to a non-file is rejected.
+    /// Goal: every entry kind round-trips, a file's stamp too; a hard link to a non-file is
+    /// rejected. Method: encode and decode a tree of each kind.
     #[test]
     fn tree_round_trip() {
         let base = TreeEntry {
@@ -437,6 +491,7 @@ mod tests {
             atime: (-5, 7),
             mtime: (1_700_000_000, 999_999_999),
             xattrs: vec![(b"user.a".to_vec(), b"\x00\x01".to_vec())],
+            stamp: None,
         };
         let kinds = [
             EntryKind::Directory,
@@ -466,6 +521,17 @@ mod tests {
                 .collect(),
         };
         assert_eq!(Tree::decode(&tree.encode()).unwrap(), tree);
+        // A file's stamp, settled or not.
+        let mut stamped = tree.clone();
+        for settled in [false, true] {
+            stamped.entries[1].stamp = Some(FileStamp {
+                ctime: (-3, 999_999_999),
+                inode: u64::MAX,
+                device: 0x0803,
+                settled,
+            });
+            assert_eq!(Tree::decode(&stamped.encode()).unwrap(), stamped);
+        }
         let mut broken = tree.clone();
         broken.entries[3].kind = EntryKind::HardLink { target: 0 };
         assert!(Tree::decode(&broken.encode()).is_err());

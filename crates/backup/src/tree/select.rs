@@ -110,6 +110,7 @@ mod tests {
             atime: (0, 0),
             mtime: (0, 0),
             xattrs: Vec::new(),
+            stamp: None,
         }
     }
 

@@ -106,6 +106,10 @@ pub enum BackupCommand {
         /// Leave reverse deduplication to `onecopy backup reverse`.
         #[arg(long)]
         defer_reverse: bool,
+        /// Read every file, also those unchanged since the series' previous backup (same
+        /// path, size, mtime, ctime, inode and device), which are otherwise not read.
+        #[arg(long)]
+        force: bool,
         /// Newest backups of the series kept segment-deduplicated (kept for the series).
         #[arg(long, value_name = "N")]
         live_window: Option<u32>,
@@ -438,6 +442,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
             tags,
             host,
             defer_reverse,
+            force,
             live_window,
             keep,
             store,
@@ -468,6 +473,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
                 walk,
                 labels,
                 *defer_reverse,
+                *force,
                 *live_window,
                 *keep,
                 store,
@@ -734,6 +740,7 @@ fn create(
     walk: WalkOptions,
     labels: Labels,
     defer_reverse: bool,
+    force: bool,
     live_window: Option<u32>,
     keep: Option<u32>,
     store_args: &StoreArgs,
@@ -814,6 +821,7 @@ fn create(
             walk,
             tags: labels.tags,
             host: Some(labels.host),
+            force,
         },
     )?;
     bar.finish_and_clear();

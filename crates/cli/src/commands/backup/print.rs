@@ -41,6 +41,22 @@ pub fn print_create(report: &CreateReport) {
             summary.files_removed
         );
     }
+    if let Some(files) = &report.files {
+        let cache = match files.previous_version {
+            Some(version) => format!("unchanged since @{version}"),
+            None => "every file read".to_string(),
+        };
+        println!(
+            "  read     {} files ({}); {} files ({}) not read, {cache}",
+            files.files_read,
+            format_size(files.bytes_read),
+            files.files_kept,
+            format_size(files.bytes_kept),
+        );
+    }
+    if let Some(error) = &report.files_cache_error {
+        println!("  read     every file: the previous backup's tree did not read back: {error}");
+    }
     if let Some(error) = &report.summary_error {
         println!("  files    no summary: the previous backup's tree did not read back: {error}");
     }
