@@ -93,7 +93,7 @@ fn bench(c: &mut Criterion<ThreadTime>) {
                         block,
                     )
                     .unwrap();
-                black_box(tag);
+                let _ = black_box(tag);
             }
         });
     });
