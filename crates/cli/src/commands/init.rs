@@ -7,6 +7,7 @@
 use clap::Args;
 
 use onecopy_block::{BlockConfig, Engine, RuntimeOptions};
+use onecopy_core::fingerprint::FingerprintAlgorithm;
 use onecopy_core::repository::Repository;
 
 use crate::Cli;
@@ -19,6 +20,20 @@ pub struct InitArgs {
     /// comparing bytes, which suits media with cheap random reads.
     #[arg(long)]
     pub flash: bool,
+    /// The weak fingerprint of flash mode: `xxh3` (128 bits) or `crc32c` (paper 5's 32-bit
+    /// hash; chunks sharing one are chained and told apart by their bytes).
+    #[arg(long, requires = "flash", default_value = "xxh3", value_parser = parse_weak_fingerprint)]
+    pub flash_fingerprint: FingerprintAlgorithm,
+}
+
+fn parse_weak_fingerprint(text: &str) -> Result<FingerprintAlgorithm, String> {
+    let algorithm: FingerprintAlgorithm = text.parse().map_err(|error| format!("{error}"))?;
+    if !algorithm.is_weak() {
+        return Err(format!(
+            "{algorithm} is not a weak fingerprint; flash mode uses xxh3 or crc32c"
+        ));
+    }
+    Ok(algorithm)
 }
 
 pub fn run(cli: &Cli, args: &InitArgs) -> anyhow::Result<()> {
@@ -35,7 +50,7 @@ pub fn run(cli: &Cli, args: &InitArgs) -> anyhow::Result<()> {
         let _lock = repository.lock_face("block", "init")?;
         let engine = Engine::open(
             repository.face_storage("block")?,
-            Some(BlockConfig::flash()),
+            Some(BlockConfig::flash_with(args.flash_fingerprint)),
             RuntimeOptions::default(),
         )?;
         engine.shutdown()?;
@@ -49,7 +64,11 @@ pub fn run(cli: &Cli, args: &InitArgs) -> anyhow::Result<()> {
         },
         repository.config().id,
         path.display(),
-        if args.flash { " (flash mode)" } else { "" }
+        if args.flash {
+            format!(" (flash mode, {} fingerprints)", args.flash_fingerprint)
+        } else {
+            String::new()
+        }
     );
     Ok(())
 }
