@@ -16,7 +16,7 @@ use crate::Cli;
 pub struct InitArgs {
     #[command(flatten)]
     pub repository: crate::RepositoryArgs,
-    /// Flash mode for the block device (paper 5): weak xxh3 fingerprints confirmed by
+    /// Flash mode for the block device (paper 5): weak fingerprints confirmed by
     /// comparing bytes, which suits media with cheap random reads.
     #[arg(long)]
     pub flash: bool,
