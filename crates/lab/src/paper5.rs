@@ -674,7 +674,7 @@ fn write_outputs(out: &Path, results: &Paper5Results) -> Result<Vec<PathBuf>> {
         ("fig2", 800, "paper5-fig2.svg"),
     ] {
         let title = format!(
-            "Paper 5 Fig. {}: a {file_blocks}-block file written {WRITES_PER_SERIES} times, flash mode",
+            "Paper 5 Fig. {}: a file of {file_blocks} blocks written {WRITES_PER_SERIES} times, flash mode",
             &figure[3..]
         );
         let svg = out.join(name);
