@@ -11,8 +11,9 @@ use onecopy_core::index::IndexOptions;
 /// stored and cannot change afterwards. Saved in `block/config.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BlockConfig {
-    /// Fingerprint of blocks. `xxh3` is paper 5's flash mode: a weak hash whose matches are
-    /// confirmed by comparing bytes.
+    /// Fingerprint of blocks. `xxh3` and `crc32c` are paper 5's flash mode: weak hashes whose
+    /// matches are confirmed by comparing bytes (`crc32c`, 32 bits, chains the chunks sharing
+    /// one).
     pub fingerprint: FingerprintAlgorithm,
     /// Container size and compression of stored blocks.
     pub containers: ContainerOptions,
@@ -31,8 +32,16 @@ impl BlockConfig {
     /// Paper 5's flash mode: weak fingerprints confirmed by byte comparison (cheap random
     /// reads make the comparison affordable on flash).
     pub fn flash() -> Self {
+        BlockConfig::flash_with(FingerprintAlgorithm::Xxh3)
+    }
+
+    /// Flash mode with the weak fingerprint `fingerprint`: `xxh3` (128 bits, collisions
+    /// practically never happen) or `crc32c` (paper 5's 32-bit weak hash, collisions expected
+    /// and resolved along chains by byte comparison).
+    pub fn flash_with(fingerprint: FingerprintAlgorithm) -> Self {
+        assert!(fingerprint.is_weak(), "flash mode uses a weak fingerprint");
         BlockConfig {
-            fingerprint: FingerprintAlgorithm::Xxh3,
+            fingerprint,
             ..BlockConfig::default()
         }
     }

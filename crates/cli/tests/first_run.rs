@@ -101,6 +101,33 @@ fn init_refuses_another_format() {
     assert!(refused.contains("format 99"), "{refused}");
 }
 
+/// Goal: `init --flash --flash-fingerprint crc32c` creates a flash-mode block device with
+/// paper 5's 32-bit fingerprint, runs twice, and refuses a strong fingerprint, the option
+/// without `--flash`, and another fingerprint later. Method: run init with each.
+#[test]
+fn init_flash_chooses_the_weak_fingerprint() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = directory.path().join("repository");
+    let flash = ["init", "--flash", "--flash-fingerprint", "crc32c"];
+    let created = succeeds(&repository, &flash);
+    assert!(created.contains("crc32c fingerprints"), "{created}");
+    succeeds(&repository, &flash);
+    let config = std::fs::read_to_string(repository.join("block/config.json")).unwrap();
+    assert!(config.contains("crc32c"), "{config}");
+    let strong = fails(
+        &repository,
+        &["init", "--flash", "--flash-fingerprint", "blake3"],
+    );
+    assert!(strong.contains("not a weak fingerprint"), "{strong}");
+    let alone = fails(&repository, &["init", "--flash-fingerprint", "crc32c"]);
+    assert!(alone.contains("--flash"), "{alone}");
+    let other = fails(
+        &repository,
+        &["init", "--flash", "--flash-fingerprint", "xxh3"],
+    );
+    assert!(other.contains("cannot change"), "{other}");
+}
+
 /// Goal: an operating-system error appears once in a message, not once per level of the
 /// error chain. Method: analyze a path that does not exist and count the OS error's text.
 #[test]

@@ -10,6 +10,9 @@
 //!   real backup series, and [`paper2::peers`]: restic and borg run on the same series.
 //! - [`paper3`]: paper 3 §5, selective offline deduplication on the file system face (a
 //!   first measurement: Fig. 3 and the I/O monitor's cost);
+//! - [`paper5`]: paper 5 §5, deduplication on flash: repeated writes of small and large files
+//!   with and without deduplication (Figs. 1-3) and the LFU index cache's size (§3.6) on the
+//!   block engine's flash mode;
 //! - [`trace`]: block traces with content digests (the FIU format of paper 4);
 //! - [`trace_replay`]: paper 4 §4.1, content- vs sector-addressed caches over a trace.
 //!
@@ -21,6 +24,7 @@ pub mod mount;
 pub mod paper1;
 pub mod paper2;
 pub mod paper3;
+pub mod paper5;
 pub mod plot;
 pub mod results;
 pub mod trace;

@@ -570,11 +570,10 @@ impl Engine {
                 references_wrong += 1;
             }
             if record.indexed && !index_damaged {
-                let found = state
-                    .chunks
-                    .index()
-                    .lookup(&mut state.pages, &record.fingerprint)?;
-                if found != Some(id) {
+                // The index names one chunk per fingerprint; chunks sharing a weak one are
+                // reached along its chain.
+                let reached = state.chunks.chain(&mut state.pages, &record.fingerprint)?;
+                if !reached.contains(&id) {
                     index_missing += 1;
                 }
             }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::error::Result;
-use onecopy_core::chunk_store::{unix_seconds, ChunkChange, ChunkId, REFERENCES_MAX};
+use onecopy_core::chunk_store::{unix_seconds, ChunkChange, ChunkId, Placement};
 use onecopy_core::gc::{self, CompactionOptions, CompactionPlan, CompactionReport};
 use onecopy_core::Error;
 
@@ -177,7 +177,6 @@ impl Engine {
         let now = unix_seconds();
         let algorithm = self.config().fingerprint;
         let mut data = Vec::new();
-        let mut stored = Vec::new();
         for id in ids {
             let record = state.chunks.record(&mut state.pages, id)?;
             if !record.in_use || record.indexed {
@@ -215,38 +214,23 @@ impl Engine {
             data.resize(record.location.raw_bytes as usize, 0);
             state.chunks.read_into(&mut state.pages, id, &mut data)?;
             let fingerprint = algorithm.hash(&data);
-            let existing = state
-                .chunks
-                .index()
-                .lookup(&mut state.pages, &fingerprint)?;
-            let mut merged = false;
-            if let Some(existing) = existing {
-                let target = state.chunks.record(&mut state.pages, existing)?;
-                // The index compares keys (16 bytes); the record holds the whole fingerprint.
-                let mut same = target.in_use
-                    && target.fingerprint == fingerprint
-                    && target.references < REFERENCES_MAX;
-                if same && algorithm.is_weak() {
-                    stored.resize(target.location.raw_bytes as usize, 0);
-                    state
-                        .chunks
-                        .read_into(&mut state.pages, existing, &mut stored)?;
-                    same = stored == data;
-                }
-                if same {
+            match state.chunks.place(&mut state.pages, &fingerprint, &data)? {
+                Placement::Duplicate(existing) => {
                     state
                         .chunks
                         .reference(&mut state.pages, existing, &mut state.chunk_changes)?;
                     self.remap(state, &volume_record, block, existing)?;
                     report.deduplicated += 1;
-                    merged = true;
                 }
-            }
-            if !merged {
-                let change = ChunkChange::Indexed { id, fingerprint };
-                state.chunks.apply(&mut state.pages, &change)?;
-                state.changes.push(BlockChange::Chunk(change));
-                report.indexed += 1;
+                // A chunk that cannot be placed in the index (a chain too long or broken, a
+                // full chunk) is indexed anyway: this pass would otherwise examine it again
+                // every time.
+                Placement::Indexed | Placement::Unindexed => {
+                    let change = ChunkChange::Indexed { id, fingerprint };
+                    state.chunks.apply(&mut state.pages, &change)?;
+                    state.changes.push(BlockChange::Chunk(change));
+                    report.indexed += 1;
+                }
             }
             self.log_changes(state)?;
         }

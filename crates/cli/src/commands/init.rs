@@ -12,6 +12,7 @@
 use clap::Args;
 
 use onecopy_block::{BlockConfig, Engine, RuntimeOptions};
+use onecopy_core::fingerprint::FingerprintAlgorithm;
 use onecopy_core::keys::KeyRing;
 use onecopy_core::repository::{Encryption, Repository};
 
@@ -27,10 +28,24 @@ pub struct InitArgs {
     /// can read the backups).
     #[arg(long)]
     pub insecure_no_encryption: bool,
-    /// Flash mode for the block device (paper 5): weak xxh3 fingerprints confirmed by
+    /// Flash mode for the block device (paper 5): weak fingerprints confirmed by
     /// comparing bytes, which suits media with cheap random reads.
     #[arg(long)]
     pub flash: bool,
+    /// The weak fingerprint of flash mode: `xxh3` (128 bits) or `crc32c` (paper 5's 32-bit
+    /// hash; chunks sharing one are chained and told apart by their bytes).
+    #[arg(long, requires = "flash", default_value = "xxh3", value_parser = parse_weak_fingerprint)]
+    pub flash_fingerprint: FingerprintAlgorithm,
+}
+
+fn parse_weak_fingerprint(text: &str) -> Result<FingerprintAlgorithm, String> {
+    let algorithm: FingerprintAlgorithm = text.parse().map_err(|error| format!("{error}"))?;
+    if !algorithm.is_weak() {
+        return Err(format!(
+            "{algorithm} is not a weak fingerprint; flash mode uses xxh3 or crc32c"
+        ));
+    }
+    Ok(algorithm)
 }
 
 pub fn run(cli: &Cli, args: &InitArgs) -> anyhow::Result<()> {
@@ -74,7 +89,7 @@ pub fn run(cli: &Cli, args: &InitArgs) -> anyhow::Result<()> {
         let _lock = repository.lock_face("block", "init")?;
         let engine = Engine::open(
             repository.face_storage("block")?,
-            Some(BlockConfig::flash()),
+            Some(BlockConfig::flash_with(args.flash_fingerprint)),
             RuntimeOptions::default(),
         )?;
         engine.shutdown()?;
@@ -88,7 +103,11 @@ pub fn run(cli: &Cli, args: &InitArgs) -> anyhow::Result<()> {
         },
         repository.config().id,
         path.display(),
-        if args.flash { " (flash mode)" } else { "" }
+        if args.flash {
+            format!(" (flash mode, {} fingerprints)", args.flash_fingerprint)
+        } else {
+            String::new()
+        }
     );
     if encryption == Encryption::None {
         eprintln!("onecopy: warning: the backup store of this repository is not encrypted");

@@ -33,6 +33,10 @@ pub enum LabCommand {
     /// Paper 3 §5 (first measurement): dedup ratio and sequential read throughput against
     /// the chunk size on the file system face (Fig. 3), and the I/O monitor's cost.
     Paper3(Paper3Args),
+    /// Paper 5 §5: repeated writes of small and large files with and without deduplication
+    /// (Figs. 1-3) and the LFU index cache's size against hit rate and throughput (§3.6), on
+    /// the block device's flash mode.
+    Paper5(Paper5Args),
     /// Paper 4 §4.1: replay a block trace with content digests (FIU format) through content-
     /// and sector-addressed caches, ARC and LRU, simulated and through the engine.
     Trace(TraceArgs),
@@ -105,6 +109,7 @@ pub fn run(_cli: &Cli, args: &LabArgs) -> anyhow::Result<()> {
         LabCommand::Paper1(paper1_args) => run_paper1(paper1_args),
         LabCommand::Paper2(paper2_args) => run_paper2(paper2_args),
         LabCommand::Paper3(paper3_args) => run_paper3(paper3_args),
+        LabCommand::Paper5(paper5_args) => run_paper5(paper5_args),
         LabCommand::Trace(trace_args) => run_trace(trace_args),
     }
 }
@@ -129,6 +134,38 @@ fn run_paper3(args: &Paper3Args) -> anyhow::Result<()> {
         work_dir: args.work_dir.clone(),
     };
     for path in onecopy_lab::paper3::run(&options)? {
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct Paper5Args {
+    /// Directory for results.json, results.csv, cache.csv, summary.md and the SVG figures.
+    #[arg(long, value_name = "DIR", default_value = "lab-results/paper5")]
+    pub out: PathBuf,
+    /// 3 repetitions and an index of 8192 blocks instead of 5 and 65536: under two minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Where the temporary repositories are made [default: the system temporary directory];
+    /// a tmpfs here removes the host disk from the measurement.
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// Runs of every series of Figs. 1 to 3 [default: 5, quick: 3].
+    #[arg(long, value_name = "N")]
+    pub repetitions: Option<usize>,
+}
+
+fn run_paper5(args: &Paper5Args) -> anyhow::Result<()> {
+    let mut options = onecopy_lab::paper5::Paper5Options::new(
+        args.out.clone(),
+        args.quick,
+        args.work_dir.clone(),
+    );
+    if let Some(repetitions) = args.repetitions {
+        options.repetitions = repetitions;
+    }
+    for path in onecopy_lab::paper5::run(&options)? {
         println!("wrote {}", path.display());
     }
     Ok(())

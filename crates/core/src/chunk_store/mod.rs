@@ -17,6 +17,7 @@
 //! the journal records that refer to it are synced, and before the checkpoint that refers to
 //! it; containers are removed only after the checkpoint that stops referring to them.
 
+mod chains;
 mod changes;
 mod rebuild;
 mod records;
@@ -25,6 +26,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use chains::{Placement, CHAIN_COMPARISONS_MAX};
 pub use changes::ChunkChange;
 pub use rebuild::RebuildReport;
 pub use records::{ChunkRecord, ContainerRecord, ContainerState};
@@ -96,8 +98,15 @@ pub struct StoreOutcome {
 pub struct ChunkStoreCounters {
     pub chunks_stored: u64,
     pub chunks_deduplicated: u64,
-    /// Weak-fingerprint matches whose bytes differed (stored as new, unindexed chunks).
+    /// Chain members whose bytes differed from a new chunk with their weak fingerprint.
     pub weak_collisions: u64,
+    /// Byte comparisons of a new chunk with a chain member (weak fingerprints).
+    pub chain_comparisons: u64,
+    /// Chunks stored unindexed because [`CHAIN_COMPARISONS_MAX`] members of their chain
+    /// differed from them.
+    pub chain_limit_copies: u64,
+    /// Chunks stored unindexed because their chain was broken (a damaged record).
+    pub chain_breaks: u64,
     /// Index hits whose chunk holds another fingerprint with the same first 16 bytes (the
     /// index key): stored as new, unindexed chunks. Expected to stay 0.
     pub index_key_collisions: u64,
@@ -346,24 +355,22 @@ impl ChunkStore {
             !crate::container::is_zero(data),
             "zero chunks are never stored"
         );
-        let mut indexable = fingerprint.copied();
-        if let Some(fingerprint) = fingerprint {
-            if let Some(id) = self.index.lookup(pages, fingerprint)? {
-                match self.try_reference(pages, id, fingerprint, data)? {
-                    Some(()) => {
-                        self.push_applied(pages, ChunkChange::Referenced { id }, changes)?;
-                        self.counters.chunks_deduplicated += 1;
-                        return Ok(StoreOutcome {
-                            id,
-                            deduplicated: true,
-                        });
-                    }
-                    // The fingerprint is taken by other bytes or a full chunk: store this
-                    // copy without indexing it.
-                    None => indexable = None,
-                }
+        let placement = match fingerprint {
+            Some(fingerprint) => self.place(pages, fingerprint, data)?,
+            None => Placement::Unindexed,
+        };
+        let indexable = match placement {
+            Placement::Duplicate(id) => {
+                self.push_applied(pages, ChunkChange::Referenced { id }, changes)?;
+                self.counters.chunks_deduplicated += 1;
+                return Ok(StoreOutcome {
+                    id,
+                    deduplicated: true,
+                });
             }
-        }
+            Placement::Indexed => fingerprint.copied(),
+            Placement::Unindexed => None,
+        };
         let id = self.append_new(
             pages,
             NewChunk {
@@ -381,45 +388,6 @@ impl ChunkStore {
             id,
             deduplicated: false,
         })
-    }
-
-    /// Decides whether index hit `id` may take one more reference for `data`, whose
-    /// fingerprint is `fingerprint`. The index compares only the first 16 bytes of
-    /// fingerprints ([`crate::index::IndexKey`]): the chunk's record must hold the whole one.
-    fn try_reference(
-        &mut self,
-        pages: &mut PageStore,
-        id: ChunkId,
-        fingerprint: &Fingerprint,
-        data: &[u8],
-    ) -> Result<Option<()>> {
-        let record = match self.record_in_use(pages, id) {
-            Ok(record) => record,
-            // The hit's record is unreadable (its page is damaged): store this copy anew.
-            Err(error) if error.is_corrupt() => return Ok(None),
-            Err(error) => return Err(error),
-        };
-        if record.fingerprint != *fingerprint {
-            self.counters.index_key_collisions += 1;
-            return Ok(None);
-        }
-        if record.references >= REFERENCES_MAX {
-            self.counters.reference_limit_copies += 1;
-            return Ok(None);
-        }
-        if self.options.fingerprint.is_weak() {
-            let mut stored = std::mem::take(&mut self.scratch);
-            stored.resize(record.location.raw_bytes as usize, 0);
-            let read = self.read_into(pages, id, &mut stored);
-            let equal = read.is_ok() && stored == data;
-            self.scratch = stored;
-            read?;
-            if !equal {
-                self.counters.weak_collisions += 1;
-                return Ok(None);
-            }
-        }
-        Ok(Some(()))
     }
 
     fn append_new(
@@ -581,6 +549,10 @@ impl ChunkStore {
                         ),
                     ));
                 }
+                let chain_next = match fingerprint {
+                    Some(fingerprint) => self.link(pages, &fingerprint, id)?,
+                    None => ZERO_CHUNK,
+                };
                 let record = ChunkRecord {
                     in_use: true,
                     indexed: fingerprint.is_some(),
@@ -590,11 +562,9 @@ impl ChunkStore {
                     location,
                     references: 1,
                     next_free: ZERO_CHUNK,
+                    chain_next,
                 };
                 record.encode(self.chunks.get_mut(pages, id)?);
-                if let Some(fingerprint) = fingerprint {
-                    self.index.insert(pages, &fingerprint, id)?;
-                }
                 self.account(pages, &location, 1)?;
             }
             ChunkChange::Referenced { id } => {
@@ -630,11 +600,17 @@ impl ChunkStore {
             }
             ChunkChange::Indexed { id, fingerprint } => {
                 let mut record = self.record_in_use(pages, id)?;
+                if record.indexed {
+                    return Err(Error::corrupt(
+                        format!("journal record indexing chunk {id}"),
+                        "the chunk is indexed already",
+                    ));
+                }
                 record.indexed = true;
                 record.fingerprint = fingerprint;
                 record.location.flags &= !CHUNK_UNFINGERPRINTED;
+                record.chain_next = self.link(pages, &fingerprint, id)?;
                 record.encode(self.chunks.get_mut(pages, id)?);
-                self.index.insert(pages, &fingerprint, id)?;
             }
             ChunkChange::ContainerOpened { id, created_at } => {
                 self.state.container_id_next = id + 1;
@@ -688,6 +664,8 @@ impl ChunkStore {
                     location,
                     references: 1,
                     next_free: ZERO_CHUNK,
+                    // The repair's rebuild links chains afresh.
+                    chain_next: ZERO_CHUNK,
                 };
                 record.encode(self.chunks.get_mut(pages, id)?);
                 self.state.chunk_id_next = self.state.chunk_id_next.max(id + 1);
@@ -722,7 +700,7 @@ impl ChunkStore {
 
     fn free(&mut self, pages: &mut PageStore, id: ChunkId, record: ChunkRecord) -> Result<()> {
         if record.indexed {
-            self.index.remove(pages, &record.fingerprint)?;
+            self.unlink(pages, id, &record)?;
         }
         self.account(pages, &record.location, -1)?;
         let freed = ChunkRecord {

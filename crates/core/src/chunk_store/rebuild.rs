@@ -25,7 +25,8 @@ pub struct RebuildReport {
     pub references_corrected: u64,
     /// Chunks in use that no map referred to, freed.
     pub chunks_freed: u64,
-    /// Chunks indexed under a fingerprint another chunk already had, kept unindexed.
+    /// Chunks indexed under a strong fingerprint another chunk already had, kept unindexed
+    /// (chunks sharing a weak fingerprint are chained instead).
     pub duplicate_fingerprints: u64,
     /// Container records that differed from their files and chunks, rewritten.
     pub containers_corrected: u64,
@@ -189,7 +190,9 @@ impl ChunkStore {
     }
 
     /// Empties the fingerprint index and inserts every indexed chunk in use below
-    /// `chunk_id_next`; a chunk whose fingerprint another already holds stays, unindexed.
+    /// `chunk_id_next`. A chunk whose strong fingerprint another already holds stays,
+    /// unindexed; chunks sharing a weak fingerprint are linked into its chain, in id order
+    /// (each new one in front), which sets every record's `chain_next` afresh.
     fn rebuild_index(
         &mut self,
         pages: &mut PageStore,
@@ -207,6 +210,16 @@ impl ChunkStore {
                 Err(error) => return Err(error),
             };
             if !record.in_use || !record.indexed {
+                continue;
+            }
+            if self.options.fingerprint.is_weak() {
+                let previous = self.index.insert(pages, &record.fingerprint, id)?;
+                let chain_next = previous.unwrap_or(super::ZERO_CHUNK);
+                if record.chain_next != chain_next {
+                    record.chain_next = chain_next;
+                    record.encode(self.chunks.get_mut(pages, id)?);
+                }
+                report.index_entries += u64::from(previous.is_none());
                 continue;
             }
             if self.index.lookup(pages, &record.fingerprint)?.is_some() {

@@ -4,11 +4,17 @@
 //!
 //! ```text
 //!  0..32  fingerprint (indexed chunks) | owner u64, written_at u64, zeros (unfingerprinted)
+//!         | fingerprint 0..16, next chunk of its chain u64 at 16..24, zeros (chained)
 //! 32..40  container id               | next free chunk id (free records)
 //! 40..44  offset of stored bytes     44..48 stored bytes     48..52 raw bytes
-//! 52..54  container chunk flags      54..56 state bits: 1 in use, 2 indexed
+//! 52..54  container chunk flags      54..56 state bits: 1 in use, 2 indexed, 4 chained
 //! 56..60  CRC-32C of stored bytes    60..64 reference count
 //! ```
+//!
+//! *Chained* records (bit 4) are indexed chunks with a weak fingerprint that another chunk
+//! shares and that is not the last of the chain (`chains`): weak fingerprints fill at most 16
+//! bytes, so the next chunk id fits in the fingerprint's zero tail. The bit is clear at the end
+//! of a chain, so records of chains of one are laid out as before chaining existed.
 //!
 //! Container record (64 bytes), record index = container id:
 //!
@@ -28,6 +34,9 @@ pub(crate) const CONTAINER_RECORD_BYTES: usize = 64;
 
 const STATE_IN_USE: u16 = 1;
 const STATE_INDEXED: u16 = 2;
+const STATE_CHAINED: u16 = 4;
+/// Bytes of a fingerprint a chained record keeps (every weak fingerprint fits).
+const CHAINED_FINGERPRINT_BYTES: usize = 16;
 
 /// One decoded chunk-table record.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,6 +53,9 @@ pub struct ChunkRecord {
     pub references: u32,
     /// For free records: the next free chunk id.
     pub next_free: ChunkId,
+    /// For indexed chunks with a weak fingerprint: the next chunk with the same fingerprint
+    /// (`chains`), 0 at the end of the chain.
+    pub chain_next: ChunkId,
 }
 
 impl ChunkRecord {
@@ -52,9 +64,14 @@ impl ChunkRecord {
         let state = u16_at(bytes, 54);
         let in_use = state & STATE_IN_USE != 0;
         let indexed = state & STATE_INDEXED != 0;
+        let chained = indexed && state & STATE_CHAINED != 0;
         let mut fingerprint = Fingerprint::ZERO;
-        let (mut owner, mut written_at) = (0, 0);
-        if indexed {
+        let (mut owner, mut written_at, mut chain_next) = (0, 0, 0);
+        if chained {
+            fingerprint.0[..CHAINED_FINGERPRINT_BYTES]
+                .copy_from_slice(&bytes[..CHAINED_FINGERPRINT_BYTES]);
+            chain_next = u64_at(bytes, CHAINED_FINGERPRINT_BYTES);
+        } else if indexed {
             fingerprint.0.copy_from_slice(&bytes[..32]);
         } else {
             owner = u64_at(bytes, 0);
@@ -77,14 +94,31 @@ impl ChunkRecord {
             },
             references: u32_at(bytes, 60),
             next_free: if in_use { 0 } else { container },
+            chain_next,
         }
     }
 
     pub(crate) fn encode(&self, out: &mut [u8]) {
         assert_eq!(out.len(), CHUNK_RECORD_BYTES);
         assert!(self.location.flags <= u16::MAX as u32);
+        assert!(
+            self.chain_next == 0 || self.indexed,
+            "only indexed chunks are chained"
+        );
         out.fill(0);
-        if self.indexed {
+        let chained = self.chain_next != 0;
+        if chained {
+            assert!(
+                self.fingerprint.0[CHAINED_FINGERPRINT_BYTES..]
+                    .iter()
+                    .all(|&byte| byte == 0),
+                "only weak fingerprints (at most 16 bytes) are chained"
+            );
+            out[..CHAINED_FINGERPRINT_BYTES]
+                .copy_from_slice(&self.fingerprint.0[..CHAINED_FINGERPRINT_BYTES]);
+            out[CHAINED_FINGERPRINT_BYTES..CHAINED_FINGERPRINT_BYTES + 8]
+                .copy_from_slice(&self.chain_next.to_le_bytes());
+        } else if self.indexed {
             out[..32].copy_from_slice(&self.fingerprint.0);
         } else {
             out[..8].copy_from_slice(&self.owner.to_le_bytes());
@@ -100,7 +134,9 @@ impl ChunkRecord {
         out[44..48].copy_from_slice(&self.location.stored_bytes.to_le_bytes());
         out[48..52].copy_from_slice(&self.location.raw_bytes.to_le_bytes());
         out[52..54].copy_from_slice(&(self.location.flags as u16).to_le_bytes());
-        let state = (self.in_use as u16 * STATE_IN_USE) | (self.indexed as u16 * STATE_INDEXED);
+        let state = (self.in_use as u16 * STATE_IN_USE)
+            | (self.indexed as u16 * STATE_INDEXED)
+            | (chained as u16 * STATE_CHAINED);
         out[54..56].copy_from_slice(&state.to_le_bytes());
         out[56..60].copy_from_slice(&self.location.checksum.to_le_bytes());
         out[60..64].copy_from_slice(&self.references.to_le_bytes());

@@ -73,6 +73,10 @@ impl Fixture {
         out
     }
 
+    fn chain(&mut self, fingerprint: &Fingerprint) -> Vec<ChunkId> {
+        self.store.chain(&mut self.pages, fingerprint).unwrap()
+    }
+
     fn release(&mut self, id: ChunkId) {
         self.store
             .release(&mut self.pages, id, &mut Vec::new())
@@ -110,22 +114,123 @@ fn dedup_reference_count_and_reuse() {
     assert_eq!(f.read(back.id), block(1));
 }
 
-/// Goal: with a weak fingerprint, a match is confirmed byte by byte; a (forced) collision
-/// stores the new bytes separately instead of corrupting data.
+/// Goal: with a weak fingerprint, a match is confirmed byte by byte, and different bytes that
+/// share a fingerprint are all stored, indexed along one chain, and each later duplicate finds
+/// its own chunk. Method: force collisions by storing three blocks under one fingerprint.
 #[test]
-fn weak_fingerprint_matches_are_verified() {
-    let mut f = fixture(FingerprintAlgorithm::Xxh3);
-    let a = f.store_block(&block(1));
-    assert!(f.store_block(&block(1)).deduplicated);
-    // Pretend block(2) collides with block(1): store it under block(1)'s fingerprint.
-    let colliding = FingerprintAlgorithm::Xxh3.hash(&block(1));
-    let b = f.store_with_fingerprint(&block(2), &colliding);
-    assert!(!b.deduplicated);
-    assert_ne!(a.id, b.id);
-    assert_eq!(f.read(b.id), block(2));
-    assert_eq!(f.read(a.id), block(1));
-    assert_eq!(f.store.counters().weak_collisions, 1);
-    assert_eq!(f.store.counters().index_key_collisions, 0);
+fn weak_fingerprint_collisions_are_chained_and_deduplicated() {
+    let mut f = fixture(FingerprintAlgorithm::Crc32c);
+    let shared = FingerprintAlgorithm::Crc32c.hash(&block(1));
+    let a = f.store_with_fingerprint(&block(1), &shared);
+    let b = f.store_with_fingerprint(&block(2), &shared);
+    let c = f.store_with_fingerprint(&block(3), &shared);
+    assert!(!a.deduplicated && !b.deduplicated && !c.deduplicated);
+    assert_eq!(f.chain(&shared), vec![c.id, b.id, a.id], "newest first");
+    for (seed, first) in [(1, a), (2, b), (3, c)] {
+        let again = f.store_with_fingerprint(&block(seed), &shared);
+        assert!(again.deduplicated, "block {seed} finds its own chunk");
+        assert_eq!(again.id, first.id);
+        assert_eq!(f.read(first.id), block(seed));
+    }
+    // a was compared with c and b before it matched: 2 collisions; b with c: 1.
+    assert_eq!(f.store.counters().weak_collisions, 3 + 3);
+    assert_eq!(f.store.index().len(), 1, "one index entry for the chain");
+
+    // Freeing a middle member, then the head, unlinks them; the rest still deduplicate.
+    f.release(b.id);
+    f.release(b.id);
+    assert_eq!(f.chain(&shared), vec![c.id, a.id]);
+    f.release(c.id);
+    f.release(c.id);
+    assert_eq!(f.chain(&shared), vec![a.id]);
+    assert!(f.store_with_fingerprint(&block(1), &shared).deduplicated);
+    let b_again = f.store_with_fingerprint(&block(2), &shared);
+    assert!(!b_again.deduplicated, "freed bytes are stored again");
+    assert_eq!(f.chain(&shared), vec![b_again.id, a.id]);
+    assert_eq!(f.read(b_again.id), block(2));
+    f.release(a.id);
+    f.release(a.id);
+    f.release(a.id);
+    f.release(b_again.id);
+    assert!(f.chain(&shared).is_empty());
+    assert!(
+        f.store.index().is_empty(),
+        "the last member takes the entry with it"
+    );
+}
+
+/// Goal: journal replay builds exactly the chains the live path built, and a rebuild of the
+/// index relinks the same members. Method: record every change of a run with collisions and
+/// frees, apply them to a new store, compare every record and chain; then rebuild the index.
+#[test]
+fn weak_fingerprint_chains_survive_replay_and_rebuild() {
+    let mut live = fixture(FingerprintAlgorithm::Crc32c);
+    let shared = FingerprintAlgorithm::Crc32c.hash(&block(1));
+    let mut changes = Vec::new();
+    let mut ids = Vec::new();
+    for seed in [1u8, 2, 3, 4, 2, 5, 1] {
+        let outcome = live
+            .store
+            .store(
+                &mut live.pages,
+                NewChunk {
+                    data: &block(seed),
+                    fingerprint: Some(&shared),
+                    checksum: None,
+                },
+                0,
+                0,
+                &mut changes,
+            )
+            .unwrap();
+        ids.push(outcome.id);
+    }
+    // Free block 3 (a middle member) and block 5 (the head).
+    for id in [ids[2], ids[5]] {
+        live.store
+            .release(&mut live.pages, id, &mut changes)
+            .unwrap();
+    }
+    let expected = live.chain(&shared);
+    assert_eq!(expected, vec![ids[3], ids[1], ids[0]]);
+
+    let mut replayed = fixture(FingerprintAlgorithm::Crc32c);
+    for change in &changes {
+        replayed.store.apply(&mut replayed.pages, change).unwrap();
+    }
+    assert_eq!(replayed.chain(&shared), expected);
+    for id in 1..live.store.state().chunk_id_next {
+        assert_eq!(
+            replayed.store.record(&mut replayed.pages, id).unwrap(),
+            live.store.record(&mut live.pages, id).unwrap(),
+            "record {id}"
+        );
+    }
+
+    live.store.rebuild_index_only(&mut live.pages).unwrap();
+    let mut rebuilt = live.chain(&shared);
+    rebuilt.sort_unstable();
+    let mut members = expected.clone();
+    members.sort_unstable();
+    assert_eq!(rebuilt, members);
+}
+
+/// Goal: a store compares at most CHAIN_COMPARISONS_MAX members, so crafted collisions cannot
+/// make every write walk a long chain; a chunk past the limit is stored unindexed and reads
+/// back. Method: one more distinct block than the limit under one fingerprint.
+#[test]
+fn weak_fingerprint_chains_are_bounded() {
+    let mut f = fixture(FingerprintAlgorithm::Crc32c);
+    let shared = FingerprintAlgorithm::Crc32c.hash(&block(1));
+    let mut last = None;
+    for seed in 0..=CHAIN_COMPARISONS_MAX as u8 {
+        last = Some(f.store_with_fingerprint(&block(seed + 1), &shared));
+    }
+    let last = last.unwrap();
+    assert_eq!(f.chain(&shared).len(), CHAIN_COMPARISONS_MAX);
+    assert_eq!(f.store.counters().chain_limit_copies, 1);
+    assert!(!f.store.record(&mut f.pages, last.id).unwrap().indexed);
+    assert_eq!(f.read(last.id), block(CHAIN_COMPARISONS_MAX as u8 + 1));
 }
 
 /// Goal: the index compares only the first 16 bytes of fingerprints, so a hit is confirmed

@@ -2,9 +2,15 @@
 //!
 //! A [`Fingerprint`] is always 32 bytes; algorithms with shorter digests (MD5, SHA-1, xxh3-128)
 //! fill the leading bytes and leave the rest zero, so one fixed-size key type serves every
-//! index. BLAKE3-256 is the default. xxh3-128 is a *weak* fingerprint (paper 5 §3.5): it is fast
-//! but not collision resistant, so a match must be confirmed by comparing the chunk's bytes
-//! with the stored chunk before it is trusted ([`FingerprintAlgorithm::is_weak`]).
+//! index. BLAKE3-256 is the default. xxh3-128 and CRC-32C are *weak* fingerprints (paper 5
+//! §3.5): fast but not collision resistant, so a match must be confirmed by comparing the
+//! chunk's bytes with the stored chunk before it is trusted ([`FingerprintAlgorithm::is_weak`]).
+//!
+//! CRC-32C is paper 5's truly weak hash: 32 bits, so distinct chunks collide often enough
+//! that the chunk store chains every chunk sharing one (`chunk_store::chains`). Its
+//! fingerprint spreads the 32 bits over the first 16 bytes with two bijective mixers, because
+//! the index, its filter and its cache take their hash bits from those bytes and need them
+//! uniform; two fingerprints are equal exactly when the CRCs are.
 //!
 //! Many small chunks are fingerprinted faster together than one by one:
 //! [`FingerprintAlgorithm::hash_batch`] spreads BLAKE3 over 16 AVX-512 lanes across inputs
@@ -80,31 +86,49 @@ pub enum FingerprintAlgorithm {
     Md5,
     /// xxh3-128: a weak fingerprint whose matches must be confirmed byte by byte (paper 5).
     Xxh3,
+    /// CRC-32C: paper 5's 32-bit weak hash; collisions are expected and resolved by comparing
+    /// bytes along a chain of the chunks sharing it.
+    Crc32c,
 }
 
 impl FingerprintAlgorithm {
     /// Every algorithm, for tests and `--help` text.
-    pub const ALL: [FingerprintAlgorithm; 5] = [
+    pub const ALL: [FingerprintAlgorithm; 6] = [
         FingerprintAlgorithm::Blake3,
         FingerprintAlgorithm::Sha256,
         FingerprintAlgorithm::Sha1,
         FingerprintAlgorithm::Md5,
         FingerprintAlgorithm::Xxh3,
+        FingerprintAlgorithm::Crc32c,
     ];
 
-    /// Digest length in bytes (the rest of the [`Fingerprint`] is zero).
+    /// Bytes of the [`Fingerprint`] the algorithm fills (the rest is zero). CRC-32C fills 16
+    /// bytes with a spread of its 32 bits.
     pub fn digest_bytes(self) -> usize {
         match self {
             FingerprintAlgorithm::Blake3 | FingerprintAlgorithm::Sha256 => 32,
             FingerprintAlgorithm::Sha1 => 20,
-            FingerprintAlgorithm::Md5 | FingerprintAlgorithm::Xxh3 => 16,
+            FingerprintAlgorithm::Md5
+            | FingerprintAlgorithm::Xxh3
+            | FingerprintAlgorithm::Crc32c => 16,
+        }
+    }
+
+    /// Bits of information in a fingerprint: what decides how often distinct chunks collide.
+    pub fn strength_bits(self) -> u32 {
+        match self {
+            FingerprintAlgorithm::Crc32c => 32,
+            other => other.digest_bytes() as u32 * 8,
         }
     }
 
     /// True when equal fingerprints do not prove equal content, so a match must be confirmed
-    /// by comparing bytes with the stored chunk.
+    /// by comparing bytes with the stored chunk. Weak fingerprints fill at most 16 bytes.
     pub fn is_weak(self) -> bool {
-        matches!(self, FingerprintAlgorithm::Xxh3)
+        matches!(
+            self,
+            FingerprintAlgorithm::Xxh3 | FingerprintAlgorithm::Crc32c
+        )
     }
 
     /// The fingerprint of `data`.
@@ -128,6 +152,7 @@ impl FingerprintAlgorithm {
                 let digest = xxhash_rust::xxh3::xxh3_128(data);
                 out[..16].copy_from_slice(&digest.to_le_bytes());
             }
+            FingerprintAlgorithm::Crc32c => return crc32c_fingerprint(crc32c::crc32c(data)),
         }
         Fingerprint(out)
     }
@@ -170,8 +195,29 @@ impl FingerprintAlgorithm {
             FingerprintAlgorithm::Sha1 => "sha1",
             FingerprintAlgorithm::Md5 => "md5",
             FingerprintAlgorithm::Xxh3 => "xxh3",
+            FingerprintAlgorithm::Crc32c => "crc32c",
         }
     }
+}
+
+/// The fingerprint of a chunk whose CRC-32C is `crc`: bytes 0..8 and 8..16 are two bijective
+/// mixes of it (the finaliser of MurmurHash3, on two different injections of the 32 bits into
+/// 64), so they look uniform and independent to the index, while equal fingerprints still mean
+/// equal CRCs.
+pub fn crc32c_fingerprint(crc: u32) -> Fingerprint {
+    let mut out = [0u8; FINGERPRINT_BYTES];
+    out[..8].copy_from_slice(&mix64(u64::from(crc)).to_le_bytes());
+    out[8..16].copy_from_slice(&mix64(u64::from(crc) << 32 | 0x5bd1_e995).to_le_bytes());
+    Fingerprint(out)
+}
+
+/// A bijection of u64 whose every output bit depends on every input bit.
+fn mix64(mut value: u64) -> u64 {
+    value ^= value >> 33;
+    value = value.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    value ^= value >> 33;
+    value = value.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    value ^ (value >> 33)
 }
 
 impl fmt::Display for FingerprintAlgorithm {
@@ -189,7 +235,7 @@ impl FromStr for FingerprintAlgorithm {
             .find(|algorithm| algorithm.name().eq_ignore_ascii_case(text))
             .ok_or_else(|| {
                 Error::InvalidArgument(format!(
-                    "unknown fingerprint {text:?}; choose blake3, sha256, sha1, md5 or xxh3"
+                    "unknown fingerprint {text:?}; choose blake3, sha256, sha1, md5, xxh3 or crc32c"
                 ))
             })
     }
@@ -228,6 +274,33 @@ mod tests {
                 algorithm.name().parse::<FingerprintAlgorithm>().unwrap(),
                 algorithm
             );
+            assert!(!algorithm.is_weak() || algorithm.digest_bytes() <= 16);
         }
+    }
+
+    /// Goal: a CRC-32C fingerprint is equal exactly when the CRCs are, and carries the CRC
+    /// of the data ("123456789" has the published check value 0xe3069283). Method: compare
+    /// with the crc32c crate and with neighbouring CRCs.
+    #[test]
+    fn crc32c_fingerprint_spreads_the_crc() {
+        let algorithm = FingerprintAlgorithm::Crc32c;
+        assert_eq!(crc32c::crc32c(b"123456789"), 0xe306_9283);
+        assert_eq!(
+            algorithm.hash(b"123456789"),
+            crc32c_fingerprint(0xe306_9283)
+        );
+        assert_eq!(algorithm.strength_bits(), 32);
+        let fingerprints: std::collections::HashSet<Fingerprint> =
+            (0..4096u32).map(crc32c_fingerprint).collect();
+        assert_eq!(
+            fingerprints.len(),
+            4096,
+            "distinct CRCs, distinct fingerprints"
+        );
+        // Neighbouring CRCs differ in about half the bits of both halves.
+        let (a, b) = (crc32c_fingerprint(1), crc32c_fingerprint(2));
+        let differing = (a.prefix_u64() ^ b.prefix_u64()).count_ones();
+        assert!((16..=48).contains(&differing), "{differing} bits differ");
+        assert!(a.0[16..].iter().all(|&byte| byte == 0));
     }
 }

@@ -290,6 +290,20 @@ impl FingerprintIndex {
         self.lookup_on_disk(pages, fingerprint)
     }
 
+    /// The value stored for `fingerprint`, like [`lookup`](Self::lookup) but without counting
+    /// a lookup, paying the injected latency or changing the cache: for bookkeeping that
+    /// follows a lookup already paid for (unlinking a chunk from a chain of a weak
+    /// fingerprint, whose bucket the free just read).
+    pub fn get(&mut self, pages: &mut PageStore, fingerprint: &Fingerprint) -> Result<Option<u64>> {
+        if !self.filter.may_contain(fingerprint) {
+            return Ok(None);
+        }
+        if let Some(value) = self.cache.peek(fingerprint) {
+            return Ok(Some(value));
+        }
+        self.disk.lookup(pages, fingerprint)
+    }
+
     /// Starts loading, for every fingerprint, the memory its [`lookup`](Self::lookup) reads
     /// first (filter and cache lines) into the processor's caches, so that the lookups that
     /// follow overlap their memory latencies ([`warm`](crate::index::warm)). Changes nothing
