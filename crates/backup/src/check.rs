@@ -892,14 +892,26 @@ pub(crate) fn verify_container(
         }
     }
     let mut header = [0u8; HEADER_BYTES];
-    let header_ok = length >= HEADER_BYTES as u64
-        && file.read_at(0, &mut header).is_ok()
-        && &header[..8] == CONTAINER_MAGIC
-        && header[16..24] == id.to_le_bytes();
-    if !header_ok {
-        verdict
+    let read = if length >= HEADER_BYTES as u64 {
+        file.read_at(0, &mut header)
+    } else {
+        Ok(())
+    };
+    match read {
+        // An encrypted store's damaged block says what failed (authentication).
+        Err(error) => verdict
             .structure
-            .push("its header does not name this container".to_string());
+            .push(format!("its header cannot be read: {error}")),
+        Ok(()) => {
+            let header_ok = length >= HEADER_BYTES as u64
+                && &header[..8] == CONTAINER_MAGIC
+                && header[16..24] == id.to_le_bytes();
+            if !header_ok {
+                verdict
+                    .structure
+                    .push("its header does not name this container".to_string());
+            }
+        }
     }
     let mut unreferenced = Vec::new();
     match containers.read_contents(id) {
