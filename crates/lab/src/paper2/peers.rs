@@ -15,9 +15,10 @@
 //! - **borg** (1.2): `--encryption=none`, `--compression zstd,3`, its default buzhash chunks
 //!   (2 MiB average); borg 1.2 is single-threaded.
 //! - **onecopy**: the backup store's defaults (RevDedup, 4 MiB segments, 4 KiB chunks, 32 MiB
-//!   containers, zstd level 3, all cores, encrypted with AES-256-GCM like restic's; the
-//!   password comes from `ONECOPY_PASSWORD`), and `create` reverse-deduplicates the previous
-//!   backup before it returns (its report separates the two phases).
+//!   containers, zstd level 3, all cores), unencrypted (`init --insecure-no-encryption`) like
+//!   borg here (docs/BENCHMARKS.md measures what encryption adds); `create`
+//!   reverse-deduplicates the previous backup before it returns (its report separates the two
+//!   phases).
 //!
 //! Deleting the oldest backup is `restic forget --keep-last N --prune`, `borg prune
 //! --keep-last N` followed by `borg compact`, and `onecopy backup expire --keep N`.
@@ -143,7 +144,7 @@ impl PeerRepository {
         let repo = repository.repository_path();
         let mut command = repository.command();
         match tool {
-            Tool::Onecopy => command.arg("init"),
+            Tool::Onecopy => command.args(["init", "--insecure-no-encryption"]),
             Tool::Restic => command.args(["init", "--repository-version", "2"]),
             Tool::Borg => command.args(["init", "--encryption=none"]).arg(&repo),
         };
@@ -182,10 +183,7 @@ impl PeerRepository {
         match self.tool {
             Tool::Onecopy => {
                 let mut command = Command::new(&self.onecopy);
-                command
-                    .arg("--repo")
-                    .arg(&repo)
-                    .env("ONECOPY_PASSWORD", RESTIC_PASSWORD);
+                command.arg("--repo").arg(&repo);
                 command
             }
             Tool::Restic => {
