@@ -195,7 +195,9 @@ impl TestRepository {
     /// A `onecopy` command on this repository.
     pub fn command(&self) -> Command {
         let mut command = Command::new(onecopy_binary());
-        command.env("ONECOPY_REPO", &self.repository);
+        command
+            .env("ONECOPY_REPO", &self.repository)
+            .env("ONECOPY_PASSWORD", "test password");
         command
     }
 
