@@ -111,13 +111,18 @@ pub fn run(_cli: &Cli, args: &LabArgs) -> anyhow::Result<()> {
 
 #[derive(Args, Debug)]
 pub struct Paper3Args {
-    /// Directory for results.json, results.csv, summary.md and paper3-fig3.svg.
+    /// Directory for results.json, the CSV tables, summary.md and the figures
+    /// (paper3-fig3.svg, paper3-fig9.svg, paper3-fig10.svg, paper3-fig11.svg,
+    /// paper3-fig16-17.svg).
     #[arg(long, value_name = "DIR", default_value = "lab-results/paper3")]
     pub out: PathBuf,
-    /// 16 files of 4 MiB instead of 64 of 8 MiB.
+    /// Smaller data sets, a run of about three minutes: Fig. 3 on 16 files of 4 MiB
+    /// instead of 64 of 8 MiB, the workloads of Table 4 of 48 MiB (files up to 4 MiB)
+    /// instead of 512 MiB (up to 32 MiB).
     #[arg(long)]
     pub quick: bool,
-    /// Where the temporary repositories are made [default: the system temporary directory].
+    /// Where the temporary repositories and mounts are made [default: the system temporary
+    /// directory].
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
 }

@@ -1,0 +1,539 @@
+//! The files of a paper 3 run: results.json (everything), results.csv (Fig. 3),
+//! mixes.csv (Figs. 9 to 11, one row per workload, system and mix), interference.csv
+//! (Figs. 16 and 17), the SVG figures and summary.md (the numbers beside the paper's).
+
+use std::path::{Path, PathBuf};
+
+use super::interference::Interval;
+use super::mixes::{MixRun, WorkloadResult, MIXES, SYSTEMS};
+use super::Paper3Results;
+use crate::error::Result;
+use crate::plot::{AxisScale, BarPanel, BarSeries, Figure, LinePanel, LineSeries, Panel};
+use crate::results::{number_cell, write_json, write_text, CsvTable};
+
+/// Most points drawn per CDF line (the rest are skipped evenly).
+const CDF_POINTS_MAX: usize = 200;
+
+/// The `quantile` (0 to 1) of `values`, by the nearest rank; 0 when empty.
+pub fn quantile(values: &[f64], quantile: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((quantile * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// The empirical CDF of `values` as at most [`CDF_POINTS_MAX`] points (value, fraction).
+pub fn cdf_points(values: &[f64]) -> Vec<(f64, f64)> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let count = sorted.len();
+    let step = count.div_ceil(CDF_POINTS_MAX).max(1);
+    let mut points: Vec<(f64, f64)> = sorted
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| index % step == 0 || index + 1 == count)
+        .map(|(index, value)| (value.max(1e-3), (index + 1) as f64 / count as f64))
+        .collect();
+    points.dedup_by(|a, b| a == b);
+    points
+}
+
+fn sequential_latencies(run: &MixRun) -> Vec<f64> {
+    run.file_latencies_ms
+        .iter()
+        .zip(&run.sequential)
+        .filter(|(_, sequential)| **sequential)
+        .map(|(latency, _)| *latency)
+        .collect()
+}
+
+/// Figs. 9 and 10: one CDF panel per mix over all files, then one per mix over the
+/// sequentially read files only.
+fn latency_figure(number: u32, workload: &WorkloadResult) -> Figure {
+    let mut figure = Figure::new(
+        format!(
+            "Paper 3 Fig. {number}: per-file read response time, {} dedup ratio workload \
+             ({} files, {:.0} MB), read cold through FUSE",
+            workload.spec.name,
+            workload.files,
+            workload.bytes as f64 / 1e6
+        ),
+        MIXES.len(),
+    );
+    for sequential_only in [false, true] {
+        for percent in MIXES {
+            let series = SYSTEMS
+                .iter()
+                .filter_map(|system| workload.run(system, percent))
+                .map(|run| LineSeries {
+                    name: run.system.clone(),
+                    points: cdf_points(&if sequential_only {
+                        sequential_latencies(run)
+                    } else {
+                        run.file_latencies_ms.clone()
+                    }),
+                })
+                .collect();
+            figure.panels.push(Panel::Lines(LinePanel {
+                title: format!(
+                    "{percent}% sequential, {}",
+                    if sequential_only {
+                        "sequential files"
+                    } else {
+                        "all files"
+                    }
+                ),
+                x_label: "response time per file (ms)".into(),
+                y_label: "fraction of files".into(),
+                x_scale: AxisScale::Log10,
+                y_scale: AxisScale::Linear,
+                series,
+            }));
+        }
+    }
+    figure
+}
+
+/// Fig. 11: sequential-read throughput of the sequentially read files (bars) and the dedup
+/// ratio (lines) per mix, per workload.
+fn throughput_figure(workloads: &[WorkloadResult]) -> Figure {
+    let mut figure = Figure::new(
+        "Paper 3 Fig. 11: sequential-read throughput of the sequentially read files and \
+         space savings, per sequential:random mix",
+        2,
+    );
+    for workload in workloads {
+        let categories: Vec<String> = MIXES
+            .iter()
+            .map(|percent| format!("{percent}:{}", 100 - percent))
+            .collect();
+        let series = ["none", "all-big", "selective", "all-small"]
+            .iter()
+            .map(|system| BarSeries {
+                name: system.to_string(),
+                values: MIXES
+                    .iter()
+                    .map(|&percent| {
+                        workload
+                            .run(system, percent)
+                            .map_or(0.0, |run| run.sequential_mb_per_second)
+                    })
+                    .collect(),
+            })
+            .collect();
+        figure.panels.push(Panel::Bars(BarPanel {
+            title: format!("{} workload: throughput", workload.spec.name),
+            x_label: "S:R".into(),
+            y_label: "MB/s".into(),
+            y_scale: AxisScale::Linear,
+            categories,
+            series,
+            value_labels: false,
+        }));
+        let series = ["all-big", "selective", "all-small"]
+            .iter()
+            .map(|system| LineSeries {
+                name: system.to_string(),
+                points: MIXES
+                    .iter()
+                    .filter_map(|&percent| {
+                        workload
+                            .run(system, percent)
+                            .map(|run| (percent as f64, run.savings * 100.0))
+                    })
+                    .collect(),
+            })
+            .collect();
+        figure.panels.push(Panel::Lines(LinePanel {
+            title: format!("{} workload: space savings", workload.spec.name),
+            x_label: "files read sequentially (%)".into(),
+            y_label: "1 - stored / logical (%)".into(),
+            x_scale: AxisScale::Linear,
+            y_scale: AxisScale::Linear,
+            series,
+        }));
+    }
+    figure
+}
+
+/// Figs. 16 and 17: the foreground over time, the deduplication run drawn as a box.
+fn interference_figure(results: &Paper3Results) -> Figure {
+    let timeline = &results.interference;
+    let mut figure = Figure::new(
+        "Paper 3 Figs. 16 and 17: foreground work while `fs dedup` runs (box: the run)",
+        3,
+    );
+    type Value = fn(&Interval) -> f64;
+    let panels: [(&str, &str, Value); 3] = [
+        ("Fig. 16: file serving throughput", "MB/s", |i| {
+            i.serving_mb_per_second
+        }),
+        ("Fig. 16: file serving latency", "ms per file", |i| {
+            i.serving_latency_ms
+        }),
+        ("Fig. 17: computing (hashing in memory)", "MB/s", |i| {
+            i.computing_mb_per_second
+        }),
+    ];
+    for (title, y_label, value) in panels {
+        let points: Vec<(f64, f64)> = timeline
+            .intervals
+            .iter()
+            .map(|interval| (interval.start_seconds, value(interval)))
+            .collect();
+        let top = points.iter().map(|p| p.1).fold(0.0, f64::max);
+        let (start, end) = (timeline.dedup_start_seconds, timeline.dedup_end_seconds);
+        figure.panels.push(Panel::Lines(LinePanel {
+            title: title.into(),
+            x_label: "seconds".into(),
+            y_label: y_label.into(),
+            x_scale: AxisScale::Linear,
+            y_scale: AxisScale::Linear,
+            series: vec![
+                LineSeries {
+                    name: "foreground".into(),
+                    points,
+                },
+                LineSeries {
+                    name: "fs dedup".into(),
+                    points: vec![(start, 0.0), (start, top), (end, top), (end, 0.0)],
+                },
+            ],
+        }));
+    }
+    figure
+}
+
+fn chunk_size_figure(results: &Paper3Results) -> Figure {
+    let categories: Vec<String> = results
+        .chunk_sizes
+        .iter()
+        .map(|row| row.config.clone())
+        .collect();
+    let mut figure = Figure::new(
+        "Paper 3 Fig. 3: dedup ratio and sequential read throughput against chunk size",
+        2,
+    );
+    figure.panels.push(Panel::Bars(BarPanel {
+        title: "dedup ratio".into(),
+        x_label: "chunk size".into(),
+        y_label: "logical / stored".into(),
+        y_scale: AxisScale::Linear,
+        categories: categories.clone(),
+        series: vec![BarSeries {
+            name: "dedup ratio".into(),
+            values: results.chunk_sizes.iter().map(|r| r.dedup_ratio).collect(),
+        }],
+        value_labels: true,
+    }));
+    figure.panels.push(Panel::Bars(BarPanel {
+        title: "sequential read, cold page cache".into(),
+        x_label: "chunk size".into(),
+        y_label: "MB/s".into(),
+        y_scale: AxisScale::Linear,
+        categories,
+        series: vec![BarSeries {
+            name: "read".into(),
+            values: results
+                .chunk_sizes
+                .iter()
+                .map(|r| r.read_mb_per_second)
+                .collect(),
+        }],
+        value_labels: true,
+    }));
+    figure
+}
+
+/// Writes every file of a run; returns the paths written.
+pub fn write_outputs(out: &Path, results: &Paper3Results) -> Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    let json = out.join("results.json");
+    write_json(&json, results)?;
+    written.push(json);
+
+    let mut table = CsvTable::new(&[
+        "config",
+        "chunk_bytes",
+        "dedup_ratio",
+        "read_mb_per_second",
+        "dedup_seconds",
+    ]);
+    for row in &results.chunk_sizes {
+        table.push(vec![
+            row.config.clone(),
+            row.chunk_bytes.to_string(),
+            number_cell(row.dedup_ratio),
+            number_cell(row.read_mb_per_second),
+            number_cell(row.dedup_seconds),
+        ]);
+    }
+    let csv = out.join("results.csv");
+    table.write(&csv)?;
+    written.push(csv);
+
+    let mut table = CsvTable::new(&[
+        "workload",
+        "system",
+        "sequential_percent",
+        "savings",
+        "dedup_ratio",
+        "median_ms",
+        "p90_ms",
+        "sequential_files_median_ms",
+        "sequential_mb_per_second",
+        "rank_1_files",
+        "rank_2_files",
+        "dedup_seconds",
+    ]);
+    for workload in &results.workloads {
+        for run in &workload.runs {
+            table.push(vec![
+                workload.spec.name.to_string(),
+                run.system.clone(),
+                run.sequential_percent.to_string(),
+                number_cell(run.savings),
+                number_cell(run.dedup_ratio),
+                number_cell(quantile(&run.file_latencies_ms, 0.5)),
+                number_cell(quantile(&run.file_latencies_ms, 0.9)),
+                number_cell(quantile(&sequential_latencies(run), 0.5)),
+                number_cell(run.sequential_mb_per_second),
+                run.rank_files[1].to_string(),
+                run.rank_files[2].to_string(),
+                number_cell(run.dedup_seconds),
+            ]);
+        }
+    }
+    let csv = out.join("mixes.csv");
+    table.write(&csv)?;
+    written.push(csv);
+
+    let mut table = CsvTable::new(&[
+        "start_seconds",
+        "files_served",
+        "serving_mb_per_second",
+        "serving_latency_ms",
+        "computing_mb_per_second",
+    ]);
+    for interval in &results.interference.intervals {
+        table.push(vec![
+            number_cell(interval.start_seconds),
+            interval.files_served.to_string(),
+            number_cell(interval.serving_mb_per_second),
+            number_cell(interval.serving_latency_ms),
+            number_cell(interval.computing_mb_per_second),
+        ]);
+    }
+    let csv = out.join("interference.csv");
+    table.write(&csv)?;
+    written.push(csv);
+
+    let mut figures = vec![("paper3-fig3.svg", chunk_size_figure(results))];
+    for (workload, number) in results.workloads.iter().zip([9, 10]) {
+        let name = if number == 9 {
+            "paper3-fig9.svg"
+        } else {
+            "paper3-fig10.svg"
+        };
+        figures.push((name, latency_figure(number, workload)));
+    }
+    figures.push(("paper3-fig11.svg", throughput_figure(&results.workloads)));
+    figures.push(("paper3-fig16-17.svg", interference_figure(results)));
+    for (name, figure) in figures {
+        let path = out.join(name);
+        write_text(&path, &figure.to_svg())?;
+        written.push(path);
+    }
+
+    let path = out.join("summary.md");
+    write_text(&path, &summary(results))?;
+    written.push(path);
+    Ok(written)
+}
+
+fn percent(value: f64) -> String {
+    format!("{:.1}%", value * 100.0)
+}
+
+/// The numbers beside the paper's.
+pub fn summary(results: &Paper3Results) -> String {
+    let sizes = &results.sizes;
+    let mut text = format!(
+        "# Paper 3 §5 on the file system face\n\nRun took {:.0} s.\n\n\
+         ## Fig. 3: dedup ratio and sequential read against the chunk size (engine level)\n\n\
+         {} files of {} (runs of 1 to 64 blocks of 4 KiB repeating earlier data with \
+         probability {}), the face's files dropped from the page cache before the reads.\n\n\
+         | chunk size | dedup ratio | sequential read MB/s | dedup s |\n| --- | --- | --- | --- |\n",
+        results.seconds,
+        sizes.chunk_size_files,
+        onecopy_core::units::format_size(sizes.chunk_size_file_bytes),
+        results.duplicate_probability
+    );
+    for row in &results.chunk_sizes {
+        text.push_str(&format!(
+            "| {} | {:.2} | {:.0} | {:.2} |\n",
+            row.config, row.dedup_ratio, row.read_mb_per_second, row.dedup_seconds
+        ));
+    }
+    text.push_str(&format!(
+        "\nI/O monitor: {:.0} ns per cached 4 KiB read with it, {:.0} ns without ({} reads, \
+         median of 3).\n",
+        results.monitor.monitored_ns_per_read,
+        results.monitor.unmonitored_ns_per_read,
+        results.monitor.reads
+    ));
+
+    text.push_str(
+        "\n## Table 4: the synthetic workloads (space savings, 1 - stored / logical)\n\n\
+         | workload | files | MB | ideal 256 KiB | all-big (measured) | paper big | \
+         ideal 4 KiB | all-small (measured) | paper small |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for workload in &results.workloads {
+        let measured = |system: &str| {
+            workload
+                .run(system, MIXES[0])
+                .map_or("-".to_string(), |run| percent(run.savings))
+        };
+        text.push_str(&format!(
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} |\n",
+            workload.spec.name,
+            workload.files,
+            workload.bytes as f64 / 1e6,
+            percent(workload.ideal_big_savings),
+            measured("all-big"),
+            percent(workload.spec.paper_big_savings),
+            percent(workload.ideal_small_savings),
+            measured("all-small"),
+            percent(workload.spec.paper_small_savings),
+        ));
+    }
+
+    for (workload, number) in results.workloads.iter().zip([9, 10]) {
+        text.push_str(&format!(
+            "\n## Figs. {number} and 11: {} dedup ratio workload, read cold through FUSE\n\n\
+             Median and 90th-percentile response time per file (ms), throughput of the \
+             sequentially read files (MB/s), savings; selective: files ranked 1 (big chunks) \
+             and 2 (small).\n\n\
+             | S:R | system | median ms | p90 ms | sequential files median ms | \
+             sequential MB/s | savings | ranks 1/2 |\n\
+             | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+            workload.spec.name
+        ));
+        for percent_sequential in MIXES {
+            for system in SYSTEMS {
+                let Some(run) = workload.run(system, percent_sequential) else {
+                    continue;
+                };
+                text.push_str(&format!(
+                    "| {}:{} | {} | {:.2} | {:.2} | {:.2} | {:.0} | {} | {} |\n",
+                    percent_sequential,
+                    100 - percent_sequential,
+                    system,
+                    quantile(&run.file_latencies_ms, 0.5),
+                    quantile(&run.file_latencies_ms, 0.9),
+                    quantile(&sequential_latencies(run), 0.5),
+                    run.sequential_mb_per_second,
+                    percent(run.savings),
+                    if system == "selective" {
+                        format!("{}/{}", run.rank_files[1], run.rank_files[2])
+                    } else {
+                        "-".into()
+                    }
+                ));
+            }
+        }
+    }
+
+    text.push_str(
+        "\n## Benchmark goals\n\n\
+         | workload | selective / all-small savings at 10% sequential (goal ≥ 95%, paper 86%) \
+         | selective / none sequential MB/s at 90% sequential (goal ≥ 97%, paper 97%) |\n\
+         | --- | --- | --- |\n",
+    );
+    for workload in &results.workloads {
+        let ratio =
+            |numerator: Option<f64>, denominator: Option<f64>| match (numerator, denominator) {
+                (Some(n), Some(d)) if d > 0.0 => percent(n / d),
+                _ => "-".into(),
+            };
+        let savings = |system| workload.run(system, 10).map(|run| run.savings);
+        let throughput = |system| {
+            workload
+                .run(system, 90)
+                .map(|run| run.sequential_mb_per_second)
+        };
+        text.push_str(&format!(
+            "| {} | {} | {} |\n",
+            workload.spec.name,
+            ratio(savings("selective"), savings("all-small")),
+            ratio(throughput("selective"), throughput("none")),
+        ));
+    }
+
+    let timeline = &results.interference;
+    text.push_str(&format!(
+        "\n## Figs. 16 and 17: foreground work while `fs dedup` runs\n\n\
+         `fs dedup` of {:.0} MB pending (mostly duplicates of the {:.0} MB being served) ran \
+         from {:.1} s to {:.1} s, at full speed, while {} threads served whole files and one \
+         thread hashed in memory (2 cores shared with the rest of the machine).\n\n\
+         | foreground | outside the run | during the run | change |\n| --- | --- | --- | --- |\n",
+        timeline.pending_bytes as f64 / 1e6,
+        timeline.served_bytes as f64 / 1e6,
+        timeline.dedup_start_seconds,
+        timeline.dedup_end_seconds,
+        2,
+    ));
+    for (name, idle, during) in [
+        (
+            "file serving MB/s",
+            timeline.serving_mb_per_second_idle,
+            timeline.serving_mb_per_second_during,
+        ),
+        (
+            "file serving ms per file",
+            timeline.serving_latency_ms_idle,
+            timeline.serving_latency_ms_during,
+        ),
+        (
+            "computing MB/s",
+            timeline.computing_mb_per_second_idle,
+            timeline.computing_mb_per_second_during,
+        ),
+    ] {
+        let change = if idle > 0.0 {
+            format!("{:+.0}%", (during / idle - 1.0) * 100.0)
+        } else {
+            "-".into()
+        };
+        text.push_str(&format!(
+            "| {name} | {idle:.1} | {during:.1} | {change} |\n"
+        ));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: quantiles by nearest rank and CDF points that end at 1 and stay bounded.
+    /// Method: known small inputs and a long one.
+    #[test]
+    fn quantiles_and_cdf_points() {
+        let values = [4.0, 1.0, 3.0, 2.0];
+        assert_eq!(quantile(&values, 0.5), 2.0);
+        assert_eq!(quantile(&values, 0.9), 4.0);
+        assert_eq!(quantile(&[], 0.5), 0.0);
+        let points = cdf_points(&values);
+        assert_eq!(points.first(), Some(&(1.0, 0.25)));
+        assert_eq!(points.last(), Some(&(4.0, 1.0)));
+        let long: Vec<f64> = (1..=10_000).map(f64::from).collect();
+        let points = cdf_points(&long);
+        assert!(points.len() <= CDF_POINTS_MAX + 1);
+        assert_eq!(points.last(), Some(&(10_000.0, 1.0)));
+    }
+}
