@@ -113,12 +113,13 @@ pub fn run(_cli: &Cli, args: &LabArgs) -> anyhow::Result<()> {
 pub struct Paper3Args {
     /// Directory for results.json, the CSV tables, summary.md and the figures
     /// (paper3-fig3.svg, paper3-fig9.svg, paper3-fig10.svg, paper3-fig11.svg,
-    /// paper3-fig16-17.svg).
+    /// paper3-fig15.svg, paper3-fig16-17.svg).
     #[arg(long, value_name = "DIR", default_value = "lab-results/paper3")]
     pub out: PathBuf,
-    /// Smaller data sets, a run of about three minutes: Fig. 3 on 16 files of 4 MiB
-    /// instead of 64 of 8 MiB, the workloads of Table 4 of 48 MiB (files up to 4 MiB)
-    /// instead of 512 MiB (up to 32 MiB).
+    /// Smaller data sets, a run of at most three minutes: Fig. 3 on 16 files of 4 MiB
+    /// instead of 64 of 8 MiB, the workloads of Table 4 of 96 MiB (files up to 8 MiB)
+    /// instead of 512 MiB (up to 32 MiB), Fig. 15 on 32 MiB of /usr/include instead of
+    /// 256 MiB, Figs. 16 and 17 with 256 MiB served and pending.
     #[arg(long)]
     pub quick: bool,
     /// Where the temporary repositories and mounts are made [default: the system temporary

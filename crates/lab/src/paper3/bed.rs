@@ -47,6 +47,15 @@ fn open_engine(repository: &Path) -> Result<Arc<FsEngine>> {
 impl MountedFs {
     /// Creates a repository under `work`, a file system with `options` in it, and mounts it.
     pub fn create(work: &Path, options: FsOptions) -> Result<MountedFs> {
+        MountedFs::create_with(work, options, MountOptions::default())
+    }
+
+    /// [`MountedFs::create`] with mount options.
+    pub fn create_with(
+        work: &Path,
+        options: FsOptions,
+        mount_options: MountOptions,
+    ) -> Result<MountedFs> {
         mount::fuse_available().map_err(|error| LabError::Missing(error.to_string()))?;
         let directory = tempfile::Builder::new()
             .prefix("onecopy-lab-fs-")
@@ -71,7 +80,7 @@ impl MountedFs {
             engine: Some(engine),
             mounted: None,
             fs,
-            mount_options: MountOptions::default(),
+            mount_options,
             directory: Some(directory),
         };
         bed.mount()?;

@@ -5,17 +5,19 @@
 //!   10% of the files read sequentially, under no deduplication, all-big, all-small and
 //!   selective) and **Fig. 11** (sequential-read throughput and dedup ratio) ([`mixes`]):
 //!   file systems of the face mounted through FUSE by this process ([`bed`]), read cold.
+//! - **Fig. 15** (the monitor's cost for tar, untar, grep and cp of a source tree)
+//!   ([`programs`]).
 //! - **Figs. 16 and 17** (foreground file serving and computing while `fs dedup` runs)
 //!   ([`interference`]).
 //!
-//! Not measured here: the real-world workload of Table 6 and the monitor's cost for whole
-//! programs (Fig. 15: tar, untar, grep, cp).
+//! Not measured here: the real-world workload of Table 6.
 
 pub mod bed;
 pub mod chunk_size;
 pub mod figures;
 pub mod interference;
 pub mod mixes;
+pub mod programs;
 pub mod synthetic;
 
 use std::path::PathBuf;
@@ -28,6 +30,7 @@ use crate::results::HostSnapshot;
 use chunk_size::{ChunkSizeResult, MonitorCost};
 use interference::InterferenceResult;
 use mixes::WorkloadResult;
+use programs::ProgramsResult;
 
 /// Options of `onecopy lab paper3`.
 #[derive(Clone, Debug)]
@@ -55,6 +58,9 @@ pub struct Sizes {
     /// seconds alone before and after the deduplication run.
     pub interference_bytes: u64,
     pub interference_quiet_seconds: u64,
+    /// Fig. 15: bytes of the source tree and rounds of the programs.
+    pub programs_bytes: u64,
+    pub programs_rounds: u64,
 }
 
 impl Sizes {
@@ -63,10 +69,12 @@ impl Sizes {
             Sizes {
                 chunk_size_files: 16,
                 chunk_size_file_bytes: 4 << 20,
-                workload_bytes: 48 << 20,
-                workload_file_bytes_max: 4 << 20,
-                interference_bytes: 96 << 20,
+                workload_bytes: 96 << 20,
+                workload_file_bytes_max: 8 << 20,
+                interference_bytes: 256 << 20,
                 interference_quiet_seconds: 2,
+                programs_bytes: 32 << 20,
+                programs_rounds: 5,
             }
         } else {
             Sizes {
@@ -76,6 +84,8 @@ impl Sizes {
                 workload_file_bytes_max: 32 << 20,
                 interference_bytes: 256 << 20,
                 interference_quiet_seconds: 5,
+                programs_bytes: 256 << 20,
+                programs_rounds: 7,
             }
         }
     }
@@ -91,6 +101,8 @@ pub struct Paper3Results {
     pub monitor: MonitorCost,
     /// Figs. 9, 10, 11: the high and the low workload.
     pub workloads: Vec<WorkloadResult>,
+    /// Fig. 15.
+    pub programs: ProgramsResult,
     /// Figs. 16, 17.
     pub interference: InterferenceResult,
     pub seconds: f64,
@@ -128,6 +140,9 @@ pub fn run(options: &Paper3Options) -> Result<Vec<PathBuf>> {
         )?);
     }
 
+    log("paper3: Fig. 15");
+    let programs = programs::run(&work, sizes.programs_bytes, sizes.programs_rounds)?;
+
     log("paper3: Figs. 16 and 17");
     let interference = interference::run(
         &work,
@@ -142,6 +157,7 @@ pub fn run(options: &Paper3Options) -> Result<Vec<PathBuf>> {
         chunk_sizes,
         monitor,
         workloads,
+        programs,
         interference,
         seconds: started.elapsed().as_secs_f64(),
         host_before,

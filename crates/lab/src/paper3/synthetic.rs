@@ -4,13 +4,18 @@
 //!
 //! A file is built in one of two ways:
 //!
-//! 1. with probability `whole_file_duplicate_probability` it is a copy of the earlier file
-//!    nearest in size to the size drawn: such copies deduplicate with any chunk size, which
-//!    gives big chunks their share;
-//! 2. otherwise it is a sequence of runs of 1 to 64 blocks of 4 KiB; each run copies, with
-//!    probability `run_duplicate_probability`, a run of an earlier file starting at one of
-//!    its 4 KiB blocks, else it is random. A copied run lines up with the 4 KiB chunk grid of
-//!    both files but rarely with a 256 KiB one, so runs deduplicate with small chunks only.
+//! 1. while whole-file copies hold less than `whole_file_duplicate_share` of the bytes so
+//!    far, the next file is a copy of the earlier file nearest in size to the size drawn:
+//!    such copies deduplicate with any chunk size, which gives big chunks their share;
+//! 2. otherwise it is a sequence of runs of 1 to 64 blocks of 4 KiB; while copied runs hold
+//!    less than `run_duplicate_share` of the bytes of such files so far, the next run copies
+//!    a run of an earlier file starting at one of its 4 KiB blocks, else it is random. A
+//!    copied run lines up with the 4 KiB chunk grid of both files but rarely with a 256 KiB
+//!    one, so runs deduplicate with small chunks only.
+//!
+//! Keeping the shares by bytes (rather than drawing each choice) makes the savings the
+//! same at every size of the set: about `w` with big chunks and `w + (1 - w) r` with small
+//! ones (`w`, `r` the two shares).
 //!
 //! Every file size is a multiple of 4 KiB. The generator is deterministic: one seed, one
 //! data set.
@@ -27,8 +32,8 @@ const RUN_BLOCKS_MAX: u64 = 64;
 pub struct WorkloadSpec {
     /// "high" or "low".
     pub name: &'static str,
-    pub whole_file_duplicate_probability: f64,
-    pub run_duplicate_probability: f64,
+    pub whole_file_duplicate_share: f64,
+    pub run_duplicate_share: f64,
     /// Table 4's space savings (1 - stored / logical) with big and small chunks.
     pub paper_big_savings: f64,
     pub paper_small_savings: f64,
@@ -37,8 +42,8 @@ pub struct WorkloadSpec {
 /// Table 4's workload #1: savings of about 20% with 256 KiB chunks and 70% with 4 KiB ones.
 pub const HIGH: WorkloadSpec = WorkloadSpec {
     name: "high",
-    whole_file_duplicate_probability: 0.20,
-    run_duplicate_probability: 0.62,
+    whole_file_duplicate_share: 0.20,
+    run_duplicate_share: 0.63,
     paper_big_savings: 0.20,
     paper_small_savings: 0.703,
 };
@@ -46,8 +51,8 @@ pub const HIGH: WorkloadSpec = WorkloadSpec {
 /// Table 4's workload #2: savings of about 5% with 256 KiB chunks and 20% with 4 KiB ones.
 pub const LOW: WorkloadSpec = WorkloadSpec {
     name: "low",
-    whole_file_duplicate_probability: 0.06,
-    run_duplicate_probability: 0.16,
+    whole_file_duplicate_share: 0.051,
+    run_duplicate_share: 0.163,
     paper_big_savings: 0.051,
     paper_small_savings: 0.205,
 };
@@ -104,15 +109,20 @@ pub fn generate(spec: &WorkloadSpec, total_bytes: u64, file_bytes_max: u64) -> V
     // Every block of `files`: its file and its index in it.
     let mut blocks: Vec<(u32, u32)> = Vec::new();
     let mut bytes = 0u64;
+    let mut whole_file_copy_bytes = 0u64;
+    let (mut run_bytes, mut run_copy_bytes) = (0u64, 0u64);
     while bytes < total_bytes {
         let size = file_size(&mut random, file_bytes_max);
-        let file = if !files.is_empty() && random.unit() < spec.whole_file_duplicate_probability {
+        let copy_whole_file = !files.is_empty()
+            && (whole_file_copy_bytes as f64) < spec.whole_file_duplicate_share * bytes as f64;
+        let file = if copy_whole_file {
             // The earlier file nearest in size: copies keep the size distribution, so that
             // their share of the bytes is their share of the files.
             let nearest = files
                 .iter()
                 .min_by_key(|file| (file.len() as u64).abs_diff(size))
                 .expect("files is not empty");
+            whole_file_copy_bytes += nearest.len() as u64;
             nearest.clone()
         } else {
             let mut data = Vec::with_capacity(size as usize);
@@ -120,8 +130,9 @@ pub fn generate(spec: &WorkloadSpec, total_bytes: u64, file_bytes_max: u64) -> V
             let mut done = 0;
             while done < file_blocks {
                 let run = (random.below(RUN_BLOCKS_MAX) + 1).min(file_blocks - done);
-                let copied = if !files.is_empty() && random.unit() < spec.run_duplicate_probability
-                {
+                let copy_run = !files.is_empty()
+                    && (run_copy_bytes as f64) < spec.run_duplicate_share * run_bytes as f64;
+                let copied = if copy_run {
                     // A block of all earlier data, so that big files are sources in
                     // proportion to their size.
                     let (owner, block) = blocks[random.below(blocks.len() as u64) as usize];
@@ -140,8 +151,11 @@ pub fn generate(spec: &WorkloadSpec, total_bytes: u64, file_bytes_max: u64) -> V
                         data.extend_from_slice(&random.next_u64().to_le_bytes());
                     }
                     done += run;
+                    run_bytes += run * BLOCK_BYTES;
                 } else {
                     done += copied;
+                    run_bytes += copied * BLOCK_BYTES;
+                    run_copy_bytes += copied * BLOCK_BYTES;
                 }
             }
             data
@@ -190,22 +204,27 @@ mod tests {
     /// generate each at the quick size and compute the ideal savings in memory.
     #[test]
     fn data_sets_match_table_4() {
-        for spec in [HIGH, LOW] {
-            let files = generate(&spec, 48 << 20, 4 << 20);
+        for (spec, total, largest) in [
+            (HIGH, 48 << 20, 4 << 20),
+            (LOW, 48 << 20, 4 << 20),
+            (HIGH, 96 << 20, 8 << 20),
+            (LOW, 96 << 20, 8 << 20),
+        ] {
+            let files = generate(&spec, total, largest);
             assert!(files.len() > 100, "{}: {} files", spec.name, files.len());
             assert!(files
                 .iter()
-                .all(|f| !f.is_empty() && f.len() as u64 <= 4 << 20));
+                .all(|f| !f.is_empty() && f.len() as u64 <= largest));
             let small = savings(&files, 4096);
             let big = savings(&files, 256 << 10);
             assert!(
-                (small - spec.paper_small_savings).abs() < 0.08,
+                (small - spec.paper_small_savings).abs() < 0.04,
                 "{}: small-chunk savings {small:.3}, the paper {}",
                 spec.name,
                 spec.paper_small_savings
             );
             assert!(
-                (big - spec.paper_big_savings).abs() < 0.08,
+                (big - spec.paper_big_savings).abs() < 0.04,
                 "{}: big-chunk savings {big:.3}, the paper {}",
                 spec.name,
                 spec.paper_big_savings
