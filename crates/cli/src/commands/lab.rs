@@ -126,13 +126,26 @@ pub struct Paper3Args {
     /// directory].
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
+    /// The cache of `onecopy lab paper2`: its downloaded typescript releases are the
+    /// real-world series of Table 6 when at least two are there (nothing is downloaded;
+    /// otherwise the series is made from /usr/include) [default: the user's cache
+    /// directory/onecopy-lab].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
 }
 
 fn run_paper3(args: &Paper3Args) -> anyhow::Result<()> {
+    let cache_directory = match &args.cache_dir {
+        Some(directory) => directory.clone(),
+        None => dirs::cache_dir()
+            .unwrap_or_else(std::env::temp_dir)
+            .join("onecopy-lab"),
+    };
     let options = onecopy_lab::paper3::Paper3Options {
         out: args.out.clone(),
         quick: args.quick,
         work_dir: args.work_dir.clone(),
+        cache_directory: Some(cache_directory),
     };
     for path in onecopy_lab::paper3::run(&options)? {
         println!("wrote {}", path.display());

@@ -10,7 +10,8 @@
 //! - **Figs. 16 and 17** (foreground file serving and computing while `fs dedup` runs)
 //!   ([`interference`]).
 //!
-//! Not measured here: the real-world workload of Table 6.
+//! - **Table 6** and **Fig. 14** (successive releases of a source tree, the newest in use:
+//!   files per rank, savings, sequential reads of the rank-1 files) ([`releases`]).
 
 pub mod bed;
 pub mod chunk_size;
@@ -18,6 +19,7 @@ pub mod figures;
 pub mod interference;
 pub mod mixes;
 pub mod programs;
+pub mod releases;
 pub mod synthetic;
 
 use std::path::PathBuf;
@@ -31,6 +33,7 @@ use chunk_size::{ChunkSizeResult, MonitorCost};
 use interference::InterferenceResult;
 use mixes::WorkloadResult;
 use programs::ProgramsResult;
+use releases::ReleasesResult;
 
 /// Options of `onecopy lab paper3`.
 #[derive(Clone, Debug)]
@@ -42,6 +45,9 @@ pub struct Paper3Options {
     /// Where the temporary repositories and mounts are made [default: the system temporary
     /// directory].
     pub work_dir: Option<PathBuf>,
+    /// The cache of `onecopy lab paper2` (downloaded releases of typescript), used for
+    /// Table 6 when it holds at least two releases.
+    pub cache_directory: Option<PathBuf>,
 }
 
 /// The sizes of one run.
@@ -61,6 +67,9 @@ pub struct Sizes {
     /// Fig. 15: bytes of the source tree and rounds of the programs.
     pub programs_bytes: u64,
     pub programs_rounds: u64,
+    /// Table 6: releases, and bytes of the first one when they are made from a local tree.
+    pub releases: u64,
+    pub release_bytes: u64,
 }
 
 impl Sizes {
@@ -75,6 +84,8 @@ impl Sizes {
                 interference_quiet_seconds: 2,
                 programs_bytes: 32 << 20,
                 programs_rounds: 5,
+                releases: 6,
+                release_bytes: 8 << 20,
             }
         } else {
             Sizes {
@@ -86,6 +97,8 @@ impl Sizes {
                 interference_quiet_seconds: 5,
                 programs_bytes: 256 << 20,
                 programs_rounds: 7,
+                releases: 12,
+                release_bytes: 64 << 20,
             }
         }
     }
@@ -101,6 +114,8 @@ pub struct Paper3Results {
     pub monitor: MonitorCost,
     /// Figs. 9, 10, 11: the high and the low workload.
     pub workloads: Vec<WorkloadResult>,
+    /// Table 6, Fig. 14.
+    pub releases: ReleasesResult,
     /// Fig. 15.
     pub programs: ProgramsResult,
     /// Figs. 16, 17.
@@ -118,7 +133,7 @@ pub fn run(options: &Paper3Options) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(&options.out)
         .map_err(|source| LabError::io(format!("creating {}", options.out.display()), source))?;
     let host_before = HostSnapshot::take();
-    let mut log = |line: &str| eprintln!("{line}");
+    let mut log = |line: &str| eprintln!("[{:.0} s] {line}", started.elapsed().as_secs_f64());
 
     log("paper3: Fig. 3");
     let files = chunk_size::dataset(sizes.chunk_size_files, sizes.chunk_size_file_bytes);
@@ -140,6 +155,14 @@ pub fn run(options: &Paper3Options) -> Result<Vec<PathBuf>> {
         )?);
     }
 
+    let releases = releases::run(
+        &work,
+        options.cache_directory.as_deref(),
+        sizes.releases as usize,
+        sizes.release_bytes,
+        &mut log,
+    )?;
+
     log("paper3: Fig. 15");
     let programs = programs::run(&work, sizes.programs_bytes, sizes.programs_rounds)?;
 
@@ -157,6 +180,7 @@ pub fn run(options: &Paper3Options) -> Result<Vec<PathBuf>> {
         chunk_sizes,
         monitor,
         workloads,
+        releases,
         programs,
         interference,
         seconds: started.elapsed().as_secs_f64(),
