@@ -78,14 +78,14 @@ impl Sizes {
             Sizes {
                 chunk_size_files: 16,
                 chunk_size_file_bytes: 4 << 20,
-                workload_bytes: 96 << 20,
+                workload_bytes: 64 << 20,
                 workload_file_bytes_max: 8 << 20,
-                interference_bytes: 256 << 20,
+                interference_bytes: 128 << 20,
                 interference_quiet_seconds: 2,
-                programs_bytes: 32 << 20,
-                programs_rounds: 5,
+                programs_bytes: 24 << 20,
+                programs_rounds: 7,
                 releases: 6,
-                release_bytes: 8 << 20,
+                release_bytes: 6 << 20,
             }
         } else {
             Sizes {
@@ -96,7 +96,7 @@ impl Sizes {
                 interference_bytes: 256 << 20,
                 interference_quiet_seconds: 5,
                 programs_bytes: 256 << 20,
-                programs_rounds: 7,
+                programs_rounds: 9,
                 releases: 12,
                 release_bytes: 64 << 20,
             }

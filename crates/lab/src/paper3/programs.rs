@@ -11,9 +11,10 @@
 //! 3. **grep**: `grep -r` of a string that occurs nowhere (every byte is read);
 //! 4. **cp**: `cp -r` of the tree to a new directory of the mount;
 //!
-//! each followed by `syncfs`, so that written data reached the engine. Rounds alternate
-//! between the two mounts, so that drift of a shared machine hits both; the median of the
-//! rounds is reported.
+//! each followed by `syncfs`, so that written data reached the engine. Each program runs on
+//! both mounts back to back, the first alternating, so that drift of a shared machine hits
+//! both; the median of the rounds is reported, in elapsed seconds and in CPU seconds of the
+//! file system (its request threads run in this process).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -41,6 +42,10 @@ pub struct ProgramCost {
     pub unmonitored_seconds: f64,
     /// monitored / unmonitored - 1.
     pub overhead: f64,
+    /// CPU seconds the file system spent serving the program, and their ratio - 1.
+    pub monitored_cpu_seconds: f64,
+    pub unmonitored_cpu_seconds: f64,
+    pub cpu_overhead: f64,
 }
 
 /// Fig. 15's numbers.
@@ -90,8 +95,28 @@ fn copy_tree(
     Ok(())
 }
 
-/// Runs a program and returns its seconds, `syncfs` of `mount_point` included.
-fn timed(program: &str, arguments: &[&str], mount_point: &Path, accepted: &[i32]) -> Result<f64> {
+/// CPU seconds (user and system) this process used so far: the file systems' request
+/// threads run in it, so the difference around a program is what serving it cost.
+fn process_cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes the structure it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let seconds = |time: libc::timeval| time.tv_sec as f64 + time.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+/// Runs a program; returns its seconds (`syncfs` of `mount_point` included) and the CPU
+/// seconds the file system spent serving it.
+fn timed(
+    program: &str,
+    arguments: &[&str],
+    mount_point: &Path,
+    accepted: &[i32],
+) -> Result<(f64, f64)> {
+    let cpu_before = process_cpu_seconds();
     let started = Instant::now();
     let output = Command::new(program)
         .args(arguments)
@@ -118,35 +143,40 @@ fn timed(program: &str, arguments: &[&str], mount_point: &Path, accepted: &[i32]
         });
     }
     sync_file_system(mount_point)?;
-    Ok(started.elapsed().as_secs_f64())
+    Ok((
+        started.elapsed().as_secs_f64(),
+        process_cpu_seconds() - cpu_before,
+    ))
 }
 
-/// One round on `bed`: the seconds of each of [`PROGRAMS`].
-fn round(bed: &MountedFs, archive: &Path, index: u64) -> Result<[f64; 4]> {
+/// Program `program` (an index of [`PROGRAMS`]) of round `index` on `bed`.
+fn step(bed: &MountedFs, archive: &Path, program: usize, index: u64) -> Result<(f64, f64)> {
     let root = bed.mount_point();
-    let tree = root.join(format!("tree-{index}"));
-    std::fs::create_dir(&tree)
-        .map_err(|error| LabError::io(format!("creating {}", tree.display()), error))?;
-    let tree_text = tree.display().to_string();
-    let archive_text = archive.display().to_string();
-    let copy_archive = root.join(format!("tree-{index}.tar")).display().to_string();
-    let copy = root.join(format!("copy-{index}")).display().to_string();
-    let untar = timed("tar", &["xf", &archive_text, "-C", &tree_text], root, &[0])?;
-    let tar = timed(
-        "tar",
-        &["cf", &copy_archive, "-C", &tree_text, "."],
-        root,
-        &[0],
-    )?;
-    // grep exits with 1 when nothing matched, which is what it is asked.
-    let grep = timed(
-        "grep",
-        &["-r", "-l", "onecopy-lab-no-such-string", &tree_text],
-        root,
-        &[1],
-    )?;
-    let cp = timed("cp", &["-r", &tree_text, &copy], root, &[0])?;
-    Ok([untar, tar, grep, cp])
+    let tree = root.join(format!("tree-{index}")).display().to_string();
+    match PROGRAMS[program] {
+        "untar" => {
+            std::fs::create_dir(&tree)
+                .map_err(|error| LabError::io(format!("creating {tree}"), error))?;
+            let archive = archive.display().to_string();
+            timed("tar", &["xf", &archive, "-C", &tree], root, &[0])
+        }
+        "tar" => {
+            let copy_archive = root.join(format!("tree-{index}.tar")).display().to_string();
+            timed("tar", &["cf", &copy_archive, "-C", &tree, "."], root, &[0])
+        }
+        // grep exits with 1 when nothing matched, which is what it is asked.
+        "grep" => timed(
+            "grep",
+            &["-r", "-l", "onecopy-lab-no-such-string", &tree],
+            root,
+            &[1],
+        ),
+        "cp" => {
+            let copy = root.join(format!("copy-{index}")).display().to_string();
+            timed("cp", &["-r", &tree, &copy], root, &[0])
+        }
+        other => unreachable!("unknown program {other}"),
+    }
 }
 
 /// Measures Fig. 15 on the first `bytes_max` bytes of [`SOURCE_TREE`], over `rounds` rounds.
@@ -201,19 +231,25 @@ pub fn run(work: &Path, bytes_max: u64, rounds: u64) -> Result<ProgramsResult> {
             ..MountOptions::default()
         },
     )?;
-    let mut seconds = [Vec::new(), Vec::new()];
+    // samples[program][mount]: (seconds, CPU seconds) of each round.
+    let mut samples = vec![[Vec::new(), Vec::new()]; PROGRAMS.len()];
     for index in 0..rounds {
-        // Alternate which mount goes first.
-        let order = if index % 2 == 0 { [0, 1] } else { [1, 0] };
-        for which in order {
-            let bed = if which == 0 { &monitored } else { &unmonitored };
-            seconds[which].push(round(bed, &archive, index)?);
+        for (program, per_mount) in samples.iter_mut().enumerate() {
+            // Each program runs on both mounts back to back, the first one alternating, so
+            // that drift of a shared machine hits both alike.
+            let monitored_first = (index as usize + program).is_multiple_of(2);
+            let order = if monitored_first { [0, 1] } else { [1, 0] };
+            for which in order {
+                let bed = if which == 0 { &monitored } else { &unmonitored };
+                let sample = step(bed, &archive, program, index)?;
+                per_mount[which].push(sample);
+            }
         }
     }
     monitored.teardown()?;
     unmonitored.teardown()?;
-    let median = |which: usize, program: usize| {
-        let mut values: Vec<f64> = seconds[which].iter().map(|round| round[program]).collect();
+    let median = |values: Vec<f64>| {
+        let mut values = values;
         values.sort_by(f64::total_cmp);
         values[values.len() / 2]
     };
@@ -221,13 +257,21 @@ pub fn run(work: &Path, bytes_max: u64, rounds: u64) -> Result<ProgramsResult> {
         .iter()
         .enumerate()
         .map(|(index, program)| {
-            let monitored_seconds = median(0, index);
-            let unmonitored_seconds = median(1, index);
+            let of = |which: usize, pick: fn(&(f64, f64)) -> f64| {
+                median(samples[index][which].iter().map(pick).collect())
+            };
+            let monitored_seconds = of(0, |sample| sample.0);
+            let unmonitored_seconds = of(1, |sample| sample.0);
+            let monitored_cpu_seconds = of(0, |sample| sample.1);
+            let unmonitored_cpu_seconds = of(1, |sample| sample.1);
             ProgramCost {
                 program: program.to_string(),
                 monitored_seconds,
                 unmonitored_seconds,
                 overhead: monitored_seconds / unmonitored_seconds.max(1e-9) - 1.0,
+                monitored_cpu_seconds,
+                unmonitored_cpu_seconds,
+                cpu_overhead: monitored_cpu_seconds / unmonitored_cpu_seconds.max(1e-9) - 1.0,
             }
         })
         .collect();
