@@ -119,8 +119,8 @@ pub struct Paper3Args {
     /// Smaller data sets, a run of at most three minutes: Fig. 3 on 16 files of 4 MiB
     /// instead of 64 of 8 MiB, the workloads of Table 4 of 64 MiB (files up to 8 MiB)
     /// instead of 512 MiB (up to 32 MiB), Table 6 on 6 releases of 6 MiB instead of 12 of
-    /// 64 MiB, Fig. 15 on 24 MiB of /usr/include instead of 256 MiB, Figs. 16 and 17 with
-    /// 128 MiB served and pending instead of 256 MiB.
+    /// 64 MiB, Fig. 15 on 24 MiB of /usr/include instead of all of it, Figs. 16 and 17 with
+    /// 256 MiB served and pending (512 MiB without --quick).
     #[arg(long)]
     pub quick: bool,
     /// Where the temporary repositories and mounts are made [default: the system temporary

@@ -658,12 +658,15 @@ pub fn summary(results: &Paper3Results) -> String {
     let timeline = &results.interference;
     text.push_str(&format!(
         "\n## Figs. 16 and 17: foreground work while `fs dedup` runs\n\n\
-         `fs dedup` of {:.0} MB pending (mostly duplicates of the {:.0} MB being served) ran \
-         from {:.1} s to {:.1} s, at full speed, while {} threads served whole files and one \
-         thread hashed in memory (2 cores shared with the rest of the machine).\n\n\
+         `fs dedup` of {:.0} MB pending (mostly duplicates of the {:.0} MB being served; \
+         {} files, {:.0} MB read) ran from {:.1} s to {:.1} s, at full speed, while {} \
+         threads served whole files and one thread hashed in memory (2 cores shared with \
+         the rest of the machine).\n\n\
          | foreground | outside the run | during the run | change |\n| --- | --- | --- | --- |\n",
         timeline.pending_bytes as f64 / 1e6,
         timeline.served_bytes as f64 / 1e6,
+        timeline.dedup_files,
+        timeline.dedup_bytes_read as f64 / 1e6,
         timeline.dedup_start_seconds,
         timeline.dedup_end_seconds,
         2,

@@ -54,6 +54,9 @@ pub struct InterferenceResult {
     pub pending_bytes: u64,
     pub dedup_start_seconds: f64,
     pub dedup_end_seconds: f64,
+    /// Files the run deduplicated and bytes it read.
+    pub dedup_files: u64,
+    pub dedup_bytes_read: u64,
     pub intervals: Vec<Interval>,
     /// Means over the intervals wholly outside and wholly inside the run.
     pub serving_mb_per_second_idle: f64,
@@ -165,7 +168,7 @@ pub fn run(
     }
     std::thread::sleep(quiet);
     let dedup_start_seconds = started.elapsed().as_secs_f64();
-    let deduplicated = mixes::deduplicate(&bed);
+    let deduplicated = mixes::deduplicate_with_report(&bed);
     let dedup_end_seconds = started.elapsed().as_secs_f64();
     if deduplicated.is_ok() {
         std::thread::sleep(quiet);
@@ -175,7 +178,7 @@ pub fn run(
     for thread in threads {
         thread.join().expect("a foreground thread panicked")?;
     }
-    deduplicated?;
+    let report = deduplicated?;
     bed.teardown()?;
 
     let served = served.lock().expect("not poisoned").clone();
@@ -229,6 +232,8 @@ pub fn run(
         pending_bytes: pending.iter().map(|file| file.len() as u64).sum(),
         dedup_start_seconds,
         dedup_end_seconds,
+        dedup_files: report.files_deduplicated,
+        dedup_bytes_read: report.bytes_read,
         serving_mb_per_second_idle: mean(&outside, &|i| i.serving_mb_per_second),
         serving_mb_per_second_during: mean(&inside, &|i| i.serving_mb_per_second),
         serving_latency_ms_idle: mean(&outside, &|i| i.serving_latency_ms),

@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use onecopy_fs::dedup::{self, Yield};
+use onecopy_fs::dedup::{self, DedupReport, Yield};
 use onecopy_fs::FsOptions;
 
 use super::bed::MountedFs;
@@ -199,15 +199,21 @@ pub fn read_files(root: &Path, files: &[Vec<u8>], sequential: &[bool]) -> Result
 /// freed plain copies away; returns the seconds taken.
 pub fn deduplicate(bed: &MountedFs) -> Result<f64> {
     let started = Instant::now();
+    deduplicate_with_report(bed)?;
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// [`deduplicate`], returning what the run did.
+pub fn deduplicate_with_report(bed: &MountedFs) -> Result<DedupReport> {
     let engine = bed.engine();
     let plan = dedup::plan(engine, bed.fs())
         .map_err(|error| LabError::engine("planning deduplication", error))?;
-    dedup::execute(engine, bed.fs(), &plan, Yield::Never)
+    let report = dedup::execute(engine, bed.fs(), &plan, Yield::Never)
         .map_err(|error| LabError::engine("deduplicating", error))?;
     engine
         .compact(false)
         .map_err(|error| LabError::engine("compacting", error))?;
-    Ok(started.elapsed().as_secs_f64())
+    Ok(report)
 }
 
 fn measured_run(
