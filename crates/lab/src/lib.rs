@@ -8,8 +8,8 @@
 //!   and copy workloads at injected index latencies, LRU and ARC, hints on and off);
 //! - [`paper2`]: paper 2 §4, RevDedup against conventional deduplication on synthetic and
 //!   real backup series, and [`paper2::peers`]: restic and borg run on the same series.
-//! - [`paper3`]: paper 3 §5, selective offline deduplication on the file system face (a
-//!   first measurement: Fig. 3 and the I/O monitor's cost);
+//! - [`paper3`]: paper 3 §5, selective offline deduplication on the file system face
+//!   (Figs. 3, 9 to 11, 14 to 17 and Tables 4 and 6, on file systems mounted through FUSE);
 //! - [`trace`]: block traces with content digests (the FIU format of paper 4);
 //! - [`trace_replay`]: paper 4 §4.1, content- vs sector-addressed caches over a trace.
 //!
