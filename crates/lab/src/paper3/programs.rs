@@ -172,8 +172,21 @@ fn step(bed: &MountedFs, archive: &Path, program: usize, index: u64) -> Result<(
             &[1],
         ),
         "cp" => {
-            let copy = root.join(format!("copy-{index}")).display().to_string();
-            timed("cp", &["-r", &tree, &copy], root, &[0])
+            let copy = root.join(format!("copy-{index}"));
+            let copy_text = copy.display().to_string();
+            let measured = timed("cp", &["-r", &tree, &copy_text], root, &[0])?;
+            // The round's last program: its files go, so that the file system's size stays
+            // that of one round whatever the number of rounds.
+            let copy_archive = root.join(format!("tree-{index}.tar"));
+            for directory in [Path::new(&tree), copy.as_path()] {
+                std::fs::remove_dir_all(directory).map_err(|error| {
+                    LabError::io(format!("removing {}", directory.display()), error)
+                })?;
+            }
+            std::fs::remove_file(&copy_archive).map_err(|error| {
+                LabError::io(format!("removing {}", copy_archive.display()), error)
+            })?;
+            Ok(measured)
         }
         other => unreachable!("unknown program {other}"),
     }
