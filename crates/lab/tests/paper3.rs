@@ -116,3 +116,29 @@ fn interference_timeline_covers_the_run() {
     assert!(result.serving_mb_per_second_idle > 0.0);
     assert!(result.computing_mb_per_second_idle > 0.0);
 }
+
+/// Goal: the mount's own deduplicator runs in the pauses of the foreground and finishes the
+/// pending set, which the statistics then show as done. Method: 4 MiB pending, bursts of a
+/// quarter second, pauses of two seconds (one more than the idle time).
+#[test]
+fn idle_deduplicator_works_in_the_pauses() {
+    require_fuse();
+    let work = tempfile::tempdir().unwrap();
+    let result = interference::run_idle(
+        work.path(),
+        4 << 20,
+        512 << 10,
+        Duration::from_millis(250),
+        Duration::from_secs(2),
+        6,
+    )
+    .unwrap();
+    assert!(result.pending_bytes > 0);
+    assert_eq!(
+        result.pending_over_time.last().map(|(_, bytes)| *bytes),
+        Some(0),
+        "{:?}",
+        result.pending_over_time
+    );
+    assert!(result.serving_over_time.iter().any(|(_, rate)| *rate > 0.0));
+}

@@ -7,9 +7,15 @@
 //! checkpoints and closes the engine (its chunk cache goes), drops the page cache's copy of
 //! the repository's files (ours only, with `posix_fadvise`, after writing them out), opens
 //! the engine again and mounts.
+//!
+//! [`MountedFs::create_serving`] mounts the way `onecopy mount` does ([`mount::serve`]):
+//! with the control socket and the idle deduplicator, whose runs start after the file
+//! system's `idle_seconds` without a request.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use onecopy_core::repository::Repository;
 use onecopy_fs::engine::Caller;
@@ -22,12 +28,24 @@ const ROOT_CALLER: Caller = Caller { uid: 0, gid: 0 };
 /// Name of the one file system of a bed.
 const FILE_SYSTEM_NAME: &str = "lab";
 
+/// How long a serving mount may take to become ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The FUSE session of a bed.
+enum Session {
+    /// Requests only ([`mount::mount`]).
+    Mounted(Mounted),
+    /// As `onecopy mount` serves ([`mount::serve`]); the thread checkpoints the engine when
+    /// the mount ends.
+    Served(JoinHandle<onecopy_fs::Result<()>>),
+}
+
 /// A mounted file system; unmounted and removed on drop.
 pub struct MountedFs {
     repository: PathBuf,
     mount_point: PathBuf,
     engine: Option<Arc<FsEngine>>,
-    mounted: Option<Mounted>,
+    mounted: Option<Session>,
     fs: FsId,
     mount_options: MountOptions,
     /// Removed last, after the mount is gone.
@@ -98,17 +116,71 @@ impl MountedFs {
             &self.repository.join("fs"),
         )
         .map_err(|error| LabError::engine("mounting the lab file system", error))?;
-        self.mounted = Some(mounted);
+        self.mounted = Some(Session::Mounted(mounted));
         Ok(())
     }
 
+    /// Creates a repository under `work` and a file system with `options` in it, and serves
+    /// it as `onecopy mount` does (control socket, idle deduplicator). A cold remount mounts
+    /// it without them.
+    pub fn create_serving(work: &Path, options: FsOptions) -> Result<MountedFs> {
+        let mut bed = MountedFs::create(work, options)?;
+        bed.unmount()?;
+        let engine = Arc::clone(bed.engine());
+        let (fs, mount_point) = (bed.fs, bed.mount_point.clone());
+        let face_directory = bed.repository.join("fs");
+        let (ready_sender, ready) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("lab-fs-serve".to_string())
+            .spawn(move || {
+                mount::serve(
+                    engine,
+                    fs,
+                    &mount_point,
+                    &MountOptions::default(),
+                    &face_directory,
+                    false,
+                    move || {
+                        let _ = ready_sender.send(());
+                    },
+                )
+            })
+            .map_err(|error| LabError::io("starting the serving thread", error))?;
+        if ready.recv_timeout(READY_TIMEOUT).is_err() {
+            let outcome = if thread.is_finished() {
+                match thread.join() {
+                    Ok(Err(error)) => error.to_string(),
+                    _ => "the serving thread ended".to_string(),
+                }
+            } else {
+                format!("not ready within {READY_TIMEOUT:?}")
+            };
+            return Err(LabError::engine("serving the lab file system", outcome));
+        }
+        bed.mounted = Some(Session::Served(thread));
+        Ok(bed)
+    }
+
     fn unmount(&mut self) -> Result<()> {
-        if let Some(mounted) = self.mounted.take() {
-            mount::unmount(&self.mount_point)
-                .map_err(|error| LabError::engine("unmounting the lab file system", error))?;
-            mounted
-                .wait()
-                .map_err(|error| LabError::engine("serving the lab file system", error))?;
+        match self.mounted.take() {
+            None => {}
+            Some(Session::Mounted(mounted)) => {
+                mount::unmount(&self.mount_point)
+                    .map_err(|error| LabError::engine("unmounting the lab file system", error))?;
+                mounted
+                    .wait()
+                    .map_err(|error| LabError::engine("serving the lab file system", error))?;
+            }
+            Some(Session::Served(thread)) => {
+                mount::unmount(&self.mount_point)
+                    .map_err(|error| LabError::engine("unmounting the lab file system", error))?;
+                let served = thread.join().map_err(|_| {
+                    LabError::engine("serving the lab file system", "the serving thread panicked")
+                })?;
+                served.map_err(|error| LabError::engine("serving the lab file system", error))?;
+                // serve checkpointed and closed the engine.
+                self.engine = None;
+            }
         }
         Ok(())
     }

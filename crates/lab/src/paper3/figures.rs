@@ -164,8 +164,9 @@ fn throughput_figure(workloads: &[WorkloadResult]) -> Figure {
 fn interference_figure(results: &Paper3Results) -> Figure {
     let timeline = &results.interference;
     let mut figure = Figure::new(
-        "Paper 3 Figs. 16 and 17: foreground work while `fs dedup` runs (box: the run)",
-        3,
+        "Paper 3 Figs. 16 and 17: foreground work while `fs dedup` runs (box: the run), and \
+         the mount's idle-started deduplicator between bursts of foreground work",
+        2,
     );
     type Value = fn(&Interval) -> f64;
     let panels: [(&str, &str, Value); 3] = [
@@ -278,6 +279,31 @@ fn programs_figure(results: &Paper3Results) -> Figure {
             },
         ],
         value_labels: false,
+    }));
+    let idle = &results.idle;
+    figure.panels.push(Panel::Lines(LinePanel {
+        title: format!(
+            "idle-started runs ({} s idle, {}% share) between bursts",
+            idle.idle_seconds, idle.dedup_share_percent
+        ),
+        x_label: "seconds".into(),
+        y_label: "MB pending / MB/s served".into(),
+        x_scale: AxisScale::Linear,
+        y_scale: AxisScale::Linear,
+        series: vec![
+            LineSeries {
+                name: "pending MB".into(),
+                points: idle
+                    .pending_over_time
+                    .iter()
+                    .map(|(at, bytes)| (*at, *bytes as f64 / 1e6))
+                    .collect(),
+            },
+            LineSeries {
+                name: "served MB/s".into(),
+                points: idle.serving_over_time.clone(),
+            },
+        ],
     }));
     figure
 }
@@ -697,6 +723,30 @@ pub fn summary(results: &Paper3Results) -> String {
             "| {name} | {idle:.1} | {during:.1} | {change} |\n"
         ));
     }
+    let idle = &results.idle;
+    let first: Vec<String> = idle
+        .first_file_after_dedup_ms
+        .iter()
+        .map(|ms| format!("{ms:.1}"))
+        .collect();
+    text.push_str(&format!(
+        "\nThe mount's own deduplicator (started after {} s without a request, {}% share): \
+         bursts of {:.0} s of file serving, pauses of {:.0} s; {:.0} MB pending were done \
+         after {:.1} s. First file of each burst that interrupted a run (ms): {}; the \
+         other files: median {:.1} ms.\n",
+        idle.idle_seconds,
+        idle.dedup_share_percent,
+        idle.burst_seconds,
+        idle.pause_seconds,
+        idle.pending_bytes as f64 / 1e6,
+        idle.seconds_to_done,
+        if first.is_empty() {
+            "none caught a run".to_string()
+        } else {
+            first.join(", ")
+        },
+        idle.other_files_median_ms
+    ));
     text
 }
 

@@ -243,3 +243,175 @@ pub fn run(
         intervals,
     })
 }
+
+/// The idle-started run: foreground bursts separated by pauses longer than the file
+/// system's idle time, so that the mount's own deduplicator runs in the pauses and must
+/// stop at the first request of each burst.
+#[derive(Clone, Debug, Serialize)]
+pub struct IdleResult {
+    pub pending_bytes: u64,
+    pub idle_seconds: u64,
+    pub dedup_share_percent: u64,
+    pub burst_seconds: f64,
+    pub pause_seconds: f64,
+    /// Bytes still plain, sampled every [`INTERVAL`]: (seconds, bytes).
+    pub pending_over_time: Vec<(f64, u64)>,
+    /// Files served per interval (MB/s): (seconds, MB/s).
+    pub serving_over_time: Vec<(f64, f64)>,
+    /// Response time of the first file of each burst after a pause in which the
+    /// deduplicator was at work (pending bytes fell and some were left), in milliseconds.
+    pub first_file_after_dedup_ms: Vec<f64>,
+    /// Median response time of the other files.
+    pub other_files_median_ms: f64,
+    /// Seconds until nothing was pending (or the end of the timeline).
+    pub seconds_to_done: f64,
+}
+
+/// Runs bursts of file serving for `burst` with pauses of `pause` until the pending set is
+/// deduplicated or `bursts_max` bursts ran.
+pub fn run_idle(
+    work: &Path,
+    total_bytes: u64,
+    file_bytes_max: u64,
+    burst: Duration,
+    pause: Duration,
+    bursts_max: usize,
+) -> Result<IdleResult> {
+    let files = synthetic::generate(&synthetic::HIGH, total_bytes, file_bytes_max);
+    let idle_seconds = 1;
+    let options = FsOptions {
+        min_evaluation_interval_seconds: 0,
+        min_evaluation_count: 0,
+        idle_seconds: 0,
+        big_chunk_bytes: BIG_CHUNK_BYTES,
+        small_chunk_bytes: SMALL_CHUNK_BYTES,
+        ..FsOptions::default()
+    };
+    // A small share stretches the runs over several pauses, so that bursts interrupt them.
+    let dedup_share_percent = 10;
+    let bed = MountedFs::create_serving(work, options)?;
+    let served_root = bed.mount_point().join("served");
+    let pending_root = bed.mount_point().join("pending");
+    mixes::write_files(&served_root, &files)?;
+    mixes::deduplicate(&bed)?;
+    let pending: Vec<Vec<u8>> = files
+        .iter()
+        .enumerate()
+        .map(|(index, data)| {
+            let mut copy = data.clone();
+            copy[..8].copy_from_slice(&(index as u64 ^ 0xFEED).to_le_bytes());
+            copy
+        })
+        .collect();
+    mixes::write_files(&pending_root, &pending)?;
+    let pending_bytes = |bed: &MountedFs| -> Result<u64> {
+        bed.engine()
+            .stats(bed.fs())
+            .map(|stats| stats.pending_bytes)
+            .map_err(|error| LabError::engine("reading file system statistics", error))
+    };
+    let pending_at_start = pending_bytes(&bed)?;
+    bed.engine()
+        .configure(
+            bed.fs(),
+            &onecopy_fs::OptionChanges {
+                idle_seconds: Some(idle_seconds),
+                dedup_share_percent: Some(dedup_share_percent),
+                ..Default::default()
+            },
+        )
+        .map_err(|error| LabError::engine("turning the idle deduplicator on", error))?;
+
+    let started = Instant::now();
+    let mut random = Random::new(0x1D1E);
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut served: Vec<Served> = Vec::new();
+    let mut pending_over_time = vec![(0.0, pending_at_start)];
+    let mut first_file_after_dedup_ms = Vec::new();
+    let mut first_of_burst = Vec::new();
+    let mut seconds_to_done = None;
+    for _ in 0..bursts_max {
+        let pending_before_pause = pending_bytes(&bed)?;
+        let pause_end = Instant::now() + pause;
+        while Instant::now() < pause_end {
+            std::thread::sleep(INTERVAL.min(pause_end - Instant::now()));
+            pending_over_time.push((started.elapsed().as_secs_f64(), pending_bytes(&bed)?));
+        }
+        let pending_after_pause = pending_bytes(&bed)?;
+        if pending_after_pause == 0 && seconds_to_done.is_none() {
+            seconds_to_done = pending_over_time
+                .iter()
+                .find(|(_, bytes)| *bytes == 0)
+                .map(|(at, _)| *at);
+        }
+        let deduplicating = pending_after_pause < pending_before_pause && pending_after_pause > 0;
+        let burst_end = Instant::now() + burst;
+        let mut first = true;
+        while Instant::now() < burst_end {
+            let index = random.below(files.len() as u64) as usize;
+            let path = mixes::file_path(&served_root, index);
+            let begun = Instant::now();
+            let mut file = std::fs::File::open(&path)
+                .map_err(|source| LabError::io(format!("opening {}", path.display()), source))?;
+            let mut bytes = 0u64;
+            loop {
+                use std::io::Read;
+                let read = file.read(&mut buffer).map_err(|source| {
+                    LabError::io(format!("reading {}", path.display()), source)
+                })?;
+                if read == 0 {
+                    break;
+                }
+                bytes += read as u64;
+            }
+            let latency_ms = begun.elapsed().as_secs_f64() * 1e3;
+            if first && deduplicating {
+                first_file_after_dedup_ms.push(latency_ms);
+            }
+            if first {
+                first_of_burst.push(served.len());
+            }
+            first = false;
+            served.push(Served {
+                at: started.elapsed().as_secs_f64(),
+                bytes,
+                latency_ms,
+            });
+        }
+        pending_over_time.push((started.elapsed().as_secs_f64(), pending_bytes(&bed)?));
+        if pending_after_pause == 0 {
+            break;
+        }
+    }
+    let end_seconds = started.elapsed().as_secs_f64();
+    bed.teardown()?;
+
+    let width = INTERVAL.as_secs_f64();
+    let count = (end_seconds / width).ceil() as usize;
+    let mut serving_over_time: Vec<(f64, f64)> = (0..count)
+        .map(|index| (index as f64 * width, 0.0))
+        .collect();
+    for event in &served {
+        let index = ((event.at / width) as usize).min(count.saturating_sub(1));
+        serving_over_time[index].1 += event.bytes as f64 / 1e6 / width;
+    }
+    let mut others: Vec<f64> = served
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| !first_of_burst.contains(index))
+        .map(|(_, event)| event.latency_ms)
+        .collect();
+    others.sort_by(f64::total_cmp);
+    Ok(IdleResult {
+        pending_bytes: pending_at_start,
+        idle_seconds,
+        dedup_share_percent,
+        burst_seconds: burst.as_secs_f64(),
+        pause_seconds: pause.as_secs_f64(),
+        pending_over_time,
+        serving_over_time,
+        first_file_after_dedup_ms,
+        other_files_median_ms: others.get(others.len() / 2).copied().unwrap_or(0.0),
+        seconds_to_done: seconds_to_done.unwrap_or(end_seconds),
+    })
+}

@@ -30,10 +30,13 @@ use serde::Serialize;
 use crate::error::{LabError, Result};
 use crate::results::HostSnapshot;
 use chunk_size::{ChunkSizeResult, MonitorCost};
-use interference::InterferenceResult;
+use interference::{IdleResult, InterferenceResult};
 use mixes::WorkloadResult;
 use programs::ProgramsResult;
 use releases::ReleasesResult;
+
+/// Most foreground bursts of the idle-started run.
+const IDLE_BURSTS_MAX: usize = 10;
 
 /// Options of `onecopy lab paper3`.
 #[derive(Clone, Debug)]
@@ -64,6 +67,8 @@ pub struct Sizes {
     /// seconds alone before and after the deduplication run.
     pub interference_bytes: u64,
     pub interference_quiet_seconds: u64,
+    /// The idle-started run of Figs. 16 and 17: bytes pending (and served).
+    pub idle_bytes: u64,
     /// Fig. 15: bytes of the source tree and rounds of the programs.
     pub programs_bytes: u64,
     pub programs_rounds: u64,
@@ -82,6 +87,7 @@ impl Sizes {
                 workload_file_bytes_max: 8 << 20,
                 interference_bytes: 256 << 20,
                 interference_quiet_seconds: 2,
+                idle_bytes: 64 << 20,
                 programs_bytes: 24 << 20,
                 programs_rounds: 7,
                 releases: 6,
@@ -95,6 +101,7 @@ impl Sizes {
                 workload_file_bytes_max: 32 << 20,
                 interference_bytes: 512 << 20,
                 interference_quiet_seconds: 5,
+                idle_bytes: 256 << 20,
                 programs_bytes: 256 << 20,
                 programs_rounds: 9,
                 releases: 12,
@@ -120,6 +127,8 @@ pub struct Paper3Results {
     pub programs: ProgramsResult,
     /// Figs. 16, 17.
     pub interference: InterferenceResult,
+    /// Figs. 16, 17 with the mount's own, idle-started deduplicator.
+    pub idle: IdleResult,
     pub seconds: f64,
     pub host_before: HostSnapshot,
     pub host_after: HostSnapshot,
@@ -173,6 +182,15 @@ pub fn run(options: &Paper3Options) -> Result<Vec<PathBuf>> {
         sizes.workload_file_bytes_max,
         Duration::from_secs(sizes.interference_quiet_seconds),
     )?;
+    log("paper3: Figs. 16 and 17, idle-started deduplication");
+    let idle = interference::run_idle(
+        &work,
+        sizes.idle_bytes,
+        sizes.workload_file_bytes_max,
+        Duration::from_secs(1),
+        Duration::from_secs(2),
+        IDLE_BURSTS_MAX,
+    )?;
 
     let results = Paper3Results {
         sizes,
@@ -183,6 +201,7 @@ pub fn run(options: &Paper3Options) -> Result<Vec<PathBuf>> {
         releases,
         programs,
         interference,
+        idle,
         seconds: started.elapsed().as_secs_f64(),
         host_before,
         host_after: HostSnapshot::take(),
