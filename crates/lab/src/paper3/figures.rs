@@ -206,6 +206,31 @@ fn interference_figure(results: &Paper3Results) -> Figure {
             ],
         }));
     }
+    let idle = &results.idle;
+    figure.panels.push(Panel::Lines(LinePanel {
+        title: format!(
+            "idle-started runs ({} s idle, {}% share) between bursts",
+            idle.idle_seconds, idle.dedup_share_percent
+        ),
+        x_label: "seconds".into(),
+        y_label: "MB pending / MB/s served".into(),
+        x_scale: AxisScale::Linear,
+        y_scale: AxisScale::Linear,
+        series: vec![
+            LineSeries {
+                name: "pending MB".into(),
+                points: idle
+                    .pending_over_time
+                    .iter()
+                    .map(|(at, bytes)| (*at, *bytes as f64 / 1e6))
+                    .collect(),
+            },
+            LineSeries {
+                name: "served MB/s".into(),
+                points: idle.serving_over_time.clone(),
+            },
+        ],
+    }));
     figure
 }
 
@@ -279,31 +304,6 @@ fn programs_figure(results: &Paper3Results) -> Figure {
             },
         ],
         value_labels: false,
-    }));
-    let idle = &results.idle;
-    figure.panels.push(Panel::Lines(LinePanel {
-        title: format!(
-            "idle-started runs ({} s idle, {}% share) between bursts",
-            idle.idle_seconds, idle.dedup_share_percent
-        ),
-        x_label: "seconds".into(),
-        y_label: "MB pending / MB/s served".into(),
-        x_scale: AxisScale::Linear,
-        y_scale: AxisScale::Linear,
-        series: vec![
-            LineSeries {
-                name: "pending MB".into(),
-                points: idle
-                    .pending_over_time
-                    .iter()
-                    .map(|(at, bytes)| (*at, *bytes as f64 / 1e6))
-                    .collect(),
-            },
-            LineSeries {
-                name: "served MB/s".into(),
-                points: idle.serving_over_time.clone(),
-            },
-        ],
     }));
     figure
 }

@@ -288,7 +288,7 @@ pub fn run_idle(
         ..FsOptions::default()
     };
     // A small share stretches the runs over several pauses, so that bursts interrupt them.
-    let dedup_share_percent = 10;
+    let dedup_share_percent = 5;
     let bed = MountedFs::create_serving(work, options)?;
     let served_root = bed.mount_point().join("served");
     let pending_root = bed.mount_point().join("pending");

@@ -87,7 +87,7 @@ impl Sizes {
                 workload_file_bytes_max: 8 << 20,
                 interference_bytes: 256 << 20,
                 interference_quiet_seconds: 2,
-                idle_bytes: 64 << 20,
+                idle_bytes: 128 << 20,
                 programs_bytes: 24 << 20,
                 programs_rounds: 7,
                 releases: 6,
