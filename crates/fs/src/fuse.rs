@@ -61,15 +61,16 @@ impl FuseFileSystem {
         engine: Arc<FsEngine>,
         fs: FsId,
         face_directory: &Path,
-        options: &crate::mount::MountOptions,
+        keep_cache: bool,
+        monitor: bool,
     ) -> FuseFileSystem {
         FuseFileSystem {
             engine,
             fs,
             face_directory: face_directory.to_path_buf(),
             next_handle: AtomicU64::new(1),
-            monitor: !options.no_monitor,
-            open_flags: if options.keep_cache {
+            monitor,
+            open_flags: if keep_cache {
                 FopenFlags::FOPEN_KEEP_CACHE
             } else {
                 FopenFlags::empty()

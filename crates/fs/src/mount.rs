@@ -178,7 +178,13 @@ pub fn mount(
     };
     config.n_threads = Some(options.threads);
     config.clone_fd = true;
-    let filesystem = FuseFileSystem::new(engine, fs, face_directory, options);
+    let filesystem = FuseFileSystem::new(
+        engine,
+        fs,
+        face_directory,
+        options.keep_cache,
+        !options.no_monitor,
+    );
     let mut session = Session::new(filesystem, mount_point, &config)
         .map_err(|error| FsError::io(format!("mounting at {}", mount_point.display()), error))?;
     let unmounter = Arc::new(Mutex::new(session.unmount_callable()));
