@@ -44,6 +44,9 @@ pub struct FuseFileSystem {
     next_handle: AtomicU64,
     /// Flags of every opened file; see [`crate::mount::MountOptions::keep_cache`].
     open_flags: FopenFlags,
+    /// Whether reads are noted by the I/O monitor; see
+    /// [`crate::mount::MountOptions::no_monitor`].
+    monitor: bool,
     /// The entries of each open directory handle, as they were at `opendir`: positions then
     /// never shift under a reader that removes entries as it goes (POSIX leaves it open
     /// whether entries added or removed after `opendir` are returned).
@@ -59,12 +62,14 @@ impl FuseFileSystem {
         fs: FsId,
         face_directory: &Path,
         keep_cache: bool,
+        monitor: bool,
     ) -> FuseFileSystem {
         FuseFileSystem {
             engine,
             fs,
             face_directory: face_directory.to_path_buf(),
             next_handle: AtomicU64::new(1),
+            monitor,
             open_flags: if keep_cache {
                 FopenFlags::FOPEN_KEEP_CACHE
             } else {
@@ -384,7 +389,12 @@ impl Filesystem for FuseFileSystem {
         reply: ReplyData,
     ) {
         self.engine.note_request();
-        match self.engine.read(self.fs, ino.0, offset, size) {
+        let read = if self.monitor {
+            self.engine.read(self.fs, ino.0, offset, size)
+        } else {
+            self.engine.read_unmonitored(self.fs, ino.0, offset, size)
+        };
+        match read {
             Ok(data) => reply.data(&data),
             Err(error) => reply.error(errno(&error)),
         }

@@ -45,6 +45,10 @@ pub struct MountOptions {
     /// only. Without it the kernel drops a file's cache at each open, so every opening's
     /// first reading is counted (as the paper's monitor counts reads at the VFS).
     pub keep_cache: bool,
+    /// Leave reads out of the I/O monitor (`no_monitor`): no read counts, access times or
+    /// rank-queue moves, so files never rank 1 or 2 and turn cold by their last write. For
+    /// measuring what the monitor costs whole programs (the lab's Fig. 15).
+    pub no_monitor: bool,
 }
 
 impl Default for MountOptions {
@@ -54,12 +58,14 @@ impl Default for MountOptions {
             read_only: false,
             threads: THREADS_DEFAULT,
             keep_cache: false,
+            no_monitor: false,
         }
     }
 }
 
 impl MountOptions {
-    /// Parses a comma-separated list: `allow_other`, `ro`, `rw`, `keep_cache`, `threads=N`.
+    /// Parses a comma-separated list: `allow_other`, `ro`, `rw`, `keep_cache`, `no_monitor`,
+    /// `threads=N`.
     pub fn parse(text: &str) -> Result<MountOptions> {
         let mut options = MountOptions::default();
         for option in text.split(',').map(str::trim).filter(|o| !o.is_empty()) {
@@ -68,6 +74,7 @@ impl MountOptions {
                 "ro" => options.read_only = true,
                 "rw" => options.read_only = false,
                 "keep_cache" => options.keep_cache = true,
+                "no_monitor" => options.no_monitor = true,
                 _ => match option.strip_prefix("threads=") {
                     Some(count) => {
                         options.threads = count
@@ -83,7 +90,7 @@ impl MountOptions {
                     None => {
                         return Err(FsError::InvalidArgument(format!(
                             "unknown mount option {option:?} (known: allow_other, ro, rw, \
-                             keep_cache, threads=N)"
+                             keep_cache, no_monitor, threads=N)"
                         )))
                     }
                 },
@@ -171,7 +178,13 @@ pub fn mount(
     };
     config.n_threads = Some(options.threads);
     config.clone_fd = true;
-    let filesystem = FuseFileSystem::new(engine, fs, face_directory, options.keep_cache);
+    let filesystem = FuseFileSystem::new(
+        engine,
+        fs,
+        face_directory,
+        options.keep_cache,
+        !options.no_monitor,
+    );
     let mut session = Session::new(filesystem, mount_point, &config)
         .map_err(|error| FsError::io(format!("mounting at {}", mount_point.display()), error))?;
     let unmounter = Arc::new(Mutex::new(session.unmount_callable()));

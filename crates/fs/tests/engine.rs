@@ -200,6 +200,47 @@ fn sequential_files_get_contiguous_big_chunks() {
     assert_clean(&engine);
 }
 
+/// Goal: a file read whole again after each open counts only sequential reads (the
+/// monitor's position starts at 0 with each open, as the paper's file position does), so a
+/// small file read whole twice ranks 1, not 2. Method: open, read whole, release, twice,
+/// for a one-request file and a four-request file; then the ranker's plan.
+#[test]
+fn rereading_after_open_is_sequential() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let engine = open(&repository.face_storage("fs").unwrap());
+    let options = FsOptions {
+        min_evaluation_count: 2,
+        ..eager()
+    };
+    let fs = engine
+        .create_file_system("reread", options, ROOT_CALLER)
+        .unwrap();
+    let small = file(&engine, fs, "small", &bytes(4, 3000));
+    let large = file(&engine, fs, "large", &bytes(5, 1 << 20));
+    for _ in 0..2 {
+        engine.open_handle(fs, small).unwrap();
+        engine.read(fs, small, 0, 4096).unwrap();
+        engine.release_handle(fs, small).unwrap();
+        engine.open_handle(fs, large).unwrap();
+        for offset in (0..(1u64 << 20)).step_by(256 << 10) {
+            engine.read(fs, large, offset, 256 << 10).unwrap();
+        }
+        engine.release_handle(fs, large).unwrap();
+    }
+    let ranks = engine.ranks(fs).unwrap();
+    let counts = |ino| {
+        let file = ranks.iter().find(|file| file.ino == ino).unwrap();
+        (file.sequential_reads, file.random_reads)
+    };
+    assert_eq!(counts(small), (2, 0));
+    assert_eq!(counts(large), (8, 0));
+    let plan = dedup::plan(&engine, fs).unwrap();
+    let ranked: Vec<(u64, u8)> = plan.files.iter().map(|f| (f.ino, f.rank)).collect();
+    assert!(ranked.contains(&(small, 1)), "{plan:?}");
+    assert!(ranked.contains(&(large, 1)), "{plan:?}");
+}
+
 /// Goal: a write to a file while it is deduplicated stops that file's deduplication and
 /// loses nothing. Method: plan, write, execute the stale plan.
 #[test]

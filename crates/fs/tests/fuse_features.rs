@@ -364,6 +364,31 @@ fn page_cache_across_opens() {
     }
 }
 
+/// Goal: with `no_monitor` reads reach the engine but not the I/O monitor (no counts, no
+/// move out of rank 0's evaluation), and the option parses. Method: the monitor's counters
+/// of a file before and after two readings on a mount with the parsed option.
+#[test]
+fn no_monitor_leaves_reads_uncounted() {
+    let options = onecopy_fs::mount::MountOptions::parse("no_monitor,threads=2").unwrap();
+    assert!(options.no_monitor);
+    let (_base, mut test) = mount();
+    test.unmount(true);
+    test.mount_with(&options);
+    let path = test.mount_point.join("unwatched");
+    std::fs::write(&path, vec![5u8; 1 << 20]).unwrap();
+    let engine = test.engine().clone();
+    let ino = engine.lookup(test.fs, ROOT, b"unwatched").unwrap().ino;
+    let reads = || {
+        let ranks = engine.ranks(test.fs).unwrap();
+        let file = ranks.iter().find(|file| file.ino == ino).unwrap().clone();
+        file.sequential_reads + file.random_reads
+    };
+    assert_eq!(reads(), 0);
+    assert_eq!(std::fs::read(&path).unwrap(), vec![5u8; 1 << 20]);
+    assert_eq!(std::fs::read(&path).unwrap(), vec![5u8; 1 << 20]);
+    assert_eq!(reads(), 0, "reads on a no_monitor mount are not counted");
+}
+
 /// Goal: removing entries while a directory is being read skips none of the others (the
 /// position of an entry must not shift under the reader). Method: 3,000 entries with long
 /// names (many readdir requests), each removed as soon as it is read.

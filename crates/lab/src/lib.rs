@@ -8,8 +8,8 @@
 //!   and copy workloads at injected index latencies, LRU and ARC, hints on and off);
 //! - [`paper2`]: paper 2 §4, RevDedup against conventional deduplication on synthetic and
 //!   real backup series, and [`paper2::peers`]: restic and borg run on the same series.
-//! - [`paper3`]: paper 3 §5, selective offline deduplication on the file system face (a
-//!   first measurement: Fig. 3 and the I/O monitor's cost);
+//! - [`paper3`]: paper 3 §5, selective offline deduplication on the file system face
+//!   (Figs. 3, 9 to 11, 14 to 17 and Tables 4 and 6, on file systems mounted through FUSE);
 //! - [`paper5`]: paper 5 §5, deduplication on flash: repeated writes of small and large files
 //!   with and without deduplication (Figs. 1-3) and the LFU index cache's size (§3.6) on the
 //!   block engine's flash mode;

@@ -194,7 +194,8 @@ pub struct MountArgs {
     #[arg(long)]
     pub foreground: bool,
     /// Mount options, comma separated: allow_other, ro, keep_cache (the page cache across
-    /// opens; the I/O monitor then sees cache misses only), threads=N.
+    /// opens; the I/O monitor then sees cache misses only), no_monitor (reads are not
+    /// counted: files never rank 1 or 2; for measuring the monitor's cost), threads=N.
     #[arg(short = 'o', value_name = "OPTIONS", default_value = "")]
     pub options: String,
     /// Set by the background mount for its serving process: report readiness on stdout.

@@ -116,22 +116,42 @@ pub fn run(_cli: &Cli, args: &LabArgs) -> anyhow::Result<()> {
 
 #[derive(Args, Debug)]
 pub struct Paper3Args {
-    /// Directory for results.json, results.csv, summary.md and paper3-fig3.svg.
+    /// Directory for results.json, the CSV tables, summary.md and the figures
+    /// (paper3-fig3.svg, paper3-fig9.svg, paper3-fig10.svg, paper3-fig11.svg,
+    /// paper3-fig15.svg, paper3-fig16-17.svg).
     #[arg(long, value_name = "DIR", default_value = "lab-results/paper3")]
     pub out: PathBuf,
-    /// 16 files of 4 MiB instead of 64 of 8 MiB.
+    /// Smaller data sets, a run of at most three minutes: Fig. 3 on 16 files of 4 MiB
+    /// instead of 64 of 8 MiB, the workloads of Table 4 of 64 MiB (files up to 8 MiB)
+    /// instead of 512 MiB (up to 32 MiB), Table 6 on 6 releases of 6 MiB instead of 12 of
+    /// 64 MiB, Fig. 15 on 24 MiB of /usr/include instead of all of it, Figs. 16 and 17 with
+    /// 256 MiB served and pending (512 MiB without --quick).
     #[arg(long)]
     pub quick: bool,
-    /// Where the temporary repositories are made [default: the system temporary directory].
+    /// Where the temporary repositories and mounts are made [default: the system temporary
+    /// directory].
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
+    /// The cache of `onecopy lab paper2`: its downloaded typescript releases are the
+    /// real-world series of Table 6 when at least two are there (nothing is downloaded;
+    /// otherwise the series is made from /usr/include) [default: the user's cache
+    /// directory/onecopy-lab].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
 }
 
 fn run_paper3(args: &Paper3Args) -> anyhow::Result<()> {
+    let cache_directory = match &args.cache_dir {
+        Some(directory) => directory.clone(),
+        None => dirs::cache_dir()
+            .unwrap_or_else(std::env::temp_dir)
+            .join("onecopy-lab"),
+    };
     let options = onecopy_lab::paper3::Paper3Options {
         out: args.out.clone(),
         quick: args.quick,
         work_dir: args.work_dir.clone(),
+        cache_directory: Some(cache_directory),
     };
     for path in onecopy_lab::paper3::run(&options)? {
         println!("wrote {}", path.display());

@@ -616,12 +616,17 @@ impl FsEngine {
         Ok(out)
     }
 
-    /// Notes that a handle to `ino` was opened.
+    /// Notes that a handle to `ino` was opened. The I/O monitor's read position of the file
+    /// starts again at 0, as a new open file's position does (paper 3 §4.2.1 compares each
+    /// read with the file position): reading a file whole again after opening it is
+    /// sequential, not random. A reader still working through another handle then sees its
+    /// next read counted random once.
     pub fn open_handle(&self, fs: FsId, ino: Ino) -> Result<()> {
         let mut state = self.state.lock();
         let system = state.system_mut(fs)?;
         system.inode(ino)?;
         *system.open_handles.entry(ino).or_default() += 1;
+        system.read_positions.remove(&ino);
         Ok(())
     }
 

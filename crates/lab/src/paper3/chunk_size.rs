@@ -1,19 +1,15 @@
-//! Paper 3 §5, a first measurement on the file system face (engine level, no FUSE):
+//! Fig. 3 (dedup ratio and sequential read throughput against the chunk size) and the I/O
+//! monitor's cost per read, both at the engine level (no FUSE).
 //!
-//! - **Fig. 3**: dedup ratio and sequential read throughput against the chunk size. A
-//!   synthetic set of files whose 4 KiB blocks repeat earlier ones with a given probability
-//!   (Table 4's "high" dedup ratio) is written plainly, deduplicated with one chunk size for
-//!   every file, and read back in order in 1 MiB requests from a freshly opened engine after
-//!   the face's files were dropped from the page cache (`posix_fadvise(DONTNEED)` on our own
-//!   files only), so the containers' layout shows. "none" is the plain layout (rank 0).
+//! - **Fig. 3**: a synthetic set of files whose 4 KiB blocks repeat earlier ones with a given
+//!   probability is written plainly, deduplicated with one chunk size for every file, and
+//!   read back in order in 1 MiB requests from a freshly opened engine after the face's
+//!   files were dropped from the page cache, so the containers' layout shows. "none" is the
+//!   plain layout (rank 0).
 //! - **The I/O monitor's cost** on the read path: 4 KiB reads served from the chunk cache,
 //!   with and without the monitor's bookkeeping.
-//!
-//! Not yet: the read-latency CDFs of the mixed workloads (Figs. 9 and 10), throughput under
-//! the deduplicator (Figs. 11, 16, 17), the real-world workload (Table 6), and the FUSE-level
-//! programs of Fig. 15.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -25,20 +21,8 @@ use onecopy_fs::engine::{Caller, NewNode};
 use onecopy_fs::node::{Kind, ROOT};
 use onecopy_fs::{FsEngine, FsOptions, OpenMode, RuntimeOptions};
 
+use super::bed::evict;
 use crate::error::{LabError, Result};
-use crate::plot::{AxisScale, BarPanel, BarSeries, Figure, Panel};
-use crate::results::{number_cell, write_json, write_text, CsvTable, HostSnapshot};
-
-/// Options of `onecopy lab paper3`.
-#[derive(Clone, Debug)]
-pub struct Paper3Options {
-    /// Where results.json, results.csv, summary.md and paper3-fig3.svg go.
-    pub out: PathBuf,
-    /// 16 files of 4 MiB instead of 64 of 8 MiB.
-    pub quick: bool,
-    /// Where the temporary repositories are made [default: the system temporary directory].
-    pub work_dir: Option<PathBuf>,
-}
 
 /// One chunk size of Fig. 3.
 #[derive(Clone, Debug, Serialize)]
@@ -62,20 +46,10 @@ pub struct MonitorCost {
     pub unmonitored_ns_per_read: f64,
 }
 
-/// Everything one run measured.
-#[derive(Clone, Debug, Serialize)]
-pub struct Paper3Results {
-    pub files: u64,
-    pub file_bytes: u64,
-    pub duplicate_probability: f64,
-    pub chunk_sizes: Vec<ChunkSizeResult>,
-    pub monitor: MonitorCost,
-    pub host_before: HostSnapshot,
-    pub host_after: HostSnapshot,
-}
-
-const DUPLICATE_PROBABILITY: f64 = 0.5;
-const CHUNK_SIZES: [u64; 5] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20];
+/// Probability that a run of blocks repeats earlier data.
+pub const DUPLICATE_PROBABILITY: f64 = 0.5;
+/// The chunk sizes of Fig. 3.
+pub const CHUNK_SIZES: [u64; 5] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20];
 const ROOT_CALLER: Caller = Caller { uid: 0, gid: 0 };
 
 fn engine_error(context: &str) -> impl Fn(onecopy_fs::FsError) -> LabError + '_ {
@@ -89,7 +63,7 @@ fn engine_error(context: &str) -> impl Fn(onecopy_fs::FsError) -> LabError + '_ 
 /// [`DUPLICATE_PROBABILITY`] a run copies an earlier run of the data (of any file, aligned to
 /// 4 KiB), otherwise it is random. Longer chunks span more runs, so fewer of them repeat:
 /// the dedup ratio falls with the chunk size, as in the paper's Fig. 3. Deterministic.
-fn dataset(files: u64, file_bytes: u64) -> Vec<Vec<u8>> {
+pub fn dataset(files: u64, file_bytes: u64) -> Vec<Vec<u8>> {
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = move || {
         state ^= state << 13;
@@ -122,30 +96,6 @@ fn dataset(files: u64, file_bytes: u64) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Drops the page cache's copy of every file under `directory` (ours only).
-fn evict(directory: &Path) -> Result<()> {
-    let entries = std::fs::read_dir(directory).map_err(|source| LabError::Io {
-        context: format!("listing {}", directory.display()),
-        source,
-    })?;
-    for entry in entries {
-        let path = entry
-            .map_err(|source| LabError::Io {
-                context: format!("listing {}", directory.display()),
-                source,
-            })?
-            .path();
-        if path.is_dir() {
-            evict(&path)?;
-        } else if let Ok(file) = std::fs::File::open(&path) {
-            use std::os::unix::io::AsRawFd;
-            // SAFETY: fadvise on an open descriptor; it only drops clean cached pages.
-            unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        }
-    }
-    Ok(())
-}
-
 fn open(repository: &Path) -> Result<Arc<FsEngine>> {
     let repository = Repository::open(repository).map_err(|error| LabError::Engine {
         context: "opening the repository".into(),
@@ -163,7 +113,7 @@ fn open(repository: &Path) -> Result<Arc<FsEngine>> {
 
 /// One configuration of Fig. 3: write, deduplicate with `chunk_bytes` (0: not at all),
 /// evict, read back in order.
-fn run_chunk_size(work: &Path, files: &[Vec<u8>], chunk_bytes: u64) -> Result<ChunkSizeResult> {
+pub fn run_chunk_size(work: &Path, files: &[Vec<u8>], chunk_bytes: u64) -> Result<ChunkSizeResult> {
     let directory = tempfile::tempdir_in(work).map_err(|source| LabError::Io {
         context: format!("making a directory in {}", work.display()),
         source,
@@ -254,7 +204,7 @@ fn run_chunk_size(work: &Path, files: &[Vec<u8>], chunk_bytes: u64) -> Result<Ch
 }
 
 /// The monitor's cost: 4 KiB reads of one cached file, with and without it.
-fn monitor_cost(work: &Path, data: &[u8]) -> Result<MonitorCost> {
+pub fn monitor_cost(work: &Path, data: &[u8]) -> Result<MonitorCost> {
     let directory = tempfile::tempdir_in(work).map_err(|source| LabError::Io {
         context: format!("making a directory in {}", work.display()),
         source,
@@ -314,127 +264,4 @@ fn monitor_cost(work: &Path, data: &[u8]) -> Result<MonitorCost> {
         monitored_ns_per_read: median(&mut monitored),
         unmonitored_ns_per_read: median(&mut unmonitored),
     })
-}
-
-/// Runs the measurement and writes its files; returns the paths written.
-pub fn run(options: &Paper3Options) -> Result<Vec<PathBuf>> {
-    let (count, file_bytes) = if options.quick {
-        (16u64, 4u64 << 20)
-    } else {
-        (64, 8 << 20)
-    };
-    let work = options.work_dir.clone().unwrap_or_else(std::env::temp_dir);
-    std::fs::create_dir_all(&options.out).map_err(|source| LabError::Io {
-        context: format!("creating {}", options.out.display()),
-        source,
-    })?;
-    let host_before = HostSnapshot::take();
-    let files = dataset(count, file_bytes);
-    let mut chunk_sizes = vec![run_chunk_size(&work, &files, 0)?];
-    for chunk_bytes in CHUNK_SIZES {
-        chunk_sizes.push(run_chunk_size(&work, &files, chunk_bytes)?);
-    }
-    let monitor = monitor_cost(&work, &files[0])?;
-    let results = Paper3Results {
-        files: count,
-        file_bytes,
-        duplicate_probability: DUPLICATE_PROBABILITY,
-        chunk_sizes,
-        monitor,
-        host_before,
-        host_after: HostSnapshot::take(),
-    };
-    write_outputs(&options.out, &results)
-}
-
-fn write_outputs(out: &Path, results: &Paper3Results) -> Result<Vec<PathBuf>> {
-    let mut written = Vec::new();
-    let json = out.join("results.json");
-    write_json(&json, results)?;
-    written.push(json);
-    let mut table = CsvTable::new(&[
-        "config",
-        "chunk_bytes",
-        "dedup_ratio",
-        "read_mb_per_second",
-        "dedup_seconds",
-    ]);
-    for row in &results.chunk_sizes {
-        table.push(vec![
-            row.config.clone(),
-            row.chunk_bytes.to_string(),
-            number_cell(row.dedup_ratio),
-            number_cell(row.read_mb_per_second),
-            number_cell(row.dedup_seconds),
-        ]);
-    }
-    let csv = out.join("results.csv");
-    table.write(&csv)?;
-    written.push(csv);
-    let categories: Vec<String> = results
-        .chunk_sizes
-        .iter()
-        .map(|row| row.config.clone())
-        .collect();
-    let mut figure = Figure::new(
-        "Paper 3 Fig. 3: dedup ratio and sequential read throughput against chunk size",
-        2,
-    );
-    figure.panels.push(Panel::Bars(BarPanel {
-        title: "dedup ratio".into(),
-        x_label: "chunk size".into(),
-        y_label: "logical / stored".into(),
-        y_scale: AxisScale::Linear,
-        categories: categories.clone(),
-        series: vec![BarSeries {
-            name: "dedup ratio".into(),
-            values: results.chunk_sizes.iter().map(|r| r.dedup_ratio).collect(),
-        }],
-        value_labels: true,
-    }));
-    figure.panels.push(Panel::Bars(BarPanel {
-        title: "sequential read, cold page cache".into(),
-        x_label: "chunk size".into(),
-        y_label: "MB/s".into(),
-        y_scale: AxisScale::Linear,
-        categories,
-        series: vec![BarSeries {
-            name: "read".into(),
-            values: results
-                .chunk_sizes
-                .iter()
-                .map(|r| r.read_mb_per_second)
-                .collect(),
-        }],
-        value_labels: true,
-    }));
-    let svg = out.join("paper3-fig3.svg");
-    write_text(&svg, &figure.to_svg())?;
-    written.push(svg);
-    let mut summary = format!(
-        "# Paper 3, first measurement\n\n{} files of {} (runs of 1 to 64 blocks of 4 KiB \
-         repeating earlier data with probability {}), engine level, the face's files dropped \
-         from the page cache before the reads.\n\n\
-         | chunk size | dedup ratio | sequential read MB/s | dedup s |\n| --- | --- | --- | --- |\n",
-        results.files,
-        onecopy_core::units::format_size(results.file_bytes),
-        results.duplicate_probability
-    );
-    for row in &results.chunk_sizes {
-        summary.push_str(&format!(
-            "| {} | {:.2} | {:.0} | {:.2} |\n",
-            row.config, row.dedup_ratio, row.read_mb_per_second, row.dedup_seconds
-        ));
-    }
-    summary.push_str(&format!(
-        "\nI/O monitor: {:.0} ns per cached 4 KiB read with it, {:.0} ns without ({} reads, \
-         median of 3).\n",
-        results.monitor.monitored_ns_per_read,
-        results.monitor.unmonitored_ns_per_read,
-        results.monitor.reads
-    ));
-    let path = out.join("summary.md");
-    write_text(&path, &summary)?;
-    written.push(path);
-    Ok(written)
 }
