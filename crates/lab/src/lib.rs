@@ -14,7 +14,8 @@
 //!   with and without deduplication (Figs. 1-3) and the LFU index cache's size (§3.6) on the
 //!   block engine's flash mode;
 //! - [`trace`]: block traces with content digests (the FIU format of paper 4);
-//! - [`trace_replay`]: paper 4 §4.1, content- vs sector-addressed caches over a trace.
+//! - [`trace_replay`]: paper 4 §4.1, content- vs sector-addressed caches over a trace;
+//! - [`report`]: the one-page report of every figure, the paper's numbers beside ours.
 //!
 //! An experiment is a function from options to files in an output directory; the `onecopy
 //! lab` command only parses arguments and prints progress.
@@ -26,6 +27,7 @@ pub mod paper2;
 pub mod paper3;
 pub mod paper5;
 pub mod plot;
+pub mod report;
 pub mod results;
 pub mod trace;
 pub mod trace_replay;
