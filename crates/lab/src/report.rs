@@ -99,7 +99,11 @@ struct Comparison {
     ours: String,
 }
 
-fn row(measure: impl Into<String>, paper: impl Into<String>, ours: impl Into<String>) -> Comparison {
+fn row(
+    measure: impl Into<String>,
+    paper: impl Into<String>,
+    ours: impl Into<String>,
+) -> Comparison {
     Comparison {
         measure: measure.into(),
         paper: paper.into(),
@@ -275,7 +279,8 @@ const KNOWN_FIGURES: &[KnownFigure] = &[
         file: "paper5-fig2.svg",
         caption: "Fig. 2: an 800-block file written 15 times, with and without deduplication",
         compare: paper5_large,
-        why: "on RAM and a cached virtual disk, reading 800 blocks back to compare them costs about \
+        why:
+            "on RAM and a cached virtual disk, reading 800 blocks back to compare them costs about \
               what storing them does; the NAND model in results.csv adds the emulator's costs",
     },
     KnownFigure {
@@ -391,7 +396,9 @@ pub fn result_directories(directory: &Path, part: &str) -> Result<Vec<String>> {
 /// The figure files (`.svg`, `.png`) of a result directory, by name.
 pub fn figure_files(directory: &Path) -> Result<Vec<String>> {
     let mut names = Vec::new();
-    for entry in fs::read_dir(directory).context_io(|| format!("listing {}", directory.display()))? {
+    for entry in
+        fs::read_dir(directory).context_io(|| format!("listing {}", directory.display()))?
+    {
         let entry = entry.context_io(|| format!("listing {}", directory.display()))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.ends_with(".svg") || name.ends_with(".png") {
@@ -561,9 +568,9 @@ fn generic_caption(file: &str) -> String {
     let stem = file.rsplit_once('.').map_or(file, |(stem, _)| stem);
     match stem.split_once("fig") {
         Some((_, numbers)) if numbers.starts_with(|c: char| c.is_ascii_digit()) => {
-            let numbers = numbers.split('-').take_while(|part| {
-                !part.is_empty() && part.chars().all(|c| c.is_ascii_digit())
-            });
+            let numbers = numbers
+                .split('-')
+                .take_while(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_digit()));
             let numbers: Vec<&str> = numbers.collect();
             let label = if numbers.len() > 1 { "Figs." } else { "Fig." };
             format!("{label} {} (`{file}`)", numbers.join("-"))
@@ -617,7 +624,9 @@ fn mean(values: impl IntoIterator<Item = f64>) -> Option<f64> {
     let (sum, count) = values
         .into_iter()
         .filter(|value| value.is_finite())
-        .fold((0.0, 0usize), |(sum, count), value| (sum + value, count + 1));
+        .fold((0.0, 0usize), |(sum, count), value| {
+            (sum + value, count + 1)
+        });
     (count > 0).then(|| sum / count as f64)
 }
 
@@ -675,7 +684,13 @@ fn paper1_cells(results: &Value, workload: &str) -> Vec<(String, f64)> {
     cells
 }
 
-fn paper1_mean(results: &Value, workload: &str, cell: &(String, f64), hints: bool, field: &str) -> Option<f64> {
+fn paper1_mean(
+    results: &Value,
+    workload: &str,
+    cell: &(String, f64),
+    hints: bool,
+    field: &str,
+) -> Option<f64> {
     mean(
         list(results, "runs")
             .iter()
@@ -719,13 +734,19 @@ fn paper1_speedups(
 }
 
 fn paper1_metadata(results: &Value) -> Vec<Comparison> {
-    let mut rows = paper1_speedups(results, "metadata", "operations_per_second", false, |latency| {
-        if latency >= 1e7 {
-            "2x".to_string()
-        } else {
-            "1.18x-1.50x".to_string()
-        }
-    });
+    let mut rows = paper1_speedups(
+        results,
+        "metadata",
+        "operations_per_second",
+        false,
+        |latency| {
+            if latency >= 1e7 {
+                "2x".to_string()
+            } else {
+                "1.18x-1.50x".to_string()
+            }
+        },
+    );
     let dedup = |hints: bool| {
         mean(
             list(results, "runs")
@@ -744,13 +765,19 @@ fn paper1_metadata(results: &Value) -> Vec<Comparison> {
 }
 
 fn paper1_journal(results: &Value) -> Vec<Comparison> {
-    paper1_speedups(results, "journal", "operations_per_second", false, |latency| {
-        if latency >= 5e5 {
-            "about 1.15x".to_string()
-        } else {
-            "not given".to_string()
-        }
-    })
+    paper1_speedups(
+        results,
+        "journal",
+        "operations_per_second",
+        false,
+        |latency| {
+            if latency >= 5e5 {
+                "about 1.15x".to_string()
+            } else {
+                "not given".to_string()
+            }
+        },
+    )
 }
 
 fn paper1_copy(results: &Value) -> Vec<Comparison> {
@@ -851,10 +878,16 @@ fn paper2_saving(results: &Value) -> Vec<Comparison> {
 
 /// Mean MB/s of `logical_bytes / timing.seconds` over the records of `key` that pass `keep`.
 fn mean_rate(dataset: &Value, key: &str, keep: impl Fn(&Value) -> bool) -> Option<f64> {
-    mean(list(dataset, key).iter().filter(|record| keep(record)).filter_map(|record| {
-        let seconds = number(record, "timing.seconds")?;
-        (seconds > 0.0).then(|| number(record, "logical_bytes").unwrap_or(0.0) / 1e6 / seconds)
-    }))
+    mean(
+        list(dataset, key)
+            .iter()
+            .filter(|record| keep(record))
+            .filter_map(|record| {
+                let seconds = number(record, "timing.seconds")?;
+                (seconds > 0.0)
+                    .then(|| number(record, "logical_bytes").unwrap_or(0.0) / 1e6 / seconds)
+            }),
+    )
 }
 
 fn version(record: &Value) -> u64 {
@@ -917,7 +950,11 @@ fn restore_rate(dataset: &Value, store: &str, wanted: u64, prefetch: bool) -> Op
 }
 
 fn last_version(dataset: &Value) -> u64 {
-    list(dataset, "restores").iter().map(version).max().unwrap_or(0)
+    list(dataset, "restores")
+        .iter()
+        .map(version)
+        .max()
+        .unwrap_or(0)
 }
 
 fn paper2_restore(results: &Value) -> Vec<Comparison> {
@@ -934,7 +971,10 @@ fn paper2_restore(results: &Value) -> Vec<Comparison> {
             _ => None,
         };
         rows.push(row(
-            format!("{}: newest backup, RevDedup 4 MiB against Conv", name.to_uppercase()),
+            format!(
+                "{}: newest backup, RevDedup 4 MiB against Conv",
+                name.to_uppercase()
+            ),
             paper,
             ratio_text(ratio),
         ));
@@ -989,7 +1029,11 @@ fn paper2_prefetch(results: &Value) -> Vec<Comparison> {
         }
     };
     vec![
-        row("gain of prefetching, Conv", "+23.9%", change_text(gain("conv"))),
+        row(
+            "gain of prefetching, Conv",
+            "+23.9%",
+            change_text(gain("conv")),
+        ),
         row(
             "gain of prefetching, RevDedup 4 MiB",
             "+45.8%",
@@ -1054,7 +1098,11 @@ fn paper2_goals(results: &Value) -> Vec<Comparison> {
             row(
                 text(goal, "goal"),
                 "(not in the paper)",
-                format!("{}{peer} ({}): {met}", text(goal, "ours"), text(goal, "ratio")),
+                format!(
+                    "{}{peer} ({}): {met}",
+                    text(goal, "ours"),
+                    text(goal, "ratio")
+                ),
             )
         })
         .collect()
@@ -1129,7 +1177,12 @@ fn paper5_series<'a>(results: &'a Value, figure: &str, mode: &str) -> Option<&'a
 fn first_and_later(series: &Value, field: &str) -> Option<(f64, f64)> {
     let points = list(series, "points");
     let (first, later) = points.split_first()?;
-    let later = median(later.iter().filter_map(|point| number(point, field)).collect())?;
+    let later = median(
+        later
+            .iter()
+            .filter_map(|point| number(point, field))
+            .collect(),
+    )?;
     Some((number(first, field)?, later))
 }
 
@@ -1297,7 +1350,10 @@ mod tests {
     /// caption file names of one figure, of two, and without a number.
     #[test]
     fn unknown_figures_get_their_number() {
-        assert_eq!(generic_caption("paper3-fig9.svg"), "Fig. 9 (`paper3-fig9.svg`)");
+        assert_eq!(
+            generic_caption("paper3-fig9.svg"),
+            "Fig. 9 (`paper3-fig9.svg`)"
+        );
         assert_eq!(
             generic_caption("paper3-fig16-17.png"),
             "Figs. 16-17 (`paper3-fig16-17.png`)"

@@ -285,9 +285,8 @@ fn find_trace_excerpt() -> anyhow::Result<PathBuf> {
 
 /// `word` quoted for a POSIX shell when it holds anything but plain characters.
 fn shell_word(word: &str) -> String {
-    let plain = |character: char| {
-        character.is_ascii_alphanumeric() || "-_./,=:@%+".contains(character)
-    };
+    let plain =
+        |character: char| character.is_ascii_alphanumeric() || "-_./,=:@%+".contains(character);
     if !word.is_empty() && word.chars().all(plain) {
         word.to_string()
     } else {
