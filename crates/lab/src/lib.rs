@@ -14,11 +14,11 @@
 //!   with and without deduplication (Figs. 1-3) and the LFU index cache's size (§3.6) on the
 //!   block engine's flash mode;
 //! - [`trace`]: block traces with content digests (the FIU format of paper 4);
-//! - [`trace_replay`]: paper 4 §4.1, content- vs sector-addressed caches over a trace;
-//! - [`report`]: the one-page report of every figure, the paper's numbers beside ours.
+//! - [`trace_replay`]: paper 4 §4.1, content- vs sector-addressed caches over a trace.
 //!
 //! An experiment is a function from options to files in an output directory; the `onecopy
-//! lab` command only parses arguments and prints progress.
+//! lab` command only parses arguments and prints progress. [`report`] gathers the figures of
+//! every experiment's output directory in one page, the paper's numbers beside ours.
 
 pub mod error;
 pub mod mount;
