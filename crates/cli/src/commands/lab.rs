@@ -198,6 +198,7 @@ fn run_all(args: &AllArgs) -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
+    // Records of parts not run now stay: their directories are still there and in the report.
     let mut runs = report::read_runs(&args.out)?;
     let mut failed = Vec::new();
     for part in &parts {
