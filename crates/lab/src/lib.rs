@@ -17,7 +17,8 @@
 //! - [`trace_replay`]: paper 4 §4.1, content- vs sector-addressed caches over a trace.
 //!
 //! An experiment is a function from options to files in an output directory; the `onecopy
-//! lab` command only parses arguments and prints progress.
+//! lab` command only parses arguments and prints progress. [`report`] gathers the figures of
+//! every experiment's output directory in one page, the paper's numbers beside ours.
 
 pub mod error;
 pub mod mount;
@@ -26,6 +27,7 @@ pub mod paper2;
 pub mod paper3;
 pub mod paper5;
 pub mod plot;
+pub mod report;
 pub mod results;
 pub mod trace;
 pub mod trace_replay;

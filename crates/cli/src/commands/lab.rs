@@ -3,13 +3,14 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::{Args, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 use onecopy_core::index::cache::CachePolicy;
 use onecopy_core::units::{parse_duration_ns, parse_size};
 use onecopy_lab::paper1::{self, Paper1Options, Scale, Workload, PAPER_LATENCIES_NS};
 use onecopy_lab::paper2::peers::Tool;
 use onecopy_lab::paper2::{self, Dataset, Paper2Options};
+use onecopy_lab::report::{self, PartRun};
 use onecopy_lab::trace::read_trace;
 use onecopy_lab::trace_replay::{run_trace_experiment, CACHE_BLOCKS_DEFAULT};
 
@@ -40,6 +41,41 @@ pub enum LabCommand {
     /// Paper 4 §4.1: replay a block trace with content digests (FIU format) through content-
     /// and sector-addressed caches, ARC and LRU, simulated and through the engine.
     Trace(TraceArgs),
+    /// Every part above in turn (their quick modes with --quick), each into a subdirectory of
+    /// --out, then the one-page report of all their figures (README.md in --out).
+    All(AllArgs),
+    /// Only write the report (README.md) from the result directories already in --out.
+    Report(ReportArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct AllArgs {
+    /// Directory for the report; each part writes into the subdirectory of its name
+    /// (paper1, paper2, paper3, paper5, trace).
+    #[arg(long, value_name = "DIR", default_value = "lab-results")]
+    pub out: PathBuf,
+    /// Every part in its quick mode: about ten minutes on two cores.
+    #[arg(long)]
+    pub quick: bool,
+    /// Parts to run, comma separated: paper1, paper2, paper3, paper5, trace [default: all].
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub parts: Vec<String>,
+    /// The FIU trace the trace part replays [default: shared/traces/fiu-mail-day1-excerpt.trace
+    /// in the current directory or one above it].
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Where the parts make their temporary repositories and mounts [default: the system
+    /// temporary directory].
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// Directory holding the result directories (paper1, paper2-*, ...); README.md is
+    /// written there.
+    #[arg(long, value_name = "DIR", default_value = "lab-results")]
+    pub out: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -105,12 +141,157 @@ pub struct Paper1Args {
 }
 
 pub fn run(_cli: &Cli, args: &LabArgs) -> anyhow::Result<()> {
-    match &args.experiment {
+    run_experiment(&args.experiment)
+}
+
+fn run_experiment(experiment: &LabCommand) -> anyhow::Result<()> {
+    match experiment {
         LabCommand::Paper1(paper1_args) => run_paper1(paper1_args),
         LabCommand::Paper2(paper2_args) => run_paper2(paper2_args),
         LabCommand::Paper3(paper3_args) => run_paper3(paper3_args),
         LabCommand::Paper5(paper5_args) => run_paper5(paper5_args),
         LabCommand::Trace(trace_args) => run_trace(trace_args),
+        LabCommand::All(all_args) => run_all(all_args),
+        LabCommand::Report(report_args) => {
+            let path = report::write_report(&report_args.out)?;
+            println!("{}", path.display());
+            Ok(())
+        }
+    }
+}
+
+/// One part's command line, parsed as `onecopy lab` would parse it, so `all` runs each part
+/// exactly as its own command does, with every option the part has at its default.
+#[derive(Parser, Debug)]
+#[command(name = "onecopy lab")]
+struct PartCommandLine {
+    #[command(subcommand)]
+    experiment: LabCommand,
+}
+
+/// The file name of the FIU mail excerpt the trace part replays by default.
+const TRACE_EXCERPT: &str = "shared/traces/fiu-mail-day1-excerpt.trace";
+
+fn run_all(args: &AllArgs) -> anyhow::Result<()> {
+    let all_parts: Vec<&str> = report::PARTS.iter().map(|part| part.name).collect();
+    let parts: Vec<String> = if args.parts.is_empty() {
+        all_parts.iter().map(ToString::to_string).collect()
+    } else {
+        for part in &args.parts {
+            anyhow::ensure!(
+                all_parts.contains(&part.as_str()),
+                "part {part:?}: use {}",
+                all_parts.join(", ")
+            );
+        }
+        args.parts.clone()
+    };
+    // The trace is found before anything runs, so a missing file does not surface after the
+    // long parts.
+    let trace = if parts.iter().any(|part| part == "trace") {
+        Some(match &args.trace {
+            Some(file) => file.clone(),
+            None => find_trace_excerpt()?,
+        })
+    } else {
+        None
+    };
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    // Records of parts not run now stay: their directories are still there and in the report.
+    let mut runs = report::read_runs(&args.out)?;
+    let mut failed = Vec::new();
+    for part in &parts {
+        let command_line = part_command_line(part, args, trace.as_deref());
+        let shown = std::iter::once("onecopy lab".to_string())
+            .chain(command_line.iter().map(|word| shell_word(word)))
+            .collect::<Vec<_>>()
+            .join(" ");
+        eprintln!("lab all: {shown}");
+        let parsed = PartCommandLine::try_parse_from(
+            std::iter::once("onecopy lab".to_string()).chain(command_line),
+        )
+        .with_context(|| format!("parsing the command line of {part}"))?;
+        let start = std::time::Instant::now();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_experiment(&parsed.experiment)
+        }));
+        let seconds = start.elapsed().as_secs_f64();
+        let outcome = match outcome {
+            Ok(Ok(())) => "ok".to_string(),
+            Ok(Err(error)) => format!("{error:#}"),
+            Err(_) => "panicked (see the message above)".to_string(),
+        };
+        eprintln!("lab all: {part} took {seconds:.0} s: {outcome}");
+        if outcome != "ok" {
+            failed.push(part.clone());
+        }
+        runs.retain(|run| run.part != *part);
+        runs.push(PartRun {
+            part: part.clone(),
+            command: shown,
+            seconds,
+            outcome,
+        });
+        runs.sort_by_key(|run| all_parts.iter().position(|name| *name == run.part));
+        onecopy_lab::results::write_json(&args.out.join(report::RUNS_FILE), &runs)?;
+    }
+    let path = report::write_report(&args.out)?;
+    println!("{}", path.display());
+    anyhow::ensure!(
+        failed.is_empty(),
+        "lab all: {} failed (the report lists why)",
+        failed.join(", ")
+    );
+    Ok(())
+}
+
+/// The arguments after `onecopy lab` that run `part` into its subdirectory of `args.out`.
+fn part_command_line(part: &str, args: &AllArgs, trace: Option<&std::path::Path>) -> Vec<String> {
+    let out = args.out.join(part).display().to_string();
+    let mut words = vec![part.to_string()];
+    if part == "trace" {
+        let trace = trace.expect("the trace file is found before the parts run");
+        words.push(trace.display().to_string());
+        // The whole excerpt is measured: with the paper's first half as warm-up, no read
+        // hit remains in the second half of so short a trace (docs/LAB.md, paper 4).
+        words.extend(["--warmup".to_string(), "0".to_string()]);
+    } else {
+        if args.quick {
+            words.push("--quick".to_string());
+        }
+        if let Some(work_dir) = &args.work_dir {
+            words.extend(["--work-dir".to_string(), work_dir.display().to_string()]);
+        }
+    }
+    words.extend(["--out".to_string(), out]);
+    words
+}
+
+/// The FIU mail excerpt in `shared/traces/` of the current directory or one above it.
+fn find_trace_excerpt() -> anyhow::Result<PathBuf> {
+    let current = std::env::current_dir().context("reading the current directory")?;
+    current
+        .ancestors()
+        .map(|directory| directory.join(TRACE_EXCERPT))
+        .find(|path| path.is_file())
+        .with_context(|| {
+            format!(
+                "no {TRACE_EXCERPT} in {} or above it: give the FIU trace with --trace FILE, \
+                 or leave the trace part out with --parts",
+                current.display()
+            )
+        })
+}
+
+/// `word` quoted for a POSIX shell when it holds anything but plain characters.
+fn shell_word(word: &str) -> String {
+    let plain =
+        |character: char| character.is_ascii_alphanumeric() || "-_./,=:@%+".contains(character);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
 
