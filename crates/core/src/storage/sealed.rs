@@ -229,11 +229,19 @@ impl Storage for SealedStorage {
     }
 
     fn remove(&self, name: &str) -> Result<()> {
-        self.inner.remove(name)
+        self.inner.remove(name)?;
+        // Handles still open keep the removed file's state; a file made later under this
+        // name is another file, with its own header.
+        self.open_files.lock().remove(name);
+        Ok(())
     }
 
     fn rename(&self, from: &str, to: &str) -> Result<()> {
-        self.inner.rename(from, to)
+        self.inner.rename(from, to)?;
+        let mut open_files = self.open_files.lock();
+        open_files.remove(from);
+        open_files.remove(to);
+        Ok(())
     }
 
     fn list(&self, directory: &str) -> Result<Vec<String>> {
