@@ -222,41 +222,39 @@ pub fn verify_sealed(
         names.extend(sealed.list(onecopy_backup::store::CONTAINERS_DIRECTORY)?);
     }
     let mut findings = Vec::new();
-    {
-        for name in names {
-            let report = match sealed.verify_file(&name) {
-                Ok(report) => report,
-                Err(error) => {
-                    findings.push(Finding::new(
-                        FindingKind::Damage,
-                        format!("backup/{name}"),
-                        error.to_string(),
-                    ));
-                    continue;
-                }
-            };
-            if !report.unreadable_blocks.is_empty() {
+    for name in names {
+        let report = match sealed.verify_file(&name) {
+            Ok(report) => report,
+            Err(error) => {
                 findings.push(Finding::new(
                     FindingKind::Damage,
                     format!("backup/{name}"),
-                    format!(
-                        "blocks {} (of 4 KiB) fail authentication: changed or damaged",
-                        block_list(&report.unreadable_blocks)
-                    ),
+                    error.to_string(),
                 ));
+                continue;
             }
-            if !report.damaged_copies.is_empty() {
-                findings.push(Finding::new(
-                    FindingKind::Leftover,
-                    format!("backup/{name}"),
-                    format!(
-                        "the older copy of blocks {} fails authentication (a write a crash \
-                         interrupted, or damage); they read from their newest copy, and their \
-                         next write replaces the older one",
-                        block_list(&report.damaged_copies)
-                    ),
-                ));
-            }
+        };
+        if !report.unreadable_blocks.is_empty() {
+            findings.push(Finding::new(
+                FindingKind::Damage,
+                format!("backup/{name}"),
+                format!(
+                    "blocks {} (of 4 KiB) fail authentication: changed or damaged",
+                    block_list(&report.unreadable_blocks)
+                ),
+            ));
+        }
+        if !report.damaged_copies.is_empty() {
+            findings.push(Finding::new(
+                FindingKind::Leftover,
+                format!("backup/{name}"),
+                format!(
+                    "the older copy of blocks {} fails authentication (a write a crash \
+                     interrupted, or damage); they read from their newest copy, and their \
+                     next write replaces the older one",
+                    block_list(&report.damaged_copies)
+                ),
+            ));
         }
     }
     Ok(findings)

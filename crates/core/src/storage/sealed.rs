@@ -464,34 +464,38 @@ impl SealedFile {
     /// Opens the block whose slots are `raw` (one stride) in place, leaving its content in
     /// the returned copy's ciphertext bytes; `None` when no slot authenticates.
     fn open_block(keys: &FileKeys, index: u64, raw: &mut [u8]) -> Option<OpenedBlock> {
-        let copies = keys.layout.copies();
-        let mut order: Vec<(u64, usize)> = (0..copies)
+        let mut order: Vec<(u64, usize)> = (0..keys.layout.copies())
             .map(|copy| (u64_at(raw, copy * SLOT_BYTES), copy))
             .collect();
         // The claimed generation is authenticated: try the newest claim first.
         order.sort_unstable_by(|a, b| b.cmp(a));
-        for (generation, copy) in order {
-            let slot = &mut raw[copy * SLOT_BYTES..(copy + 1) * SLOT_BYTES];
-            let used = u32_at(slot, 8);
-            if used as usize > BLOCK_BYTES {
-                continue;
-            }
-            let nonce: [u8; NONCE_LEN] = slot[12..SLOT_PREFIX_BYTES].try_into().expect("nonce");
-            let aad = slot_aad(&keys.id, index, generation, used);
-            let opened = keys.key.open_in_place(
+        order
+            .into_iter()
+            .find_map(|(_, copy)| Self::open_slot(keys, index, raw, copy))
+    }
+
+    /// Opens slot `copy` of the block whose slots are `raw`, in place.
+    fn open_slot(keys: &FileKeys, index: u64, raw: &mut [u8], copy: usize) -> Option<OpenedBlock> {
+        let slot = &mut raw[copy * SLOT_BYTES..(copy + 1) * SLOT_BYTES];
+        let generation = u64_at(slot, 0);
+        let used = u32_at(slot, 8);
+        if used as usize > BLOCK_BYTES {
+            return None;
+        }
+        let nonce: [u8; NONCE_LEN] = slot[12..SLOT_PREFIX_BYTES].try_into().expect("nonce");
+        let aad = slot_aad(&keys.id, index, generation, used);
+        keys.key
+            .open_in_place(
                 Nonce::assume_unique_for_key(nonce),
                 Aad::from(aad),
                 &mut slot[SLOT_PREFIX_BYTES..],
-            );
-            if opened.is_ok() {
-                return Some(OpenedBlock {
-                    generation,
-                    used: used as usize,
-                    copy,
-                });
-            }
-        }
-        None
+            )
+            .ok()?;
+        Some(OpenedBlock {
+            generation,
+            used: used as usize,
+            copy,
+        })
     }
 
     fn content<'a>(raw: &'a [u8], block: &OpenedBlock) -> &'a [u8] {
@@ -638,23 +642,15 @@ impl SealedFile {
         for index in 0..blocks {
             self.inner
                 .read_at(Self::block_offset(keys, index), &mut raw)?;
-            let pristine = raw.clone();
             match Self::open_block(keys, index, &mut raw) {
                 None => report.unreadable_blocks.push(index),
                 Some(block) if keys.layout == Layout::Paired => {
                     let other = 1 - block.copy;
-                    let other_slot = &pristine[other * SLOT_BYTES..(other + 1) * SLOT_BYTES];
-                    let written = other_slot.iter().any(|&byte| byte != 0);
-                    if written {
-                        let mut copy_raw = pristine.clone();
-                        // Authenticate the other slot alone.
-                        copy_raw[block.copy * SLOT_BYTES..(block.copy + 1) * SLOT_BYTES].fill(0);
-                        copy_raw[block.copy * SLOT_BYTES..block.copy * SLOT_BYTES + 8]
-                            .copy_from_slice(&0u64.to_le_bytes());
-                        let alone = Self::open_block(keys, index, &mut copy_raw);
-                        if !matches!(alone, Some(opened) if opened.copy == other) {
-                            report.damaged_copies.push(index);
-                        }
+                    let written = raw[other * SLOT_BYTES..(other + 1) * SLOT_BYTES]
+                        .iter()
+                        .any(|&byte| byte != 0);
+                    if written && Self::open_slot(keys, index, &mut raw, other).is_none() {
+                        report.damaged_copies.push(index);
                     }
                 }
                 Some(_) => {}
