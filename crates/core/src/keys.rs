@@ -73,8 +73,8 @@ pub struct KdfCost {
 }
 
 impl Default for KdfCost {
-    /// RFC 9106's second recommended choice (64 MiB, 3 passes), on one lane: about a quarter
-    /// of a second on this project's reference machine (docs/BENCHMARKS.md).
+    /// RFC 9106's second recommended choice (64 MiB, 3 passes), on one lane; its time per
+    /// unlock is in docs/BENCHMARKS.md ("Encryption").
     fn default() -> KdfCost {
         KdfCost {
             memory_kib: 64 * 1024,
