@@ -144,16 +144,7 @@ pub fn backup_storage(
     })
 }
 
-/// [`backup_storage`] when it is sealed, for checks that verify every sealed block.
-pub fn sealed_backup_storage(
-    cli: &Cli,
-    repository: &Repository,
-) -> anyhow::Result<Option<Arc<SealedStorage>>> {
-    let plain = repository.face_storage("backup")?;
-    sealing(cli, repository, &plain, FirstKey::Refuse)
-}
-
-fn sealing(
+pub fn sealing(
     cli: &Cli,
     repository: &Repository,
     plain: &Arc<dyn Storage>,

@@ -2,6 +2,7 @@
 //! under `crates/`.
 
 mod background;
+mod backup_face;
 mod block_face;
 mod commands;
 mod keys;
@@ -19,9 +20,10 @@ use onecopy_core::repository::LockWait;
 #[derive(Parser, Debug)]
 #[command(name = "onecopy", version, about, long_about = None)]
 pub struct Cli {
-    /// Repository directory, for the commands that use one [default: the user's data
-    /// directory, e.g. ~/.local/share/onecopy/repository].
-    #[arg(long, env = "ONECOPY_REPO", value_name = "DIR")]
+    /// Repository directory, for the commands that use one, or for backups a URL
+    /// s3:http://HOST:PORT/BUCKET/PREFIX on S3-compatible object storage [default: the user's
+    /// data directory, e.g. ~/.local/share/onecopy/repository].
+    #[arg(long, env = "ONECOPY_REPO", value_name = "DIR|URL")]
     pub repo: Option<PathBuf>,
 
     /// For the commands that use a repository: when another onecopy process uses it (exit
@@ -46,7 +48,8 @@ pub struct Cli {
 /// name and over `ONECOPY_REPO`.
 #[derive(Args, Debug, Default)]
 pub struct RepositoryArgs {
-    /// Repository directory [default: ONECOPY_REPO, or the user's data directory, e.g.
+    /// Repository directory, or for backups a URL s3:http://HOST:PORT/BUCKET/PREFIX
+    /// [default: ONECOPY_REPO, or the user's data directory, e.g.
     /// ~/.local/share/onecopy/repository].
     // Ids of their own, so that they cannot collide with a command's argument of the same
     // field name (`backup create SERIES PATH`).
@@ -54,7 +57,7 @@ pub struct RepositoryArgs {
         id = "repository_directory",
         long = "repo",
         global = true,
-        value_name = "DIR"
+        value_name = "DIR|URL"
     )]
     pub path: Option<PathBuf>,
 
@@ -194,6 +197,11 @@ fn main() -> ExitCode {
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
     let result = match &cli.command {
+        _ if !object_storage_allowed(&cli) => Err(anyhow::anyhow!(
+            "repositories on object storage (s3:) hold backups only: use `onecopy backup`, \
+             `key`, `check` and `init` with them, and a directory for the block device and the \
+             file system"
+        )),
         Command::Init(args) => commands::init::run(&cli, args),
         Command::Analyze(args) => commands::analyze::run(&cli, args),
         Command::Volume(args) => commands::volume::run(&cli, args),
@@ -218,6 +226,25 @@ fn main() -> ExitCode {
     }
 }
 
+/// False when `--repo` is an object-storage URL and the command is not one of the backup
+/// store's (`backup mount` included: it serves from a directory only).
+fn object_storage_allowed(cli: &Cli) -> bool {
+    let remote = cli
+        .repository_args()
+        .is_some()
+        .then(|| cli.repository_path())
+        .and_then(|path| path.to_str().map(onecopy_remote::ObjectUrl::is_object_url))
+        .unwrap_or(false);
+    !remote
+        || match &cli.command {
+            Command::Init(_) | Command::Check(_) | Command::Key(_) => true,
+            Command::Backup(args) => {
+                !matches!(args.command, commands::backup::BackupCommand::Mount { .. })
+            }
+            _ => false,
+        }
+}
+
 /// Whether `command` only prints results: servers and mounts (and the lab, which runs them)
 /// keep Rust's ignored SIGPIPE, so that a peer that goes away is an error on its socket, not
 /// the end of the process.
@@ -237,7 +264,12 @@ fn exit_status(error: &anyhow::Error) -> u8 {
     let locked = matches!(
         output::core_error(error),
         Some(onecopy_core::Error::Locked { .. })
-    );
+    ) || error.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<onecopy_remote::RemoteError>(),
+            Some(onecopy_remote::RemoteError::Locked { .. })
+        )
+    });
     if locked {
         EXIT_LOCKED
     } else {

@@ -21,7 +21,9 @@ use onecopy_backup::{
     DeleteMethod, OpenOptions, RestoreOptions, RestoreTarget, RetentionPolicy, RuntimeOptions,
     SeriesOptions, SourceKind, StoreOptions,
 };
-use onecopy_core::repository::{FaceLock, Repository};
+use std::sync::Arc;
+
+use crate::backup_face::{self, Access, BackupFace};
 use onecopy_core::units::{format_rate, format_size, parse_size};
 use serde::Serialize;
 
@@ -291,10 +293,20 @@ pub enum BackupCommand {
     },
 }
 
-/// An open store and the lock that makes it ours.
+/// An open store and the face that holds it.
 struct Opened {
     store: BackupStore,
-    _lock: FaceLock,
+    face: BackupFace,
+}
+
+impl Opened {
+    /// Closes the store and ends the command's use of the face: on object storage, a command
+    /// that changed the store publishes it here, so it reports its work only after this.
+    fn finish(self) -> anyhow::Result<()> {
+        let Opened { store, face } = self;
+        drop(store);
+        face.finish()
+    }
 }
 
 /// The backup store's part of `onecopy check`, as a face report: opening is part of the
@@ -303,23 +315,33 @@ pub fn check_face(
     cli: &Cli,
     options: onecopy_core::check::CheckOptions,
 ) -> anyhow::Result<onecopy_core::check::FaceReport> {
-    let repository = Repository::open(&cli.repository_path())?;
     let command = if options.repair {
         "onecopy check --repair"
     } else {
         "onecopy check"
     };
-    let _lock = repository.lock_face_waiting("backup", command, cli.lock_wait()?)?;
-    let Some(sealed) = crate::keys::sealed_backup_storage(cli, &repository)? else {
-        return Ok(BackupStore::check_at(
-            repository.face_storage("backup")?,
-            options,
-        )?);
+    let access = if options.repair {
+        Access::Write
+    } else {
+        Access::Read
     };
-    let mut report = BackupStore::check_at(sealed.clone(), options)?;
-    report
-        .findings
-        .extend(crate::keys::verify_sealed(&sealed, options)?);
+    let face = backup_face::open(cli, command, access, crate::keys::FirstKey::Refuse)?;
+    // On object storage the segment index is a cache of this machine, made by the first
+    // command that changes the store from here: a client that only read has none, and that
+    // is no finding.
+    let index_absent = face.is_remote() && face.storage.list("meta")?.is_empty();
+    let mut report = BackupStore::check_at(Arc::clone(&face.storage), options)?;
+    if index_absent && !options.repair {
+        report
+            .findings
+            .retain(|finding| !finding.object.starts_with("segment index"));
+    }
+    if let Some(sealed) = &face.sealed {
+        report
+            .findings
+            .extend(crate::keys::verify_sealed(sealed, options)?);
+    }
+    face.finish()?;
     Ok(report)
 }
 
@@ -353,17 +375,20 @@ fn open_with(
     runtime: RuntimeOptions,
     read_only: bool,
 ) -> anyhow::Result<Opened> {
-    let repository = Repository::open(&cli.repository_path())?;
-    let lock = repository.lock_face_waiting(
-        "backup",
+    let face = backup_face::open(
+        cli,
         &format!("onecopy backup {command}"),
-        cli.lock_wait()?,
+        if read_only {
+            Access::Read
+        } else {
+            Access::Write
+        },
+        crate::keys::FirstKey::Create,
     )?;
-    let storage = crate::keys::backup_storage(cli, &repository, crate::keys::FirstKey::Create)?;
     // A face never used has no catalog yet: a first read creates the empty store.
-    let read_only = read_only && storage.exists("catalog.redb")?;
+    let read_only = read_only && face.storage.exists("catalog.redb")?;
     let mut store = BackupStore::open(
-        storage,
+        Arc::clone(&face.storage),
         OpenOptions {
             store,
             runtime,
@@ -373,7 +398,7 @@ fn open_with(
     for notice in store.take_notices() {
         eprintln!("onecopy: backup: {notice}");
     }
-    Ok(Opened { store, _lock: lock })
+    Ok(Opened { store, face })
 }
 
 impl StoreArgs {
@@ -543,6 +568,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
             }
             let report = opened.store.delete(&series, version, *method)?;
             settle_catalog(&mut opened);
+            opened.finish()?;
             if *json {
                 print_json(&report)
             } else {
@@ -597,6 +623,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
             }
             let deleted = opened.store.execute_expire(plan.clone(), *method)?;
             settle_catalog(&mut opened);
+            opened.finish()?;
             if *json {
                 return print_json(&ExpireOutcome { plan, deleted });
             }
@@ -609,7 +636,8 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
             json,
         } => {
             let mut opened = open(cli, "reverse", None, RuntimeOptions::default())?;
-            reverse(&mut opened.store, backup.as_deref(), *dry_run, *json)
+            reverse(&mut opened.store, backup.as_deref(), *dry_run, *json)?;
+            opened.finish()
         }
         BackupCommand::Stats { json } => {
             let opened = open_read_only(cli, "stats", RuntimeOptions::default())?;
@@ -695,6 +723,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
             }
             let report = opened.store.compact(plan)?;
             settle_catalog(&mut opened);
+            opened.finish()?;
             if *json {
                 return print_json(&report);
             }
@@ -826,6 +855,7 @@ fn create(
     )?;
     bar.finish_and_clear();
     settle_catalog(&mut opened);
+    opened.finish()?;
     if json {
         return print_json(&report);
     }

@@ -38,11 +38,16 @@ pub struct CheckArgs {
 }
 
 pub fn run(cli: &Cli, args: &CheckArgs) -> anyhow::Result<u8> {
-    let repository = Repository::open(&cli.repository_path())?;
     let options = CheckOptions {
         repair: args.repair,
         read_data: args.read_data,
     };
+    if crate::backup_face::object_url(cli)?.is_some() {
+        // On object storage a repository holds only a backup store.
+        let reports = vec![crate::commands::backup::check_face(cli, options)?];
+        return report(args, &cli.repository_path(), &reports, options);
+    }
+    let repository = Repository::open(&cli.repository_path())?;
     let mut reports = vec![check_privacy(&repository, options)?];
     // A block face exists once its configuration or its metadata does: a check must not
     // skip a face whose config.json is lost.
@@ -57,18 +62,28 @@ pub fn run(cli: &Cli, args: &CheckArgs) -> anyhow::Result<u8> {
     if fs.join("config.json").exists() || fs.join("meta").exists() {
         reports.push(crate::commands::fs::check_face(cli, &repository, options)?);
     }
+    report(args, repository.path(), &reports, options)
+}
+
+/// Prints the faces' reports; the exit status of the worst.
+fn report(
+    args: &CheckArgs,
+    location: &std::path::Path,
+    reports: &[FaceReport],
+    options: CheckOptions,
+) -> anyhow::Result<u8> {
     let status = reports
         .iter()
         .map(FaceReport::status)
         .fold(ExitStatus::Clean, ExitStatus::worst);
     if args.json {
         print_json(&serde_json::json!({
-            "repository": repository.path(),
+            "repository": location,
             "status": status,
             "faces": reports,
         }))?;
     } else {
-        print_text(repository.path(), &reports, status, options);
+        print_text(location, reports, status, options);
     }
     Ok(status.code())
 }

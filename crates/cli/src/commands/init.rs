@@ -55,33 +55,19 @@ pub fn run(cli: &Cli, args: &InitArgs) -> anyhow::Result<()> {
     } else {
         Encryption::Aes256Gcm
     };
+    if let Some(url) = crate::backup_face::object_url(cli)? {
+        return init_remote(cli, args, &url, encryption);
+    }
     let (repository, created) = match Repository::init_with(&path, encryption) {
         Ok(repository) => (repository, true),
         // Opening checks the format, so a repository this onecopy cannot use is an error.
         Err(onecopy_core::Error::AlreadyExists(_)) => (Repository::open(&path)?, false),
         Err(error) => return Err(error.into()),
     };
-    match (repository.config().encryption, encryption) {
-        (Encryption::Aes256Gcm, Encryption::None) => anyhow::bail!(
-            "repository {} exists and is encrypted; --insecure-no-encryption applies only to a \
-             new repository",
-            path.display()
-        ),
-        (Encryption::None, Encryption::Aes256Gcm) => anyhow::bail!(
-            "repository {} exists unencrypted (made with --insecure-no-encryption); pass that \
-             flag to use it, or choose another directory for an encrypted repository",
-            path.display()
-        ),
-        _ => {}
-    }
-    let password_given =
-        cli.password_file().is_some() || std::env::var_os("ONECOPY_PASSWORD").is_some();
-    if encryption == Encryption::Aes256Gcm && password_given {
+    check_encryption(&repository, encryption, &path.display().to_string())?;
+    if encryption == Encryption::Aes256Gcm && password_given(cli) {
         let _lock = repository.lock_face("backup", "init")?;
-        let ring = KeyRing::open(repository.path())?;
-        if ring.list()?.is_empty() {
-            crate::keys::create_first_key(cli, &ring, None)?;
-        }
+        make_first_key(cli, &repository)?;
     }
     if args.flash {
         // A block device already created keeps its configuration; opening it with another
@@ -108,6 +94,92 @@ pub fn run(cli: &Cli, args: &InitArgs) -> anyhow::Result<()> {
         } else {
             String::new()
         }
+    );
+    if encryption == Encryption::None {
+        eprintln!("onecopy: warning: the backup store of this repository is not encrypted");
+    }
+    Ok(())
+}
+
+/// `--insecure-no-encryption` must match an existing repository.
+fn check_encryption(
+    repository: &Repository,
+    encryption: Encryption,
+    location: &str,
+) -> anyhow::Result<()> {
+    match (repository.config().encryption, encryption) {
+        (Encryption::Aes256Gcm, Encryption::None) => anyhow::bail!(
+            "repository {location} exists and is encrypted; --insecure-no-encryption applies \
+             only to a new repository"
+        ),
+        (Encryption::None, Encryption::Aes256Gcm) => anyhow::bail!(
+            "repository {location} exists unencrypted (made with --insecure-no-encryption); \
+             pass that flag to use it, or choose another location for an encrypted repository"
+        ),
+        _ => Ok(()),
+    }
+}
+
+fn password_given(cli: &Cli) -> bool {
+    cli.password_file().is_some() || std::env::var_os("ONECOPY_PASSWORD").is_some()
+}
+
+/// Makes the first key when the repository has none.
+fn make_first_key(cli: &Cli, repository: &Repository) -> anyhow::Result<()> {
+    let ring = KeyRing::open(repository.path())?;
+    if ring.list()?.is_empty() {
+        crate::keys::create_first_key(cli, &ring, None)?;
+    }
+    Ok(())
+}
+
+/// `init` of a repository on object storage: made in the cache's mirror, then published
+/// (keys first, the configuration last, created only if no repository is there). The block
+/// device and the file system keep their repositories in directories.
+fn init_remote(
+    cli: &Cli,
+    args: &InitArgs,
+    url: &onecopy_remote::ObjectUrl,
+    encryption: Encryption,
+) -> anyhow::Result<()> {
+    if args.flash {
+        anyhow::bail!(
+            "--flash configures the block device, whose repository is a directory; object \
+             storage holds backups only"
+        );
+    }
+    let remote = onecopy_remote::RemoteRepository::connect(url, &crate::backup_face::cache_root())?;
+    let created = if remote.exists()? {
+        remote.pull_root()?;
+        let repository = Repository::open(&remote.mirror())?;
+        check_encryption(&repository, encryption, &url.to_string())?;
+        if encryption == Encryption::Aes256Gcm && password_given(cli) {
+            make_first_key(cli, &repository)?;
+            remote.push_keys()?;
+        }
+        false
+    } else {
+        // A mirror left from a repository removed from the store is stale.
+        let mirror = remote.mirror();
+        if mirror.exists() {
+            std::fs::remove_dir_all(&mirror)?;
+        }
+        let repository = Repository::init_with(&mirror, encryption)?;
+        if encryption == Encryption::Aes256Gcm && password_given(cli) {
+            make_first_key(cli, &repository)?;
+        }
+        remote.publish_new()?;
+        true
+    };
+    let repository = Repository::open(&remote.mirror())?;
+    println!(
+        "{} repository {} at {url}",
+        if created {
+            "created"
+        } else {
+            "using the existing"
+        },
+        repository.config().id,
     );
     if encryption == Encryption::None {
         eprintln!("onecopy: warning: the backup store of this repository is not encrypted");

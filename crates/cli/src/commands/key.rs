@@ -63,14 +63,27 @@ struct KeyListing {
 }
 
 pub fn run(cli: &Cli, args: &KeyArgs) -> anyhow::Result<()> {
-    let repository = Repository::open(&cli.repository_path())?;
+    // On object storage the keys are objects: they come into the cache's mirror of the
+    // repository, change there, and go back.
+    let Some(url) = crate::backup_face::object_url(cli)? else {
+        let repository = Repository::open(&cli.repository_path())?;
+        let _lock = repository.lock_face_waiting("backup", "onecopy key", cli.lock_wait()?)?;
+        return run_on(cli, args, &repository);
+    };
+    let remote = crate::backup_face::connect(&url)?;
+    let repository = Repository::open(&remote.mirror())?;
+    run_on(cli, args, &repository)?;
+    remote.push_keys()?;
+    Ok(())
+}
+
+fn run_on(cli: &Cli, args: &KeyArgs, repository: &Repository) -> anyhow::Result<()> {
     if repository.config().encryption == Encryption::None {
         bail!(
             "repository {} was made with --insecure-no-encryption: it has no keys",
             repository.path().display()
         );
     }
-    let _lock = repository.lock_face_waiting("backup", "onecopy key", cli.lock_wait()?)?;
     let ring = KeyRing::open(repository.path())?;
     if ring.list()?.is_empty() {
         // A repository whose backup store was never used has no key yet: `key add` and

@@ -1,0 +1,166 @@
+//! Opening the backup face of a repository, in a directory or on object storage.
+//!
+//! A directory's face is held with its local lock. A repository at an `s3:` URL is used
+//! through a cache on this machine (`ONECOPY_CACHE_DIR`, default the user's cache directory):
+//! a command takes a lease lock on the object store (shared to read, exclusive to change),
+//! and a command that changed the store publishes its catalog when it is done
+//! ([`BackupFace::finish`]); one that fails before publishes nothing.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use onecopy_core::keys::KeyRing;
+use onecopy_core::repository::{FaceLock, LockWait, Repository};
+use onecopy_core::storage::{SealedStorage, Storage};
+use onecopy_remote::{LockKind, ObjectUrl, RemoteRepository, Session};
+
+use crate::keys::FirstKey;
+use crate::Cli;
+
+/// How long a command waits for the lock of a repository on object storage when `--wait` is
+/// not given. Clients on other hosts take turns through it, so giving up at once (as with a
+/// local repository another process uses) would make concurrent backups fail.
+pub const REMOTE_WAIT_DEFAULT: Duration = Duration::from_secs(600);
+
+/// The variable naming the cache directory of repositories on object storage.
+pub const CACHE_VARIABLE: &str = "ONECOPY_CACHE_DIR";
+
+/// What a command does with the backup store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+}
+
+/// The backup face of the repository a command uses, held until dropped or finished.
+pub struct BackupFace {
+    /// The face's storage, sealed unless the repository is unencrypted.
+    pub storage: Arc<dyn Storage>,
+    /// The same storage as sealed storage, when it is sealed (for `check`).
+    pub sealed: Option<Arc<SealedStorage>>,
+    holder: Holder,
+}
+
+enum Holder {
+    Local(#[allow(dead_code)] FaceLock),
+    Remote {
+        remote: Box<RemoteRepository>,
+        session: Box<Session>,
+        access: Access,
+    },
+}
+
+/// The repository at `--repo` when it is an object-storage URL.
+pub fn object_url(cli: &Cli) -> anyhow::Result<Option<ObjectUrl>> {
+    let path = cli.repository_path();
+    let Some(text) = path.to_str() else {
+        return Ok(None);
+    };
+    if !ObjectUrl::is_object_url(text) {
+        return Ok(None);
+    }
+    Ok(Some(ObjectUrl::parse(text)?))
+}
+
+/// The cache directory of repositories on object storage.
+pub fn cache_root() -> PathBuf {
+    match std::env::var_os(CACHE_VARIABLE) {
+        Some(directory) if !directory.is_empty() => PathBuf::from(directory),
+        _ => dirs::cache_dir()
+            .unwrap_or_else(|| PathBuf::from("."))
+            .join("onecopy"),
+    }
+}
+
+/// Connects to the repository at `url` and brings its configuration and keys into the cache.
+pub fn connect(url: &ObjectUrl) -> anyhow::Result<RemoteRepository> {
+    let remote = RemoteRepository::connect(url, &cache_root())?;
+    remote.pull_root()?;
+    Ok(remote)
+}
+
+/// The wait for the lock of a repository on object storage.
+fn remote_wait(cli: &Cli) -> anyhow::Result<Duration> {
+    Ok(match cli.lock_wait()? {
+        LockWait::No => REMOTE_WAIT_DEFAULT,
+        LockWait::Forever => Duration::from_secs(u64::MAX / 4),
+        LockWait::For(duration) => duration,
+    })
+}
+
+/// Opens the backup face for `command`.
+pub fn open(
+    cli: &Cli,
+    command: &str,
+    access: Access,
+    first_key: FirstKey,
+) -> anyhow::Result<BackupFace> {
+    let Some(url) = object_url(cli)? else {
+        let repository = Repository::open(&cli.repository_path())?;
+        let lock = repository.lock_face_waiting("backup", command, cli.lock_wait()?)?;
+        let plain = repository.face_storage("backup")?;
+        let sealed = crate::keys::sealing(cli, &repository, &plain, first_key)?;
+        return Ok(BackupFace {
+            storage: sealed.clone().map_or(plain, |s| s as Arc<dyn Storage>),
+            sealed,
+            holder: Holder::Local(lock),
+        });
+    };
+    let remote = connect(&url)?;
+    let repository = Repository::open(&remote.mirror())
+        .with_context(|| format!("the cached configuration of {url}"))?;
+    let kind = match access {
+        Access::Read => LockKind::Shared,
+        Access::Write => LockKind::Exclusive,
+    };
+    let session = remote.session("backup", kind, command, remote_wait(cli)?)?;
+    let plain = session.storage();
+    let keys_before = KeyRing::open(repository.path())?.list()?.len();
+    let sealed = crate::keys::sealing(cli, &repository, &plain, first_key)?;
+    if keys_before == 0 && !KeyRing::open(repository.path())?.list()?.is_empty() {
+        remote.push_keys()?;
+    }
+    Ok(BackupFace {
+        storage: sealed.clone().map_or(plain, |s| s as Arc<dyn Storage>),
+        sealed,
+        holder: Holder::Remote {
+            remote: Box::new(remote),
+            session: Box::new(session),
+            access,
+        },
+    })
+}
+
+impl BackupFace {
+    /// Ends the command's use of the face: on object storage, a command that changed the
+    /// store publishes its catalog (the commit point). Call it after the store is closed.
+    pub fn finish(self) -> anyhow::Result<()> {
+        let BackupFace {
+            storage,
+            sealed,
+            holder,
+            ..
+        } = self;
+        drop(sealed);
+        drop(storage);
+        if let Holder::Remote {
+            remote,
+            session,
+            access: Access::Write,
+        } = holder
+        {
+            let url = remote.client().url().to_string();
+            session
+                .commit()
+                .with_context(|| format!("publishing the catalog to {url}"))?;
+        }
+        Ok(())
+    }
+
+    /// True when the repository is on object storage.
+    pub fn is_remote(&self) -> bool {
+        matches!(self.holder, Holder::Remote { .. })
+    }
+}

@@ -1,0 +1,480 @@
+//! [`RemoteRepository`] and [`Session`]: a repository on object storage, used through a local
+//! cache, changed under a lease and published by one create-only PUT.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use onecopy_core::storage::{create_private_directories, LocalStorage, Storage, FILE_MODE};
+use onecopy_core::Error as CoreError;
+use serde::{Deserialize, Serialize};
+
+use crate::client::{Created, ObjectClient, RequestCount};
+use crate::error::{RemoteError, Result};
+use crate::lease::{Lease, LockKind};
+use crate::storage::RemoteStorage;
+use crate::url::ObjectUrl;
+
+/// The repository's configuration object (the same file as a local repository's).
+pub const CONFIG_OBJECT: &str = "config.json";
+/// The directory of the wrapped keys.
+pub const KEYS: &str = "keys";
+/// The variable that, set to `off`, treats the server as one without conditional writes.
+pub const CONDITIONAL_VARIABLE: &str = "ONECOPY_S3_CONDITIONAL";
+
+/// Directories of a face that live on object storage.
+const REMOTE_DIRECTORIES: [&str; 1] = ["containers"];
+/// The face's files published at each commit: its catalog.
+const CATALOG_FILE: &str = "catalog.redb";
+
+/// The directory of a face's catalog snapshots (`backup/catalog`).
+pub fn catalog_directory(face: &str) -> String {
+    format!("{face}/catalog")
+}
+
+/// The object of catalog generation `generation`: zero-padded so that names sort by
+/// generation.
+pub fn catalog_object(face: &str, generation: u64) -> String {
+    format!("{}/{generation:020}", catalog_directory(face))
+}
+
+/// What the local cache holds of a face, in `<cache>/<face>.state.json`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct CacheState {
+    /// The catalog generation the cached catalog equals, if any.
+    generation: Option<u64>,
+    /// False while a writable session may have changed the cached catalog without publishing
+    /// it: such a catalog is thrown away at the next session.
+    clean: bool,
+}
+
+/// A repository on object storage and this machine's cache of it.
+pub struct RemoteRepository {
+    client: Arc<ObjectClient>,
+    cache: PathBuf,
+    /// How long a lock lives without renewal.
+    lease: Duration,
+    /// `flock` on the cache: one onecopy process uses a cache at a time.
+    _cache_lock: File,
+}
+
+impl std::fmt::Debug for RemoteRepository {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteRepository")
+            .field("url", &self.client.url().to_string())
+            .field("cache", &self.cache)
+            .finish()
+    }
+}
+
+impl RemoteRepository {
+    /// Connects to the repository at `url`, with its cache in a directory of `cache_root`
+    /// named after the URL. Waits while another onecopy process on this machine uses that
+    /// cache.
+    pub fn connect(url: &ObjectUrl, cache_root: &Path) -> Result<RemoteRepository> {
+        let client = ObjectClient::connect(url)?;
+        if std::env::var(CONDITIONAL_VARIABLE).is_ok_and(|value| value == "off") {
+            client.disable_conditional();
+        }
+        RemoteRepository::with_client(client, cache_root, crate::lease::lease_duration())
+    }
+
+    /// [`RemoteRepository::connect`] with a client made by the caller and the lease's duration.
+    pub fn with_client(
+        client: ObjectClient,
+        cache_root: &Path,
+        lease: Duration,
+    ) -> Result<RemoteRepository> {
+        let client = Arc::new(client);
+        let url = client.url().clone();
+        let digest = ring::digest::digest(&ring::digest::SHA256, url.to_string().as_bytes());
+        let name: String = digest.as_ref()[..12]
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        let cache = cache_root.join(name);
+        create_private_directories(&cache)?;
+        let lock_path = cache.join("lock");
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(FILE_MODE)
+            .open(&lock_path)
+            .map_err(|error| CoreError::io(format!("opening {}", lock_path.display()), error))?;
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(CoreError::io(
+                format!("locking {}", lock_path.display()),
+                std::io::Error::last_os_error(),
+            )
+            .into());
+        }
+        let _ = fs::write(cache.join("url"), url.to_string());
+        Ok(RemoteRepository {
+            client,
+            cache,
+            lease,
+            _cache_lock: lock,
+        })
+    }
+
+    /// The client, for its request counts.
+    pub fn client(&self) -> &Arc<ObjectClient> {
+        &self.client
+    }
+
+    /// The local mirror of the repository's directory: `config.json`, `keys/`, and each
+    /// face's local files. A local [`onecopy_core::repository::Repository`] opens it.
+    pub fn mirror(&self) -> PathBuf {
+        self.cache.join("repository")
+    }
+
+    /// True when the repository's configuration object exists.
+    pub fn exists(&self) -> Result<bool> {
+        Ok(self.client.size(CONFIG_OBJECT)?.is_some())
+    }
+
+    /// Publishes a repository made in the mirror (by `Repository::init_with`): its keys, then
+    /// its configuration, created only if no repository is there.
+    pub fn publish_new(&self) -> Result<()> {
+        self.push_keys()?;
+        let config = read_file(&self.mirror().join(CONFIG_OBJECT))?;
+        match self.client.put_new(CONFIG_OBJECT, config)? {
+            Created::Written => Ok(()),
+            Created::Exists => Err(RemoteError::CommitRefused {
+                url: self.client.url().to_string(),
+                detail: "a repository exists there already".into(),
+            }),
+        }
+    }
+
+    /// Brings the configuration and the keys into the mirror.
+    pub fn pull_root(&self) -> Result<()> {
+        let config = self
+            .client
+            .get(CONFIG_OBJECT)?
+            .ok_or_else(|| RemoteError::Missing {
+                what: "a repository (its config.json)".into(),
+                url: format!(
+                    "{}; create one with `onecopy init --repo {}`",
+                    self.client.url(),
+                    self.client.url()
+                ),
+            })?;
+        let mirror = self.mirror();
+        create_private_directories(&mirror.join(KEYS))?;
+        write_private(&mirror.join(CONFIG_OBJECT), &config)?;
+        let remote: Vec<String> = self
+            .client
+            .list(KEYS)?
+            .into_iter()
+            .map(|listed| listed.name)
+            .collect();
+        for name in &remote {
+            let data = self.client.get(name)?.ok_or_else(|| RemoteError::Missing {
+                what: format!("key {name}"),
+                url: self.client.url().to_string(),
+            })?;
+            write_private(&mirror.join(name), &data)?;
+        }
+        for local in local_names(&mirror, KEYS)? {
+            if !remote.contains(&local) {
+                remove_file(&mirror.join(&local))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the remote keys equal the mirror's: uploads new or changed key files, removes
+    /// the ones the mirror no longer has.
+    pub fn push_keys(&self) -> Result<()> {
+        let mirror = self.mirror();
+        let local = local_names(&mirror, KEYS)?;
+        for name in &local {
+            let data = read_file(&mirror.join(name))?;
+            if self.client.get(name)?.as_deref() != Some(data.as_slice()) {
+                self.client.put(name, data)?;
+            }
+        }
+        for remote in self.client.list(KEYS)? {
+            if !local.contains(&remote.name) {
+                self.client.delete(&remote.name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens face `face` (`backup`) for a command: takes the lock (`kind`), makes the cached
+    /// catalog equal the newest published one, and returns the session whose storage the
+    /// face opens.
+    pub fn session(
+        &self,
+        face: &str,
+        kind: LockKind,
+        command: &str,
+        wait: Duration,
+    ) -> Result<Session> {
+        let lease = Lease::acquire(Arc::clone(&self.client), kind, command, self.lease, wait)?;
+        let writable = kind == LockKind::Exclusive;
+        if writable && self.client.conditional() {
+            self.client
+                .probe_conditional(&format!("locks/probe-{}", crate::lease::random_hex()))?;
+        }
+        let generations = self.generations(face)?;
+        let newest = generations.last().copied();
+        let local_root = self.mirror().join(face);
+        create_private_directories(&local_root)?;
+        let local = LocalStorage::open(&local_root)?;
+        let state_path = self.cache.join(format!("{face}.state.json"));
+        let state: CacheState = fs::read(&state_path)
+            .ok()
+            .and_then(|data| serde_json::from_slice(&data).ok())
+            .unwrap_or_default();
+        if state.generation != newest || !state.clean {
+            // The segment index is derived from the catalog; it is rebuilt for the new one.
+            for name in local.list("")? {
+                if name.starts_with(CATALOG_FILE) {
+                    local.remove(&name)?;
+                }
+            }
+            for name in local.list("meta")? {
+                local.remove(&name)?;
+            }
+            if let Some(generation) = newest {
+                let object = catalog_object(face, generation);
+                let data = self
+                    .client
+                    .get(&object)?
+                    .ok_or_else(|| RemoteError::Missing {
+                        what: format!("catalog {object}"),
+                        url: self.client.url().to_string(),
+                    })?;
+                let file = local.open(CATALOG_FILE, true)?;
+                file.set_len(0)?;
+                file.write_at(0, &data)?;
+                file.sync_data()?;
+                local.sync_directory("")?;
+            }
+        }
+        write_private(
+            &state_path,
+            &serde_json::to_vec(&CacheState {
+                generation: newest,
+                clean: !writable,
+            })
+            .expect("cache states serialise"),
+        )?;
+        let copies_root = self.cache.join("objects").join(face);
+        if copies_root.exists() {
+            fs::remove_dir_all(&copies_root).map_err(|error| {
+                CoreError::io(format!("emptying {}", copies_root.display()), error)
+            })?;
+        }
+        let copies = LocalStorage::create(&copies_root)?;
+        let storage = Arc::new(RemoteStorage::new(
+            Arc::clone(&self.client),
+            face,
+            local,
+            copies,
+            &REMOTE_DIRECTORIES,
+        ));
+        if writable && newest.is_none() {
+            // Containers without any published catalog were uploaded by a first command that
+            // never committed: nothing refers to them.
+            for name in storage.remote_objects()?.into_keys() {
+                storage.remove(&name)?;
+            }
+        }
+        Ok(Session {
+            client: Arc::clone(&self.client),
+            face: face.to_string(),
+            lease,
+            storage,
+            local_root,
+            state_path,
+            generations,
+            writable,
+        })
+    }
+
+    /// The face's published catalog generations, oldest first.
+    fn generations(&self, face: &str) -> Result<Vec<u64>> {
+        let directory = catalog_directory(face);
+        let mut generations: Vec<u64> = self
+            .client
+            .list(&directory)?
+            .into_iter()
+            .filter_map(|listed| {
+                listed
+                    .name
+                    .strip_prefix(&format!("{directory}/"))?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        generations.sort_unstable();
+        Ok(generations)
+    }
+}
+
+/// One command's use of a face: the lease, and the storage it opens.
+pub struct Session {
+    client: Arc<ObjectClient>,
+    face: String,
+    lease: Lease,
+    storage: Arc<RemoteStorage>,
+    local_root: PathBuf,
+    state_path: PathBuf,
+    /// The published generations when the session began.
+    generations: Vec<u64>,
+    writable: bool,
+}
+
+/// What [`Session::commit`] published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Commit {
+    /// The new catalog generation.
+    pub generation: u64,
+    /// Bytes of the catalog snapshot.
+    pub catalog_bytes: u64,
+    /// Objects the commit made unreferenced that could not be deleted (the next changing
+    /// command removes them).
+    pub leftovers: u64,
+    /// Requests of the whole session so far.
+    pub requests: RequestCount,
+}
+
+impl Session {
+    /// The face's storage.
+    pub fn storage(&self) -> Arc<dyn Storage> {
+        Arc::clone(&self.storage) as Arc<dyn Storage>
+    }
+
+    /// Publishes the face's catalog as the next generation: the commit point of everything
+    /// the command did. Call it after the face closed its catalog. Every container the
+    /// catalog names was uploaded when it was synced, before this.
+    ///
+    /// The PUT is create-only: when another client published that generation first (its
+    /// lease outlived ours), nothing is committed and the uploaded containers become
+    /// leftovers that the next writer removes. Without conditional writes the lease alone
+    /// keeps writers apart ([`Lease::check_held`] just before the PUT).
+    pub fn commit(self) -> Result<Option<Commit>> {
+        assert!(self.writable, "a shared session has nothing to commit");
+        let catalog = self.local_root.join(CATALOG_FILE);
+        if !catalog.exists() {
+            return Ok(None);
+        }
+        let data = read_file(&catalog)?;
+        let catalog_bytes = data.len() as u64;
+        let generation = self.generations.last().map_or(1, |newest| newest + 1);
+        self.lease.check_held()?;
+        let object = catalog_object(&self.face, generation);
+        if self.client.put_new(&object, data)? == Created::Exists {
+            return Err(RemoteError::CommitRefused {
+                url: self.client.url().to_string(),
+                detail: format!(
+                    "another client published catalog generation {generation} while this one \
+                     worked (its lock had lapsed); run the command again"
+                ),
+            });
+        }
+        write_private(
+            &self.state_path,
+            &serde_json::to_vec(&CacheState {
+                generation: Some(generation),
+                clean: true,
+            })
+            .expect("cache states serialise"),
+        )?;
+        // Objects the command removed go now that no published catalog names them; the
+        // previous generation stays, for readers that listed it just before this commit, and
+        // older ones go. A failure here leaves leftovers that the next writer removes.
+        let mut leftovers = 0;
+        let older = &self.generations[..self.generations.len().saturating_sub(1)];
+        let superseded = older.iter().map(|old| catalog_object(&self.face, *old));
+        for object in self.storage.take_removed().into_iter().chain(superseded) {
+            if self.client.delete(&object).is_err() {
+                leftovers += 1;
+            }
+        }
+        Ok(Some(Commit {
+            generation,
+            catalog_bytes,
+            leftovers,
+            requests: self.client.count(),
+        }))
+    }
+}
+
+#[cfg(test)]
+impl Session {
+    /// Stops renewing the lease (a client frozen longer than its lease).
+    pub(crate) fn stop_renewing(&mut self) {
+        self.lease.stop_renewing();
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+fn read_file(path: &Path) -> Result<Vec<u8>> {
+    fs::read(path)
+        .map_err(|error| CoreError::io(format!("reading {}", path.display()), error).into())
+}
+
+/// Writes a small file of the cache, private to its owner, replacing it whole.
+fn write_private(path: &Path, data: &[u8]) -> Result<()> {
+    let temporary = path.with_extension("tmp");
+    let io = |error| CoreError::io(format!("writing {}", path.display()), error);
+    let mut file = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(FILE_MODE)
+        .open(&temporary)
+        .map_err(io)?;
+    file.write_all(data).map_err(io)?;
+    file.sync_data().map_err(io)?;
+    fs::rename(&temporary, path).map_err(io)?;
+    Ok(())
+}
+
+fn remove_file(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(CoreError::io(format!("removing {}", path.display()), error).into()),
+    }
+}
+
+/// Names (`directory/file`) of the files in `root/directory`.
+fn local_names(root: &Path, directory: &str) -> Result<Vec<String>> {
+    let path = root.join(directory);
+    let mut names = Vec::new();
+    match fs::read_dir(&path) {
+        Ok(entries) => {
+            for entry in entries {
+                let entry = entry
+                    .map_err(|error| CoreError::io(format!("listing {}", path.display()), error))?;
+                if entry.file_type().is_ok_and(|kind| kind.is_file()) {
+                    if let Some(name) = entry.file_name().to_str() {
+                        if !name.ends_with(".tmp") {
+                            names.push(format!("{directory}/{name}"));
+                        }
+                    }
+                }
+            }
+        }
+        Err(error) if error.kind() == ErrorKind::NotFound => {}
+        Err(error) => {
+            return Err(CoreError::io(format!("listing {}", path.display()), error).into())
+        }
+    }
+    names.sort();
+    Ok(names)
+}

@@ -1,0 +1,341 @@
+//! Sessions against object_store's in-memory store, which honours create-only PUTs as S3
+//! does: commits, what a second client sees, locks, lapsed leases and leftovers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::memory::InMemory;
+use onecopy_core::repository::{Encryption, Repository};
+use onecopy_core::storage::Storage;
+
+use super::*;
+
+const LEASE: Duration = Duration::from_secs(2);
+
+fn url() -> ObjectUrl {
+    ObjectUrl::parse("s3:http://memory/bucket/repository").unwrap()
+}
+
+/// A client of `store` with its own cache, like a process on another host.
+fn client(store: &Arc<InMemory>, cache: &tempfile::TempDir) -> RemoteRepository {
+    let client = ObjectClient::over(
+        Arc::clone(store) as Arc<dyn object_store::ObjectStore>,
+        &url(),
+    )
+    .unwrap();
+    RemoteRepository::with_client(client, cache.path(), LEASE).unwrap()
+}
+
+/// A repository made by a first client.
+fn initialised() -> (Arc<InMemory>, tempfile::TempDir, RemoteRepository) {
+    let store = Arc::new(InMemory::new());
+    let cache = tempfile::tempdir().unwrap();
+    let remote = client(&store, &cache);
+    Repository::init_with(&remote.mirror(), Encryption::None).unwrap();
+    remote.publish_new().unwrap();
+    (store, cache, remote)
+}
+
+/// Writes what a face's command would: a container (uploaded at its sync) and its catalog.
+fn write_work(session: &Session, container: &str, content: &[u8], catalog: &[u8]) {
+    let storage = session.storage();
+    let file = storage.open(container, true).unwrap();
+    file.write_at(0, content).unwrap();
+    file.sync_data().unwrap();
+    let file = storage.open(CATALOG_FILE, true).unwrap();
+    file.set_len(0).unwrap();
+    file.write_at(0, catalog).unwrap();
+    file.sync_data().unwrap();
+}
+
+fn read(storage: &Arc<dyn Storage>, name: &str) -> Vec<u8> {
+    onecopy_core::storage::read_all(storage.as_ref(), name).unwrap()
+}
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Goal: a commit publishes the catalog and the containers so that a second client with an
+/// empty cache reads exactly them. Method: client A writes and commits twice; client B opens
+/// a shared session and reads the newest catalog and both containers.
+#[test]
+fn second_client_reads_what_was_committed() {
+    let (store, _cache, a) = initialised();
+    let session = a
+        .session("backup", LockKind::Exclusive, "test", WAIT)
+        .unwrap();
+    write_work(
+        &session,
+        "containers/00/1",
+        b"first container",
+        b"catalog one",
+    );
+    assert_eq!(session.commit().unwrap().unwrap().generation, 1);
+    let session = a
+        .session("backup", LockKind::Exclusive, "test", WAIT)
+        .unwrap();
+    write_work(
+        &session,
+        "containers/00/2",
+        b"second container",
+        b"catalog two",
+    );
+    assert_eq!(session.commit().unwrap().unwrap().generation, 2);
+
+    let cache_b = tempfile::tempdir().unwrap();
+    let b = client(&store, &cache_b);
+    b.pull_root().unwrap();
+    assert!(b.mirror().join(CONFIG_OBJECT).exists());
+    let session = b.session("backup", LockKind::Shared, "test", WAIT).unwrap();
+    let storage = session.storage();
+    assert_eq!(read(&storage, CATALOG_FILE), b"catalog two");
+    assert_eq!(
+        storage.list("containers/00").unwrap(),
+        vec!["containers/00/1".to_string(), "containers/00/2".to_string()]
+    );
+    assert_eq!(read(&storage, "containers/00/1"), b"first container");
+    assert_eq!(read(&storage, "containers/00/2"), b"second container");
+    // Generation 1 stays for readers that listed it; older ones would go.
+    assert_eq!(a.generations("backup").unwrap(), vec![1, 2]);
+}
+
+/// Goal: an exclusive lock keeps other writers and readers out, shared locks coexist, and a
+/// released lock lets the next one in. Method: take locks from two clients with short waits.
+#[test]
+fn locks_exclude_as_their_kinds_say() {
+    let (store, _cache, a) = initialised();
+    let cache_b = tempfile::tempdir().unwrap();
+    let b = client(&store, &cache_b);
+    b.pull_root().unwrap();
+    let short = Duration::from_millis(300);
+
+    let writing = a
+        .session("backup", LockKind::Exclusive, "writer", WAIT)
+        .unwrap();
+    for kind in [LockKind::Exclusive, LockKind::Shared] {
+        match b.session("backup", kind, "other", short) {
+            Err(RemoteError::Locked { holder, .. }) => {
+                assert!(holder.contains("writer"), "{holder}")
+            }
+            other => panic!(
+                "{kind:?} lock taken beside an exclusive one: {:?}",
+                other.is_ok()
+            ),
+        }
+    }
+    drop(writing);
+
+    let reading = a
+        .session("backup", LockKind::Shared, "reader", WAIT)
+        .unwrap();
+    let reading_too = b
+        .session("backup", LockKind::Shared, "reader too", short)
+        .unwrap();
+    assert!(matches!(
+        b.session("backup", LockKind::Exclusive, "writer", short),
+        Err(RemoteError::Locked { .. })
+    ));
+    drop(reading);
+    drop(reading_too);
+    b.session("backup", LockKind::Exclusive, "writer", short)
+        .unwrap();
+}
+
+/// Goal: a client that stops renewing its lock loses it, and its late commit is refused
+/// rather than overwriting the work of the client that took over. Method: A stops renewing;
+/// B waits out the lease, takes the lock and commits; A's commit fails and B's catalog stays.
+#[test]
+fn lapsed_lease_cannot_commit() {
+    let (store, _cache, a) = initialised();
+    let mut late = a
+        .session("backup", LockKind::Exclusive, "frozen", WAIT)
+        .unwrap();
+    late.stop_renewing();
+    write_work(&late, "containers/00/1", b"late container", b"late catalog");
+
+    let cache_b = tempfile::tempdir().unwrap();
+    let b = client(&store, &cache_b);
+    b.pull_root().unwrap();
+    let session = b
+        .session("backup", LockKind::Exclusive, "taker", WAIT)
+        .unwrap();
+    write_work(
+        &session,
+        "containers/00/2",
+        b"taker container",
+        b"taker catalog",
+    );
+    assert_eq!(session.commit().unwrap().unwrap().generation, 1);
+
+    match late.commit() {
+        Err(RemoteError::CommitRefused { .. }) => {}
+        other => panic!(
+            "a lapsed client committed: {:?}",
+            other.map(|c| c.map(|c| c.generation))
+        ),
+    }
+    let cache_c = tempfile::tempdir().unwrap();
+    let c = client(&store, &cache_c);
+    c.pull_root().unwrap();
+    let session = c
+        .session("backup", LockKind::Shared, "reader", WAIT)
+        .unwrap();
+    assert_eq!(read(&session.storage(), CATALOG_FILE), b"taker catalog");
+}
+
+/// Goal: the commit point is create-only, so two commits of one generation never both land
+/// on a server with conditional writes. Method: publish generation 1 behind a session's back
+/// and commit that session, whose lease is fine.
+#[test]
+fn commit_of_a_taken_generation_is_refused() {
+    let (_store, _cache, a) = initialised();
+    let session = a
+        .session("backup", LockKind::Exclusive, "test", WAIT)
+        .unwrap();
+    write_work(&session, "containers/00/1", b"container", b"catalog");
+    a.client
+        .put(
+            &catalog_object("backup", 1),
+            b"someone else's catalog".to_vec(),
+        )
+        .unwrap();
+    assert!(matches!(
+        session.commit(),
+        Err(RemoteError::CommitRefused { .. })
+    ));
+    assert_eq!(
+        a.client.get(&catalog_object("backup", 1)).unwrap().unwrap(),
+        b"someone else's catalog"
+    );
+}
+
+/// Goal: work that was never committed is invisible, and the cache does not keep it. Method:
+/// a session writes and is dropped without commit; the next session of the same client sees
+/// the published catalog again, and the first writer of a repository without any catalog
+/// removes the containers nothing refers to.
+#[test]
+fn uncommitted_work_is_dropped() {
+    let (_store, _cache, a) = initialised();
+    let session = a
+        .session("backup", LockKind::Exclusive, "test", WAIT)
+        .unwrap();
+    write_work(
+        &session,
+        "containers/00/1",
+        b"never committed",
+        b"uncommitted catalog",
+    );
+    drop(session);
+    let session = a
+        .session("backup", LockKind::Exclusive, "test", WAIT)
+        .unwrap();
+    let storage = session.storage();
+    assert!(
+        !storage.exists(CATALOG_FILE).unwrap(),
+        "an uncommitted catalog was kept"
+    );
+    assert!(
+        storage.list("containers/00").unwrap().is_empty(),
+        "leftover containers stayed"
+    );
+    write_work(&session, "containers/00/1", b"committed", b"catalog");
+    session.commit().unwrap();
+    let session = a
+        .session("backup", LockKind::Exclusive, "test", WAIT)
+        .unwrap();
+    write_work(
+        &session,
+        "containers/00/2",
+        b"never committed",
+        b"uncommitted catalog",
+    );
+    drop(session);
+    let session = a.session("backup", LockKind::Shared, "test", WAIT).unwrap();
+    assert_eq!(read(&session.storage(), CATALOG_FILE), b"catalog");
+}
+
+/// Goal: requests are counted, and a container costs one upload and one download. Method:
+/// count the requests of a write session and of a read of its container.
+#[test]
+fn requests_are_counted() {
+    let (store, _cache, a) = initialised();
+    let session = a
+        .session("backup", LockKind::Exclusive, "test", WAIT)
+        .unwrap();
+    let before = a.client().count();
+    write_work(&session, "containers/00/1", &vec![7u8; 1 << 20], b"catalog");
+    let after = a.client().count();
+    assert_eq!(after.puts - before.puts, 1, "one PUT per container");
+    assert_eq!(after.bytes_sent - before.bytes_sent, 1 << 20);
+    session.commit().unwrap();
+
+    let cache_b = tempfile::tempdir().unwrap();
+    let b = client(&store, &cache_b);
+    b.pull_root().unwrap();
+    let session = b.session("backup", LockKind::Shared, "test", WAIT).unwrap();
+    let storage = session.storage();
+    let before = b.client().count();
+    let file = storage.open("containers/00/1", false).unwrap();
+    let mut buffer = vec![0u8; 4096];
+    for offset in (0..(1u64 << 20)).step_by(4096) {
+        file.read_at(offset, &mut buffer).unwrap();
+    }
+    let after = b.client().count();
+    assert_eq!(
+        after.gets - before.gets,
+        1,
+        "one GET per container, not per read"
+    );
+}
+
+/// Goal: a container removed by a command stays in the store until that command's commit,
+/// so a client killed after removing it but before publishing leaves the published catalog
+/// whole. Method: remove a committed container and drop the session; a second client still
+/// reads it; a committed removal deletes the object.
+#[test]
+fn removals_wait_for_the_commit() {
+    let (store, _cache, a) = initialised();
+    let session = a
+        .session("backup", LockKind::Exclusive, "test", WAIT)
+        .unwrap();
+    write_work(
+        &session,
+        "containers/00/1",
+        b"kept until committed",
+        b"catalog one",
+    );
+    session.commit().unwrap();
+
+    let session = a
+        .session("backup", LockKind::Exclusive, "test", WAIT)
+        .unwrap();
+    let storage = session.storage();
+    storage.remove("containers/00/1").unwrap();
+    assert!(!storage.exists("containers/00/1").unwrap());
+    assert!(storage.list("containers/00").unwrap().is_empty());
+    drop(storage);
+    drop(session);
+    let object = "backup/containers/00/1";
+    assert!(
+        a.client().size(object).unwrap().is_some(),
+        "removed before any commit"
+    );
+
+    let session = a
+        .session("backup", LockKind::Exclusive, "test", WAIT)
+        .unwrap();
+    session.storage().remove("containers/00/1").unwrap();
+    write_work(&session, "containers/00/2", b"new", b"catalog two");
+    session.commit().unwrap();
+    assert!(
+        a.client().size(object).unwrap().is_none(),
+        "not deleted after the commit"
+    );
+    let cache_b = tempfile::tempdir().unwrap();
+    let b = client(&store, &cache_b);
+    b.pull_root().unwrap();
+    let session = b.session("backup", LockKind::Shared, "test", WAIT).unwrap();
+    assert_eq!(
+        session.storage().list("containers/00").unwrap(),
+        vec!["containers/00/2"]
+    );
+}

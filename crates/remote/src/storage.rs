@@ -1,0 +1,321 @@
+//! [`RemoteStorage`]: a face's [`Storage`] whose containers live on object storage and whose
+//! other files (the catalog, the derived segment index, the reserve) live in the local cache.
+//!
+//! Containers already use storage the way object storage works: written once from start to
+//! end, synced, then only read or removed. A container being written is a local file (its
+//! copy); its sync uploads the copy as one object (in parts when large), and a write after that
+//! makes the next sync upload it again. A container opened for reading is downloaded whole
+//! into its copy once per session, so a restore costs one request per container, not one per
+//! chunk. The names of the remote containers are listed once per session and kept up to date
+//! by this client's own changes: the session's lock keeps other writers out.
+//!
+//! The catalog itself is local here; [`crate::Session::commit`] publishes it.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use onecopy_core::storage::{parent_directory, LocalStorage, Storage, StorageFile};
+use onecopy_core::{Error, Result};
+use parking_lot::Mutex;
+
+use crate::client::ObjectClient;
+
+/// A face's storage split between object storage (the directories in `remote_directories`)
+/// and a local directory (everything else).
+#[derive(Debug)]
+pub struct RemoteStorage {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    client: Arc<ObjectClient>,
+    /// The face's directory in the repository (`backup`): object names are `face/name`.
+    face: String,
+    /// The face's local files.
+    local: LocalStorage,
+    /// Local copies of remote objects: written before upload, or downloaded for reading.
+    copies: LocalStorage,
+    remote_directories: Vec<String>,
+    /// Remote objects under the remote directories and their sizes, listed at first use.
+    listing: Mutex<Option<BTreeMap<String, u64>>>,
+    /// Objects created through this storage and not uploaded yet.
+    pending: Mutex<HashSet<String>>,
+    /// Objects whose local copy is complete.
+    copied: Mutex<HashSet<String>>,
+    /// Objects removed through this storage: gone for the command at once, deleted from the
+    /// store only after the commit ([`RemoteStorage::take_removed`]), because the published
+    /// catalog may still name them until then.
+    removed: Mutex<BTreeSet<String>>,
+}
+
+impl RemoteStorage {
+    /// Storage of face `face`: `remote_directories` (face-relative, such as `containers`) on
+    /// `client`'s repository, the rest in `local`, copies of objects in `copies`.
+    pub fn new(
+        client: Arc<ObjectClient>,
+        face: &str,
+        local: LocalStorage,
+        copies: LocalStorage,
+        remote_directories: &[&str],
+    ) -> RemoteStorage {
+        RemoteStorage {
+            inner: Arc::new(Inner {
+                client,
+                face: face.to_string(),
+                local,
+                copies,
+                remote_directories: remote_directories.iter().map(|d| d.to_string()).collect(),
+                listing: Mutex::new(None),
+                pending: Mutex::new(HashSet::new()),
+                copied: Mutex::new(HashSet::new()),
+                removed: Mutex::new(BTreeSet::new()),
+            }),
+        }
+    }
+
+    /// Objects under the remote directories, with their sizes.
+    pub fn remote_objects(&self) -> Result<BTreeMap<String, u64>> {
+        self.inner.with_listing(|listing| listing.clone())
+    }
+
+    /// The objects removed during the command, to delete once its commit is published.
+    pub fn take_removed(&self) -> Vec<String> {
+        std::mem::take(&mut *self.inner.removed.lock())
+            .into_iter()
+            .map(|name| self.inner.object(&name))
+            .collect()
+    }
+}
+
+impl Inner {
+    fn is_remote(&self, name: &str) -> bool {
+        self.remote_directories.iter().any(|directory| {
+            name.strip_prefix(directory.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+    }
+
+    fn object(&self, name: &str) -> String {
+        format!("{}/{name}", self.face)
+    }
+
+    fn with_listing<T>(&self, f: impl FnOnce(&mut BTreeMap<String, u64>) -> T) -> Result<T> {
+        let mut guard = self.listing.lock();
+        if guard.is_none() {
+            let mut listing = BTreeMap::new();
+            for directory in &self.remote_directories {
+                for object in self.client.list(&self.object(directory))? {
+                    let name = object
+                        .name
+                        .strip_prefix(&format!("{}/", self.face))
+                        .map(str::to_string);
+                    if let Some(name) = name {
+                        listing.insert(name, object.size);
+                    }
+                }
+            }
+            *guard = Some(listing);
+        }
+        Ok(f(guard.as_mut().expect("listed above")))
+    }
+
+    fn exists_remote(&self, name: &str) -> Result<bool> {
+        if self.pending.lock().contains(name) {
+            return Ok(true);
+        }
+        self.with_listing(|listing| listing.contains_key(name))
+    }
+
+    /// Downloads object `name` into its copy, unless the copy is complete already.
+    fn fetch(&self, name: &str) -> Result<()> {
+        if self.copied.lock().contains(name) || self.pending.lock().contains(name) {
+            return Ok(());
+        }
+        let data = self.client.get(&self.object(name))?.ok_or_else(|| {
+            Error::NotFound(format!(
+                "object {} on {}",
+                self.object(name),
+                self.client.url()
+            ))
+        })?;
+        let partial = format!("{name}.download");
+        let file = self.copies.open(&partial, true)?;
+        file.set_len(0)?;
+        file.write_at(0, &data)?;
+        drop(file);
+        self.copies.rename(&partial, name)?;
+        self.copied.lock().insert(name.to_string());
+        Ok(())
+    }
+}
+
+impl Storage for RemoteStorage {
+    fn open(&self, name: &str, create: bool) -> Result<Arc<dyn StorageFile>> {
+        let inner = &self.inner;
+        if !inner.is_remote(name) {
+            return inner.local.open(name, create);
+        }
+        if create && !inner.exists_remote(name)? {
+            // A name made again after its removal gets a new object: the upload replaces the
+            // old one, which only a leftover can be (committed containers keep their numbers).
+            inner.removed.lock().remove(name);
+            inner.copies.remove(name)?;
+            let copy = inner.copies.open(name, true)?;
+            inner.pending.lock().insert(name.to_string());
+            inner.copied.lock().insert(name.to_string());
+            return Ok(Arc::new(ObjectFile {
+                name: name.to_string(),
+                inner: Arc::clone(inner),
+                copy,
+                dirty: AtomicBool::new(true),
+            }));
+        }
+        if !inner.exists_remote(name)? {
+            return Err(Error::NotFound(format!(
+                "object {} on {}",
+                inner.object(name),
+                inner.client.url()
+            )));
+        }
+        inner.fetch(name)?;
+        let copy = inner.copies.open(name, false)?;
+        Ok(Arc::new(ObjectFile {
+            name: name.to_string(),
+            inner: Arc::clone(inner),
+            copy,
+            dirty: AtomicBool::new(false),
+        }))
+    }
+
+    fn exists(&self, name: &str) -> Result<bool> {
+        if self.inner.is_remote(name) {
+            self.inner.exists_remote(name)
+        } else {
+            self.inner.local.exists(name)
+        }
+    }
+
+    fn remove(&self, name: &str) -> Result<()> {
+        let inner = &self.inner;
+        if !inner.is_remote(name) {
+            return inner.local.remove(name);
+        }
+        let listed = inner
+            .with_listing(|listing| listing.remove(name))?
+            .is_some();
+        // A name made during this command and never uploaded has no object to delete.
+        inner.pending.lock().remove(name);
+        inner.copied.lock().remove(name);
+        if listed {
+            inner.removed.lock().insert(name.to_string());
+        }
+        inner.copies.remove(name)
+    }
+
+    fn rename(&self, from: &str, to: &str) -> Result<()> {
+        let inner = &self.inner;
+        if inner.is_remote(from) || inner.is_remote(to) {
+            return Err(Error::InvalidArgument(format!(
+                "objects cannot be renamed on object storage ({from} to {to})"
+            )));
+        }
+        inner.local.rename(from, to)
+    }
+
+    fn list(&self, directory: &str) -> Result<Vec<String>> {
+        let inner = &self.inner;
+        if !inner.is_remote(directory) {
+            return inner.local.list(directory);
+        }
+        let mut names: Vec<String> = inner.with_listing(|listing| {
+            listing
+                .keys()
+                .filter(|name| parent_directory(name) == directory)
+                .cloned()
+                .collect()
+        })?;
+        names.extend(
+            inner
+                .pending
+                .lock()
+                .iter()
+                .filter(|name| parent_directory(name) == directory)
+                .cloned(),
+        );
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    fn sync_directory(&self, directory: &str) -> Result<()> {
+        if self.inner.is_remote(directory) {
+            // An object is listed from the moment its upload completes.
+            return Ok(());
+        }
+        self.inner.local.sync_directory(directory)
+    }
+
+    fn describe(&self) -> String {
+        format!("{}/{}", self.inner.client.url(), self.inner.face)
+    }
+}
+
+/// A remote object through its local copy.
+#[derive(Debug)]
+struct ObjectFile {
+    name: String,
+    inner: Arc<Inner>,
+    copy: Arc<dyn StorageFile>,
+    /// Written since its last upload.
+    dirty: AtomicBool,
+}
+
+impl StorageFile for ObjectFile {
+    fn len(&self) -> Result<u64> {
+        self.copy.len()
+    }
+
+    fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<()> {
+        self.copy.read_at(offset, buffer)
+    }
+
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.dirty.store(true, Ordering::Release);
+        self.copy.write_at(offset, data)
+    }
+
+    fn set_len(&self, length: u64) -> Result<()> {
+        self.dirty.store(true, Ordering::Release);
+        self.copy.set_len(length)
+    }
+
+    /// Uploads the copy: durable once the object store has acknowledged it.
+    fn sync_data(&self) -> Result<()> {
+        if !self.dirty.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let inner = &self.inner;
+        let path = inner.copies.root().join(&self.name);
+        let uploaded = inner.client.upload(&inner.object(&self.name), &path);
+        let length = match uploaded {
+            Ok(length) => length,
+            Err(error) => {
+                self.dirty.store(true, Ordering::Release);
+                return Err(error.into());
+            }
+        };
+        inner.with_listing(|listing| listing.insert(self.name.clone(), length))?;
+        inner.pending.lock().remove(&self.name);
+        Ok(())
+    }
+
+    fn advise_will_need(&self, offset: u64, length: u64) -> Result<()> {
+        self.copy.advise_will_need(offset, length)
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
