@@ -14,7 +14,9 @@ use anyhow::Context;
 use onecopy_core::keys::KeyRing;
 use onecopy_core::repository::{FaceLock, LockWait, Repository};
 use onecopy_core::storage::{SealedStorage, Storage};
-use onecopy_remote::{LockKind, ObjectUrl, RemoteRepository, Session};
+use onecopy_core::units::format_size;
+use onecopy_remote::{Commit, LockKind, ObjectUrl, RemoteRepository, Session};
+use serde::Serialize;
 
 use crate::keys::FirstKey;
 use crate::Cli;
@@ -50,6 +52,32 @@ enum Holder {
         session: Box<Session>,
         access: Access,
     },
+}
+
+/// What a command published to object storage, for its report.
+#[derive(Debug, Serialize)]
+pub struct Published {
+    pub url: String,
+    /// Whether the server enforced the create-only PUT of the commit.
+    pub conditional_writes: bool,
+    #[serde(flatten)]
+    pub commit: Commit,
+}
+
+impl Published {
+    /// One line for the text output.
+    pub fn describe(&self) -> String {
+        let requests = &self.commit.requests;
+        format!(
+            "published catalog generation {} ({}) to {}: {} requests, {} sent, {} received",
+            self.commit.generation,
+            format_size(self.commit.catalog_bytes),
+            self.url,
+            requests.requests(),
+            format_size(requests.bytes_sent),
+            format_size(requests.bytes_received)
+        )
+    }
 }
 
 /// The repository at `--repo` when it is an object-storage URL.
@@ -135,28 +163,34 @@ pub fn open(
 
 impl BackupFace {
     /// Ends the command's use of the face: on object storage, a command that changed the
-    /// store publishes its catalog (the commit point). Call it after the store is closed.
-    pub fn finish(self) -> anyhow::Result<()> {
+    /// store publishes its catalog (the commit point), and what it published is returned.
+    /// Call it after the store is closed.
+    pub fn finish(self) -> anyhow::Result<Option<Published>> {
         let BackupFace {
             storage,
             sealed,
             holder,
-            ..
         } = self;
         drop(sealed);
         drop(storage);
-        if let Holder::Remote {
+        let Holder::Remote {
             remote,
             session,
             access: Access::Write,
         } = holder
-        {
-            let url = remote.client().url().to_string();
-            session
-                .commit()
-                .with_context(|| format!("publishing the catalog to {url}"))?;
-        }
-        Ok(())
+        else {
+            return Ok(None);
+        };
+        let url = remote.client().url().to_string();
+        let conditional_writes = remote.client().conditional();
+        let commit = session
+            .commit()
+            .with_context(|| format!("publishing the catalog to {url}"))?;
+        Ok(commit.map(|commit| Published {
+            url,
+            conditional_writes,
+            commit,
+        }))
     }
 
     /// True when the repository is on object storage.

@@ -11,7 +11,7 @@
 //!
 //! The catalog itself is local here; [`crate::Session::commit`] publishes it.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -44,6 +44,8 @@ struct Inner {
     pending: Mutex<HashSet<String>>,
     /// Objects whose local copy is complete.
     copied: Mutex<HashSet<String>>,
+    /// One lock per object being downloaded.
+    fetching: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     /// Objects removed through this storage: gone for the command at once, deleted from the
     /// store only after the commit ([`RemoteStorage::take_removed`]), because the published
     /// catalog may still name them until then.
@@ -70,6 +72,7 @@ impl RemoteStorage {
                 listing: Mutex::new(None),
                 pending: Mutex::new(HashSet::new()),
                 copied: Mutex::new(HashSet::new()),
+                fetching: Mutex::new(HashMap::new()),
                 removed: Mutex::new(BTreeSet::new()),
             }),
         }
@@ -128,8 +131,11 @@ impl Inner {
         self.with_listing(|listing| listing.contains_key(name))
     }
 
-    /// Downloads object `name` into its copy, unless the copy is complete already.
+    /// Downloads object `name` into its copy, unless the copy is complete already. Readers
+    /// of one object wait for its one download; different objects download in parallel.
     fn fetch(&self, name: &str) -> Result<()> {
+        let gate = Arc::clone(self.fetching.lock().entry(name.to_string()).or_default());
+        let _downloading = gate.lock();
         if self.copied.lock().contains(name) || self.pending.lock().contains(name) {
             return Ok(());
         }

@@ -23,7 +23,7 @@ use onecopy_backup::{
 };
 use std::sync::Arc;
 
-use crate::backup_face::{self, Access, BackupFace};
+use crate::backup_face::{self, Access, BackupFace, Published};
 use onecopy_core::units::{format_rate, format_size, parse_size};
 use serde::Serialize;
 
@@ -302,7 +302,7 @@ struct Opened {
 impl Opened {
     /// Closes the store and ends the command's use of the face: on object storage, a command
     /// that changed the store publishes it here, so it reports its work only after this.
-    fn finish(self) -> anyhow::Result<()> {
+    fn finish(self) -> anyhow::Result<Option<Published>> {
         let Opened { store, face } = self;
         drop(store);
         face.finish()
@@ -341,7 +341,9 @@ pub fn check_face(
             .findings
             .extend(crate::keys::verify_sealed(sealed, options)?);
     }
-    face.finish()?;
+    if let Some(published) = face.finish()? {
+        eprintln!("onecopy: {}", published.describe());
+    }
     Ok(report)
 }
 
@@ -637,7 +639,8 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
         } => {
             let mut opened = open(cli, "reverse", None, RuntimeOptions::default())?;
             reverse(&mut opened.store, backup.as_deref(), *dry_run, *json)?;
-            opened.finish()
+            opened.finish()?;
+            Ok(())
         }
         BackupCommand::Stats { json } => {
             let opened = open_read_only(cli, "stats", RuntimeOptions::default())?;
@@ -855,11 +858,18 @@ fn create(
     )?;
     bar.finish_and_clear();
     settle_catalog(&mut opened);
-    opened.finish()?;
+    let published = opened.finish()?;
     if json {
-        return print_json(&report);
+        let mut value = serde_json::to_value(&report)?;
+        if let (Some(published), Some(object)) = (published, value.as_object_mut()) {
+            object.insert("object_storage".into(), serde_json::to_value(published)?);
+        }
+        return print_json(&value);
     }
     print_create(&report);
+    if let Some(published) = published {
+        println!("  {}", published.describe());
+    }
     Ok(())
 }
 

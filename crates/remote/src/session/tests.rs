@@ -339,3 +339,28 @@ fn removals_wait_for_the_commit() {
         vec!["containers/00/2"]
     );
 }
+
+/// Goal: threads reading one object at once share its one download. Method: eight threads
+/// open and read the same container of a fresh client; all read it whole, with one GET.
+#[test]
+fn concurrent_readers_share_one_download() {
+    let (store, _cache, a) = initialised();
+    let session = a
+        .session("backup", LockKind::Exclusive, "test", WAIT)
+        .unwrap();
+    let content = vec![3u8; 4 << 20];
+    write_work(&session, "containers/00/1", &content, b"catalog");
+    session.commit().unwrap();
+    let cache_b = tempfile::tempdir().unwrap();
+    let b = client(&store, &cache_b);
+    b.pull_root().unwrap();
+    let session = b.session("backup", LockKind::Shared, "test", WAIT).unwrap();
+    let storage = session.storage();
+    let before = b.client().count().gets;
+    std::thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| assert_eq!(read(&storage, "containers/00/1"), content));
+        }
+    });
+    assert_eq!(b.client().count().gets - before, 1);
+}
