@@ -276,6 +276,7 @@ impl RemoteRepository {
             })?;
         }
         let copies = LocalStorage::create(&copies_root)?;
+        let copies_root = copies_root.clone();
         let storage = Arc::new(RemoteStorage::new(
             Arc::clone(&self.client),
             face,
@@ -297,6 +298,7 @@ impl RemoteRepository {
             storage,
             local_root,
             state_path,
+            copies_root,
             generations,
             writable,
         })
@@ -330,6 +332,7 @@ pub struct Session {
     storage: Arc<RemoteStorage>,
     local_root: PathBuf,
     state_path: PathBuf,
+    copies_root: PathBuf,
     /// The published generations when the session began.
     generations: Vec<u64>,
     writable: bool,
@@ -408,6 +411,13 @@ impl Session {
             leftovers,
             requests: self.client.count(),
         }))
+    }
+}
+
+impl Drop for Session {
+    /// The copies of objects serve one command only.
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.copies_root);
     }
 }
 

@@ -11,7 +11,7 @@
 //!
 //! The catalog itself is local here; [`crate::Session::commit`] publishes it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -20,6 +20,11 @@ use onecopy_core::{Error, Result};
 use parking_lot::Mutex;
 
 use crate::client::ObjectClient;
+
+/// Bytes of object copies kept on the local disk: beyond it the oldest copies are removed (a
+/// handle still open keeps reading its copy; a later open downloads it again), so that a
+/// restore of a large backup does not copy the whole repository to the cache.
+pub const COPIES_BUDGET: u64 = 1 << 30;
 
 /// A face's storage split between object storage (the directories in `remote_directories`)
 /// and a local directory (everything else).
@@ -46,6 +51,8 @@ struct Inner {
     copied: Mutex<HashSet<String>>,
     /// One lock per object being downloaded.
     fetching: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// Complete copies, oldest first, with their sizes, for [`COPIES_BUDGET`].
+    copy_order: Mutex<VecDeque<(String, u64)>>,
     /// Objects removed through this storage: gone for the command at once, deleted from the
     /// store only after the commit ([`RemoteStorage::take_removed`]), because the published
     /// catalog may still name them until then.
@@ -73,6 +80,7 @@ impl RemoteStorage {
                 pending: Mutex::new(HashSet::new()),
                 copied: Mutex::new(HashSet::new()),
                 fetching: Mutex::new(HashMap::new()),
+                copy_order: Mutex::new(VecDeque::new()),
                 removed: Mutex::new(BTreeSet::new()),
             }),
         }
@@ -153,6 +161,22 @@ impl Inner {
         drop(file);
         self.copies.rename(&partial, name)?;
         self.copied.lock().insert(name.to_string());
+        self.keep_copy(name, data.len() as u64)
+    }
+
+    /// Records a complete copy and removes the oldest ones beyond [`COPIES_BUDGET`].
+    fn keep_copy(&self, name: &str, length: u64) -> Result<()> {
+        let mut order = self.copy_order.lock();
+        order.push_back((name.to_string(), length));
+        let mut total: u64 = order.iter().map(|(_, length)| length).sum();
+        while total > COPIES_BUDGET && order.len() > 1 {
+            let (oldest, length) = order.pop_front().expect("more than one copy");
+            total -= length;
+            if self.pending.lock().contains(&oldest) || !self.copied.lock().remove(&oldest) {
+                continue;
+            }
+            self.copies.remove(&oldest)?;
+        }
         Ok(())
     }
 }
@@ -314,7 +338,7 @@ impl StorageFile for ObjectFile {
         };
         inner.with_listing(|listing| listing.insert(self.name.clone(), length))?;
         inner.pending.lock().remove(&self.name);
-        Ok(())
+        inner.keep_copy(&self.name, length)
     }
 
     fn advise_will_need(&self, offset: u64, length: u64) -> Result<()> {
