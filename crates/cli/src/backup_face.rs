@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use onecopy_core::keys::KeyRing;
-use onecopy_core::repository::{FaceLock, LockWait, Repository};
+use onecopy_core::repository::{Encryption, FaceLock, LockWait, Repository};
 use onecopy_core::storage::{SealedStorage, Storage};
 use onecopy_core::units::format_size;
 use onecopy_remote::{Commit, LockKind, ObjectUrl, RemoteRepository, Session};
@@ -145,11 +145,17 @@ pub fn open(
     };
     let session = remote.session("backup", kind, command, remote_wait(cli)?)?;
     let plain = session.storage();
-    let keys_before = KeyRing::open(repository.path())?.list()?.len();
-    let sealed = crate::keys::sealing(cli, &repository, &plain, first_key)?;
-    if keys_before == 0 && !KeyRing::open(repository.path())?.list()?.is_empty() {
-        remote.push_keys()?;
+    // `init` makes the first key of a repository on object storage: two clients making one
+    // each at once would seal with two master keys.
+    if repository.config().encryption != Encryption::None
+        && KeyRing::open(repository.path())?.list()?.is_empty()
+    {
+        bail!(
+            "the repository at {url} has no key yet: run `onecopy init --repo {url}` with a \
+             password (ONECOPY_PASSWORD, --password-file or a terminal) to make it"
+        );
     }
+    let sealed = crate::keys::sealing(cli, &repository, &plain, FirstKey::Refuse)?;
     Ok(BackupFace {
         storage: sealed.clone().map_or(plain, |s| s as Arc<dyn Storage>),
         sealed,

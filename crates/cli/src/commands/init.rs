@@ -153,10 +153,6 @@ fn init_remote(
         remote.pull_root()?;
         let repository = Repository::open(&remote.mirror())?;
         check_encryption(&repository, encryption, &url.to_string())?;
-        if encryption == Encryption::Aes256Gcm && password_given(cli) {
-            make_first_key(cli, &repository)?;
-            remote.push_keys()?;
-        }
         false
     } else {
         // A mirror left from a repository removed from the store is stale.
@@ -165,7 +161,9 @@ fn init_remote(
             std::fs::remove_dir_all(&mirror)?;
         }
         let repository = Repository::init_with(&mirror, encryption)?;
-        if encryption == Encryption::Aes256Gcm && password_given(cli) {
+        // The first key is made here, never by a later command: clients on several hosts
+        // making one each would seal with different master keys.
+        if encryption == Encryption::Aes256Gcm {
             make_first_key(cli, &repository)?;
         }
         remote.publish_new()?;
