@@ -338,6 +338,7 @@ command_start() {
     [ -z "$owner" ] || start_watchdog "$owner"
     for node in "${NODES[@]}"; do launch_node "$node"; done
     for node in "${NODES[@]}"; do wait_listening "$node"; done
+    for node in "${NODES[@]}"; do connect_to "$node"; done
     wait_ready
     trap - EXIT
     echo "garage-cluster: restarted the cluster in $dir"
@@ -408,11 +409,24 @@ EOF
   echo "garage-cluster: started in $dir; S3 at ${endpoints[*]}; source $dir/env"
 }
 
+# A node that lost a peer retries it with a growing delay (tens of seconds), so a restarted
+# node would count for its own view at once but for the others' only later. Asking each running
+# node to connect to it makes the rejoin immediate.
+connect_to() { # N
+  local node=$1 other
+  for other in $(running_nodes); do
+    [ "$other" = "$node" ] && continue
+    garage_cli "$other" node connect "$(cat "$dir/node$node.id")" >/dev/null \
+      || fail_with_logs "node $other cannot connect to node $node"
+  done
+}
+
 command_start_node() { # N
   local node=$1 pid
   if pid=$(node_pid "$node"); then fail "node $node of $dir is running (pid $pid)"; fi
   launch_node "$node"
   wait_listening "$node"
+  connect_to "$node"
   wait_ready
   echo "garage-cluster: node $node of $dir is back"
 }

@@ -49,5 +49,6 @@ if ! command -v garage >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/garage" ]; th
   cargo install garage --locked --version 2.5.0
 fi
 echo "setup: garage present"
+
 # Test data: two successive releases of a real package (see the script).
 "$(dirname "$0")/fetch-test-data.sh"
