@@ -347,7 +347,7 @@ command_start() {
   if [ -e "$dir" ] && [ -n "$(ls -A "$dir")" ]; then
     fail "$dir is neither empty nor a stopped cluster (no $dir/env)"
   fi
-  mkdir -p -m 0700 "$dir"
+  (umask 077 && mkdir -p "$dir")
   chmod 0700 "$dir"
   trap stop_after_failed_start EXIT
   [ -z "$owner" ] || start_watchdog "$owner"
