@@ -14,7 +14,8 @@
 #         GARAGE_S3_ENDPOINT (node 1), GARAGE_S3_ENDPOINTS (all three, space separated),
 #         GARAGE_BUCKET, GARAGE_DIR, GARAGE_ADMIN_ENDPOINT, GARAGE_ADMIN_TOKEN.
 #       DIR must be absent or empty, or hold a stopped cluster: `start` then restarts that
-#       cluster on its old ports with its data (and fails if any of its nodes still runs).
+#       cluster on its old ports with its data and buckets (--bucket is ignored), and fails if
+#       any of its nodes still runs. A start that fails stops the nodes it started.
 #       With --owner-pid, a watchdog stops the cluster once process PID exits, so a test that
 #       dies without cleaning up leaves no servers behind.
 #   garage-cluster.sh bucket DIR NAME      another bucket for the same key
@@ -275,12 +276,12 @@ key_id() {
   sed -n "s/^AWS_ACCESS_KEY_ID='\(.*\)'$/\1/p" "$dir/env"
 }
 
-create_bucket() { # NAME
+create_bucket() { # NAME KEY_ID
   local node
   node=$(admin_node)
   garage_cli "$node" bucket create "$1" >/dev/null || fail_with_logs "cannot create bucket $1"
-  garage_cli "$node" bucket allow --read --write --owner "$1" --key "$(key_id)" >/dev/null \
-    || fail_with_logs "cannot allow bucket $1 for key $(key_id)"
+  garage_cli "$node" bucket allow --read --write --owner "$1" --key "$2" >/dev/null \
+    || fail_with_logs "cannot allow bucket $1 for key $2"
 }
 
 start_watchdog() { # OWNER_PID
@@ -314,11 +315,27 @@ wait_gone() { # N SIGNAL_AFTER_TIMEOUT
   done
 }
 
-# A start that fails leaves no servers behind.
+# A start that fails, or is interrupted (Ctrl-C, a reader of its output that went away), leaves
+# no servers behind.
 stop_after_failed_start() {
   local status=$?
+  # Cleaning up must not be cut short by the signal that brought us here.
+  trap - EXIT
+  trap "" HUP INT PIPE TERM
   if [ "$status" -ne 0 ]; then command_stop >/dev/null 2>&1 || true; fi
   exit "$status"
+}
+
+guard_start() {
+  trap stop_after_failed_start EXIT
+  trap 'exit 129' HUP
+  trap 'exit 130' INT
+  trap 'exit 141' PIPE
+  trap 'exit 143' TERM
+}
+
+unguard_start() {
+  trap - EXIT HUP INT PIPE TERM
 }
 
 command_start() {
@@ -334,13 +351,13 @@ command_start() {
   if [ -f "$dir/env" ]; then
     running=$(running_nodes | tr '\n' ' ')
     [ -z "$running" ] || fail "a cluster is running in $dir (nodes $running); stop it first"
-    trap stop_after_failed_start EXIT
+    guard_start
     [ -z "$owner" ] || start_watchdog "$owner"
     for node in "${NODES[@]}"; do launch_node "$node"; done
     for node in "${NODES[@]}"; do wait_listening "$node"; done
     for node in "${NODES[@]}"; do connect_to "$node"; done
     wait_ready
-    trap - EXIT
+    unguard_start
     echo "garage-cluster: restarted the cluster in $dir"
     return
   fi
@@ -349,14 +366,14 @@ command_start() {
   fi
   (umask 077 && mkdir -p "$dir")
   chmod 0700 "$dir"
-  trap stop_after_failed_start EXIT
+  guard_start
   [ -z "$owner" ] || start_watchdog "$owner"
 
   rpc_secret=$(random_hex 32)
   admin_token=$(random_hex 32)
   # Hold the registry lock from choosing ports until every server listens on them.
   exec 9>"$registry/lock"
-  flock 9
+  flock -w "$timeout_seconds" 9 || fail "another cluster start holds $registry/lock for ${timeout_seconds}s"
   pick_ports
   for node in "${NODES[@]}"; do
     local base=$(((node - 1) * 3))
@@ -373,9 +390,9 @@ command_start() {
   for node in "${NODES[@]}"; do
     garage_cli "$node" node id -q >"$dir/node$node.id" || fail_with_logs "node $node has no id"
   done
-  garage_cli 1 node connect "$(cat "$dir/node2.id")" >/dev/null
-  garage_cli 1 node connect "$(cat "$dir/node3.id")" >/dev/null
-  garage_cli 2 node connect "$(cat "$dir/node3.id")" >/dev/null
+  garage_cli 1 node connect "$(cat "$dir/node2.id")" >/dev/null || fail_with_logs "cannot connect node 1 to node 2"
+  garage_cli 1 node connect "$(cat "$dir/node3.id")" >/dev/null || fail_with_logs "cannot connect node 1 to node 3"
+  garage_cli 2 node connect "$(cat "$dir/node3.id")" >/dev/null || fail_with_logs "cannot connect node 2 to node 3"
   write_bootstrap_peers
   for node in "${NODES[@]}"; do
     garage_cli 1 layout assign --zone "dc$node" --capacity 1G "$(cut -d@ -f1 "$dir/node$node.id")" >/dev/null
@@ -388,11 +405,13 @@ command_start() {
   secret_key=$(random_hex 32)
   garage_cli 1 key import --yes -n onecopy "$access_key" "$secret_key" >/dev/null \
     || fail_with_logs "cannot import the access key"
+  create_bucket "$bucket" "$access_key"
   local endpoints=()
   for node in "${NODES[@]}"; do endpoints+=("http://127.0.0.1:$(config_port "$node" s3)"); done
+  # DIR/env comes last: its presence marks a complete cluster that `start` may restart.
   (
     umask 077
-    cat >"$dir/env" <<EOF
+    cat >"$dir/env.partial" <<EOF
 AWS_ACCESS_KEY_ID='$access_key'
 AWS_SECRET_ACCESS_KEY='$secret_key'
 AWS_DEFAULT_REGION='garage'
@@ -404,8 +423,8 @@ GARAGE_ADMIN_ENDPOINT='http://127.0.0.1:$(config_port 1 admin)'
 GARAGE_ADMIN_TOKEN='$admin_token'
 EOF
   )
-  create_bucket "$bucket"
-  trap - EXIT
+  mv "$dir/env.partial" "$dir/env"
+  unguard_start
   echo "garage-cluster: started in $dir; S3 at ${endpoints[*]}; source $dir/env"
 }
 
@@ -476,7 +495,7 @@ case $command in
     [ $# -eq 1 ] || usage
     [ -f "$dir/env" ] || fail "no cluster in $dir (no $dir/env)"
     find_garage
-    create_bucket "$1"
+    create_bucket "$1" "$(key_id)"
     ;;
   kill-node)
     [ $# -eq 1 ] || usage
