@@ -19,7 +19,8 @@
 #       With --owner-pid, a watchdog stops the cluster once process PID exits, so a test that
 #       dies without cleaning up leaves no servers behind.
 #   garage-cluster.sh bucket DIR NAME      another bucket for the same key
-#   garage-cluster.sh kill-node DIR N      SIGKILL node N (1-3) and wait until it is gone
+#   garage-cluster.sh kill-node DIR N      SIGKILL node N (1-3) and wait until it is gone; the
+#                                          other nodes notice later (a request may stall ~8 s)
 #   garage-cluster.sh start-node DIR N     restart node N with its configuration and data and
 #                                          wait until it has rejoined the running nodes
 #   garage-cluster.sh stop DIR             stop every node and wait (safe when stopped)

@@ -181,7 +181,8 @@ impl GarageCluster {
     }
 
     /// Kills node `node` with SIGKILL and returns once the process is gone. The other nodes
-    /// may take a moment to notice; requests meanwhile still reach a quorum of two.
+    /// notice only when they next write to its connection, so the first request that involves
+    /// the dead node may stall for about 8 s before it succeeds with the other two.
     pub fn kill_node(&self, node: usize) {
         let output = self.script(&["kill-node", &node.to_string()]);
         assert!(
