@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what onecopy's tests and benchmarks use on a fresh Debian machine: the standard NBD
 # clients and servers (qemu-img/qemu-io, nbdcopy/nbdinfo/nbdfuse, nbdkit, fio with its nbd
-# engine), FUSE, file system tools, and the peers we compare against (restic, borg).
+# engine), FUSE, file system tools, the peers we compare against (restic, borg), and Garage, the
+# distributed S3-compatible object store the object-storage tests and benchmarks run against.
 # Safe to run again: apt-get skips what is installed.
 set -euo pipefail
 
@@ -41,5 +42,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 echo "setup: all packages present"
+
+# Garage (scripts/garage-cluster.sh starts a three-node cluster of it) has no Debian package, so
+# it is built from crates.io: about 11 minutes on 2 cores, hence only when it is missing.
+if ! command -v garage >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/garage" ]; then
+  cargo install garage --locked --version 2.5.0
+fi
+echo "setup: garage present"
+
 # Test data: two successive releases of a real package (see the script).
 "$(dirname "$0")/fetch-test-data.sh"
