@@ -19,6 +19,7 @@
 #       With --owner-pid, a watchdog stops the cluster once process PID exits, so a test that
 #       dies without cleaning up leaves no servers behind.
 #   garage-cluster.sh bucket DIR NAME      another bucket for the same key
+#   garage-cluster.sh bucket-usage DIR NAME   prints "bytes=B objects=N" of bucket NAME
 #   garage-cluster.sh kill-node DIR N      SIGKILL node N (1-3) and wait until it is gone; the
 #                                          other nodes notice later (a request may stall ~8 s)
 #   garage-cluster.sh start-node DIR N     restart node N with its configuration and data and
@@ -497,6 +498,14 @@ case $command in
     [ -f "$dir/env" ] || fail "no cluster in $dir (no $dir/env)"
     find_garage
     create_bucket "$1" "$(key_id)"
+    ;;
+  bucket-usage)
+    [ $# -eq 1 ] || usage
+    [ -f "$dir/env" ] || fail "no cluster in $dir (no $dir/env)"
+    find_garage
+    info=$(garage_cli 1 json-api GetBucketInfo "{\"globalAlias\": \"$1\"}") \
+      || fail "no bucket $1 in $dir"
+    echo "bytes=$(json_field "$info" bytes) objects=$(json_field "$info" objects)"
     ;;
   kill-node)
     [ $# -eq 1 ] || usage
