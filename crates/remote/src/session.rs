@@ -7,7 +7,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use onecopy_core::storage::{create_private_directories, LocalStorage, Storage, FILE_MODE};
 use onecopy_core::Error as CoreError;
@@ -51,6 +51,16 @@ struct CacheState {
     /// it: such a catalog is thrown away at the next session.
     clean: bool,
 }
+
+/// What a cache knows of its server, in `<cache>/server.json`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+struct ServerState {
+    conditional_writes: bool,
+    probed_unix: u64,
+}
+
+/// How long a probe of conditional writes is trusted.
+const PROBE_INTERVAL_SECONDS: u64 = 24 * 3600;
 
 /// A repository on object storage and this machine's cache of it.
 pub struct RemoteRepository {
@@ -222,8 +232,7 @@ impl RemoteRepository {
         let lease = Lease::acquire(Arc::clone(&self.client), kind, command, self.lease, wait)?;
         let writable = kind == LockKind::Exclusive;
         if writable && self.client.conditional() {
-            self.client
-                .probe_conditional(&format!("locks/probe-{}", crate::lease::random_hex()))?;
+            self.learn_conditional()?;
         }
         let generations = self.generations(face)?;
         let newest = generations.last().copied();
@@ -302,6 +311,43 @@ impl RemoteRepository {
             generations,
             writable,
         })
+    }
+
+    /// Whether the server enforces create-only PUTs: probed once a day per cache (three
+    /// requests), remembered in `<cache>/server.json` meanwhile.
+    fn learn_conditional(&self) -> Result<()> {
+        let path = self.cache.join("server.json");
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let known: Option<ServerState> = fs::read(&path)
+            .ok()
+            .and_then(|data| serde_json::from_slice(&data).ok())
+            .filter(|state: &ServerState| {
+                now.saturating_sub(state.probed_unix) < PROBE_INTERVAL_SECONDS
+            });
+        let conditional_writes = match known {
+            Some(state) => state.conditional_writes,
+            None => {
+                let conditional_writes = self
+                    .client
+                    .probe_conditional(&format!("locks/probe-{}", crate::lease::random_hex()))?;
+                write_private(
+                    &path,
+                    &serde_json::to_vec(&ServerState {
+                        conditional_writes,
+                        probed_unix: now,
+                    })
+                    .expect("server states serialise"),
+                )?;
+                conditional_writes
+            }
+        };
+        if !conditional_writes {
+            self.client.disable_conditional();
+        }
+        Ok(())
     }
 
     /// The face's published catalog generations, oldest first.
