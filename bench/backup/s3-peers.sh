@@ -12,8 +12,9 @@
 # `forget --prune`), the bucket's bytes and objects after the backups, and the S3 requests the
 # cluster served for the backups (node 1's api_s3_request_counter; every client talks to node
 # 1). Peak memory per step from /usr/bin/time. Writes OUT/results.tsv (default
-# /var/tmp/onecopy-s3-peers) and prints it. Missing peers are skipped with a message; onecopy
-# is always measured.
+# /var/tmp/onecopy-s3-peers) and prints it. restic comes from scripts/setup.sh; rustic is
+# built with `cargo install rustic-rs --locked` when missing (about 25 minutes on 2 cores; set
+# INSTALL_PEERS=0 to skip it instead).
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 ONECOPY [OUT]" >&2; exit 2; }
 onecopy=$(realpath "$1")
@@ -142,12 +143,15 @@ print(sorted(snapshots, key=lambda s: s["time"])[0]["id"][:8])')
   note "$tool" bucket-after-delete "$(bucket_bytes "$bucket")"
 }
 
+if ! command -v rustic >/dev/null && [ "${INSTALL_PEERS:-1}" = 1 ]; then
+  cargo install rustic-rs --locked >&2
+fi
 run_tool onecopy
 for peer in restic rustic; do
   if command -v "$peer" >/dev/null; then
     run_tool "$peer"
   else
-    echo "s3-peers: $peer is not installed; skipped (scripts/setup.sh installs it)" >&2
+    echo "s3-peers: $peer is not installed; skipped" >&2
     note "$peer" skipped "not installed"
   fi
 done
