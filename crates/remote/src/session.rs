@@ -165,32 +165,35 @@ impl RemoteRepository {
 
     /// Brings the configuration and the keys into the mirror.
     pub fn pull_root(&self) -> Result<()> {
-        let config = self
-            .client
-            .get(CONFIG_OBJECT)?
-            .ok_or_else(|| RemoteError::Missing {
-                what: "a repository (its config.json)".into(),
-                url: format!(
-                    "{}; create one with `onecopy init --repo {}`",
-                    self.client.url(),
-                    self.client.url()
-                ),
-            })?;
+        // Independent requests go out together: each costs a round trip to the store.
+        let (config, listed) = std::thread::scope(|scope| {
+            let keys = scope.spawn(|| self.client.list(KEYS));
+            let config = self.client.get(CONFIG_OBJECT);
+            (
+                config,
+                keys.join().expect("listing the keys does not panic"),
+            )
+        });
+        let config = config?.ok_or_else(|| RemoteError::Missing {
+            what: "a repository (its config.json)".into(),
+            url: format!(
+                "{}; create one with `onecopy init --repo {}`",
+                self.client.url(),
+                self.client.url()
+            ),
+        })?;
         let mirror = self.mirror();
         create_private_directories(&mirror.join(KEYS))?;
         write_private(&mirror.join(CONFIG_OBJECT), &config)?;
-        let remote: Vec<String> = self
-            .client
-            .list(KEYS)?
-            .into_iter()
-            .map(|listed| listed.name)
-            .collect();
-        for name in &remote {
-            let data = self.client.get(name)?.ok_or_else(|| RemoteError::Missing {
+        let remote: Vec<String> = listed?.into_iter().map(|listed| listed.name).collect();
+        let keys = in_parallel(&remote, |name| {
+            self.client.get(name)?.ok_or_else(|| RemoteError::Missing {
                 what: format!("key {name}"),
                 url: self.client.url().to_string(),
-            })?;
-            write_private(&mirror.join(name), &data)?;
+            })
+        });
+        for (name, data) in remote.iter().zip(keys) {
+            write_private(&mirror.join(name), &data?)?;
         }
         for local in local_names(&mirror, KEYS)? {
             if !remote.contains(&local) {
@@ -234,11 +237,32 @@ impl RemoteRepository {
         if writable && self.client.conditional() {
             self.learn_conditional()?;
         }
-        let generations = self.generations(face)?;
-        let newest = generations.last().copied();
         let local_root = self.mirror().join(face);
         create_private_directories(&local_root)?;
         let local = LocalStorage::open(&local_root)?;
+        let copies_root = self.cache.join("objects").join(face);
+        if copies_root.exists() {
+            fs::remove_dir_all(&copies_root).map_err(|error| {
+                CoreError::io(format!("emptying {}", copies_root.display()), error)
+            })?;
+        }
+        let copies = LocalStorage::create(&copies_root)?;
+        let storage = Arc::new(RemoteStorage::new(
+            Arc::clone(&self.client),
+            face,
+            local.clone(),
+            copies,
+            &REMOTE_DIRECTORIES,
+        ));
+        // Every command lists the containers; that listing goes out beside the catalog's.
+        let (generations, listed) = std::thread::scope(|scope| {
+            let listing = scope.spawn(|| storage.remote_objects().map(drop));
+            let generations = self.generations(face);
+            (generations, listing.join().expect("listing does not panic"))
+        });
+        listed?;
+        let generations = generations?;
+        let newest = generations.last().copied();
         let state_path = self.cache.join(format!("{face}.state.json"));
         let state: CacheState = fs::read(&state_path)
             .ok()
@@ -278,21 +302,6 @@ impl RemoteRepository {
             })
             .expect("cache states serialise"),
         )?;
-        let copies_root = self.cache.join("objects").join(face);
-        if copies_root.exists() {
-            fs::remove_dir_all(&copies_root).map_err(|error| {
-                CoreError::io(format!("emptying {}", copies_root.display()), error)
-            })?;
-        }
-        let copies = LocalStorage::create(&copies_root)?;
-        let copies_root = copies_root.clone();
-        let storage = Arc::new(RemoteStorage::new(
-            Arc::clone(&self.client),
-            face,
-            local,
-            copies,
-            &REMOTE_DIRECTORIES,
-        ));
         if writable && newest.is_none() {
             // Containers without any published catalog were uploaded by a first command that
             // never committed: nothing refers to them.
@@ -443,14 +452,18 @@ impl Session {
         // Objects the command removed go now that no published catalog names them; the
         // previous generation stays, for readers that listed it just before this commit, and
         // older ones go. A failure here leaves leftovers that the next writer removes.
-        let mut leftovers = 0;
         let older = &self.generations[..self.generations.len().saturating_sub(1)];
         let superseded = older.iter().map(|old| catalog_object(&self.face, *old));
-        for object in self.storage.take_removed().into_iter().chain(superseded) {
-            if self.client.delete(&object).is_err() {
-                leftovers += 1;
-            }
-        }
+        let unreferenced: Vec<String> = self
+            .storage
+            .take_removed()
+            .into_iter()
+            .chain(superseded)
+            .collect();
+        let leftovers = in_parallel(&unreferenced, |object| self.client.delete(object))
+            .into_iter()
+            .filter(Result::is_err)
+            .count() as u64;
         Ok(Some(Commit {
             generation,
             catalog_bytes,
@@ -477,6 +490,30 @@ impl Session {
 
 #[cfg(test)]
 mod tests;
+
+/// Requests sent at once, at most.
+const REQUESTS_IN_FLIGHT: usize = 8;
+
+/// `request` for every item, [`REQUESTS_IN_FLIGHT`] at a time; results in the items' order.
+fn in_parallel<T: Sync, R: Send>(
+    items: &[T],
+    request: impl Fn(&T) -> Result<R> + Sync,
+) -> Vec<Result<R>> {
+    if items.len() <= 1 {
+        return items.iter().map(&request).collect();
+    }
+    let per_thread = items.len().div_ceil(REQUESTS_IN_FLIGHT);
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = items
+            .chunks(per_thread)
+            .map(|part| scope.spawn(|| part.iter().map(&request).collect::<Vec<_>>()))
+            .collect();
+        threads
+            .into_iter()
+            .flat_map(|thread| thread.join().expect("a request thread does not panic"))
+            .collect()
+    })
+}
 
 fn read_file(path: &Path) -> Result<Vec<u8>> {
     fs::read(path)
