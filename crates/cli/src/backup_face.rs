@@ -125,6 +125,22 @@ pub fn open(
     access: Access,
     first_key: FirstKey,
 ) -> anyhow::Result<BackupFace> {
+    open_with(cli, command, access, first_key, false)
+}
+
+/// Opens the backup face for a check: on object storage every object is read from the
+/// store, never from copies kept on this machine.
+pub fn open_for_check(cli: &Cli, command: &str, access: Access) -> anyhow::Result<BackupFace> {
+    open_with(cli, command, access, FirstKey::Refuse, true)
+}
+
+fn open_with(
+    cli: &Cli,
+    command: &str,
+    access: Access,
+    first_key: FirstKey,
+    verify_remote: bool,
+) -> anyhow::Result<BackupFace> {
     let Some(url) = object_url(cli)? else {
         let repository = Repository::open(&cli.repository_path())?;
         let lock = repository.lock_face_waiting("backup", command, cli.lock_wait()?)?;
@@ -137,6 +153,9 @@ pub fn open(
         });
     };
     let remote = connect(&url)?;
+    if verify_remote {
+        remote.verify_remote();
+    }
     let repository = Repository::open(&remote.mirror())
         .with_context(|| format!("the cached configuration of {url}"))?;
     let kind = match access {

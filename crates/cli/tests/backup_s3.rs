@@ -475,6 +475,14 @@ fn wrong_password_and_tampered_objects() {
         }
         cluster.put_object(1, bucket, &object, &changed).unwrap();
 
+        // The client that wrote it checks what the bucket holds, not its own copies.
+        let check = client.run(&["check", "--read-data"]);
+        let report = String::from_utf8_lossy(&check.stdout);
+        assert!(
+            !check.status.success(),
+            "check missed the changed {object}: {report}"
+        );
+
         let fresh = Client::new(&cluster, &url);
         let target = copies.path().join("restore-target");
         let _ = std::fs::remove_dir_all(&target);

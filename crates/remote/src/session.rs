@@ -68,6 +68,8 @@ pub struct RemoteRepository {
     cache: PathBuf,
     /// How long a lock lives without renewal.
     lease: Duration,
+    /// Sessions read every object from the store, ignoring kept copies ([`Self::verify_remote`]).
+    verify_remote: std::sync::atomic::AtomicBool,
     /// `flock` on the cache: one onecopy process uses a cache at a time.
     _cache_lock: File,
 }
@@ -129,8 +131,16 @@ impl RemoteRepository {
             client,
             cache,
             lease,
+            verify_remote: std::sync::atomic::AtomicBool::new(false),
             _cache_lock: lock,
         })
+    }
+
+    /// Makes later sessions read every object from the store rather than from copies kept
+    /// on this machine: what `check` must verify.
+    pub fn verify_remote(&self) {
+        self.verify_remote
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The client, for its request counts.
@@ -241,11 +251,11 @@ impl RemoteRepository {
         create_private_directories(&local_root)?;
         let local = LocalStorage::open(&local_root)?;
         let copies_root = self.cache.join("objects").join(face);
-        if copies_root.exists() {
-            fs::remove_dir_all(&copies_root).map_err(|error| {
-                CoreError::io(format!("emptying {}", copies_root.display()), error)
-            })?;
-        }
+        let kept_path = self.cache.join(format!("{face}.copies.json"));
+        let kept: Vec<(String, u64)> = fs::read(&kept_path)
+            .ok()
+            .and_then(|data| serde_json::from_slice(&data).ok())
+            .unwrap_or_default();
         let copies = LocalStorage::create(&copies_root)?;
         let storage = Arc::new(RemoteStorage::new(
             Arc::clone(&self.client),
@@ -261,6 +271,11 @@ impl RemoteRepository {
             (generations, listing.join().expect("listing does not panic"))
         });
         listed?;
+        // A check reads what the store holds, not this machine's copies of it.
+        let verify_remote = self
+            .verify_remote
+            .load(std::sync::atomic::Ordering::Relaxed);
+        storage.adopt_copies(if verify_remote { &[] } else { &kept })?;
         let generations = generations?;
         let newest = generations.last().copied();
         let state_path = self.cache.join(format!("{face}.state.json"));
@@ -268,7 +283,7 @@ impl RemoteRepository {
             .ok()
             .and_then(|data| serde_json::from_slice(&data).ok())
             .unwrap_or_default();
-        if state.generation != newest || !state.clean {
+        if state.generation != newest || !state.clean || verify_remote {
             // The segment index is derived from the catalog; it is rebuilt for the new one.
             for name in local.list("")? {
                 if name.starts_with(CATALOG_FILE) {
@@ -316,7 +331,7 @@ impl RemoteRepository {
             storage,
             local_root,
             state_path,
-            copies_root,
+            kept_path,
             generations,
             writable,
         })
@@ -387,7 +402,8 @@ pub struct Session {
     storage: Arc<RemoteStorage>,
     local_root: PathBuf,
     state_path: PathBuf,
-    copies_root: PathBuf,
+    /// The copies of objects kept for later commands (`<cache>/<face>.copies.json`).
+    kept_path: PathBuf,
     /// The published generations when the session began.
     generations: Vec<u64>,
     writable: bool,
@@ -449,6 +465,12 @@ impl Session {
             })
             .expect("cache states serialise"),
         )?;
+        // The containers this command uploaded are now named by a published catalog: their
+        // copies serve later commands (the next backup's reverse deduplication reads them).
+        write_private(
+            &self.kept_path,
+            &serde_json::to_vec(&self.storage.copies_to_keep()).expect("names serialise"),
+        )?;
         // Objects the command removed go now that no published catalog names them; the
         // previous generation stays, for readers that listed it just before this commit, and
         // older ones go. A failure here leaves leftovers that the next writer removes.
@@ -470,13 +492,6 @@ impl Session {
             leftovers,
             requests: self.client.count(),
         }))
-    }
-}
-
-impl Drop for Session {
-    /// The copies of objects serve one command only.
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.copies_root);
     }
 }
 

@@ -53,6 +53,11 @@ struct Inner {
     fetching: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     /// Complete copies, oldest first, with their sizes, for [`COPIES_BUDGET`].
     copy_order: Mutex<VecDeque<(String, u64)>>,
+    /// Objects uploaded by this command.
+    uploaded: Mutex<BTreeSet<String>>,
+    /// Objects downloaded by this command: kept for this command only, since a listed object
+    /// no committed catalog names (a leftover) could be replaced later.
+    downloaded: Mutex<BTreeSet<String>>,
     /// Objects removed through this storage: gone for the command at once, deleted from the
     /// store only after the commit ([`RemoteStorage::take_removed`]), because the published
     /// catalog may still name them until then.
@@ -81,6 +86,8 @@ impl RemoteStorage {
                 copied: Mutex::new(HashSet::new()),
                 fetching: Mutex::new(HashMap::new()),
                 copy_order: Mutex::new(VecDeque::new()),
+                uploaded: Mutex::new(BTreeSet::new()),
+                downloaded: Mutex::new(BTreeSet::new()),
                 removed: Mutex::new(BTreeSet::new()),
             }),
         }
@@ -89,6 +96,42 @@ impl RemoteStorage {
     /// Objects under the remote directories, with their sizes.
     pub fn remote_objects(&self) -> Result<BTreeMap<String, u64>> {
         self.inner.with_listing(|listing| listing.clone())
+    }
+
+    /// Adopts copies a committed command left in the copies' directory: `kept` names them
+    /// with their sizes, oldest first. A copy is adopted only while an object of that name
+    /// and size is listed; every other file of the directory is removed.
+    pub fn adopt_copies(&self, kept: &[(String, u64)]) -> Result<()> {
+        let inner = &self.inner;
+        let listing = inner.with_listing(|listing| listing.clone())?;
+        let mut adopted = HashSet::new();
+        for (name, length) in kept {
+            let present =
+                inner.copies.exists(name)? && inner.copies.open(name, false)?.len()? == *length;
+            if present && listing.get(name) == Some(length) {
+                inner.copied.lock().insert(name.clone());
+                inner.copy_order.lock().push_back((name.clone(), *length));
+                adopted.insert(name.clone());
+            }
+        }
+        for directory in &inner.remote_directories {
+            remove_files_except(&inner.copies, directory, &adopted)?;
+        }
+        Ok(())
+    }
+
+    /// The copies to keep for later commands once this command's commit is published: the
+    /// adopted ones and the objects this command uploaded, oldest first, still present.
+    /// Containers are never written again under a committed name (their numbers only grow),
+    /// so such a copy stays equal to its object for as long as the object exists.
+    pub fn copies_to_keep(&self) -> Vec<(String, u64)> {
+        let inner = &self.inner;
+        let order: Vec<(String, u64)> = inner.copy_order.lock().iter().cloned().collect();
+        order
+            .into_iter()
+            .filter(|(name, _)| inner.copied.lock().contains(name))
+            .filter(|(name, _)| inner.uploaded.lock().contains(name) || !inner.downloaded(name))
+            .collect()
     }
 
     /// The objects removed during the command, to delete once its commit is published.
@@ -161,12 +204,18 @@ impl Inner {
         drop(file);
         self.copies.rename(&partial, name)?;
         self.copied.lock().insert(name.to_string());
+        self.downloaded.lock().insert(name.to_string());
         self.keep_copy(name, data.len() as u64)
+    }
+
+    fn downloaded(&self, name: &str) -> bool {
+        self.downloaded.lock().contains(name)
     }
 
     /// Records a complete copy and removes the oldest ones beyond [`COPIES_BUDGET`].
     fn keep_copy(&self, name: &str, length: u64) -> Result<()> {
         let mut order = self.copy_order.lock();
+        order.retain(|(listed, _)| listed != name);
         order.push_back((name.to_string(), length));
         let mut total: u64 = order.iter().map(|(_, length)| length).sum();
         while total > COPIES_BUDGET && order.len() > 1 {
@@ -238,6 +287,7 @@ impl Storage for RemoteStorage {
         // A name made during this command and never uploaded has no object to delete.
         inner.pending.lock().remove(name);
         inner.copied.lock().remove(name);
+        inner.uploaded.lock().remove(name);
         if listed {
             inner.removed.lock().insert(name.to_string());
         }
@@ -338,6 +388,8 @@ impl StorageFile for ObjectFile {
         };
         inner.with_listing(|listing| listing.insert(self.name.clone(), length))?;
         inner.pending.lock().remove(&self.name);
+        inner.uploaded.lock().insert(self.name.clone());
+        inner.downloaded.lock().remove(&self.name);
         inner.keep_copy(&self.name, length)
     }
 
@@ -348,4 +400,42 @@ impl StorageFile for ObjectFile {
     fn name(&self) -> &str {
         &self.name
     }
+}
+
+/// Removes the files under `directory` of `storage` (every level) not named in `keep`.
+fn remove_files_except(
+    storage: &LocalStorage,
+    directory: &str,
+    keep: &HashSet<String>,
+) -> Result<()> {
+    let root = storage.root().join(directory);
+    let mut stack = vec![root];
+    while let Some(path) = stack.pop() {
+        let entries = match std::fs::read_dir(&path) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(error) => return Err(Error::io(format!("listing {}", path.display()), error)),
+        };
+        for entry in entries {
+            let entry =
+                entry.map_err(|error| Error::io(format!("listing {}", path.display()), error))?;
+            let entry_path = entry.path();
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                stack.push(entry_path);
+                continue;
+            }
+            let name = entry_path
+                .strip_prefix(storage.root())
+                .ok()
+                .and_then(|relative| relative.to_str())
+                .unwrap_or_default()
+                .to_string();
+            if !keep.contains(&name) {
+                std::fs::remove_file(&entry_path).map_err(|error| {
+                    Error::io(format!("removing {}", entry_path.display()), error)
+                })?;
+            }
+        }
+    }
+    Ok(())
 }

@@ -325,7 +325,7 @@ pub fn check_face(
     } else {
         Access::Read
     };
-    let face = backup_face::open(cli, command, access, crate::keys::FirstKey::Refuse)?;
+    let face = backup_face::open_for_check(cli, command, access)?;
     // On object storage the segment index is a cache of this machine, made by the first
     // command that changes the store from here: a client that only read has none, and that
     // is no finding.

@@ -364,3 +364,67 @@ fn concurrent_readers_share_one_download() {
     });
     assert_eq!(b.client().count().gets - before, 1);
 }
+
+/// Goal: containers a client uploaded in a committed command serve its later commands without
+/// a download, while an uncommitted command's uploads and a command's downloads are not kept
+/// (a leftover's name may later hold another object). Method: count GETs of container reads
+/// across sessions of one client.
+#[test]
+fn committed_uploads_are_kept_for_later_commands() {
+    let (store, _cache, a) = initialised();
+    let session = a
+        .session("backup", LockKind::Exclusive, "test", WAIT)
+        .unwrap();
+    write_work(&session, "containers/00/1", b"committed here", b"catalog");
+    session.commit().unwrap();
+    let session = a
+        .session("backup", LockKind::Exclusive, "test", WAIT)
+        .unwrap();
+    write_work(
+        &session,
+        "containers/00/2",
+        b"never committed",
+        b"uncommitted catalog",
+    );
+    drop(session);
+
+    let session = a.session("backup", LockKind::Shared, "test", WAIT).unwrap();
+    let before = a.client().count().gets;
+    assert_eq!(
+        read(&session.storage(), "containers/00/1"),
+        b"committed here"
+    );
+    assert_eq!(
+        a.client().count().gets,
+        before,
+        "a kept copy was downloaded again"
+    );
+    assert!(
+        !a.cache.join("objects/backup/containers/00/2").exists(),
+        "an uncommitted copy stayed"
+    );
+    drop(session);
+
+    // Another client's copies are its own: it downloads.
+    let cache_b = tempfile::tempdir().unwrap();
+    let b = client(&store, &cache_b);
+    b.pull_root().unwrap();
+    let session = b
+        .session("backup", LockKind::Exclusive, "test", WAIT)
+        .unwrap();
+    let before = b.client().count().gets;
+    assert_eq!(
+        read(&session.storage(), "containers/00/1"),
+        b"committed here"
+    );
+    assert_eq!(b.client().count().gets, before + 1);
+    write_work(&session, "containers/00/3", b"from b", b"catalog b");
+    session.commit().unwrap();
+    // The downloaded copy is not kept; the uploaded one is.
+    let session = b.session("backup", LockKind::Shared, "test", WAIT).unwrap();
+    let before = b.client().count().gets;
+    read(&session.storage(), "containers/00/3");
+    assert_eq!(b.client().count().gets, before);
+    read(&session.storage(), "containers/00/1");
+    assert_eq!(b.client().count().gets, before + 1);
+}
