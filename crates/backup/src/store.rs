@@ -34,7 +34,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use onecopy_core::catalog::{Catalog, CatalogRead, CatalogView, CatalogWrite, NamedTable};
+use onecopy_core::catalog::{
+    Catalog, CatalogRead, CatalogView, CatalogWrite, CompactTrigger, NamedTable,
+};
 use onecopy_core::container::{ContainerId, ContainerStore};
 use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::index::IndexKey;
@@ -148,8 +150,8 @@ impl BackupStore {
     /// Compacts the catalog when more than half of its file is unused
     /// ([`Catalog::compact_if_wasteful`]); for the end of the commands that add or drop many
     /// records (create, delete, expire, compact). Returns the file's length before and after.
-    pub fn compact_catalog(&mut self) -> Result<Option<(u64, u64)>> {
-        Ok(self.catalog.compact_if_wasteful()?)
+    pub fn compact_catalog(&mut self, trigger: CompactTrigger) -> Result<Option<(u64, u64)>> {
+        Ok(self.catalog.compact_if_wasteful(trigger)?)
     }
 
     /// Opens the store kept in `storage`, creating it when empty. Opening changes nothing

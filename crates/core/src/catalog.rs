@@ -83,6 +83,19 @@ enum Database {
     VerifiedCopy(redb::Database),
 }
 
+/// When [`Catalog::compact_if_wasteful`] measures the catalog's waste.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompactTrigger {
+    /// After commands that remove records (deletion, expiry, compaction): always.
+    AfterRemovals,
+    /// After commands that mostly add records (a backup): once the file has doubled since
+    /// it was last measured.
+    AfterGrowth,
+}
+
+/// The `catalog.meta` key recording the file's length when its waste was last measured.
+const MEASURED_KEY: &str = "compaction.measured_bytes";
+
 /// Smaller catalogs are not compacted: redb grows a new file in steps of this order, and
 /// shrinking them only makes the next commit grow them again.
 pub const COMPACT_FILE_BYTES_MIN: u64 = 4 << 20;
@@ -312,27 +325,63 @@ impl Catalog {
     /// shortens it, in commits each of which a crash leaves consistent. Returns the file's
     /// length before and after, or `None` when it was not worth it. A no-op (`None`) on a
     /// catalog opened for reading.
-    pub fn compact_if_wasteful(&mut self) -> Result<Option<(u64, u64)>> {
-        let Database::Writable(database) = &mut self.database else {
+    ///
+    /// Measuring the waste walks every page of the catalog, so with
+    /// [`CompactTrigger::AfterGrowth`] it is measured only once the file has grown to twice
+    /// the length it had when last measured (recorded in the catalog): a command that only
+    /// adds records reads the whole catalog once per doubling, not at every run.
+    pub fn compact_if_wasteful(&mut self, trigger: CompactTrigger) -> Result<Option<(u64, u64)>> {
+        if !matches!(self.database, Database::Writable(_)) {
             return Ok(None);
-        };
+        }
+        let length =
+            |file: &Option<Arc<dyn StorageFile>>| file.as_ref().map_or(Ok(0), |file| file.len());
+        let before = length(&self.file)?;
+        if before < COMPACT_FILE_BYTES_MIN {
+            return Ok(None);
+        }
+        if trigger == CompactTrigger::AfterGrowth {
+            let measured = {
+                let transaction = self.begin_read()?;
+                match transaction.open_table(META) {
+                    Ok(meta) => meta
+                        .get(MEASURED_KEY)
+                        .map_err(catalog_error)?
+                        .map(|value| value.value()),
+                    Err(redb::TableError::TableDoesNotExist(_)) => None,
+                    Err(error) => return Err(catalog_error(error)),
+                }
+            };
+            if measured.is_some_and(|measured| before < measured.saturating_mul(2)) {
+                return Ok(None);
+            }
+        }
+        let database = self.writable()?;
         let stats = {
             let transaction = database.begin_write().map_err(catalog_error)?;
             let stats = transaction.stats().map_err(catalog_error)?;
             transaction.abort().map_err(catalog_error)?;
             stats
         };
-        let length =
-            |file: &Option<Arc<dyn StorageFile>>| file.as_ref().map_or(Ok(0), |file| file.len());
-        let before = length(&self.file)?;
         let used = stats.stored_bytes() + stats.metadata_bytes();
-        if before < COMPACT_FILE_BYTES_MIN || stats.fragmented_bytes() <= used {
-            return Ok(None);
+        let compacted = stats.fragmented_bytes() > used;
+        if compacted {
+            let Database::Writable(database) = &mut self.database else {
+                unreachable!("checked writable above");
+            };
+            database
+                .compact()
+                .map_err(|error| Error::catalog("compacting the catalog", error))?;
         }
-        database
-            .compact()
-            .map_err(|error| Error::catalog("compacting the catalog", error))?;
-        Ok(Some((before, length(&self.file)?)))
+        let after = length(&self.file)?;
+        let transaction = self.writable()?.begin_write().map_err(catalog_error)?;
+        transaction
+            .open_table(META)
+            .map_err(catalog_error)?
+            .insert(MEASURED_KEY, after)
+            .map_err(catalog_error)?;
+        transaction.commit().map_err(catalog_error)?;
+        Ok(compacted.then_some((before, after)))
     }
 
     /// Verifies every page checksum of the catalog.
@@ -961,8 +1010,10 @@ mod tests {
     }
 
     /// Goal: a catalog whose records were mostly removed is compacted (its file shrinks and
-    /// every remaining record reads back), and one without waste is left alone. Method: write
-    /// 4,000 records of 2 KiB, remove nine in ten, compact twice; on sealed storage too.
+    /// every remaining record reads back), one without waste is left alone, and after growth
+    /// the waste is measured only once the file doubled. Method: write 4,000 records of 2 KiB,
+    /// measure, remove nine in ten, try after growth (nothing: the file did not grow), then
+    /// after removals, then again; on sealed storage too.
     #[test]
     fn wasteful_catalogs_are_compacted() {
         let plain: Arc<dyn Storage> = Arc::new(SimulatedStorage::new());
@@ -973,20 +1024,44 @@ mod tests {
         ));
         for storage in [plain, sealed] {
             let mut catalog = Catalog::open(&storage, "catalog.redb").unwrap();
-            assert_eq!(catalog.compact_if_wasteful().unwrap(), None);
+            assert_eq!(
+                catalog
+                    .compact_if_wasteful(CompactTrigger::AfterRemovals)
+                    .unwrap(),
+                None
+            );
             let mut write = catalog.write().unwrap();
             for id in 0..4000u64 {
                 write.put_id(NUMBERS, id, &[id as u8; 2048]).unwrap();
             }
             write.commit().unwrap();
+            // Measured once, which records the file's length.
+            catalog
+                .compact_if_wasteful(CompactTrigger::AfterGrowth)
+                .unwrap();
             let mut write = catalog.write().unwrap();
             for id in (0..4000u64).filter(|id| id % 10 != 0) {
                 write.remove_id(NUMBERS, id).unwrap();
             }
             write.commit().unwrap();
-            let (before, after) = catalog.compact_if_wasteful().unwrap().expect("compacted");
+            // Removals leave the file as long as it was: after growth nothing is measured.
+            assert_eq!(
+                catalog
+                    .compact_if_wasteful(CompactTrigger::AfterGrowth)
+                    .unwrap(),
+                None
+            );
+            let (before, after) = catalog
+                .compact_if_wasteful(CompactTrigger::AfterRemovals)
+                .unwrap()
+                .expect("compacted");
             assert!(after < before / 2, "{before} -> {after}");
-            assert_eq!(catalog.compact_if_wasteful().unwrap(), None);
+            assert_eq!(
+                catalog
+                    .compact_if_wasteful(CompactTrigger::AfterRemovals)
+                    .unwrap(),
+                None
+            );
             drop(catalog);
             let catalog = Catalog::open(&storage, "catalog.redb").unwrap();
             let left = catalog.read().unwrap().range_id(NUMBERS, 0, 4000).unwrap();

@@ -23,6 +23,8 @@ use onecopy_backup::{
 };
 use std::sync::Arc;
 
+use onecopy_core::catalog::CompactTrigger;
+
 use crate::backup_face::{self, Access, BackupFace, Published};
 use onecopy_core::units::{format_rate, format_size, parse_size};
 use serde::Serialize;
@@ -350,8 +352,8 @@ pub fn check_face(
 /// Compacts the catalog after a command that changed many records, when that pays
 /// ([`BackupStore::compact_catalog`]). The command's work is committed already, so a failure
 /// is a warning: the catalog stays as it was, only larger.
-fn settle_catalog(opened: &mut Opened) {
-    if let Err(error) = opened.store.compact_catalog() {
+fn settle_catalog(opened: &mut Opened, trigger: CompactTrigger) {
+    if let Err(error) = opened.store.compact_catalog(trigger) {
         eprintln!("onecopy: warning: the catalog was not compacted: {error}");
     }
 }
@@ -569,7 +571,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
                 };
             }
             let report = opened.store.delete(&series, version, *method)?;
-            settle_catalog(&mut opened);
+            settle_catalog(&mut opened, CompactTrigger::AfterRemovals);
             opened.finish()?;
             if *json {
                 print_json(&report)
@@ -624,7 +626,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
                 print_expire_plan(&plan, false);
             }
             let deleted = opened.store.execute_expire(plan.clone(), *method)?;
-            settle_catalog(&mut opened);
+            settle_catalog(&mut opened, CompactTrigger::AfterRemovals);
             opened.finish()?;
             if *json {
                 return print_json(&ExpireOutcome { plan, deleted });
@@ -725,7 +727,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
                 };
             }
             let report = opened.store.compact(plan)?;
-            settle_catalog(&mut opened);
+            settle_catalog(&mut opened, CompactTrigger::AfterRemovals);
             opened.finish()?;
             if *json {
                 return print_json(&report);
@@ -857,7 +859,7 @@ fn create(
         },
     )?;
     bar.finish_and_clear();
-    settle_catalog(&mut opened);
+    settle_catalog(&mut opened, CompactTrigger::AfterGrowth);
     let published = opened.finish()?;
     if json {
         let mut value = serde_json::to_value(&report)?;
