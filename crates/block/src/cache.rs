@@ -158,17 +158,14 @@ impl ContentCache {
         if memory_bytes == 0 {
             return Ok(off);
         }
-        let bytes_for = |entries: usize| {
-            let names = entries * NAMES_PER_SLOT;
-            (entries * (SLOT_BYTES + 2)) as u64
-                + policy.memory_bytes_with_keys::<ContentKey>(entries) as u64
-                + (names * std::mem::size_of::<ContentKey>()) as u64
-                + CachePolicy::Lru.memory_bytes_with_keys::<LocationKey>(names) as u64
-        };
         // The most entries whose slots, names and bookkeeping fit the budget.
         let mut entries = (memory_bytes / SLOT_BYTES as u64) as usize;
-        while entries > 0 && bytes_for(entries) > memory_bytes {
+        while entries > 0 && ContentCache::memory_bytes_for(entries, policy) > memory_bytes {
             entries -= entries / 64 + 1;
+        }
+        // The coarse steps may overshoot by a few entries.
+        while ContentCache::memory_bytes_for(entries + 1, policy) <= memory_bytes {
+            entries += 1;
         }
         if entries == 0 {
             return Ok(off);
@@ -190,6 +187,16 @@ impl ContentCache {
             })),
             ..off
         })
+    }
+
+    /// The memory a cache of `entries` data slots takes with `policy`, names and bookkeeping
+    /// included: the budget that gives exactly that many slots.
+    pub fn memory_bytes_for(entries: usize, policy: CachePolicy) -> u64 {
+        let names = entries * NAMES_PER_SLOT;
+        (entries * (SLOT_BYTES + 2)) as u64
+            + policy.memory_bytes_with_keys::<ContentKey>(entries) as u64
+            + (names * std::mem::size_of::<ContentKey>()) as u64
+            + CachePolicy::Lru.memory_bytes_with_keys::<LocationKey>(names) as u64
     }
 
     /// True unless the cache was configured with no memory.
@@ -407,6 +414,10 @@ mod tests {
         let cache = ContentCache::new(64 * 4096, "arc", FingerprintAlgorithm::Blake3).unwrap();
         let limit = cache.stats().names_limit;
         assert!(limit >= 4 * cache.stats().entries_limit);
+        let exact = ContentCache::memory_bytes_for(100, CachePolicy::Arc);
+        let sized = ContentCache::new(exact, "arc", FingerprintAlgorithm::Blake3).unwrap();
+        assert_eq!(sized.stats().entries_limit, 100);
+        assert!(sized.stats().memory_bytes <= exact);
         for index in 0..limit * 2 {
             cache.name(&location(index, 0), key(index));
         }
