@@ -17,6 +17,8 @@
 //! next read of it hits. Writes digest the blocks they store without deduplication (when the
 //! cache is on), name them, and count a *write hit* when their content is cached (paper 4
 //! Fig. 1 and Fig. 9); the written data does not enter the cache, which fills on read misses.
+//! Under a weak fingerprint, writes digest nothing more (the weak hash is there to keep writes
+//! cheap, paper 5): copies are named at their first read, and write hits are not counted.
 //!
 //! So the same content read through any copy (cloned images, a deduplicated and a hinted copy
 //! of one block) is one entry and is read from the media once. Entries never need
@@ -26,8 +28,9 @@
 //! policy machinery (ARC by default, as paper 4 recommends for a second-level cache; LRU or
 //! LFU for comparison); names are kept in LRU order. Both fit one memory budget.
 //!
-//! Not guaranteed: a copy written by a partial-block write, or moved by compaction, has no name
-//! until it is first read, so that read misses even when its content is cached.
+//! Not guaranteed: a copy written by a partial-block write, moved by compaction, or stored
+//! under a weak fingerprint has no name until it is first read, so that read misses even when
+//! its content is cached (it adds no second entry).
 
 use std::str::FromStr;
 

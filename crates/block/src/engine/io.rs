@@ -494,27 +494,26 @@ impl Engine {
             }
         }
         assert!(digests.next().is_none(), "every digest has its block");
-        if self.content_cache.enabled() {
+        // A weak fingerprint is chosen to keep writes cheap (paper 5), so under one the write
+        // path adds no digest: the content cache names those copies at their first read.
+        if self.content_cache.enabled() && self.content_cache.fingerprints_are_keys() {
             self.key_plans(plans, record, writes);
         }
         fingerprints
     }
 
-    /// Puts the content key of each whole block into its plan, digesting those that have
-    /// none in one batch: blocks stored without deduplication, and under a weak fingerprint
-    /// every block.
+    /// Puts the content key of each whole block into its plan (the store's fingerprints are
+    /// content keys): deduplicated blocks have theirs; blocks stored without deduplication are
+    /// digested, in one batch.
     fn key_plans(
         &self,
         plans: &mut [Result<Vec<BlockPlan>>],
         record: &VolumeRecord,
         writes: &[WriteRequest<'_>],
     ) {
-        let fingerprints_are_keys = self.content_cache.fingerprints_are_keys();
-        let needs_digest = |store: &StoreAs| match store {
-            StoreAs::Zero => false,
-            StoreAs::Deduplicate(_) => !fingerprints_are_keys,
-            StoreAs::Deferred(_) | StoreAs::NoDedup(..) => true,
-        };
+        assert!(self.content_cache.fingerprints_are_keys());
+        let needs_digest =
+            |store: &StoreAs| matches!(store, StoreAs::Deferred(_) | StoreAs::NoDedup(..));
         let mut inputs = Vec::new();
         for (write, plan) in writes.iter().zip(plans.iter()) {
             let Ok(plan) = plan else { continue };
@@ -536,17 +535,14 @@ impl Engine {
             let BlockPlan::Whole(store) = plan else {
                 continue;
             };
-            let digested = if needs_digest(store) {
-                Some(keys.next().expect("one key per block to digest"))
-            } else {
-                None
-            };
             match store {
                 StoreAs::Zero => {}
                 StoreAs::Deduplicate(digest) => {
-                    digest.content = digested.or(Some(ContentKey(digest.fingerprint)));
+                    digest.content = Some(ContentKey(digest.fingerprint))
                 }
-                StoreAs::Deferred(content) | StoreAs::NoDedup(_, content) => *content = digested,
+                StoreAs::Deferred(content) | StoreAs::NoDedup(_, content) => {
+                    *content = Some(keys.next().expect("one key per block to digest"));
+                }
             }
         }
         assert!(keys.next().is_none(), "every key has its block");
