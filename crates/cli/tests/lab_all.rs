@@ -87,3 +87,38 @@ fn lab_all_refuses_an_unknown_part() {
     assert!(stderr.contains("paper9"), "{stderr}");
     assert!(!directory.path().join("results").exists());
 }
+
+/// Goal: `lab all` passes the trace to paper 4's part, which writes its figures, and the
+/// report shows them. Method: run it with only the paper4 part, quick, on the six-request
+/// trace, then read the report.
+#[test]
+fn lab_all_runs_paper4_on_the_trace() {
+    let directory = tempfile::tempdir().unwrap();
+    let trace = directory.path().join("tiny.trace");
+    fs::write(&trace, TRACE).unwrap();
+    let out = directory.path().join("results");
+    let output = Command::new(env!("CARGO_BIN_EXE_onecopy"))
+        .args(["lab", "all", "--quick", "--parts", "paper4", "--trace"])
+        .arg(&trace)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run onecopy");
+    assert!(
+        output.status.success(),
+        "lab all failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for figure in ["fig10", "fig11", "table3", "fig12", "fig13"] {
+        assert!(
+            out.join(format!("paper4/paper4-{figure}.svg")).is_file(),
+            "{figure}"
+        );
+    }
+    let report = fs::read_to_string(out.join("README.md")).unwrap();
+    assert!(
+        report.contains("Made by `onecopy lab paper4 --trace "),
+        "{report}"
+    );
+    assert!(report.contains("](paper4/paper4-table3.svg)"), "{report}");
+}

@@ -11,8 +11,8 @@
 //!   cached counts as a write hit (paper 4 Fig. 9). As in paper 4, the first part of the trace
 //!   warms the caches and hits are counted over the rest.
 //! - *engine*: the same trace through a real [`Engine`] volume whose content cache has the
-//!   same number of 4 KiB slots (its policy bookkeeping is charged to the budget, so it holds
-//!   slightly fewer). Blocks are synthetic content derived from each digest (equal digests give
+//!   same number of 4 KiB slots (its budget is the slots' memory with the policy's and the
+//!   names' bookkeeping, [`ContentCache::memory_bytes_for`]). Blocks are synthetic content derived from each digest (equal digests give
 //!   equal blocks, so the engine deduplicates them exactly as the trace's content repeats);
 //!   every address first seen by a read is written before the replay. The engine's cache
 //!   fills on read misses only (writes do not enter it), so its hits are read hits.
@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use onecopy_block::cache::ContentCache;
 use onecopy_block::{BlockConfig, Engine, HintSettings, RuntimeOptions};
 use onecopy_core::error::IoContext;
 use onecopy_core::fingerprint::Fingerprint;
@@ -180,8 +181,7 @@ pub fn replay_engine(
     );
     let runtime = RuntimeOptions {
         content_cache_policy: policy.name().to_string(),
-        content_cache_bytes: (entries * (block_bytes + 2) + policy.memory_bytes_for(entries))
-            as u64,
+        content_cache_bytes: ContentCache::memory_bytes_for(entries, policy),
         ..RuntimeOptions::default()
     };
     let engine = Engine::open(storage, Some(BlockConfig::default()), runtime)

@@ -106,3 +106,45 @@ fn content_addressing_never_loses_on_the_excerpt() {
         );
     }
 }
+
+/// Goal: paper 4's timed replay runs on the excerpt and writes every figure, and on the
+/// synthetic days replica retrieval, alone and with duplication, reduces the total disk read
+/// time. Method: `paper4::run` in its quick mode into a temporary directory; the runs of
+/// results.json compared.
+#[test]
+#[ignore = "needs the FIU mail trace excerpt (not in the repository); where it is, run with --ignored"]
+fn paper4_quick_on_the_excerpt() {
+    let out = tempfile::tempdir().unwrap();
+    let options =
+        onecopy_lab::paper4::Paper4Options::new(out.path().to_path_buf(), excerpt(), true);
+    let written = onecopy_lab::paper4::run(&options).unwrap();
+    for name in [
+        "paper4-fig10.svg",
+        "paper4-fig11.svg",
+        "paper4-table3.svg",
+        "paper4-fig12.svg",
+        "paper4-fig13.svg",
+        "summary.md",
+        "results.json",
+    ] {
+        assert!(written.contains(&out.path().join(name)), "{name}");
+    }
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
+    let total = |workload: &str, setup: &str| {
+        results["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|run| {
+                run["workload"].as_str().unwrap().contains(workload) && run["setup"] == setup
+            })
+            .and_then(|run| run["total_read_s"].as_f64())
+            .unwrap_or_else(|| panic!("{workload}: {setup}"))
+    };
+    let vanilla = total("synthetic", "vanilla");
+    let retrieval = total("synthetic", "replica retrieval");
+    let duplication = total("synthetic", "replica retrieval + duplication");
+    assert!(retrieval < vanilla, "{retrieval} against {vanilla}");
+    assert!(duplication < vanilla, "{duplication} against {vanilla}");
+}

@@ -34,6 +34,11 @@ pub const REQUEST_BYTES_MAX: u64 = 1 << 30;
 struct BlockDigest {
     fingerprint: Fingerprint,
     checksum: Option<u32>,
+    /// The content key, when the content cache is on ([`ContentCache`]): the fingerprint
+    /// itself unless that is weak.
+    ///
+    /// [`ContentCache`]: crate::cache::ContentCache
+    content: Option<ContentKey>,
 }
 
 /// How [`Engine::store_block`] stores one block: the write decision, with the digest that
@@ -44,10 +49,12 @@ enum StoreAs {
     Zero,
     /// Looked up in the index by its digest; stored only when new.
     Deduplicate(BlockDigest),
-    /// Stored now, owned by its block, deduplicated later if it stays unchanged.
-    Deferred,
-    /// Stored, owned by its block, never deduplicated.
-    NoDedup(NoDedupReason),
+    /// Stored now, owned by its block, deduplicated later if it stays unchanged; with its
+    /// content key when the content cache is on.
+    Deferred(Option<ContentKey>),
+    /// Stored, owned by its block, never deduplicated; with its content key when the content
+    /// cache is on.
+    NoDedup(NoDedupReason, Option<ContentKey>),
 }
 
 impl StoreAs {
@@ -57,8 +64,8 @@ impl StoreAs {
         match decision {
             WriteDecision::Zero => Some(StoreAs::Zero),
             WriteDecision::Deduplicate => None,
-            WriteDecision::Deferred => Some(StoreAs::Deferred),
-            WriteDecision::NoDedup(reason) => Some(StoreAs::NoDedup(reason)),
+            WriteDecision::Deferred => Some(StoreAs::Deferred(None)),
+            WriteDecision::NoDedup(reason) => Some(StoreAs::NoDedup(reason, None)),
         }
     }
 }
@@ -217,6 +224,8 @@ struct PendingRead {
     location: ChunkLocation,
     /// The block, and which part of it the request wants where.
     span: BlockSpan,
+    /// The chunk's content key, when known; else it is digested once read, and the copy named.
+    key: Option<ContentKey>,
 }
 
 impl Engine {
@@ -259,8 +268,7 @@ impl Engine {
             };
             read_located(read.file.as_ref(), &read.location, target)
                 .map_err(|error| block_error(&record, span.block, error))?;
-            self.content_cache
-                .insert(ContentKey::of(&read.location), target);
+            self.cache_read(read.key, &read.location, target);
             if !whole {
                 out[span.in_request()].copy_from_slice(&block[span.in_block()]);
             }
@@ -302,7 +310,6 @@ impl Engine {
                     state.counters.prefetched_fingerprints += 1;
                 }
             }
-            let location = chunk_record.location;
             let whole = span.is_whole(block_bytes);
             let buffer: &mut [u8] = if whole {
                 target
@@ -310,7 +317,8 @@ impl Engine {
                 scratch.resize(block_bytes, 0);
                 &mut scratch
             };
-            if self.content_cache.get(ContentKey::of(&location), buffer) {
+            let key = self.content_cache.key_of(&chunk_record);
+            if self.content_cache.get(key, buffer) {
                 // Served from memory.
             } else {
                 match state
@@ -324,6 +332,7 @@ impl Engine {
                             file,
                             location,
                             span,
+                            key,
                         });
                         continue;
                     }
@@ -446,8 +455,9 @@ impl Engine {
 
     /// Digests the whole blocks of every planned write that are to be deduplicated, as one
     /// fingerprint batch (SIMD lanes across the blocks of all writes), outside the lock, and
-    /// puts each digest into its block's plan. Returns the fingerprints, in order, for
-    /// warming the index.
+    /// puts each digest into its block's plan. With the content cache on, also gives every
+    /// whole block stored its content key ([`Engine::key_plans`]). Returns the fingerprints,
+    /// in order, for warming the index.
     fn digest_plans(
         &self,
         plans: &mut [Result<Vec<BlockPlan>>],
@@ -475,6 +485,7 @@ impl Engine {
             .map(|(input, &fingerprint)| BlockDigest {
                 fingerprint,
                 checksum: checksummed.then(|| crc32c::crc32c(input)),
+                content: None,
             });
         for plan in plans.iter_mut().flatten().flatten() {
             if let BlockPlan::Digest = plan {
@@ -483,7 +494,58 @@ impl Engine {
             }
         }
         assert!(digests.next().is_none(), "every digest has its block");
+        // A weak fingerprint is chosen to keep writes cheap (paper 5), so under one the write
+        // path adds no digest: the content cache names those copies at their first read.
+        if self.content_cache.enabled() && self.content_cache.fingerprints_are_keys() {
+            self.key_plans(plans, record, writes);
+        }
         fingerprints
+    }
+
+    /// Puts the content key of each whole block into its plan (the store's fingerprints are
+    /// content keys): deduplicated blocks have theirs; blocks stored without deduplication are
+    /// digested, in one batch.
+    fn key_plans(
+        &self,
+        plans: &mut [Result<Vec<BlockPlan>>],
+        record: &VolumeRecord,
+        writes: &[WriteRequest<'_>],
+    ) {
+        assert!(self.content_cache.fingerprints_are_keys());
+        let needs_digest =
+            |store: &StoreAs| matches!(store, StoreAs::Deferred(_) | StoreAs::NoDedup(..));
+        let mut inputs = Vec::new();
+        for (write, plan) in writes.iter().zip(plans.iter()) {
+            let Ok(plan) = plan else { continue };
+            let spans = block_spans(write.offset, write.data.len() as u64, record.block_bytes);
+            for (plan, span) in plan.iter().zip(spans) {
+                if let BlockPlan::Whole(store) = plan {
+                    if needs_digest(store) {
+                        inputs.push(&write.data[span.in_request()]);
+                    }
+                }
+            }
+        }
+        let mut keys = vec![Fingerprint::ZERO; inputs.len()];
+        self.content_cache
+            .key_algorithm()
+            .hash_batch(&inputs, &mut keys);
+        let mut keys = keys.into_iter().map(ContentKey);
+        for plan in plans.iter_mut().flatten().flatten() {
+            let BlockPlan::Whole(store) = plan else {
+                continue;
+            };
+            match store {
+                StoreAs::Zero => {}
+                StoreAs::Deduplicate(digest) => {
+                    digest.content = Some(ContentKey(digest.fingerprint))
+                }
+                StoreAs::Deferred(content) | StoreAs::NoDedup(_, content) => {
+                    *content = Some(keys.next().expect("one key per block to digest"));
+                }
+            }
+        }
+        assert!(keys.next().is_none(), "every key has its block");
     }
 
     fn write_locked(
@@ -519,9 +581,14 @@ impl Engine {
                     let decision =
                         decide_write(record, filesystem.as_deref(), block_start, &content);
                     let store = StoreAs::without_digest(decision).unwrap_or_else(|| {
+                        let fingerprint = self.config.fingerprint.hash(&content);
                         StoreAs::Deduplicate(BlockDigest {
-                            fingerprint: self.config.fingerprint.hash(&content),
+                            fingerprint,
                             checksum: None,
+                            content: self
+                                .content_cache
+                                .fingerprints_are_keys()
+                                .then_some(ContentKey(fingerprint)),
                         })
                     });
                     self.store_block(state, record, block, &content, store, now)?
@@ -583,22 +650,22 @@ impl Engine {
         now: u64,
     ) -> Result<ChunkId> {
         state.counters.blocks_written += 1;
-        let (fingerprint, checksum, owner) = match store {
+        let (fingerprint, checksum, owner, content_key) = match store {
             StoreAs::Zero => {
                 state.counters.zero_blocks_written += 1;
                 return Ok(ZERO_CHUNK);
             }
             StoreAs::Deduplicate(digest) => {
                 state.copies.observe_write(&digest.fingerprint);
-                (Some(digest.fingerprint), digest.checksum, 0)
+                (Some(digest.fingerprint), digest.checksum, 0, digest.content)
             }
-            StoreAs::Deferred => {
+            StoreAs::Deferred(key) => {
                 state.counters.deferred_blocks += 1;
-                (None, None, deferred_owner(record.id, block))
+                (None, None, deferred_owner(record.id, block), key)
             }
-            StoreAs::NoDedup(reason) => {
+            StoreAs::NoDedup(reason, key) => {
                 state.counters.count_no_dedup(reason);
-                (None, None, permanent_owner(record.id, block))
+                (None, None, permanent_owner(record.id, block), key)
             }
         };
         let outcome = state.chunks.store(
@@ -616,6 +683,15 @@ impl Engine {
             state.counters.blocks_deduplicated += 1;
         } else {
             state.counters.blocks_stored += 1;
+        }
+        if let Some(key) = content_key {
+            self.content_cache.note_write(key);
+            // A copy whose record does not carry its content key is named now, so its first
+            // read can hit.
+            if self.content_cache.needs_name(fingerprint.is_some()) {
+                let location = state.chunks.record(&mut state.pages, outcome.id)?.location;
+                self.content_cache.name(&location, key);
+            }
         }
         Ok(outcome.id)
     }
@@ -848,10 +924,9 @@ impl Engine {
                         .prefetch_known(&chunk_record.fingerprint, chunk);
                     state.counters.prefetched_fingerprints += 1;
                 }
+                let key = self.content_cache.key_of(&chunk_record);
                 if self.content_cache.enabled()
-                    && !self
-                        .content_cache
-                        .contains(ContentKey::of(&chunk_record.location))
+                    && !key.is_some_and(|key| self.content_cache.contains(key))
                 {
                     // A chunk still in memory (the open container's buffer or the write
                     // queue) is copied here and cached now; one in a file is read outside
@@ -861,21 +936,34 @@ impl Engine {
                         .chunks
                         .plan_read(&mut state.pages, chunk, &mut buffer)?
                     {
-                        ChunkRead::File { file, location } => pending.push((file, location)),
-                        ChunkRead::Copied => self
-                            .content_cache
-                            .insert(ContentKey::of(&chunk_record.location), &buffer),
+                        ChunkRead::File { file, location } => pending.push((file, location, key)),
+                        ChunkRead::Copied => self.cache_read(key, &chunk_record.location, &buffer),
                     }
                 }
             }
         }
         let mut buffer = vec![0u8; block_bytes as usize];
-        for (file, location) in pending {
+        for (file, location, key) in pending {
             read_located(file.as_ref(), &location, &mut buffer)?;
-            self.content_cache
-                .insert(ContentKey::of(&location), &buffer);
+            self.cache_read(key, &location, &buffer);
         }
         Ok(())
+    }
+}
+
+impl Engine {
+    /// Caches `data`, just read from the copy at `location`: under `key` when known, else
+    /// under its digest, naming the copy so that its next read finds the entry.
+    fn cache_read(&self, key: Option<ContentKey>, location: &ChunkLocation, data: &[u8]) {
+        if !self.content_cache.enabled() {
+            return;
+        }
+        let key = key.unwrap_or_else(|| {
+            let key = self.content_cache.key_of_bytes(data);
+            self.content_cache.name(location, key);
+            key
+        });
+        self.content_cache.insert(key, data);
     }
 }
 

@@ -250,6 +250,7 @@ impl Engine {
             content_cache: ContentCache::new(
                 runtime.content_cache_bytes,
                 &runtime.content_cache_policy,
+                config.fingerprint,
             )?,
             storage,
             config,

@@ -34,6 +34,10 @@ pub enum LabCommand {
     /// Paper 3 §5 (first measurement): dedup ratio and sequential read throughput against
     /// the chunk size on the file system face (Fig. 3), and the I/O monitor's cost.
     Paper3(Paper3Args),
+    /// Paper 4 §4.2-4.5: dynamic replica retrieval, selective duplication and all of I/O
+    /// deduplication by a timed replay of the FIU mail trace over a hard-disk model (Figs. 10,
+    /// 11, Table 3), and the content cache's lookup and insertion costs (Figs. 12, 13).
+    Paper4(Paper4Args),
     /// Paper 5 §5: repeated writes of small and large files with and without deduplication
     /// (Figs. 1-3) and the LFU index cache's size against hit rate and throughput (§3.6), on
     /// the block device's flash mode.
@@ -51,16 +55,17 @@ pub enum LabCommand {
 #[derive(Args, Debug)]
 pub struct AllArgs {
     /// Directory for the report; each part writes into the subdirectory of its name
-    /// (paper1, paper2, paper3, paper5, trace).
+    /// (paper1, paper2, paper3, paper4, paper5, trace).
     #[arg(long, value_name = "DIR", default_value = "lab-results")]
     pub out: PathBuf,
     /// Every part in its quick mode: about ten minutes on two cores.
     #[arg(long)]
     pub quick: bool,
-    /// Parts to run, comma separated: paper1, paper2, paper3, paper5, trace [default: all].
+    /// Parts to run, comma separated: paper1, paper2, paper3, paper4, paper5, trace [default:
+    /// all].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub parts: Vec<String>,
-    /// The FIU trace the trace part replays [default: shared/traces/fiu-mail-day1-excerpt.trace
+    /// The FIU trace the trace and paper4 parts replay [default: shared/traces/fiu-mail-day1-excerpt.trace
     /// in the current directory or one above it].
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
@@ -149,6 +154,7 @@ fn run_experiment(experiment: &LabCommand) -> anyhow::Result<()> {
         LabCommand::Paper1(paper1_args) => run_paper1(paper1_args),
         LabCommand::Paper2(paper2_args) => run_paper2(paper2_args),
         LabCommand::Paper3(paper3_args) => run_paper3(paper3_args),
+        LabCommand::Paper4(paper4_args) => run_paper4(paper4_args),
         LabCommand::Paper5(paper5_args) => run_paper5(paper5_args),
         LabCommand::Trace(trace_args) => run_trace(trace_args),
         LabCommand::All(all_args) => run_all(all_args),
@@ -188,7 +194,7 @@ fn run_all(args: &AllArgs) -> anyhow::Result<()> {
     };
     // The trace is found before anything runs, so a missing file does not surface after the
     // long parts.
-    let trace = if parts.iter().any(|part| part == "trace") {
+    let trace = if parts.iter().any(|part| part == "trace" || part == "paper4") {
         Some(match &args.trace {
             Some(file) => file.clone(),
             None => find_trace_excerpt()?,
@@ -256,6 +262,12 @@ fn part_command_line(part: &str, args: &AllArgs, trace: Option<&std::path::Path>
         // The whole excerpt is measured: with the paper's first half as warm-up, no read
         // hit remains in the second half of so short a trace (docs/LAB.md, paper 4).
         words.extend(["--warmup".to_string(), "0".to_string()]);
+    } else if part == "paper4" {
+        let trace = trace.expect("the trace file is found before the parts run");
+        words.extend(["--trace".to_string(), trace.display().to_string()]);
+        if args.quick {
+            words.push("--quick".to_string());
+        }
     } else {
         if args.quick {
             words.push("--quick".to_string());
@@ -335,6 +347,45 @@ fn run_paper3(args: &Paper3Args) -> anyhow::Result<()> {
         cache_directory: Some(cache_directory),
     };
     for path in onecopy_lab::paper3::run(&options)? {
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct Paper4Args {
+    /// Directory for results.json, results.csv, summary.md and the SVG figures.
+    #[arg(long, value_name = "DIR", default_value = "lab-results/paper4")]
+    pub out: PathBuf,
+    /// 3 synthetic days of 40,000 requests instead of 7 of 200,000, and smaller caches for
+    /// Figs. 12 and 13: under a minute.
+    #[arg(long)]
+    pub quick: bool,
+    /// The FIU trace to replay and to take the synthetic days' statistics from [default:
+    /// shared/traces/fiu-mail-day1-excerpt.trace in the current directory or one above it].
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Synthetic days [default: 7, quick: 3].
+    #[arg(long, value_name = "N")]
+    pub days: Option<u32>,
+    /// Block requests of each synthetic day [default: 200000, quick: 40000].
+    #[arg(long, value_name = "N")]
+    pub requests_per_day: Option<u64>,
+}
+
+fn run_paper4(args: &Paper4Args) -> anyhow::Result<()> {
+    let trace = match &args.trace {
+        Some(file) => file.clone(),
+        None => find_trace_excerpt()?,
+    };
+    let mut options = onecopy_lab::paper4::Paper4Options::new(args.out.clone(), trace, args.quick);
+    if let Some(days) = args.days {
+        options.days = days;
+    }
+    if let Some(requests) = args.requests_per_day {
+        options.requests_per_day = requests;
+    }
+    for path in onecopy_lab::paper4::run(&options).context("running paper 4's replays")? {
         println!("wrote {}", path.display());
     }
     Ok(())

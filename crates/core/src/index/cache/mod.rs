@@ -1,6 +1,6 @@
 //! The entry cache: entries (key -> value) kept in memory under a hard memory budget, with a
 //! choice of replacement policy. The index keys them by fingerprint; any [`CacheKey`] will do
-//! (the block device's content cache keys by a chunk's location).
+//! (the block device's content cache keys copies' names by their location).
 //!
 //! Terms:
 //! - *demand access*: a lookup or insert made because a chunk is being written
@@ -56,7 +56,7 @@ use crate::{Error, Result};
 use table::{Slab, SlotTable};
 
 /// What a cache is keyed by. The index keys its caches by [`Fingerprint`]; a cache of other
-/// content (the block device's content cache keys by where a chunk is stored) brings its own
+/// content (the block device's content cache names copies by where they are stored) brings its own
 /// key type and gets the same policies.
 ///
 /// Contract: [`CacheKey::prefix_u64`] is a well-mixed 64-bit summary of the key (the hash
