@@ -350,8 +350,8 @@ fn unique_summary(text: &mut String, unique: &super::unique::UniqueResults) {
         "## Unique data (Table 2), {} MiB of random bytes, {} runs, MB/s mean (standard \
          deviation)\n\nLimits measured in the same runs: memcpy {}, BLAKE3 of 4 KiB pieces on \
          one core {}, raw disk write (write + fdatasync) {}, raw disk read (cold cache) {}.\n\n\
-         | store | write | of raw write | read | of raw read | backup CPU s per GB |\n\
-         |---|---|---|---|---|---|",
+         | store | write | of raw write | read | of raw read | backup CPU s per GB | restore CPU \
+         s per GB |\n|---|---|---|---|---|---|---|",
         bytes >> 20,
         unique.limits.len(),
         cell(limit(&|run| run.memcpy.seconds)),
