@@ -523,6 +523,9 @@ pub struct Paper2Args {
     /// 256MiB, quick: 32MiB].
     #[arg(long, value_name = "SIZE")]
     pub unique_size: Option<String>,
+    /// Runs of the unique-data test [default: --repetitions].
+    #[arg(long, value_name = "N")]
+    pub unique_runs: Option<u32>,
     /// Prefix of the typescript versions forming the series.
     #[arg(long, value_name = "TEXT", default_value = paper2::typescript::VERSION_PREFIX_DEFAULT)]
     pub release_prefix: String,
@@ -571,6 +574,10 @@ fn run_paper2(args: &Paper2Args) -> anyhow::Result<()> {
     }
     if let Some(size) = &args.unique_size {
         scale.unique_bytes = parse_size(size)?;
+    }
+    if let Some(runs) = args.unique_runs {
+        anyhow::ensure!(runs >= 1, "--unique-runs: give 1 or more");
+        scale.unique_runs = runs;
     }
     let datasets: Vec<Dataset> = if args.series.is_empty() {
         Dataset::ALL.to_vec()

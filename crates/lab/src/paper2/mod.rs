@@ -142,6 +142,9 @@ pub struct Scale {
     /// Bytes of unique data written and read back per run (Table 2; the paper's: 8 GB).
     #[serde(default)]
     pub unique_bytes: u64,
+    /// Runs of the unique-data test (the paper's: 20); 0 for [`Scale::repetitions`].
+    #[serde(default)]
+    pub unique_runs: u32,
 }
 
 fn one() -> u32 {
@@ -161,6 +164,7 @@ impl Scale {
             deletion_checkpoints: 4,
             repetitions: 5,
             unique_bytes: 256 << 20,
+            unique_runs: 0,
         }
     }
 
@@ -176,6 +180,7 @@ impl Scale {
             deletion_checkpoints: 2,
             repetitions: 2,
             unique_bytes: 32 << 20,
+            unique_runs: 0,
         }
     }
 
@@ -347,7 +352,10 @@ pub fn run_experiment(options: &Paper2Options, log: &mut dyn FnMut(&str)) -> Res
     let unique = if options.scale.unique_bytes > 0 {
         let measured = unique::run_unique(
             options.scale.unique_bytes,
-            options.scale.repetitions.max(1),
+            match options.scale.unique_runs {
+                0 => options.scale.repetitions.max(1),
+                runs => runs,
+            },
             &work.join("unique"),
             options.read_threads,
             log,

@@ -538,8 +538,8 @@ pub fn summary(results: &Paper2Results) -> String {
         text,
         "# Paper 2 results\n\nScale: {} MiB images holding {} MiB of files, {} weeks (SG1-5), GP \
          {} series x {} weeks, {} typescript releases. Load average before/after: {:.2}/{:.2} on \
-         {} CPUs. Run time {:.0} s. SG1, GP and typescript ran {} times (timings are means over \
-         runs; ranges are the lowest and highest run), SG2-SG5 once.\n",
+         {} CPUs. Run time {:.0} s. Runs of each dataset (timings are means over runs; ranges \
+         are the lowest and highest run): {}.\n",
         scale.image_bytes >> 20,
         scale.content_bytes >> 20,
         scale.weeks,
@@ -550,7 +550,12 @@ pub fn summary(results: &Paper2Results) -> String {
         results.host_after.load_average[0],
         results.host_before.cpus,
         results.seconds,
-        scale.repetitions.max(1)
+        results
+            .datasets
+            .iter()
+            .map(|dataset| format!("{} {}", dataset.dataset, dataset.runs))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     if let Some(unique) = &results.unique {
         unique_summary(&mut text, unique);
