@@ -329,10 +329,10 @@ const KNOWN_FIGURES: &[KnownFigure] = &[
 
 /// Why Table 2's ratios differ from the paper's.
 const PAPER2_UNIQUE_WHY: &str = "the paper timed its writes with fingerprints computed before \
-     the run; ours chunk, fingerprint and CRC-check every byte of unique data on 2 shared \
-     cores, so the processor bounds the write (summary.md gives the CPU seconds per GB), and \
-     the virtual disk's raw rates vary between runs by up to 2x, so only ratios within one run \
-     mean anything";
+     the run; ours chunk, fingerprint and CRC-check every byte on two cores shared with other \
+     work, while the raw read is the host's cache of the virtual disk, which needs almost no \
+     processor. What the store costs is its CPU seconds per GB (summary.md); the raw rates vary \
+     between runs by up to 2x, so only ratios within a run mean anything";
 
 /// Paper 3's results change shape as its lab grows, so its numbers are left to its summary.
 const PAPER3_WHY: &str = "the numbers beside the paper's, and the reasons they differ, are in the \

@@ -379,9 +379,13 @@ fn unique_summary(text: &mut String, unique: &super::unique::UniqueResults) {
             runs.iter()
                 .map(|run| run.backup.cpu_seconds / (bytes as f64 / 1e9)),
         );
+        let restore_cpu = mean(
+            runs.iter()
+                .map(|run| run.restore.cpu_seconds / (bytes as f64 / 1e9)),
+        );
         let _ = writeln!(
             text,
-            "| {} | {} | {:.1}% | {} | {:.1}% | {cpu:.2} |",
+            "| {} | {} | {:.1}% | {} | {:.1}% | {cpu:.2} | {restore_cpu:.2} |",
             config.label,
             cell(write),
             100.0 * write.0 / raw_write.0,
