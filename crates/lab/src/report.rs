@@ -188,8 +188,8 @@ const KNOWN_FIGURES: &[KnownFigure] = &[
               reads the same bytes as Conv in a third of the reads from fewer containers, and \
               both spend the same processor time (rows above): the restore is mostly CRC checks, \
               copies and the lab's BLAKE3 check of the stream, not seeks, so the read pattern \
-              buys less than on the paper's disks and the gap varies between runs (a one-run \
-              measurement once had RevDedup 10% slower; the runs since put it ahead)",
+              buys less than on the paper's disks, and which mode restores it faster changes from \
+              run to run",
     },
     KnownFigure {
         part: "paper2",

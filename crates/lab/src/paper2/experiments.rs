@@ -423,8 +423,9 @@ fn restore_all(
     Ok(())
 }
 
-/// Times of one deletion vary with the machine's load (a commit is a few fsyncs), so each is
-/// repeated on a fresh copy; further repetitions come from the runs of the dataset.
+/// Deletions of the oldest backup per checkpoint and run, each on a fresh copy: the times
+/// vary with the machine's load (a commit is a few fsyncs), and the runs of the dataset
+/// repeat them.
 const DELETION_REPETITIONS: usize = 1;
 
 /// Copies `store` and deletes the oldest backup of `series` from each copy, by time stamp and
