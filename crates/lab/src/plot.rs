@@ -11,6 +11,11 @@
 //!   (1, 2 or 5 times a power of ten) chosen by [`nice_ticks`].
 //!
 //! Missing values are `f64::NAN` and are simply not drawn; a log axis also skips values <= 0.
+//!
+//! A panel with *ranges* ([`Panel::RangedLines`], [`Panel::RangedBars`]) draws an error bar
+//! at each value: a vertical line from the low to the high end of the range with short caps,
+//! in the colour of its series (for example the minimum and maximum of repeated runs whose
+//! mean is the value).
 
 use std::fmt::Write as _;
 
@@ -92,11 +97,19 @@ pub struct LinePanel {
     pub series: Vec<LineSeries>,
 }
 
+/// The (low, high) error range of every value of a panel: one list per series, aligned with
+/// the series' points (lines) or values (bars). A missing list or a NaN end draws no bar.
+pub type Ranges = Vec<Vec<(f64, f64)>>;
+
 /// One chart of a figure.
 #[derive(Clone, Debug)]
 pub enum Panel {
     Bars(BarPanel),
     Lines(LinePanel),
+    /// Bars with an error bar on each value.
+    RangedBars(BarPanel, Ranges),
+    /// Lines with an error bar on each point.
+    RangedLines(LinePanel, Ranges),
 }
 
 /// Panels in a grid, filled row by row.
@@ -158,8 +171,10 @@ impl Figure {
                 height: self.panel_height as f64,
             };
             match panel {
-                Panel::Bars(bars) => draw_bars(&mut svg, &frame, bars),
-                Panel::Lines(lines) => draw_lines(&mut svg, &frame, lines),
+                Panel::Bars(bars) => draw_bars(&mut svg, &frame, bars, &[]),
+                Panel::Lines(lines) => draw_lines(&mut svg, &frame, lines, &[]),
+                Panel::RangedBars(bars, ranges) => draw_bars(&mut svg, &frame, bars, ranges),
+                Panel::RangedLines(lines, ranges) => draw_lines(&mut svg, &frame, lines, ranges),
             }
         }
         svg.push_str("</svg>\n");
@@ -550,7 +565,47 @@ fn with_legend_room(
     }
 }
 
-fn draw_bars(svg: &mut String, frame: &Frame, panel: &BarPanel) {
+/// The high ends of `ranges`, so that an axis covers the error bars as well as the values.
+fn range_highs(ranges: &[Vec<(f64, f64)>]) -> impl Iterator<Item = f64> + '_ {
+    ranges.iter().flatten().map(|range| range.1)
+}
+
+/// The range of value `index` of series `series`, if it has one that can be drawn.
+fn range_of(ranges: &[Vec<(f64, f64)>], series: usize, index: usize) -> Option<(f64, f64)> {
+    let &(low, high) = ranges.get(series)?.get(index)?;
+    (low.is_finite() && high.is_finite()).then_some((low, high))
+}
+
+/// An error bar at `x` from `low` to `high` on `axis` (ends the axis cannot show are clamped
+/// to the plot area).
+fn draw_error_bar(
+    svg: &mut String,
+    frame: &Frame,
+    axis: &Axis,
+    x: f64,
+    (low, high): (f64, f64),
+    colour: &str,
+) {
+    let (top, bottom) = (frame.plot_top(), frame.plot_bottom());
+    let place = |value: f64| {
+        let fraction = axis.fraction(value).unwrap_or(0.0).clamp(0.0, 1.0);
+        bottom - fraction * (bottom - top)
+    };
+    let (y_low, y_high) = (place(low), place(high));
+    let cap = 3.0;
+    let _ = writeln!(
+        svg,
+        r#"<path class="error-bar" d="M{x:.1},{y_low:.1}V{y_high:.1}M{:.1},{y_low:.1}H{:.1}M{:.1},{y_high:.1}H{:.1}" stroke="{colour}" stroke-width="1" fill="none"><title>{} to {}</title></path>"#,
+        x - cap,
+        x + cap,
+        x - cap,
+        x + cap,
+        escape(&format_value(low)),
+        escape(&format_value(high))
+    );
+}
+
+fn draw_bars(svg: &mut String, frame: &Frame, panel: &BarPanel, ranges: &[Vec<(f64, f64)>]) {
     for series in &panel.series {
         assert_eq!(
             series.values.len(),
@@ -565,6 +620,7 @@ fn draw_bars(svg: &mut String, frame: &Frame, panel: &BarPanel) {
             .series
             .iter()
             .flat_map(|series| series.values.iter().copied())
+            .chain(range_highs(ranges))
     };
     let names: Vec<&str> = panel
         .series
@@ -618,11 +674,18 @@ fn draw_bars(svg: &mut String, frame: &Frame, panel: &BarPanel) {
                 escape(&series.name),
                 escape(&format_value(value))
             );
+            let mut label_top = bar_top;
+            if let Some(range) = range_of(ranges, series_index, category_index) {
+                draw_error_bar(svg, frame, &axis, x + bar_width * 0.475, range, "#333333");
+                label_top = label_top.min(
+                    bottom - axis.fraction(range.1).unwrap_or(0.0).clamp(0.0, 1.0) * (bottom - top),
+                );
+            }
             if panel.value_labels {
                 text(
                     svg,
                     x + bar_width * 0.475,
-                    bar_top - 3.0,
+                    label_top - 3.0,
                     VALUE_FONT,
                     "middle",
                     "normal",
@@ -634,7 +697,7 @@ fn draw_bars(svg: &mut String, frame: &Frame, panel: &BarPanel) {
     draw_legend(svg, frame, &names, false);
 }
 
-fn draw_lines(svg: &mut String, frame: &Frame, panel: &LinePanel) {
+fn draw_lines(svg: &mut String, frame: &Frame, panel: &LinePanel, ranges: &[Vec<(f64, f64)>]) {
     let points = || panel.series.iter().flat_map(|series| series.points.iter());
     let x_axis = Axis::covering(panel.x_scale, points().map(|point| point.0));
     let names: Vec<&str> = panel
@@ -642,9 +705,10 @@ fn draw_lines(svg: &mut String, frame: &Frame, panel: &LinePanel) {
         .iter()
         .map(|series| series.name.as_str())
         .collect();
+    let y_values = || points().map(|point| point.1).chain(range_highs(ranges));
     let y_axis = with_legend_room(
-        Axis::covering(panel.y_scale, points().map(|point| point.1)),
-        points().map(|point| point.1),
+        Axis::covering(panel.y_scale, y_values()),
+        y_values(),
         &names,
         frame.plot_bottom() - frame.plot_top(),
     );
@@ -702,6 +766,21 @@ fn draw_lines(svg: &mut String, frame: &Frame, panel: &LinePanel) {
             let _ = writeln!(
                 svg,
                 r#"<circle cx="{x:.1}" cy="{y:.1}" r="3" fill="{colour}"/>"#
+            );
+        }
+        for (point_index, (x, _)) in series.points.iter().enumerate() {
+            let (Some(range), Some(fraction)) =
+                (range_of(ranges, index, point_index), x_axis.fraction(*x))
+            else {
+                continue;
+            };
+            draw_error_bar(
+                svg,
+                frame,
+                &y_axis,
+                left + fraction * (right - left),
+                range,
+                colour,
             );
         }
     }
@@ -800,6 +879,40 @@ mod tests {
             }],
         }));
         figure
+    }
+
+    /// Goal: ranged panels draw one error bar per value with a range, from its low to its high
+    /// end, and the axis reaches the highest end. Method: a ranged line panel (one range
+    /// missing, one NaN) and a ranged bar panel; count the bars and read one's ends back.
+    #[test]
+    fn ranged_panels_draw_error_bars() {
+        let Panel::Lines(lines) = sample_figure().panels[1].clone() else {
+            panic!("the second panel has lines");
+        };
+        let Panel::Bars(bars) = sample_figure().panels[0].clone() else {
+            panic!("the first panel has bars");
+        };
+        let mut figure = Figure::new("ranges", 2);
+        figure.panels.push(Panel::RangedLines(
+            lines,
+            vec![vec![(5.0, 15.0), (f64::NAN, 50.0)]],
+        ));
+        figure.panels.push(Panel::RangedBars(
+            bars,
+            vec![
+                vec![(900.0, 1200.0)],
+                vec![(1000.0, 2500.0), (800.0, 950.0)],
+            ],
+        ));
+        let svg = figure.to_svg();
+        assert_eq!(svg.matches(r#"class="error-bar""#).count(), 4, "{svg}");
+        assert!(svg.contains("<title>5 to 15</title>"));
+        assert!(svg.contains("<title>1k to 2.5k</title>"));
+        assert!(!svg.contains("NaN"));
+        // The log axis of the bars reaches past 2,500 (its top tick is 10k).
+        assert!(svg.contains(">10k<"), "{svg}");
+        let plain = sample_figure().to_svg();
+        assert!(!plain.contains("error-bar"));
     }
 
     /// Goal: the SVG has one rectangle per drawable bar, one polyline per line series, escaped

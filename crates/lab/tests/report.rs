@@ -53,6 +53,59 @@ fn known_figure_compares_from_results() {
     );
 }
 
+/// Goal: paper 2's Table 2 and Fig. 10b rows are computed from results.json: the store's
+/// write and read against the raw disk of the same runs, and batch deletions from the
+/// smallest n to the largest. Method: a paper 2 directory with two unique-data runs and two
+/// batch deletions, rendered.
+#[test]
+fn paper2_unique_and_batch_rows_come_from_results() {
+    let directory = tempfile::tempdir().unwrap();
+    let timing =
+        |seconds: f64| json!({ "seconds": seconds, "cpu_seconds": seconds, "load_average": 1.0 });
+    let limits = |run: u32| {
+        json!({ "run": run, "memcpy": timing(0.01), "hash": timing(0.05), "raw_write": timing(1.0),
+                "raw_read": timing(0.5), "cold_cache": true })
+    };
+    let store = |run: u32, backup: f64, restore: f64| {
+        json!({ "store": "rev-4M", "run": run, "backup": timing(backup), "stored_bytes": 1,
+                "restore": timing(restore), "restore_read_bytes": 1, "restore_cold_cache": true })
+    };
+    let batch = |deleted: u32, seconds: f64| {
+        json!({ "store": "rev-4M", "run": 0, "deleted": deleted, "method": "timestamp",
+                "cold_cache": true, "metadata_seconds": seconds, "sweep_seconds": 0.0,
+                "containers_removed": 1, "scanned_bytes": 0, "timing": timing(seconds) })
+    };
+    let results = json!({
+        "unique": { "bytes": 100_000_000u64, "limits": [limits(0), limits(1)],
+                    "stores": [store(0, 1.25, 1.0), store(1, 1.25, 1.0)] },
+        "datasets": [{ "dataset": "sg1", "batch_deletions": [batch(1, 0.01), batch(19, 0.03)] }],
+    });
+    write(
+        &directory.path().join("paper2/results.json"),
+        &results.to_string(),
+    );
+    for figure in ["table2-unique-throughput.svg", "fig10-deletion.svg"] {
+        write(&directory.path().join("paper2").join(figure), "<svg/>");
+    }
+    let page = render(directory.path()).unwrap();
+    assert!(
+        page.contains(
+            "| RevDedup 4 MiB write against the raw disk write (RAID-0) | 1,017 of 1,060 MB/s, 95.9% | 80 of 100 MB/s, 80.0% |"
+        ),
+        "{page}"
+    );
+    assert!(
+        page.contains("| 1,094 of 1,235 MB/s, 88.6% | 100 of 200 MB/s, 50.0% |"),
+        "{page}"
+    );
+    assert!(
+        page.contains(
+            "| very small for every n (figure only) | 0.010 s (n = 1) to 0.030 s (n = 19) |"
+        ),
+        "{page}"
+    );
+}
+
 /// Goal: every figure file of a part appears, known or not, and a part without results says
 /// how to make them. Method: a paper 3 variant directory (no primary) with a known and a new
 /// figure and no results.json, rendered.

@@ -566,6 +566,17 @@ pub struct Paper2Args {
     /// Typescript releases [default: 24, quick: 4].
     #[arg(long, value_name = "N")]
     pub releases: Option<usize>,
+    /// Runs of SG1, GP, typescript and the unique-data test, which the figures average with
+    /// the lowest and highest run as error bars [default: 5 as in the paper, quick: 2].
+    #[arg(long, value_name = "N")]
+    pub repetitions: Option<u32>,
+    /// Unique data written and read back per run for Table 2, or 0 to skip it [default:
+    /// 256MiB, quick: 32MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub unique_size: Option<String>,
+    /// Runs of the unique-data test [default: --repetitions].
+    #[arg(long, value_name = "N")]
+    pub unique_runs: Option<u32>,
     /// Prefix of the typescript versions forming the series.
     #[arg(long, value_name = "TEXT", default_value = paper2::typescript::VERSION_PREFIX_DEFAULT)]
     pub release_prefix: String,
@@ -607,6 +618,17 @@ fn run_paper2(args: &Paper2Args) -> anyhow::Result<()> {
     }
     if let Some(releases) = args.releases {
         scale.releases = releases;
+    }
+    if let Some(repetitions) = args.repetitions {
+        anyhow::ensure!(repetitions >= 1, "--repetitions: give 1 or more");
+        scale.repetitions = repetitions;
+    }
+    if let Some(size) = &args.unique_size {
+        scale.unique_bytes = parse_size(size)?;
+    }
+    if let Some(runs) = args.unique_runs {
+        anyhow::ensure!(runs >= 1, "--unique-runs: give 1 or more");
+        scale.unique_runs = runs;
     }
     let datasets: Vec<Dataset> = if args.series.is_empty() {
         Dataset::ALL.to_vec()

@@ -11,8 +11,8 @@ use onecopy_backup::{BackupSource, DeleteMethod};
 use serde::{Deserialize, Serialize};
 
 use super::measure::{
-    BackupMeasure, DeleteMeasure, RestoreMeasure, ReverseMeasure, SpaceMeasure, StoreConfig,
-    StoreUnderTest,
+    BackupMeasure, BatchDeleteMeasure, DeleteMeasure, RestoreMeasure, ReverseMeasure, SpaceMeasure,
+    StoreConfig, StoreUnderTest,
 };
 use super::synthetic::{hash_file, EvolvingImage, SyntheticSpec, WeekChanges};
 use super::typescript::Release;
@@ -32,6 +32,13 @@ pub struct DatasetPlan {
     /// deletes its oldest backup by each method.
     pub deletion_store: Option<String>,
     pub deletion_checkpoints: Vec<u32>,
+    /// Stores whose oldest backups are deleted at once after the last backup (Fig. 10b),
+    /// with the methods to measure on each.
+    #[serde(default)]
+    pub batch_stores: Vec<(String, Vec<DeleteMethod>)>,
+    /// How many of the oldest backups each batch deletion removes.
+    #[serde(default)]
+    pub batch_counts: Vec<u32>,
 }
 
 /// The space of every store after a week's backups and reverse deduplications.
@@ -103,6 +110,48 @@ pub struct DatasetResults {
     pub deletions: Vec<DeletionRecord>,
     /// Deleting backups one by one from the oldest, on copies of the final store (Fig. 10a).
     pub incremental_deletions: Vec<DeleteMeasure>,
+    /// Deleting the n oldest backups at once, on copies of the final store (Fig. 10b).
+    #[serde(default)]
+    pub batch_deletions: Vec<BatchDeleteMeasure>,
+    /// Runs of the dataset whose timings are here (every run generates the same versions;
+    /// space is recorded from the first).
+    #[serde(default = "one_run")]
+    pub runs: u32,
+}
+
+fn one_run() -> u32 {
+    1
+}
+
+impl DatasetResults {
+    /// Adds the timings of a further run of the same dataset, numbered `run`.
+    pub fn add_run(&mut self, mut other: DatasetResults, run: u32) {
+        other.stamp_run(run);
+        self.backups.extend(other.backups);
+        self.reverses.extend(other.reverses);
+        self.restores.extend(other.restores);
+        self.deletions.extend(other.deletions);
+        self.incremental_deletions
+            .extend(other.incremental_deletions);
+        self.batch_deletions.extend(other.batch_deletions);
+        self.runs = self.runs.max(run + 1);
+    }
+
+    /// Numbers every timed record as run `run`.
+    pub fn stamp_run(&mut self, run: u32) {
+        self.backups.iter_mut().for_each(|record| record.run = run);
+        self.reverses.iter_mut().for_each(|record| record.run = run);
+        self.restores.iter_mut().for_each(|record| record.run = run);
+        self.deletions
+            .iter_mut()
+            .for_each(|record| record.measure.run = run);
+        self.incremental_deletions
+            .iter_mut()
+            .for_each(|record| record.run = run);
+        self.batch_deletions
+            .iter_mut()
+            .for_each(|record| record.run = run);
+    }
 }
 
 /// The input of a dataset: evolving images or unpacked releases.
@@ -137,6 +186,7 @@ pub fn run_dataset(
     let mut results = DatasetResults {
         dataset: name.to_string(),
         stores: plan.stores.clone(),
+        runs: 1,
         ..DatasetResults::default()
     };
     let mut totals: HashMap<String, (u64, u64, u64)> = HashMap::new();
@@ -304,6 +354,24 @@ pub fn run_dataset(
             "{name}: deleted backups one by one from copies of {label}"
         ));
     }
+    for (label, methods) in &plan.batch_stores {
+        let store = find_store(&mut stores, label)?;
+        for &count in &plan.batch_counts {
+            for &method in methods {
+                let mut copy = store.copy_to(&work.join("batch-copy"))?;
+                results.batch_deletions.push(copy.delete_oldest(
+                    &series_names[0],
+                    count,
+                    method,
+                )?);
+                copy.destroy()?;
+            }
+        }
+        log(&format!(
+            "{name}: deleted the oldest {:?} backups at once from copies of {label}",
+            plan.batch_counts
+        ));
+    }
     for store in stores {
         store.destroy()?;
     }
@@ -355,9 +423,10 @@ fn restore_all(
     Ok(())
 }
 
-/// Times of one deletion vary with the machine's load (a commit is a few fsyncs), so each is
-/// repeated on a fresh copy, as the paper averages five runs.
-const DELETION_REPETITIONS: usize = 3;
+/// Deletions of the oldest backup per checkpoint and run, each on a fresh copy: the times
+/// vary with the machine's load (a commit is a few fsyncs), and the runs of the dataset
+/// repeat them.
+const DELETION_REPETITIONS: usize = 1;
 
 /// Copies `store` and deletes the oldest backup of `series` from each copy, by time stamp and
 /// by mark and sweep, [`DELETION_REPETITIONS`] times each.

@@ -4,6 +4,10 @@
 //! Throughputs are logical bytes (the whole image or tree, null bytes included, as the paper
 //! counts them) over wall time, in MB/s (10^6 bytes). The tables also give throughput over
 //! the process's CPU time, which the shared machine's load does not inflate.
+//!
+//! Where a dataset ran several times, each point is the mean over runs (of the mean over a
+//! group's series) and its error bar spans the lowest and the highest run; Table 2's bars
+//! are the mean with one standard deviation either side, as the paper reports it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,7 +19,7 @@ use super::experiments::DatasetResults;
 use super::peers::Tool;
 use super::Paper2Results;
 use crate::error::Result;
-use crate::plot::{AxisScale, BarPanel, BarSeries, Figure, LinePanel, LineSeries, Panel};
+use crate::plot::{AxisScale, BarPanel, BarSeries, Figure, LinePanel, LineSeries, Panel, Ranges};
 use crate::results::write_text;
 
 pub(super) const MEGABYTE: f64 = 1e6;
@@ -62,46 +66,85 @@ pub(super) fn mean(values: impl IntoIterator<Item = f64>) -> f64 {
     }
 }
 
-/// Per-version points of `dataset`: for each store in `stores`, the mean over series of
-/// `value` by version, as a line series.
+/// Mean, lowest and highest of `values` (NaN when empty).
+pub(super) fn spread(values: &[f64]) -> (f64, f64, f64) {
+    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if values.is_empty() {
+        (f64::NAN, f64::NAN, f64::NAN)
+    } else {
+        (mean(values.iter().copied()), low, high)
+    }
+}
+
+/// Mean and sample standard deviation of `values` (NaN when empty; deviation 0 for one).
+pub(super) fn mean_deviation(values: &[f64]) -> (f64, f64) {
+    let average = mean(values.iter().copied());
+    if values.len() < 2 {
+        return (average, if values.is_empty() { f64::NAN } else { 0.0 });
+    }
+    let squares: f64 = values.iter().map(|value| (value - average).powi(2)).sum();
+    (average, (squares / (values.len() - 1) as f64).sqrt())
+}
+
+/// Lines with error bars: per store, per version, the mean over runs of the mean over
+/// series of `value`, with the lowest and highest run as the range.
 fn per_version_lines<T>(
     records: &[T],
     stores: &[&str],
     store_of: impl Fn(&T) -> &str,
     version_of: impl Fn(&T) -> u32,
+    run_of: impl Fn(&T) -> u32,
     value: impl Fn(&T) -> f64,
     name: impl Fn(&str) -> String,
-) -> Vec<LineSeries> {
-    stores
-        .iter()
-        .map(|store| {
-            let mut by_version: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
-            for record in records.iter().filter(|record| store_of(record) == *store) {
-                by_version
-                    .entry(version_of(record))
-                    .or_default()
-                    .push(value(record));
-            }
-            LineSeries {
-                name: name(store),
-                points: by_version
-                    .into_iter()
-                    .map(|(version, values)| (version as f64, mean(values)))
-                    .collect(),
-            }
-        })
-        .collect()
+) -> (Vec<LineSeries>, Ranges) {
+    let mut lines = Vec::new();
+    let mut ranges = Vec::new();
+    for store in stores {
+        let mut by_version: BTreeMap<u32, BTreeMap<u32, Vec<f64>>> = BTreeMap::new();
+        for record in records.iter().filter(|record| store_of(record) == *store) {
+            by_version
+                .entry(version_of(record))
+                .or_default()
+                .entry(run_of(record))
+                .or_default()
+                .push(value(record));
+        }
+        let mut points = Vec::new();
+        let mut range = Vec::new();
+        for (version, runs) in by_version {
+            let per_run: Vec<f64> = runs.into_values().map(mean).collect();
+            let (average, low, high) = spread(&per_run);
+            points.push((version as f64, average));
+            range.push((low, high));
+        }
+        lines.push(LineSeries {
+            name: name(store),
+            points,
+        });
+        ranges.push(range);
+    }
+    (lines, ranges)
 }
 
-fn line_panel(title: &str, x_label: &str, y_label: &str, series: Vec<LineSeries>) -> Panel {
-    Panel::Lines(LinePanel {
-        title: title.to_string(),
-        x_label: x_label.to_string(),
-        y_label: y_label.to_string(),
-        x_scale: AxisScale::Linear,
-        y_scale: AxisScale::Linear,
-        series,
-    })
+fn line_panel(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    lines: (Vec<LineSeries>, Ranges),
+) -> Panel {
+    let (series, ranges) = lines;
+    Panel::RangedLines(
+        LinePanel {
+            title: title.to_string(),
+            x_label: x_label.to_string(),
+            y_label: y_label.to_string(),
+            x_scale: AxisScale::Linear,
+            y_scale: AxisScale::Linear,
+            series,
+        },
+        ranges,
+    )
 }
 
 fn present<'a>(dataset: &DatasetResults, stores: &[&'a str]) -> Vec<&'a str> {
@@ -133,6 +176,9 @@ pub fn write_figures(directory: &Path, results: &Paper2Results) -> Result<Vec<Pa
     }
     if let Some(comparison) = &results.comparison {
         figures.push(("peers-typescript", peers_figure(comparison)));
+    }
+    if let Some(unique) = &results.unique {
+        figures.push(("table2-unique-throughput", unique_figure(unique)));
     }
     let mut written = Vec::new();
     for (name, figure) in figures {
@@ -223,6 +269,7 @@ fn throughput_figure(results: &Paper2Results, backup: bool) -> Figure {
                     &stores,
                     |record| &record.store,
                     |record| record.version,
+                    |record| record.run,
                     |record| rate(record.logical_bytes, record.timing.seconds),
                     str::to_string,
                 )
@@ -238,11 +285,12 @@ fn throughput_figure(results: &Paper2Results, backup: bool) -> Figure {
                     &stores,
                     |record| &record.store,
                     |record| record.version,
+                    |record| record.run,
                     |record| rate(record.logical_bytes, record.timing.seconds),
                     str::to_string,
                 )
             };
-            if series.iter().all(|line| line.points.is_empty()) {
+            if series.0.iter().all(|line| line.points.is_empty()) {
                 continue;
             }
             figure.panels.push(line_panel(
@@ -268,6 +316,7 @@ fn reverse_figure(sg1: &DatasetResults) -> Figure {
             &stores,
             |record| &record.store,
             |record| record.version,
+            |record| record.run,
             |record| rate(record.logical_bytes, record.timing.seconds),
             str::to_string,
         ),
@@ -281,6 +330,7 @@ fn prefetch_figure(sg1: &DatasetResults) -> Figure {
         1,
     );
     let mut series = Vec::new();
+    let mut ranges = Vec::new();
     for prefetch in [false, true] {
         let restores: Vec<_> = sg1
             .restores
@@ -288,21 +338,27 @@ fn prefetch_figure(sg1: &DatasetResults) -> Figure {
             .filter(|record| record.prefetch == prefetch)
             .cloned()
             .collect();
-        series.extend(per_version_lines(
+        let (lines, line_ranges) = per_version_lines(
             &restores,
             &present(sg1, &["conv", "rev-4M"]),
             |record| &record.store,
             |record| record.version,
+            |record| record.run,
             |record| rate(record.logical_bytes, record.timing.seconds),
             |store| format!("{store}{}", if prefetch { " prefetch" } else { "" }),
-        ));
+        );
+        for (line, range) in lines.into_iter().zip(line_ranges) {
+            if !line.points.is_empty() {
+                series.push(line);
+                ranges.push(range);
+            }
+        }
     }
-    series.retain(|line| !line.points.is_empty());
     figure.panels.push(line_panel(
         "cold cache",
         "version (week)",
         "restore MB/s",
-        series,
+        (series, ranges),
     ));
     figure
 }
@@ -324,6 +380,7 @@ fn live_window_figure(sg1: &DatasetResults) -> Figure {
             &present(sg1, &LIVE_WINDOW_STORES),
             |record| &record.store,
             |record| record.version,
+            |record| record.run,
             |record| rate(record.logical_bytes, record.timing.seconds),
             str::to_string,
         ),
@@ -331,101 +388,238 @@ fn live_window_figure(sg1: &DatasetResults) -> Figure {
     figure
 }
 
-fn deletion_figure(sg1: &DatasetResults) -> Figure {
-    let mut figure = Figure::new(
-        "Fig. 10: deleting the oldest backup, SG1 rev-4M (seconds)",
-        2,
-    );
-    let lines = |points: Vec<(DeleteMethod, f64, f64, f64)>| -> Vec<LineSeries> {
-        let mut timestamp = Vec::new();
-        let mut mark = Vec::new();
-        let mut sweep = Vec::new();
-        for (method, x, metadata, swept) in points {
-            match method {
-                DeleteMethod::Timestamp => timestamp.push((x, metadata + swept)),
-                DeleteMethod::MarkAndSweep => {
-                    mark.push((x, metadata));
-                    sweep.push((x, swept));
-                }
-            }
+/// One line of the deletion figure: its name and, per x, the values of every run.
+type DeletionLine = (String, BTreeMap<u64, BTreeMap<u32, Vec<f64>>>);
+
+/// Adds `value` of run `run` at `x` to the line named `name`.
+fn add_point(lines: &mut Vec<DeletionLine>, name: &str, x: u64, run: u32, value: f64) {
+    let index = match lines.iter().position(|(line, _)| line == name) {
+        Some(index) => index,
+        None => {
+            lines.push((name.to_string(), BTreeMap::new()));
+            lines.len() - 1
         }
-        vec![
-            LineSeries {
-                name: "time stamps".into(),
-                points: timestamp,
-            },
-            LineSeries {
-                name: "mark".into(),
-                points: mark,
-            },
-            LineSeries {
-                name: "sweep".into(),
-                points: sweep,
-            },
-        ]
     };
-    let incremental = sg1
-        .incremental_deletions
-        .iter()
-        .map(|record| {
-            (
-                record.method,
-                record.version as f64,
-                record.metadata_seconds,
-                record.sweep_seconds,
-            )
-        })
-        .collect();
-    let mut grouped: BTreeMap<(bool, u32), Vec<(f64, f64)>> = BTreeMap::new();
-    for record in &sg1.deletions {
-        grouped
-            .entry((
-                record.measure.method == DeleteMethod::Timestamp,
-                record.backups,
-            ))
-            .or_default()
-            .push((
-                record.measure.metadata_seconds,
-                record.measure.sweep_seconds,
-            ));
+    lines[index]
+        .1
+        .entry(x)
+        .or_default()
+        .entry(run)
+        .or_default()
+        .push(value);
+}
+
+/// A log-scale panel of deletion lines, each point the mean over runs with the lowest and
+/// highest run as its range.
+fn deletion_panel(title: &str, x_label: &str, lines: Vec<DeletionLine>) -> Panel {
+    let mut series = Vec::new();
+    let mut ranges = Vec::new();
+    for (name, by_x) in lines {
+        let mut points = Vec::new();
+        let mut range = Vec::new();
+        for (x, runs) in by_x {
+            let per_run: Vec<f64> = runs.into_values().map(mean).collect();
+            let (average, low, high) = spread(&per_run);
+            points.push((x as f64, average));
+            range.push((low, high));
+        }
+        series.push(LineSeries { name, points });
+        ranges.push(range);
     }
-    let checkpoints = grouped
-        .into_iter()
-        .map(|((timestamp, backups), runs)| {
-            let method = if timestamp {
-                DeleteMethod::Timestamp
-            } else {
-                DeleteMethod::MarkAndSweep
-            };
-            (
-                method,
-                backups as f64,
-                mean(runs.iter().map(|run| run.0)),
-                mean(runs.iter().map(|run| run.1)),
-            )
-        })
-        .collect();
-    for (title, x_label, points) in [
-        (
-            "(a) one by one from the oldest",
-            "deleted version",
-            incremental,
-        ),
-        (
-            "(b) oldest of a growing store (mean of runs)",
-            "backups in the store",
-            checkpoints,
-        ),
-    ] {
-        figure.panels.push(Panel::Lines(LinePanel {
+    Panel::RangedLines(
+        LinePanel {
             title: title.into(),
             x_label: x_label.into(),
             y_label: "seconds".into(),
             x_scale: AxisScale::Linear,
             y_scale: AxisScale::Log10,
-            series: lines(points),
-        }));
+            series,
+        },
+        ranges,
+    )
+}
+
+fn deletion_figure(sg1: &DatasetResults) -> Figure {
+    let mut figure = Figure::new("Fig. 10: deleting backups, SG1 (seconds)", 2);
+    let method_lines = |lines: &mut Vec<DeletionLine>,
+                        suffix: &str,
+                        x: u64,
+                        run: u32,
+                        method: DeleteMethod,
+                        metadata: f64,
+                        swept: f64| match method {
+        DeleteMethod::Timestamp => add_point(
+            lines,
+            &format!("time stamps{suffix}"),
+            x,
+            run,
+            metadata + swept,
+        ),
+        DeleteMethod::MarkAndSweep => {
+            add_point(lines, &format!("mark{suffix}"), x, run, metadata);
+            add_point(lines, &format!("sweep{suffix}"), x, run, swept);
+        }
+    };
+    let mut incremental = Vec::new();
+    for record in &sg1.incremental_deletions {
+        method_lines(
+            &mut incremental,
+            "",
+            u64::from(record.version),
+            record.run,
+            record.method,
+            record.metadata_seconds,
+            record.sweep_seconds,
+        );
     }
+    let mut batch = Vec::new();
+    for record in &sg1.batch_deletions {
+        let suffix = format!(" ({})", record.store);
+        method_lines(
+            &mut batch,
+            &suffix,
+            u64::from(record.deleted),
+            record.run,
+            record.method,
+            record.metadata_seconds,
+            record.sweep_seconds,
+        );
+    }
+    let mut checkpoints = Vec::new();
+    for record in &sg1.deletions {
+        method_lines(
+            &mut checkpoints,
+            "",
+            u64::from(record.backups),
+            record.measure.run,
+            record.measure.method,
+            record.measure.metadata_seconds,
+            record.measure.sweep_seconds,
+        );
+    }
+    figure.panels.push(deletion_panel(
+        "(a) one by one from the oldest, rev-4M",
+        "deleted version",
+        incremental,
+    ));
+    if !batch.is_empty() {
+        figure.panels.push(deletion_panel(
+            "(b) the n oldest at once, after the last backup",
+            "backups deleted (n)",
+            batch,
+        ));
+    }
+    figure.panels.push(deletion_panel(
+        "(c) the oldest of a growing store, rev-4M",
+        "backups in the store",
+        checkpoints,
+    ));
+    figure
+}
+
+/// Table 2 as a figure: backup and restore of unique data per store beside the raw disk
+/// (mean, one standard deviation either side), and the machine's limits on a log axis.
+fn unique_figure(unique: &super::unique::UniqueResults) -> Figure {
+    let mut figure = Figure::new(
+        format!(
+            "Table 2: throughput on unique data ({} MiB, {} runs, mean and standard deviation)",
+            unique.bytes >> 20,
+            unique.limits.len()
+        ),
+        2,
+    );
+    let bytes = unique.bytes;
+    let stat = |values: Vec<f64>| mean_deviation(&values);
+    let limits = |pick: &dyn Fn(&super::unique::LimitsRun) -> f64| {
+        stat(
+            unique
+                .limits
+                .iter()
+                .map(|run| rate(bytes, pick(run)))
+                .collect(),
+        )
+    };
+    let mut categories = vec!["raw disk".to_string()];
+    let mut write = vec![limits(&|run| run.raw_write.seconds)];
+    let mut read = vec![limits(&|run| run.raw_read.seconds)];
+    let stores: Vec<String> = super::unique::unique_stores()
+        .into_iter()
+        .map(|config| config.label)
+        .collect();
+    for store in &stores {
+        let runs: Vec<_> = unique
+            .stores
+            .iter()
+            .filter(|run| &run.store == store)
+            .collect();
+        categories.push(store.clone());
+        write.push(stat(
+            runs.iter()
+                .map(|run| rate(bytes, run.backup.seconds))
+                .collect(),
+        ));
+        read.push(stat(
+            runs.iter()
+                .map(|run| rate(bytes, run.restore.seconds))
+                .collect(),
+        ));
+    }
+    let bars = |values: &[(f64, f64)]| -> (Vec<f64>, Vec<(f64, f64)>) {
+        values
+            .iter()
+            .map(|&(average, deviation)| (average, (average - deviation, average + deviation)))
+            .unzip()
+    };
+    let (write_values, write_ranges) = bars(&write);
+    let (read_values, read_ranges) = bars(&read);
+    figure.panels.push(Panel::RangedBars(
+        BarPanel {
+            title: "write (backup) and read (restore, cold cache)".into(),
+            x_label: "store".into(),
+            y_label: "MB/s".into(),
+            y_scale: AxisScale::Linear,
+            categories,
+            series: vec![
+                BarSeries {
+                    name: "write".into(),
+                    values: write_values,
+                },
+                BarSeries {
+                    name: "read".into(),
+                    values: read_values,
+                },
+            ],
+            value_labels: true,
+        },
+        vec![write_ranges, read_ranges],
+    ));
+    let limit_values = [
+        limits(&|run| run.memcpy.seconds),
+        limits(&|run| run.hash.seconds),
+        limits(&|run| run.raw_write.seconds),
+        limits(&|run| run.raw_read.seconds),
+    ];
+    let (values, ranges) = bars(&limit_values);
+    figure.panels.push(Panel::RangedBars(
+        BarPanel {
+            title: "this machine's limits, same run".into(),
+            x_label: "step".into(),
+            y_label: "MB/s".into(),
+            y_scale: AxisScale::Log10,
+            categories: vec![
+                "memcpy".into(),
+                "BLAKE3, 1 core".into(),
+                "disk write".into(),
+                "disk read".into(),
+            ],
+            series: vec![BarSeries {
+                name: "MB/s".into(),
+                values,
+            }],
+            value_labels: true,
+        },
+        vec![ranges],
+    ));
     figure
 }
 
@@ -450,19 +644,22 @@ fn peers_figure(comparison: &ComparisonResults) -> Figure {
         "backup (wall seconds)",
         "version",
         "seconds",
-        line(&|measure| measure.backup.seconds),
+        (line(&|measure| measure.backup.seconds), Vec::new()),
     ));
     figure.panels.push(line_panel(
         "restore of the newest, cold cache",
         "version",
         "seconds",
-        line(&|measure| measure.restore_newest.seconds),
+        (line(&|measure| measure.restore_newest.seconds), Vec::new()),
     ));
     figure.panels.push(line_panel(
         "repository size",
         "version",
         "MiB",
-        line(&|measure| measure.repository_bytes as f64 / MEBIBYTE),
+        (
+            line(&|measure| measure.repository_bytes as f64 / MEBIBYTE),
+            Vec::new(),
+        ),
     ));
     figure.panels.push(Panel::Lines(LinePanel {
         title: "deleting the oldest backup".into(),

@@ -21,7 +21,6 @@ use onecopy_core::storage::LocalStorage;
 use serde::{Deserialize, Serialize};
 
 use super::files::{compare_trees, copy_tree, repository_bytes};
-use super::synthetic::HashingWriter;
 use crate::error::{LabError, Result};
 
 /// One configuration of the store, as the paper's figures name them.
@@ -130,6 +129,9 @@ pub struct BackupMeasure {
     pub store: String,
     pub series: String,
     pub version: u32,
+    /// Which run of the dataset (0 for the first; the paper averages five).
+    #[serde(default)]
+    pub run: u32,
     pub logical_bytes: u64,
     pub zero_bytes: u64,
     pub duplicate_bytes: u64,
@@ -138,8 +140,22 @@ pub struct BackupMeasure {
     /// Container bytes written for them.
     pub new_stored_bytes: u64,
     pub index_lookups: u64,
+    /// New segments (in conventional mode every chunk is a segment, so these are its new
+    /// chunks).
+    #[serde(default)]
+    pub segments_new: u64,
     pub index_seconds: f64,
+    /// Packing new segments into containers: their records and the buffered container
+    /// writes, whose disk writeback starts in the background.
     pub write_seconds: f64,
+    /// Sealing the last container, which waits for the disk to take every container.
+    #[serde(default)]
+    pub seal_seconds: f64,
+    /// Encoding (compression, or the stored form reused from the predecessor) of new chunks.
+    #[serde(default)]
+    pub compress_seconds: f64,
+    #[serde(default)]
+    pub fingerprint_seconds: f64,
     /// The whole `create` (walk, inline phase, commit), reverse deduplication excluded.
     pub timing: Timing,
 }
@@ -150,6 +166,8 @@ pub struct ReverseMeasure {
     pub store: String,
     pub series: String,
     pub version: u32,
+    #[serde(default)]
+    pub run: u32,
     pub logical_bytes: u64,
     pub read_bytes: u64,
     pub written_bytes: u64,
@@ -163,11 +181,20 @@ pub struct RestoreMeasure {
     pub store: String,
     pub series: String,
     pub version: u32,
+    #[serde(default)]
+    pub run: u32,
     pub prefetch: bool,
     pub cold_cache: bool,
     pub logical_bytes: u64,
     pub read_bytes: u64,
+    /// Read requests (chunks close together in a container are read at once).
+    #[serde(default)]
+    pub reads: u64,
     pub containers_read: u64,
+    /// Time the restore's writer spent in the lab's sink (hashing or comparing the stream),
+    /// which a restore to disk would spend writing instead.
+    #[serde(default)]
+    pub sink_seconds: f64,
     /// Longest chain of indirect references followed.
     pub chain_length_max: u32,
     /// The restored bytes matched the source (hash or tree comparison).
@@ -290,8 +317,13 @@ impl StoreUnderTest {
             new_raw_bytes: inline.new_raw_bytes,
             new_stored_bytes: inline.new_stored_bytes,
             index_lookups: inline.index_lookups,
+            segments_new: inline.segments_new,
             index_seconds: inline.index_seconds,
             write_seconds: inline.write_seconds,
+            seal_seconds: inline.seal_seconds,
+            compress_seconds: inline.compress_seconds,
+            fingerprint_seconds: inline.fingerprint_seconds,
+            run: 0,
             timing,
         })
     }
@@ -314,6 +346,7 @@ impl StoreUnderTest {
                 store: label.clone(),
                 series: series.to_string(),
                 version,
+                run: 0,
                 logical_bytes: report.plan.logical_bytes,
                 read_bytes: report.copy.read_bytes,
                 written_bytes: report.copy.written_bytes,
@@ -332,12 +365,62 @@ impl StoreUnderTest {
         version: u32,
         expected: Option<[u8; 32]>,
     ) -> Result<RestoreMeasure> {
+        let sink = Arc::new(shared_sink::Sink::new(shared_sink::Check::Hash(Box::new(
+            blake3::Hasher::new(),
+        ))));
+        let mut measure = self.restore_stream(series, version, &sink)?;
+        let (hash, bytes) = sink.hash();
+        if let Some(expected) = expected {
+            if expected != hash || bytes != measure.logical_bytes {
+                return Err(self.differs(series, version));
+            }
+            measure.verified = true;
+        }
+        Ok(measure)
+    }
+
+    /// Restores `series@version` after dropping the page cache into a sink that compares the
+    /// stream with `expected` as it arrives (a memory comparison, far cheaper than hashing,
+    /// so the restore is timed nearly alone).
+    pub fn restore_compared(
+        &mut self,
+        series: &str,
+        version: u32,
+        expected: Arc<Vec<u8>>,
+    ) -> Result<RestoreMeasure> {
+        let length = expected.len() as u64;
+        let sink = Arc::new(shared_sink::Sink::new(shared_sink::Check::Compare {
+            expected,
+            position: 0,
+            equal: true,
+        }));
+        let mut measure = self.restore_stream(series, version, &sink)?;
+        if !sink.equal() || measure.logical_bytes != length {
+            return Err(self.differs(series, version));
+        }
+        measure.verified = true;
+        Ok(measure)
+    }
+
+    fn differs(&self, series: &str, version: u32) -> LabError {
+        LabError::Engine {
+            context: format!("restoring {series}@{version} from {}", self.config.label),
+            detail: "the restored stream differs from the backed-up one".into(),
+        }
+    }
+
+    /// Restores `series@version` into `sink`, timed, after dropping the page cache.
+    fn restore_stream(
+        &mut self,
+        series: &str,
+        version: u32,
+        sink: &Arc<shared_sink::Sink>,
+    ) -> Result<RestoreMeasure> {
         let label = self.config.label.clone();
         let prefetch = self.prefetch;
         let store = self.store()?;
         let cold_cache = drop_page_cache();
-        let sink = std::sync::Arc::new(shared_sink::Sink::default());
-        let writer = shared_sink::SharedWriter(Arc::clone(&sink));
+        let writer = shared_sink::SharedWriter(Arc::clone(sink));
         let (report, timing) = timed(|| {
             store
                 .restore(
@@ -349,30 +432,20 @@ impl StoreUnderTest {
                     LabError::engine(format!("restoring {series}@{version} from {label}"), error)
                 })
         })?;
-        let (hash, bytes) = sink.finish();
-        let verified = match expected {
-            Some(expected) => {
-                if expected != hash || bytes != report.logical_bytes {
-                    return Err(LabError::Engine {
-                        context: format!("restoring {series}@{version} from {label}"),
-                        detail: "the restored stream differs from the backed-up image".into(),
-                    });
-                }
-                true
-            }
-            None => false,
-        };
         Ok(RestoreMeasure {
             store: label,
             series: series.to_string(),
             version,
+            run: 0,
             prefetch,
             cold_cache,
             logical_bytes: report.logical_bytes,
             read_bytes: report.read_bytes,
+            reads: report.reads,
             containers_read: report.containers_read,
+            sink_seconds: sink.seconds(),
             chain_length_max: report.resolve.chain_length_max,
-            verified,
+            verified: false,
             timing,
         })
     }
@@ -417,11 +490,14 @@ impl StoreUnderTest {
             store: label,
             series: series.to_string(),
             version,
+            run: 0,
             prefetch,
             cold_cache,
             logical_bytes: report.logical_bytes,
             read_bytes: report.read_bytes,
+            reads: report.reads,
             containers_read: report.containers_read,
+            sink_seconds: 0.0,
             chain_length_max: report.resolve.chain_length_max,
             verified,
             timing,
@@ -465,6 +541,7 @@ impl StoreUnderTest {
             store: label,
             series: series.to_string(),
             version,
+            run: 0,
             method,
             cold_cache,
             metadata_seconds: (timing.seconds - sweep_seconds).max(0.0),
@@ -472,6 +549,66 @@ impl StoreUnderTest {
             containers_removed: report.plan.settlement.dropped_containers.len() as u64
                 + report.sweep.map_or(0, |sweep| sweep.containers_removed),
             scanned_bytes: report.sweep.map_or(0, |sweep| sweep.scanned_bytes),
+            timing,
+        })
+    }
+
+    /// Deletes the `count` oldest backups of `series` at once (Fig. 10b), after dropping the
+    /// page cache. By time stamps that is the metadata step of each deletion, oldest first;
+    /// by mark and sweep the same steps (the mark) and then one sweep of every container,
+    /// as the paper's batch deletion scans the containers once.
+    pub fn delete_oldest(
+        &mut self,
+        series: &str,
+        count: u32,
+        method: DeleteMethod,
+    ) -> Result<BatchDeleteMeasure> {
+        let label = self.config.label.clone();
+        let store = self.store()?;
+        let versions: Vec<u32> = store
+            .plan_expire_with(series, &onecopy_backup::RetentionPolicy::last(1))
+            .map_err(|error| LabError::engine(format!("listing backups of {label}"), error))?
+            .versions
+            .into_iter()
+            .take(count as usize)
+            .collect();
+        if versions.len() != count as usize {
+            return Err(LabError::InvalidOption(format!(
+                "{label} has {} backups of {series} besides the newest; cannot delete {count}",
+                versions.len()
+            )));
+        }
+        let cold_cache = drop_page_cache();
+        let mut containers_removed = 0;
+        let (sweep, timing) = timed(|| {
+            for &version in &versions {
+                let report = store
+                    .delete(series, version, Some(DeleteMethod::Timestamp))
+                    .map_err(|error| {
+                        LabError::engine(format!("deleting {series}@{version} from {label}"), error)
+                    })?;
+                containers_removed += report.plan.settlement.dropped_containers.len() as u64;
+            }
+            match method {
+                DeleteMethod::Timestamp => Ok(None),
+                DeleteMethod::MarkAndSweep => store
+                    .sweep()
+                    .map(Some)
+                    .map_err(|error| LabError::engine(format!("sweeping {label}"), error)),
+            }
+        })?;
+        let sweep_seconds = sweep.map_or(0.0, |sweep| sweep.seconds);
+        Ok(BatchDeleteMeasure {
+            store: label,
+            run: 0,
+            deleted: count,
+            method,
+            cold_cache,
+            metadata_seconds: (timing.seconds - sweep_seconds).max(0.0),
+            sweep_seconds,
+            containers_removed: containers_removed
+                + sweep.map_or(0, |sweep| sweep.containers_removed),
+            scanned_bytes: sweep.map_or(0, |sweep| sweep.scanned_bytes),
             timing,
         })
     }
@@ -505,6 +642,8 @@ pub struct DeleteMeasure {
     pub store: String,
     pub series: String,
     pub version: u32,
+    #[serde(default)]
+    pub run: u32,
     pub method: DeleteMethod,
     pub cold_cache: bool,
     /// Reference updates, settlement and container removal (the paper's mark phase).
@@ -516,23 +655,82 @@ pub struct DeleteMeasure {
     pub timing: Timing,
 }
 
-/// A hashing sink the restore's writer thread owns while the caller keeps a handle to read
-/// the result afterwards.
+/// Deleting the oldest backups of a series at once (Fig. 10b).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BatchDeleteMeasure {
+    pub store: String,
+    pub run: u32,
+    /// Backups deleted (the oldest ones).
+    pub deleted: u32,
+    pub method: DeleteMethod,
+    pub cold_cache: bool,
+    /// The metadata steps of every deletion (the paper's mark phase).
+    pub metadata_seconds: f64,
+    /// The one scan of every container (mark and sweep only).
+    pub sweep_seconds: f64,
+    pub containers_removed: u64,
+    pub scanned_bytes: u64,
+    pub timing: Timing,
+}
+
+/// The sink of a stream restore: the restore's writer thread owns a [`SharedWriter`] while
+/// the caller keeps the [`Sink`] to read the result and the time spent in it afterwards.
 mod shared_sink {
     use std::io::Write;
     use std::sync::{Arc, Mutex};
+    use std::time::Instant;
 
-    use super::HashingWriter;
+    /// What the sink does with the stream.
+    pub enum Check {
+        Hash(Box<blake3::Hasher>),
+        Compare {
+            expected: Arc<Vec<u8>>,
+            position: usize,
+            equal: bool,
+        },
+    }
 
-    #[derive(Default)]
-    pub struct Sink(Mutex<HashingWriter>);
+    struct State {
+        check: Check,
+        bytes: u64,
+        seconds: f64,
+    }
+
+    pub struct Sink(Mutex<State>);
 
     impl Sink {
-        pub fn finish(&self) -> ([u8; 32], u64) {
-            self.0
-                .lock()
-                .expect("the writer thread does not panic")
-                .finish()
+        pub fn new(check: Check) -> Sink {
+            Sink(Mutex::new(State {
+                check,
+                bytes: 0,
+                seconds: 0.0,
+            }))
+        }
+
+        fn state(&self) -> std::sync::MutexGuard<'_, State> {
+            self.0.lock().expect("the writer thread does not panic")
+        }
+
+        /// The hash of the stream and its length (a hashing sink).
+        pub fn hash(&self) -> ([u8; 32], u64) {
+            let state = self.state();
+            match &state.check {
+                Check::Hash(hasher) => (*hasher.finalize().as_bytes(), state.bytes),
+                Check::Compare { .. } => panic!("a comparing sink has no hash"),
+            }
+        }
+
+        /// Whether every byte matched so far (a comparing sink).
+        pub fn equal(&self) -> bool {
+            match &self.state().check {
+                Check::Compare { equal, .. } => *equal,
+                Check::Hash(_) => panic!("a hashing sink compares nothing"),
+            }
+        }
+
+        /// Seconds spent in the sink's writes.
+        pub fn seconds(&self) -> f64 {
+            self.state().seconds
         }
     }
 
@@ -540,7 +738,25 @@ mod shared_sink {
 
     impl Write for SharedWriter {
         fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-            self.0 .0.lock().expect("not poisoned").write(data)
+            let started = Instant::now();
+            let mut state = self.0.state();
+            match &mut state.check {
+                Check::Hash(hasher) => {
+                    hasher.update(data);
+                }
+                Check::Compare {
+                    expected,
+                    position,
+                    equal,
+                } => {
+                    let end = *position + data.len();
+                    *equal &= expected.get(*position..end) == Some(data);
+                    *position = end;
+                }
+            }
+            state.bytes += data.len() as u64;
+            state.seconds += started.elapsed().as_secs_f64();
+            Ok(data.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
@@ -599,5 +815,61 @@ mod tests {
         store
             .restore_hashed("s", 2, Some(hashes[1]))
             .expect("restore after delete");
+    }
+
+    /// Goal: a batch deletion removes exactly the n oldest backups, by time stamps without
+    /// reading a container and by mark and sweep with one scan of every container, and the
+    /// newest still restores byte-exact into the comparing sink (which also catches a wrong
+    /// stream). Method: five versions of a stream with changed parts, two copies, n = 3.
+    #[test]
+    fn batch_deletion_removes_the_oldest() {
+        let directory = tempfile::tempdir().expect("temporary directory");
+        let mut store = StoreUnderTest::create(
+            StoreConfig::revdedup(1 << 20, 4 << 20, 1),
+            &directory.path().join("store"),
+            2,
+        )
+        .expect("create");
+        let mut data = vec![0u8; 3 << 20];
+        let mut rng = super::super::synthetic::SplitMix64::new(5);
+        rng.fill(&mut data);
+        for version in 0..5usize {
+            let start = version * 300_000;
+            rng.fill(&mut data[start..start + 70_000]);
+            let path = directory.path().join(format!("v{version}"));
+            fs::write(&path, &data).expect("write");
+            store.backup("s", BackupSource::File(path)).expect("backup");
+            store.reverse_pending("s").expect("reverse");
+        }
+        let newest = Arc::new(data.clone());
+        let mut sweep_copy = store.copy_to(&directory.path().join("copy")).expect("copy");
+        let stamps = store
+            .delete_oldest("s", 3, DeleteMethod::Timestamp)
+            .expect("batch by time stamps");
+        assert_eq!(stamps.deleted, 3);
+        assert_eq!((stamps.sweep_seconds, stamps.scanned_bytes), (0.0, 0));
+        let swept = sweep_copy
+            .delete_oldest("s", 3, DeleteMethod::MarkAndSweep)
+            .expect("batch by mark and sweep");
+        assert!(swept.scanned_bytes > 0 && swept.sweep_seconds > 0.0);
+        for copy in [&mut store, &mut sweep_copy] {
+            let listed = copy
+                .store()
+                .expect("open")
+                .plan_expire_with("s", &onecopy_backup::RetentionPolicy::last(1))
+                .expect("list")
+                .versions;
+            assert_eq!(listed, vec![4], "versions 1-3 are gone, 4 and 5 remain");
+            let measure = copy
+                .restore_compared("s", 5, Arc::clone(&newest))
+                .expect("the newest restores");
+            assert!(measure.verified && measure.sink_seconds > 0.0);
+            let mut wrong = data.clone();
+            wrong[1] ^= 1;
+            assert!(copy.restore_compared("s", 5, Arc::new(wrong)).is_err());
+        }
+        assert!(store
+            .delete_oldest("s", 2, DeleteMethod::Timestamp)
+            .is_err());
     }
 }

@@ -19,8 +19,15 @@
 //! | Fig. 7 | reverse deduplication throughput per week | SG1 |
 //! | Fig. 8 | restore with and without prefetching, Conv and RevDedup | SG1 |
 //! | Fig. 9 | restore per version with live windows 1, 2, 4 | SG1 |
-//! | Fig. 10 | deleting the oldest backup: time stamps against mark and sweep, one by one (a) and at growing repository sizes | SG1 |
+//! | Table 2 | backup and restore throughput on unique data, beside memcpy, hashing and the disk's own write and read rates measured in the same run ([`unique`]) | random data |
+//! | Table 3 | index and write time of the second backup, with the disk's part (the seal) and the cost per new segment | SG1 |
+//! | Fig. 10 | deleting the oldest backup: time stamps against mark and sweep, one by one (a), the n oldest at once (b) and at growing repository sizes | SG1 |
 //! | goals | onecopy, restic and borg on the typescript series ([`comparison`]) | typescript |
+//!
+//! The paper averages five runs (Figs. 5-10): SG1, GP and typescript run
+//! [`Scale::repetitions`] times on the same generated versions, and the figures draw the mean
+//! with the lowest and highest run as error bars; SG2-SG5 feed only the storage figure, which
+//! does not vary, and run once.
 //!
 //! Differences from the paper's method, all deliberate and documented in docs/LAB.md:
 //! throughputs include chunking and fingerprinting (the paper precomputed fingerprints), the
@@ -36,6 +43,7 @@ pub mod peers;
 pub mod synthetic;
 pub mod tables;
 pub mod typescript;
+pub mod unique;
 
 use std::fmt;
 use std::fs;
@@ -47,6 +55,7 @@ use self::comparison::{ComparisonResults, GoalRow};
 use self::experiments::{DatasetPlan, DatasetResults, DatasetSource};
 use self::measure::StoreConfig;
 use self::synthetic::SyntheticSpec;
+use onecopy_backup::DeleteMethod;
 use onecopy_core::error::IoContext;
 
 use self::peers::Tool;
@@ -127,6 +136,19 @@ pub struct Scale {
     pub releases: usize,
     /// Points at which deleting the oldest backup is measured on a copy (Fig. 10).
     pub deletion_checkpoints: u32,
+    /// Runs of SG1, GP and typescript (the paper's: five) and of the unique-data test.
+    #[serde(default = "one")]
+    pub repetitions: u32,
+    /// Bytes of unique data written and read back per run (Table 2; the paper's: 8 GB).
+    #[serde(default)]
+    pub unique_bytes: u64,
+    /// Runs of the unique-data test (the paper's: 20); 0 for [`Scale::repetitions`].
+    #[serde(default)]
+    pub unique_runs: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Scale {
@@ -140,6 +162,9 @@ impl Scale {
             group_weeks: 10,
             releases: 24,
             deletion_checkpoints: 4,
+            repetitions: 5,
+            unique_bytes: 256 << 20,
+            unique_runs: 0,
         }
     }
 
@@ -153,6 +178,9 @@ impl Scale {
             group_weeks: 3,
             releases: 4,
             deletion_checkpoints: 2,
+            repetitions: 2,
+            unique_bytes: 32 << 20,
+            unique_runs: 0,
         }
     }
 
@@ -172,6 +200,34 @@ impl Scale {
         }
         let needed = (content_bytes + added_max) / 4 * 5;
         Ok(self.image_bytes.max(needed.div_ceil(16 << 20) * (16 << 20)))
+    }
+
+    /// How many of the oldest of `weeks` backups the batch deletions remove (Fig. 10b; the
+    /// paper's run from 1 to all but the newest): 1, a quarter, half, three quarters and all
+    /// but the newest.
+    pub fn batch_counts(weeks: u32) -> Vec<u32> {
+        let mut counts: Vec<u32> = [
+            1,
+            weeks / 4,
+            weeks / 2,
+            weeks * 3 / 4,
+            weeks.saturating_sub(1),
+        ]
+        .into_iter()
+        .filter(|&count| count >= 1 && count < weeks)
+        .collect();
+        counts.sort_unstable();
+        counts.dedup();
+        counts
+    }
+
+    /// Whether `dataset` runs [`Scale::repetitions`] times (the datasets of the timed
+    /// figures) or once.
+    pub fn runs_of(&self, dataset: Dataset) -> u32 {
+        match dataset {
+            Dataset::Sg1 | Dataset::Gp | Dataset::Typescript => self.repetitions.max(1),
+            _ => 1,
+        }
     }
 
     /// Weeks at which the oldest backup is deleted on a copy: evenly spread, the last one
@@ -212,6 +268,9 @@ pub struct Paper2Results {
     pub host_before: HostSnapshot,
     pub host_after: HostSnapshot,
     pub datasets: Vec<DatasetResults>,
+    /// Table 2: throughput on unique data and the machine's limits.
+    #[serde(default)]
+    pub unique: Option<unique::UniqueResults>,
     pub comparison: Option<ComparisonResults>,
     pub goals: Vec<GoalRow>,
     pub seconds: f64,
@@ -240,6 +299,14 @@ pub fn plan(dataset: Dataset, scale: &Scale) -> DatasetPlan {
                 prefetch_stores: vec!["conv".into(), "rev-4M".into()],
                 deletion_store: Some("rev-4M".into()),
                 deletion_checkpoints: scale.checkpoints(scale.weeks),
+                batch_stores: vec![
+                    (
+                        "rev-4M".into(),
+                        vec![DeleteMethod::Timestamp, DeleteMethod::MarkAndSweep],
+                    ),
+                    ("conv".into(), vec![DeleteMethod::MarkAndSweep]),
+                ],
+                batch_counts: Scale::batch_counts(scale.weeks),
             }
         }
         Dataset::Gp | Dataset::Typescript => DatasetPlan {
@@ -248,6 +315,8 @@ pub fn plan(dataset: Dataset, scale: &Scale) -> DatasetPlan {
             prefetch_stores: Vec::new(),
             deletion_store: None,
             deletion_checkpoints: Vec::new(),
+            batch_stores: Vec::new(),
+            batch_counts: Vec::new(),
         },
         _ => DatasetPlan {
             stores: segment_sizes(),
@@ -255,6 +324,8 @@ pub fn plan(dataset: Dataset, scale: &Scale) -> DatasetPlan {
             prefetch_stores: Vec::new(),
             deletion_store: None,
             deletion_checkpoints: Vec::new(),
+            batch_stores: Vec::new(),
+            batch_counts: Vec::new(),
         },
     }
 }
@@ -278,6 +349,21 @@ pub fn run_experiment(options: &Paper2Options, log: &mut dyn FnMut(&str)) -> Res
         .join(format!("onecopy-paper2-{}", std::process::id()));
     fs::create_dir_all(&work).context_io(|| format!("creating {}", work.display()))?;
     let host_before = HostSnapshot::take();
+    let unique = if options.scale.unique_bytes > 0 {
+        let measured = unique::run_unique(
+            options.scale.unique_bytes,
+            match options.scale.unique_runs {
+                0 => options.scale.repetitions.max(1),
+                runs => runs,
+            },
+            &work.join("unique"),
+            options.read_threads,
+            log,
+        )?;
+        Some(measured)
+    } else {
+        None
+    };
     let mut datasets = Vec::new();
     let synthetic: Vec<Dataset> = options
         .datasets
@@ -307,20 +393,31 @@ pub fn run_experiment(options: &Paper2Options, log: &mut dyn FnMut(&str)) -> Res
                 _ => (1, options.scale.weeks),
             };
             let spec = SyntheticSpec::from_table(dataset.name(), content_bytes, series, weeks)?;
-            let results = experiments::run_dataset(
-                dataset.name(),
-                DatasetSource::Synthetic {
-                    spec,
-                    base_tree: &base_tree,
-                    base_image: &base_image,
-                    content_bytes,
-                },
-                &plan(dataset, &options.scale),
-                &work.join(dataset.name()),
-                options.read_threads,
-                log,
-            )?;
-            datasets.push(results);
+            let mut results: Option<DatasetResults> = None;
+            let runs = options.scale.runs_of(dataset);
+            for run in 0..runs {
+                if runs > 1 {
+                    log(&format!("{dataset}: run {}/{runs}", run + 1));
+                }
+                let measured = experiments::run_dataset(
+                    dataset.name(),
+                    DatasetSource::Synthetic {
+                        spec: spec.clone(),
+                        base_tree: &base_tree,
+                        base_image: &base_image,
+                        content_bytes,
+                    },
+                    &plan(dataset, &options.scale),
+                    &work.join(dataset.name()),
+                    options.read_threads,
+                    log,
+                )?;
+                match &mut results {
+                    None => results = Some(measured),
+                    Some(first) => first.add_run(measured, run),
+                }
+            }
+            datasets.push(results.expect("at least one run"));
             write_json(&options.output_directory.join("partial.json"), &datasets)?;
         }
         remove_directory_if_present(&base_tree)?;
@@ -334,15 +431,23 @@ pub fn run_experiment(options: &Paper2Options, log: &mut dyn FnMut(&str)) -> Res
             options.scale.releases,
             log,
         )?;
-        let results = experiments::run_dataset(
-            Dataset::Typescript.name(),
-            DatasetSource::Releases(&releases),
-            &plan(Dataset::Typescript, &options.scale),
-            &work.join("typescript"),
-            options.read_threads,
-            log,
-        )?;
-        datasets.push(results);
+        let mut results: Option<DatasetResults> = None;
+        let runs = options.scale.runs_of(Dataset::Typescript);
+        for run in 0..runs {
+            let measured = experiments::run_dataset(
+                Dataset::Typescript.name(),
+                DatasetSource::Releases(&releases),
+                &plan(Dataset::Typescript, &options.scale),
+                &work.join("typescript"),
+                options.read_threads,
+                log,
+            )?;
+            match &mut results {
+                None => results = Some(measured),
+                Some(first) => first.add_run(measured, run),
+            }
+        }
+        datasets.push(results.expect("at least one run"));
         if !options.peers.is_empty() {
             comparison = Some(comparison::run_comparison(
                 &releases,
@@ -373,6 +478,7 @@ pub fn run_experiment(options: &Paper2Options, log: &mut dyn FnMut(&str)) -> Res
         host_before,
         host_after: HostSnapshot::take(),
         datasets,
+        unique,
         comparison,
         goals,
         seconds: started.elapsed().as_secs_f64(),
@@ -440,6 +546,16 @@ mod tests {
                 .expect("known"),
             quick.image_bytes
         );
+    }
+
+    /// Goal: batch deletions remove 1 up to all but the newest backup, each count once;
+    /// method: the full and quick week counts and a two-week series.
+    #[test]
+    fn batch_counts_span_the_series() {
+        assert_eq!(Scale::batch_counts(20), vec![1, 5, 10, 15, 19]);
+        assert_eq!(Scale::batch_counts(4), vec![1, 2, 3]);
+        assert_eq!(Scale::batch_counts(2), vec![1]);
+        assert!(Scale::batch_counts(1).is_empty());
     }
 
     /// Goal: dataset names parse both ways; method: every dataset and a bad name.
