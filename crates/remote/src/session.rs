@@ -471,11 +471,14 @@ impl Session {
             &self.kept_path,
             &serde_json::to_vec(&self.storage.copies_to_keep()).expect("names serialise"),
         )?;
-        // Objects the command removed go now that no published catalog names them; the
-        // previous generation stays, for readers that listed it just before this commit, and
-        // older ones go. A failure here leaves leftovers that the next writer removes.
-        let older = &self.generations[..self.generations.len().saturating_sub(1)];
-        let superseded = older.iter().map(|old| catalog_object(&self.face, *old));
+        // Objects the command removed go now that no published catalog names them, and so do
+        // the older generations: every reader holds a shared lock, which this exclusive one
+        // excluded, so none is reading them. A failure here leaves leftovers that the next
+        // writer removes.
+        let superseded = self
+            .generations
+            .iter()
+            .map(|old| catalog_object(&self.face, *old));
         let unreferenced: Vec<String> = self
             .storage
             .take_removed()

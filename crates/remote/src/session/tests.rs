@@ -94,8 +94,8 @@ fn second_client_reads_what_was_committed() {
     );
     assert_eq!(read(&storage, "containers/00/1"), b"first container");
     assert_eq!(read(&storage, "containers/00/2"), b"second container");
-    // Generation 1 stays for readers that listed it; older ones would go.
-    assert_eq!(a.generations("backup").unwrap(), vec![1, 2]);
+    // Only the newest generation stays: no reader can be reading an older one.
+    assert_eq!(a.generations("backup").unwrap(), vec![2]);
 }
 
 /// Goal: an exclusive lock keeps other writers and readers out, shared locks coexist, and a
