@@ -196,13 +196,7 @@ fn second_client_restores_every_backup() {
         let tree = copies.path().join(format!("v{version}"));
         assert_restores(&second, &format!("data@{version}"), &tree);
     }
-    let check = second.run(&["check", "--read-data"]);
-    assert!(
-        check.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&check.stdout),
-        String::from_utf8_lossy(&check.stderr)
-    );
+    second.ok(&["check", "--read-data"]);
 }
 
 /// Goal: with one of the three nodes killed during a backup, the backup completes (a quorum of
@@ -247,12 +241,7 @@ fn node_killed_during_a_backup() {
         assert_eq!(versions, vec![1]);
     }
     assert_restores(&reader, "data@1", &v1);
-    let check = reader.run(&["check", "--read-data"]);
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stdout)
-    );
+    reader.ok(&["check", "--read-data"]);
 }
 
 /// Goal: a client killed while it uploads commits nothing and damages nothing, and the
@@ -316,9 +305,7 @@ fn client_killed_mid_upload() {
         recorded,
         "leftovers stayed: {after:?}\n{stats}"
     );
-    let check = second.run(&["check", "--read-data", "--json"]);
-    let report = json(&String::from_utf8_lossy(&check.stdout));
-    assert!(check.status.success(), "{report}");
+    second.ok(&["check", "--read-data"]);
     assert_restores(&second, "data@1", &v1);
     assert_restores(&second, "data@2", &v3);
 }
@@ -419,12 +406,7 @@ fn two_clients_back_up_while_a_third_expires() {
     assert_restores(&reader, "a@1", &tree_a);
     assert_restores(&reader, "b@1", &tree_b);
     assert_restores(&reader, "old@2", &copies.path().join("old-2"));
-    let check = reader.run(&["check", "--read-data"]);
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stdout)
-    );
+    reader.ok(&["check", "--read-data"]);
 }
 
 /// Goal: a wrong password opens nothing, and a byte changed in any object of the bucket is an

@@ -2,14 +2,15 @@
 //! cache, changed under a lease and published by one create-only PUT.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use onecopy_core::storage::{create_private_directories, LocalStorage, Storage, FILE_MODE};
+use onecopy_core::storage::{
+    create_private_directories, read_all, write_atomically, LocalStorage, Storage, FILE_MODE,
+};
 use onecopy_core::Error as CoreError;
 use serde::{Deserialize, Serialize};
 
@@ -59,6 +60,11 @@ struct ServerState {
     probed_unix: u64,
 }
 
+/// The cache's record of its server ([`ServerState`]).
+const SERVER_STATE: &str = "server.json";
+/// The directory of the cache that mirrors the repository's directory.
+const MIRROR: &str = "repository";
+
 /// How long a probe of conditional writes is trusted.
 const PROBE_INTERVAL_SECONDS: u64 = 24 * 3600;
 
@@ -66,6 +72,10 @@ const PROBE_INTERVAL_SECONDS: u64 = 24 * 3600;
 pub struct RemoteRepository {
     client: Arc<ObjectClient>,
     cache: PathBuf,
+    /// The cache's own files (`<face>.state.json`, `<face>.copies.json`, `server.json`).
+    cache_files: LocalStorage,
+    /// The mirror of the repository's directory ([`RemoteRepository::mirror`]).
+    mirror_files: LocalStorage,
     /// How long a lock lives without renewal.
     lease: Duration,
     /// Sessions read every object from the store, ignoring kept copies ([`Self::verify_remote`]).
@@ -127,9 +137,13 @@ impl RemoteRepository {
             .into());
         }
         let _ = fs::write(cache.join("url"), url.to_string());
+        let cache_files = LocalStorage::create(&cache)?;
+        let mirror_files = LocalStorage::create(cache.join(MIRROR))?;
         Ok(RemoteRepository {
             client,
             cache,
+            cache_files,
+            mirror_files,
             lease,
             verify_remote: std::sync::atomic::AtomicBool::new(false),
             _cache_lock: lock,
@@ -151,7 +165,7 @@ impl RemoteRepository {
     /// The local mirror of the repository's directory: `config.json`, `keys/`, and each
     /// face's local files. A local [`onecopy_core::repository::Repository`] opens it.
     pub fn mirror(&self) -> PathBuf {
-        self.cache.join("repository")
+        self.cache.join(MIRROR)
     }
 
     /// True when the repository's configuration object exists.
@@ -163,7 +177,7 @@ impl RemoteRepository {
     /// its configuration, created only if no repository is there.
     pub fn publish_new(&self) -> Result<()> {
         self.push_keys()?;
-        let config = read_file(&self.mirror().join(CONFIG_OBJECT))?;
+        let config = read_all(&self.mirror_files, CONFIG_OBJECT)?;
         match self.client.put_new(CONFIG_OBJECT, config)? {
             Created::Written => Ok(()),
             Created::Exists => Err(RemoteError::CommitRefused {
@@ -192,9 +206,7 @@ impl RemoteRepository {
                 self.client.url()
             ),
         })?;
-        let mirror = self.mirror();
-        create_private_directories(&mirror.join(KEYS))?;
-        write_private(&mirror.join(CONFIG_OBJECT), &config)?;
+        write_atomically(&self.mirror_files, CONFIG_OBJECT, &config)?;
         let remote: Vec<String> = listed?.into_iter().map(|listed| listed.name).collect();
         let keys = in_parallel(&remote, |name| {
             self.client.get(name)?.ok_or_else(|| RemoteError::Missing {
@@ -203,11 +215,11 @@ impl RemoteRepository {
             })
         });
         for (name, data) in remote.iter().zip(keys) {
-            write_private(&mirror.join(name), &data?)?;
+            write_atomically(&self.mirror_files, name, &data?)?;
         }
-        for local in local_names(&mirror, KEYS)? {
+        for local in self.local_keys()? {
             if !remote.contains(&local) {
-                remove_file(&mirror.join(&local))?;
+                self.mirror_files.remove(&local)?;
             }
         }
         Ok(())
@@ -216,10 +228,9 @@ impl RemoteRepository {
     /// Makes the remote keys equal the mirror's: uploads new or changed key files, removes
     /// the ones the mirror no longer has.
     pub fn push_keys(&self) -> Result<()> {
-        let mirror = self.mirror();
-        let local = local_names(&mirror, KEYS)?;
+        let local = self.local_keys()?;
         for name in &local {
-            let data = read_file(&mirror.join(name))?;
+            let data = read_all(&self.mirror_files, name)?;
             if self.client.get(name)?.as_deref() != Some(data.as_slice()) {
                 self.client.put(name, data)?;
             }
@@ -230,6 +241,16 @@ impl RemoteRepository {
             }
         }
         Ok(())
+    }
+
+    /// The mirror's key files (`keys/<id>`), without temporary files of interrupted writes.
+    fn local_keys(&self) -> Result<Vec<String>> {
+        Ok(self
+            .mirror_files
+            .list(KEYS)?
+            .into_iter()
+            .filter(|name| !name.ends_with(".tmp"))
+            .collect())
     }
 
     /// Opens face `face` (`backup`) for a command: takes the lock (`kind`), makes the cached
@@ -247,12 +268,10 @@ impl RemoteRepository {
         if writable && self.client.conditional() {
             self.learn_conditional()?;
         }
-        let local_root = self.mirror().join(face);
-        create_private_directories(&local_root)?;
-        let local = LocalStorage::open(&local_root)?;
+        let local = LocalStorage::create(self.mirror().join(face))?;
         let copies_root = self.cache.join("objects").join(face);
-        let kept_path = self.cache.join(format!("{face}.copies.json"));
-        let kept: Vec<(String, u64)> = fs::read(&kept_path)
+        let kept_name = format!("{face}.copies.json");
+        let kept: Vec<(String, u64)> = read_all(&self.cache_files, &kept_name)
             .ok()
             .and_then(|data| serde_json::from_slice(&data).ok())
             .unwrap_or_default();
@@ -278,8 +297,8 @@ impl RemoteRepository {
         storage.adopt_copies(if verify_remote { &[] } else { &kept })?;
         let generations = generations?;
         let newest = generations.last().copied();
-        let state_path = self.cache.join(format!("{face}.state.json"));
-        let state: CacheState = fs::read(&state_path)
+        let state_name = format!("{face}.state.json");
+        let state: CacheState = read_all(&self.cache_files, &state_name)
             .ok()
             .and_then(|data| serde_json::from_slice(&data).ok())
             .unwrap_or_default();
@@ -302,15 +321,12 @@ impl RemoteRepository {
                         what: format!("catalog {object}"),
                         url: self.client.url().to_string(),
                     })?;
-                let file = local.open(CATALOG_FILE, true)?;
-                file.set_len(0)?;
-                file.write_at(0, &data)?;
-                file.sync_data()?;
-                local.sync_directory("")?;
+                write_atomically(&local, CATALOG_FILE, &data)?;
             }
         }
-        write_private(
-            &state_path,
+        write_atomically(
+            &self.cache_files,
+            &state_name,
             &serde_json::to_vec(&CacheState {
                 generation: newest,
                 clean: !writable,
@@ -329,9 +345,10 @@ impl RemoteRepository {
             face: face.to_string(),
             lease,
             storage,
-            local_root,
-            state_path,
-            kept_path,
+            local,
+            cache_files: self.cache_files.clone(),
+            state_name,
+            kept_name,
             generations,
             writable,
         })
@@ -340,12 +357,11 @@ impl RemoteRepository {
     /// Whether the server enforces create-only PUTs: probed once a day per cache (three
     /// requests), remembered in `<cache>/server.json` meanwhile.
     fn learn_conditional(&self) -> Result<()> {
-        let path = self.cache.join("server.json");
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();
-        let known: Option<ServerState> = fs::read(&path)
+        let known: Option<ServerState> = read_all(&self.cache_files, SERVER_STATE)
             .ok()
             .and_then(|data| serde_json::from_slice(&data).ok())
             .filter(|state: &ServerState| {
@@ -357,8 +373,9 @@ impl RemoteRepository {
                 let conditional_writes = self
                     .client
                     .probe_conditional(&format!("locks/probe-{}", crate::lease::random_hex()))?;
-                write_private(
-                    &path,
+                write_atomically(
+                    &self.cache_files,
+                    SERVER_STATE,
                     &serde_json::to_vec(&ServerState {
                         conditional_writes,
                         probed_unix: now,
@@ -400,10 +417,13 @@ pub struct Session {
     face: String,
     lease: Lease,
     storage: Arc<RemoteStorage>,
-    local_root: PathBuf,
-    state_path: PathBuf,
-    /// The copies of objects kept for later commands (`<cache>/<face>.copies.json`).
-    kept_path: PathBuf,
+    /// The face's local files (its catalog).
+    local: LocalStorage,
+    cache_files: LocalStorage,
+    /// `<face>.state.json` in the cache.
+    state_name: String,
+    /// The copies of objects kept for later commands (`<face>.copies.json` in the cache).
+    kept_name: String,
     /// The published generations when the session began.
     generations: Vec<u64>,
     writable: bool,
@@ -439,11 +459,10 @@ impl Session {
     /// keeps writers apart ([`Lease::check_held`] just before the PUT).
     pub fn commit(self) -> Result<Option<Commit>> {
         assert!(self.writable, "a shared session has nothing to commit");
-        let catalog = self.local_root.join(CATALOG_FILE);
-        if !catalog.exists() {
+        if !self.local.exists(CATALOG_FILE)? {
             return Ok(None);
         }
-        let data = read_file(&catalog)?;
+        let data = read_all(&self.local, CATALOG_FILE)?;
         let catalog_bytes = data.len() as u64;
         let generation = self.generations.last().map_or(1, |newest| newest + 1);
         self.lease.check_held()?;
@@ -457,8 +476,9 @@ impl Session {
                 ),
             });
         }
-        write_private(
-            &self.state_path,
+        write_atomically(
+            &self.cache_files,
+            &self.state_name,
             &serde_json::to_vec(&CacheState {
                 generation: Some(generation),
                 clean: true,
@@ -467,8 +487,9 @@ impl Session {
         )?;
         // The containers this command uploaded are now named by a published catalog: their
         // copies serve later commands (the next backup's reverse deduplication reads them).
-        write_private(
-            &self.kept_path,
+        write_atomically(
+            &self.cache_files,
+            &self.kept_name,
             &serde_json::to_vec(&self.storage.copies_to_keep()).expect("names serialise"),
         )?;
         // Objects the command removed go now that no published catalog names them, and so do
@@ -531,61 +552,4 @@ fn in_parallel<T: Sync, R: Send>(
             .flat_map(|thread| thread.join().expect("a request thread does not panic"))
             .collect()
     })
-}
-
-fn read_file(path: &Path) -> Result<Vec<u8>> {
-    fs::read(path)
-        .map_err(|error| CoreError::io(format!("reading {}", path.display()), error).into())
-}
-
-/// Writes a small file of the cache, private to its owner, replacing it whole.
-fn write_private(path: &Path, data: &[u8]) -> Result<()> {
-    let temporary = path.with_extension("tmp");
-    let io = |error| CoreError::io(format!("writing {}", path.display()), error);
-    let mut file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(FILE_MODE)
-        .open(&temporary)
-        .map_err(io)?;
-    file.write_all(data).map_err(io)?;
-    file.sync_data().map_err(io)?;
-    fs::rename(&temporary, path).map_err(io)?;
-    Ok(())
-}
-
-fn remove_file(path: &Path) -> Result<()> {
-    match fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(error) if error.kind() == ErrorKind::NotFound => Ok(()),
-        Err(error) => Err(CoreError::io(format!("removing {}", path.display()), error).into()),
-    }
-}
-
-/// Names (`directory/file`) of the files in `root/directory`.
-fn local_names(root: &Path, directory: &str) -> Result<Vec<String>> {
-    let path = root.join(directory);
-    let mut names = Vec::new();
-    match fs::read_dir(&path) {
-        Ok(entries) => {
-            for entry in entries {
-                let entry = entry
-                    .map_err(|error| CoreError::io(format!("listing {}", path.display()), error))?;
-                if entry.file_type().is_ok_and(|kind| kind.is_file()) {
-                    if let Some(name) = entry.file_name().to_str() {
-                        if !name.ends_with(".tmp") {
-                            names.push(format!("{directory}/{name}"));
-                        }
-                    }
-                }
-            }
-        }
-        Err(error) if error.kind() == ErrorKind::NotFound => {}
-        Err(error) => {
-            return Err(CoreError::io(format!("listing {}", path.display()), error).into())
-        }
-    }
-    names.sort();
-    Ok(names)
 }

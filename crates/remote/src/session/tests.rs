@@ -26,6 +26,28 @@ fn client(store: &Arc<InMemory>, cache: &tempfile::TempDir) -> RemoteRepository 
     RemoteRepository::with_client(client, cache.path(), LEASE).unwrap()
 }
 
+/// A client of an existing repository with its cache, its configuration and keys pulled.
+fn another_client(store: &Arc<InMemory>) -> (tempfile::TempDir, RemoteRepository) {
+    let cache = tempfile::tempdir().unwrap();
+    let remote = client(store, &cache);
+    remote.pull_root().unwrap();
+    (cache, remote)
+}
+
+/// A changing command's session.
+fn writing(remote: &RemoteRepository) -> Session {
+    remote
+        .session("backup", LockKind::Exclusive, "test", WAIT)
+        .unwrap()
+}
+
+/// A reading command's session.
+fn reading(remote: &RemoteRepository) -> Session {
+    remote
+        .session("backup", LockKind::Shared, "test", WAIT)
+        .unwrap()
+}
+
 /// A repository made by a first client.
 fn initialised() -> (Arc<InMemory>, tempfile::TempDir, RemoteRepository) {
     let store = Arc::new(InMemory::new());
@@ -60,9 +82,7 @@ const WAIT: Duration = Duration::from_secs(30);
 #[test]
 fn second_client_reads_what_was_committed() {
     let (store, _cache, a) = initialised();
-    let session = a
-        .session("backup", LockKind::Exclusive, "test", WAIT)
-        .unwrap();
+    let session = writing(&a);
     write_work(
         &session,
         "containers/00/1",
@@ -70,9 +90,7 @@ fn second_client_reads_what_was_committed() {
         b"catalog one",
     );
     assert_eq!(session.commit().unwrap().unwrap().generation, 1);
-    let session = a
-        .session("backup", LockKind::Exclusive, "test", WAIT)
-        .unwrap();
+    let session = writing(&a);
     write_work(
         &session,
         "containers/00/2",
@@ -81,11 +99,9 @@ fn second_client_reads_what_was_committed() {
     );
     assert_eq!(session.commit().unwrap().unwrap().generation, 2);
 
-    let cache_b = tempfile::tempdir().unwrap();
-    let b = client(&store, &cache_b);
-    b.pull_root().unwrap();
+    let (_cache_b, b) = another_client(&store);
     assert!(b.mirror().join(CONFIG_OBJECT).exists());
-    let session = b.session("backup", LockKind::Shared, "test", WAIT).unwrap();
+    let session = reading(&b);
     let storage = session.storage();
     assert_eq!(read(&storage, CATALOG_FILE), b"catalog two");
     assert_eq!(
@@ -103,9 +119,7 @@ fn second_client_reads_what_was_committed() {
 #[test]
 fn locks_exclude_as_their_kinds_say() {
     let (store, _cache, a) = initialised();
-    let cache_b = tempfile::tempdir().unwrap();
-    let b = client(&store, &cache_b);
-    b.pull_root().unwrap();
+    let (_cache_b, b) = another_client(&store);
     let short = Duration::from_millis(300);
 
     let writing = a
@@ -152,9 +166,7 @@ fn lapsed_lease_cannot_commit() {
     late.stop_renewing();
     write_work(&late, "containers/00/1", b"late container", b"late catalog");
 
-    let cache_b = tempfile::tempdir().unwrap();
-    let b = client(&store, &cache_b);
-    b.pull_root().unwrap();
+    let (_cache_b, b) = another_client(&store);
     let session = b
         .session("backup", LockKind::Exclusive, "taker", WAIT)
         .unwrap();
@@ -173,9 +185,7 @@ fn lapsed_lease_cannot_commit() {
             other.map(|c| c.map(|c| c.generation))
         ),
     }
-    let cache_c = tempfile::tempdir().unwrap();
-    let c = client(&store, &cache_c);
-    c.pull_root().unwrap();
+    let (_cache_c, c) = another_client(&store);
     let session = c
         .session("backup", LockKind::Shared, "reader", WAIT)
         .unwrap();
@@ -188,9 +198,7 @@ fn lapsed_lease_cannot_commit() {
 #[test]
 fn commit_of_a_taken_generation_is_refused() {
     let (_store, _cache, a) = initialised();
-    let session = a
-        .session("backup", LockKind::Exclusive, "test", WAIT)
-        .unwrap();
+    let session = writing(&a);
     write_work(&session, "containers/00/1", b"container", b"catalog");
     a.client
         .put(
@@ -215,9 +223,7 @@ fn commit_of_a_taken_generation_is_refused() {
 #[test]
 fn uncommitted_work_is_dropped() {
     let (_store, _cache, a) = initialised();
-    let session = a
-        .session("backup", LockKind::Exclusive, "test", WAIT)
-        .unwrap();
+    let session = writing(&a);
     write_work(
         &session,
         "containers/00/1",
@@ -225,9 +231,7 @@ fn uncommitted_work_is_dropped() {
         b"uncommitted catalog",
     );
     drop(session);
-    let session = a
-        .session("backup", LockKind::Exclusive, "test", WAIT)
-        .unwrap();
+    let session = writing(&a);
     let storage = session.storage();
     assert!(
         !storage.exists(CATALOG_FILE).unwrap(),
@@ -239,9 +243,7 @@ fn uncommitted_work_is_dropped() {
     );
     write_work(&session, "containers/00/1", b"committed", b"catalog");
     session.commit().unwrap();
-    let session = a
-        .session("backup", LockKind::Exclusive, "test", WAIT)
-        .unwrap();
+    let session = writing(&a);
     write_work(
         &session,
         "containers/00/2",
@@ -249,7 +251,7 @@ fn uncommitted_work_is_dropped() {
         b"uncommitted catalog",
     );
     drop(session);
-    let session = a.session("backup", LockKind::Shared, "test", WAIT).unwrap();
+    let session = reading(&a);
     assert_eq!(read(&session.storage(), CATALOG_FILE), b"catalog");
 }
 
@@ -258,9 +260,7 @@ fn uncommitted_work_is_dropped() {
 #[test]
 fn requests_are_counted() {
     let (store, _cache, a) = initialised();
-    let session = a
-        .session("backup", LockKind::Exclusive, "test", WAIT)
-        .unwrap();
+    let session = writing(&a);
     let before = a.client().count();
     write_work(&session, "containers/00/1", &vec![7u8; 1 << 20], b"catalog");
     let after = a.client().count();
@@ -268,10 +268,8 @@ fn requests_are_counted() {
     assert_eq!(after.bytes_sent - before.bytes_sent, 1 << 20);
     session.commit().unwrap();
 
-    let cache_b = tempfile::tempdir().unwrap();
-    let b = client(&store, &cache_b);
-    b.pull_root().unwrap();
-    let session = b.session("backup", LockKind::Shared, "test", WAIT).unwrap();
+    let (_cache_b, b) = another_client(&store);
+    let session = reading(&b);
     let storage = session.storage();
     let before = b.client().count();
     let file = storage.open("containers/00/1", false).unwrap();
@@ -294,9 +292,7 @@ fn requests_are_counted() {
 #[test]
 fn removals_wait_for_the_commit() {
     let (store, _cache, a) = initialised();
-    let session = a
-        .session("backup", LockKind::Exclusive, "test", WAIT)
-        .unwrap();
+    let session = writing(&a);
     write_work(
         &session,
         "containers/00/1",
@@ -305,9 +301,7 @@ fn removals_wait_for_the_commit() {
     );
     session.commit().unwrap();
 
-    let session = a
-        .session("backup", LockKind::Exclusive, "test", WAIT)
-        .unwrap();
+    let session = writing(&a);
     let storage = session.storage();
     storage.remove("containers/00/1").unwrap();
     assert!(!storage.exists("containers/00/1").unwrap());
@@ -320,9 +314,7 @@ fn removals_wait_for_the_commit() {
         "removed before any commit"
     );
 
-    let session = a
-        .session("backup", LockKind::Exclusive, "test", WAIT)
-        .unwrap();
+    let session = writing(&a);
     session.storage().remove("containers/00/1").unwrap();
     write_work(&session, "containers/00/2", b"new", b"catalog two");
     session.commit().unwrap();
@@ -330,10 +322,8 @@ fn removals_wait_for_the_commit() {
         a.client().size(object).unwrap().is_none(),
         "not deleted after the commit"
     );
-    let cache_b = tempfile::tempdir().unwrap();
-    let b = client(&store, &cache_b);
-    b.pull_root().unwrap();
-    let session = b.session("backup", LockKind::Shared, "test", WAIT).unwrap();
+    let (_cache_b, b) = another_client(&store);
+    let session = reading(&b);
     assert_eq!(
         session.storage().list("containers/00").unwrap(),
         vec!["containers/00/2"]
@@ -345,16 +335,12 @@ fn removals_wait_for_the_commit() {
 #[test]
 fn concurrent_readers_share_one_download() {
     let (store, _cache, a) = initialised();
-    let session = a
-        .session("backup", LockKind::Exclusive, "test", WAIT)
-        .unwrap();
+    let session = writing(&a);
     let content = vec![3u8; 4 << 20];
     write_work(&session, "containers/00/1", &content, b"catalog");
     session.commit().unwrap();
-    let cache_b = tempfile::tempdir().unwrap();
-    let b = client(&store, &cache_b);
-    b.pull_root().unwrap();
-    let session = b.session("backup", LockKind::Shared, "test", WAIT).unwrap();
+    let (_cache_b, b) = another_client(&store);
+    let session = reading(&b);
     let storage = session.storage();
     let before = b.client().count().gets;
     std::thread::scope(|scope| {
@@ -372,14 +358,10 @@ fn concurrent_readers_share_one_download() {
 #[test]
 fn committed_uploads_are_kept_for_later_commands() {
     let (store, _cache, a) = initialised();
-    let session = a
-        .session("backup", LockKind::Exclusive, "test", WAIT)
-        .unwrap();
+    let session = writing(&a);
     write_work(&session, "containers/00/1", b"committed here", b"catalog");
     session.commit().unwrap();
-    let session = a
-        .session("backup", LockKind::Exclusive, "test", WAIT)
-        .unwrap();
+    let session = writing(&a);
     write_work(
         &session,
         "containers/00/2",
@@ -388,7 +370,7 @@ fn committed_uploads_are_kept_for_later_commands() {
     );
     drop(session);
 
-    let session = a.session("backup", LockKind::Shared, "test", WAIT).unwrap();
+    let session = reading(&a);
     let before = a.client().count().gets;
     assert_eq!(
         read(&session.storage(), "containers/00/1"),
@@ -406,12 +388,8 @@ fn committed_uploads_are_kept_for_later_commands() {
     drop(session);
 
     // Another client's copies are its own: it downloads.
-    let cache_b = tempfile::tempdir().unwrap();
-    let b = client(&store, &cache_b);
-    b.pull_root().unwrap();
-    let session = b
-        .session("backup", LockKind::Exclusive, "test", WAIT)
-        .unwrap();
+    let (_cache_b, b) = another_client(&store);
+    let session = writing(&b);
     let before = b.client().count().gets;
     assert_eq!(
         read(&session.storage(), "containers/00/1"),
@@ -421,7 +399,7 @@ fn committed_uploads_are_kept_for_later_commands() {
     write_work(&session, "containers/00/3", b"from b", b"catalog b");
     session.commit().unwrap();
     // The downloaded copy is not kept; the uploaded one is.
-    let session = b.session("backup", LockKind::Shared, "test", WAIT).unwrap();
+    let session = reading(&b);
     let before = b.client().count().gets;
     read(&session.storage(), "containers/00/3");
     assert_eq!(b.client().count().gets, before);
