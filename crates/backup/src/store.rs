@@ -40,7 +40,7 @@ use onecopy_core::catalog::{
 use onecopy_core::container::{ContainerId, ContainerStore};
 use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::index::IndexKey;
-use onecopy_core::storage::{parent_directory, Layout, Storage};
+use onecopy_core::storage::{parent_directory, Layout, Storage, UNORDERED_CREATIONS_MAX};
 use onecopy_core::Error as CoreError;
 use serde::{Deserialize, Serialize};
 
@@ -304,11 +304,13 @@ impl BackupStore {
     /// listing every container (which made every mutating command, a deletion included,
     /// slower as the repository grew): the containers the last commit dropped
     /// ([`StoreState::containers_dropped`]), and containers of an operation that never
-    /// committed. The latter hold ids from the committed `container_id_next` up, with no gap:
-    /// ids are allocated one at a time and [`ContainerStore::create`] makes each name durable
-    /// before it returns, so probing upward until the first missing id finds them all. They
-    /// are removed highest id first, each removal durable before the next, so that a crash
-    /// during recovery leaves a run without a gap again and the next recovery finds the rest.
+    /// committed. The latter hold ids from the committed `container_id_next` up: ids are
+    /// allocated one at a time and [`ContainerStore::create`] makes each name durable before it
+    /// returns on a directory, while object storage may leave up to
+    /// [`UNORDERED_CREATIONS_MAX`] ids of a run missing (parallel uploads), so probing upward
+    /// until that many ids in a row are missing finds them all. They are removed highest id
+    /// first, each removal durable before the next, so that a crash during recovery leaves a
+    /// run the next recovery finds the rest of.
     /// `check` lists every container and reports (and `--repair` removes) any other file.
     pub fn recover(&mut self) -> Result<RecoveryReport> {
         if self.recovered {
@@ -328,8 +330,14 @@ impl BackupStore {
         self.remove_containers(&dropped)?;
         let mut uncommitted = Vec::new();
         let mut id = self.state.container_id_next;
-        while self.storage.exists(&self.containers.name(id))? {
-            uncommitted.push(id);
+        let mut missing = 0;
+        while missing < UNORDERED_CREATIONS_MAX {
+            if self.storage.exists(&self.containers.name(id))? {
+                uncommitted.push(id);
+                missing = 0;
+            } else {
+                missing += 1;
+            }
             id += 1;
         }
         for &id in uncommitted.iter().rev() {

@@ -194,6 +194,13 @@ fn conventional_survives_crash_at_every_sync() {
 /// Leaves `count` containers no record names at the ids the next operation would allocate,
 /// as a create that died before its commit does, and makes them durable.
 fn leave_orphan_containers(storage: &Arc<dyn Storage>, count: u64) {
+    leave_orphan_containers_at(storage, &(0..count).collect::<Vec<_>>());
+}
+
+/// Leaves containers no record names at the ids `offsets` above the highest container (0 is
+/// the id the next operation would allocate): with gaps, as parallel uploads to object
+/// storage leave them when the client dies.
+fn leave_orphan_containers_at(storage: &Arc<dyn Storage>, offsets: &[u64]) {
     let next = container_files(storage)
         .iter()
         .map(|name| u64::from_str_radix(name.rsplit('/').next().unwrap(), 16).unwrap())
@@ -206,7 +213,7 @@ fn leave_orphan_containers(storage: &Arc<dyn Storage>, count: u64) {
         small_options(DedupMode::Revdedup).container_options(),
     )
     .unwrap();
-    for id in next..next + count {
+    for id in offsets.iter().map(|offset| next + offset) {
         let mut writer = containers.create(id, 0).unwrap();
         let data = vec![id as u8 + 1; 3000];
         writer
@@ -218,6 +225,35 @@ fn leave_orphan_containers(storage: &Arc<dyn Storage>, count: u64) {
             .unwrap();
         writer.seal(0).unwrap();
     }
+}
+
+/// Goal: recovery removes every orphan container of a command that died with uploads in
+/// flight, whose ids have gaps (parallel uploads finish in any order), so the next create
+/// allocates them again without "already exists". Method: leave orphans at the next id
+/// plus 1, 4 and 12 (gaps of 1, 2 and 7 ids), recover, check that none is left, back up data
+/// that needs several containers, check and restore.
+#[test]
+fn orphans_after_gaps_are_removed() {
+    let storage: Arc<dyn Storage> = Arc::new(SimulatedStorage::new());
+    let mut random = Random(7);
+    let first = first_image(&mut random, 100 << 10);
+    let mut store = open(Arc::clone(&storage), DedupMode::Revdedup);
+    backup_bytes(&mut store, "vm", &first, false);
+    drop(store);
+    let committed = container_files(&storage);
+    leave_orphan_containers_at(&storage, &[1, 4, 12]);
+    assert_eq!(container_files(&storage).len(), committed.len() + 3);
+
+    let mut store = open(Arc::clone(&storage), DedupMode::Revdedup);
+    let report = store.recover().unwrap();
+    assert_eq!(report.orphan_containers_removed, 3);
+    assert_eq!(container_files(&storage), committed);
+    let mut second = vec![0u8; 700 << 10];
+    Random(8).fill(&mut second);
+    backup_bytes(&mut store, "vm", &second, false);
+    assert_check_ok(&mut store);
+    assert_eq!(restore_bytes(&store, "vm", Some(1)), first);
+    assert_eq!(restore_bytes(&store, "vm", Some(2)), second);
 }
 
 /// Goal: recovery is idempotent and complete after a crash at any point of itself: the

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use onecopy_core::keys::KeyRing;
+use onecopy_core::keys::{KeyRing, MasterKey};
 use onecopy_core::repository::{Encryption, FaceLock, LockWait, Repository};
 use onecopy_core::storage::{SealedStorage, Storage};
 use onecopy_core::units::format_size;
@@ -152,29 +152,49 @@ fn open_with(
             holder: Holder::Local(lock),
         });
     };
-    let remote = connect(&url)?;
+    let remote = RemoteRepository::connect(&url, &cache_root())?;
     if verify_remote {
         remote.verify_remote();
     }
-    let repository = Repository::open(&remote.mirror())
-        .with_context(|| format!("the cached configuration of {url}"))?;
     let kind = match access {
         Access::Read => LockKind::Shared,
         Access::Write => LockKind::Exclusive,
     };
-    let session = remote.session("backup", kind, command, remote_wait(cli)?)?;
+    // The master key is unwrapped (Argon2id: a tenth of a second of one core) from the key
+    // files an earlier command cached while the keys are fetched, the lock taken and the
+    // catalog listed, which wait on the network; fetched keys that differ from the cached
+    // ones are unwrapped again.
+    let early = unwrap_in_background(cli, &remote.mirror())?;
+    let (keys_changed, session) =
+        remote.pull_root_then_session("backup", kind, command, remote_wait(cli)?)?;
+    let repository = Repository::open(&remote.mirror())
+        .with_context(|| format!("the cached configuration of {url}"))?;
+    let sealed = if repository.config().encryption == Encryption::None {
+        None
+    } else {
+        // `init` makes the first key of a repository on object storage: two clients making
+        // one each at once would seal with two master keys.
+        if KeyRing::open(repository.path())?.list()?.is_empty() {
+            bail!(
+                "the repository at {url} has no key yet: run `onecopy init --repo {url}` with \
+                 a password (ONECOPY_PASSWORD, --password-file or a terminal) to make it"
+            );
+        }
+        let master = match early {
+            Some((unwrapping, _)) if !keys_changed => unwrapping
+                .join()
+                .expect("unwrapping the key does not panic")?,
+            early => {
+                let password = match early {
+                    Some((_, password)) => password,
+                    None => crate::keys::password(cli)?,
+                };
+                KeyRing::open(repository.path())?.unlock(&password)?.0
+            }
+        };
+        Some(crate::keys::seal(&session.storage(), &master))
+    };
     let plain = session.storage();
-    // `init` makes the first key of a repository on object storage: two clients making one
-    // each at once would seal with two master keys.
-    if repository.config().encryption != Encryption::None
-        && KeyRing::open(repository.path())?.list()?.is_empty()
-    {
-        bail!(
-            "the repository at {url} has no key yet: run `onecopy init --repo {url}` with a \
-             password (ONECOPY_PASSWORD, --password-file or a terminal) to make it"
-        );
-    }
-    let sealed = crate::keys::sealing(cli, &repository, &plain, FirstKey::Refuse)?;
     Ok(BackupFace {
         storage: sealed.clone().map_or(plain, |s| s as Arc<dyn Storage>),
         sealed,
@@ -184,6 +204,31 @@ fn open_with(
             access,
         },
     })
+}
+
+/// A master key being unwrapped on another thread, and the password it was given.
+type Unwrapping = (
+    std::thread::JoinHandle<onecopy_core::Result<MasterKey>>,
+    String,
+);
+
+/// Unwraps the master key from the key files cached in `mirror` on another thread, when the
+/// cached configuration says the backup store is encrypted and keys are cached.
+fn unwrap_in_background(cli: &Cli, mirror: &std::path::Path) -> anyhow::Result<Option<Unwrapping>> {
+    let Ok(repository) = Repository::open(mirror) else {
+        return Ok(None);
+    };
+    if repository.config().encryption == Encryption::None {
+        return Ok(None);
+    }
+    let ring = KeyRing::open(repository.path())?;
+    if ring.list()?.is_empty() {
+        return Ok(None);
+    }
+    let password = crate::keys::password(cli)?;
+    let given = password.clone();
+    let unwrapping = std::thread::spawn(move || ring.unlock(&given).map(|(master, _)| master));
+    Ok(Some((unwrapping, password)))
 }
 
 impl BackupFace {

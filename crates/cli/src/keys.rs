@@ -171,11 +171,16 @@ pub fn sealing(
     } else {
         ring.unlock(&password(cli)?)?.0
     };
-    Ok(Some(Arc::new(SealedStorage::new(
+    Ok(Some(seal(plain, &master)))
+}
+
+/// The backup store's storage `plain` sealed with `master`.
+pub fn seal(plain: &Arc<dyn Storage>, master: &MasterKey) -> Arc<SealedStorage> {
+    Arc::new(SealedStorage::new(
         Arc::clone(plain),
         master.sealing_key("backup"),
         onecopy_backup::store::sealed_layout,
-    ))))
+    ))
 }
 
 /// Makes the repository's master key and its first key file.

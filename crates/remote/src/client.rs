@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
 use object_store::{
@@ -402,6 +402,42 @@ impl ObjectClient {
             .collect();
         names.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(names)
+    }
+
+    /// Removes the objects `names`, up to a thousand per request (S3's DeleteObjects); a
+    /// missing object is not an error. One result per name, in order.
+    pub fn delete_all(&self, names: &[String]) -> Vec<Result<()>> {
+        if names.is_empty() {
+            return Vec::new();
+        }
+        self.counters
+            .deletes
+            .fetch_add(names.len().div_ceil(1000) as u64, Ordering::Relaxed);
+        let paths: Vec<object_store::Result<ObjectPath>> =
+            names.iter().map(|name| Ok(self.path(name))).collect();
+        let results: Vec<object_store::Result<ObjectPath>> = self.runtime.block_on(
+            self.store
+                .delete_stream(futures::stream::iter(paths).boxed())
+                .collect(),
+        );
+        let mut results = results.into_iter();
+        names
+            .iter()
+            .map(|name| match results.next() {
+                Some(Ok(_)) | Some(Err(object_store::Error::NotFound { .. })) => Ok(()),
+                Some(Err(source)) => Err(self.failed("removing", name, source)),
+                // A failed bulk request ends the stream early: the rest were not removed.
+                None => Err(RemoteError::Request {
+                    action: "removing",
+                    object: name.clone(),
+                    url: self.url.to_string(),
+                    source: Box::new(object_store::Error::Generic {
+                        store: "S3",
+                        source: "the bulk deletion stopped before this object".into(),
+                    }),
+                }),
+            })
+            .collect()
     }
 
     /// Removes object `name`; a missing object is not an error.

@@ -62,7 +62,8 @@ pub fn lease_duration() -> Duration {
 
 /// A held lock, renewed by a thread until dropped.
 pub struct Lease {
-    name: String,
+    /// The lock object; `None` once handed to the caller ([`Lease::release_by_caller`]).
+    name: Option<String>,
     client: Arc<ObjectClient>,
     duration: Duration,
     renewer: Option<JoinHandle<()>>,
@@ -148,7 +149,7 @@ impl Lease {
                         })?
                 };
                 return Ok(Lease {
-                    name,
+                    name: Some(name),
                     client,
                     duration,
                     renewer: Some(renewer),
@@ -212,6 +213,19 @@ impl Lease {
 impl Lease {
     /// Stops renewing, as a client frozen or cut off from the store would.
     pub(crate) fn stop_renewing(&mut self) {
+        self.stop();
+    }
+}
+
+impl Lease {
+    /// Stops renewing the lock and hands its object's name to the caller, who removes it: a
+    /// commit removes it in the same request as the objects it made unreferenced.
+    pub fn release_by_caller(mut self) -> String {
+        self.stop();
+        self.name.take().expect("a held lease has its lock")
+    }
+
+    fn stop(&mut self) {
         *self.state.stop.lock() = true;
         self.state.wake.notify_all();
         if let Some(renewer) = self.renewer.take() {
@@ -222,15 +236,13 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        *self.state.stop.lock() = true;
-        self.state.wake.notify_all();
-        if let Some(renewer) = self.renewer.take() {
-            let _ = renewer.join();
-        }
-        if let Err(error) = self.client.delete(&self.name) {
+        self.stop();
+        let Some(name) = self.name.take() else {
+            return;
+        };
+        if let Err(error) = self.client.delete(&name) {
             eprintln!(
-                "onecopy: warning: the lock {} was not removed ({error}); it lapses by itself",
-                self.name
+                "onecopy: warning: the lock {name} was not removed ({error}); it lapses by itself"
             );
         }
     }

@@ -1,7 +1,7 @@
 //! [`RemoteRepository`] and [`Session`]: a repository on object storage, used through a local
 //! cache, changed under a lease and published by one create-only PUT.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -136,8 +136,12 @@ impl RemoteRepository {
             )
             .into());
         }
-        let _ = fs::write(cache.join("url"), url.to_string());
         let cache_files = LocalStorage::create(&cache)?;
+        // Names the cache for a person looking at the directory; private like the rest.
+        let named = url.to_string().into_bytes();
+        if read_all(&cache_files, "url").ok().as_ref() != Some(&named) {
+            write_atomically(&cache_files, "url", &named)?;
+        }
         let mirror_files = LocalStorage::create(cache.join(MIRROR))?;
         Ok(RemoteRepository {
             client,
@@ -187,15 +191,20 @@ impl RemoteRepository {
         }
     }
 
-    /// Brings the configuration and the keys into the mirror.
-    pub fn pull_root(&self) -> Result<()> {
-        // Independent requests go out together: each costs a round trip to the store.
-        let (config, listed) = std::thread::scope(|scope| {
+    /// Brings the configuration and the keys into the mirror. True when the mirror's keys
+    /// changed (a key file written or removed).
+    pub fn pull_root(&self) -> Result<bool> {
+        // Independent requests go out together: each costs a round trip to the store. The
+        // keys the mirror has are fetched beside the listing, since keys rarely change.
+        let cached = self.local_keys()?;
+        let (config, listed, fetched) = std::thread::scope(|scope| {
             let keys = scope.spawn(|| self.client.list(KEYS));
+            let fetched = scope.spawn(|| in_parallel(&cached, |name| self.client.get(name)));
             let config = self.client.get(CONFIG_OBJECT);
             (
                 config,
                 keys.join().expect("listing the keys does not panic"),
+                fetched.join().expect("fetching the keys does not panic"),
             )
         });
         let config = config?.ok_or_else(|| RemoteError::Missing {
@@ -206,23 +215,52 @@ impl RemoteRepository {
                 self.client.url()
             ),
         })?;
-        write_atomically(&self.mirror_files, CONFIG_OBJECT, &config)?;
+        self.mirror_if_changed(CONFIG_OBJECT, &config)?;
         let remote: Vec<String> = listed?.into_iter().map(|listed| listed.name).collect();
-        let keys = in_parallel(&remote, |name| {
+        let mut keys: Vec<(String, Vec<u8>)> = Vec::new();
+        for (name, data) in cached.iter().zip(fetched) {
+            if let Some(data) = data? {
+                keys.push((name.clone(), data));
+            }
+        }
+        let missing: Vec<String> = remote
+            .iter()
+            .filter(|name| !keys.iter().any(|(fetched, _)| fetched == *name))
+            .cloned()
+            .collect();
+        let more = in_parallel(&missing, |name| {
             self.client.get(name)?.ok_or_else(|| RemoteError::Missing {
                 what: format!("key {name}"),
                 url: self.client.url().to_string(),
             })
         });
-        for (name, data) in remote.iter().zip(keys) {
-            write_atomically(&self.mirror_files, name, &data?)?;
+        for (name, data) in missing.into_iter().zip(more) {
+            keys.push((name, data?));
         }
-        for local in self.local_keys()? {
-            if !remote.contains(&local) {
-                self.mirror_files.remove(&local)?;
+        let mut changed = false;
+        for (name, data) in &keys {
+            if remote.contains(name) {
+                changed |= self.mirror_if_changed(name, data)?;
             }
         }
-        Ok(())
+        for local in cached {
+            if !remote.contains(&local) {
+                self.mirror_files.remove(&local)?;
+                changed = true;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Writes `data` as the mirror's file `name` unless the file holds it already (a write
+    /// costs two disk flushes; most commands find the configuration and keys unchanged).
+    /// True when it wrote.
+    fn mirror_if_changed(&self, name: &str, data: &[u8]) -> Result<bool> {
+        if read_all(&self.mirror_files, name).ok().as_deref() == Some(data) {
+            return Ok(false);
+        }
+        write_atomically(&self.mirror_files, name, data)?;
+        Ok(true)
     }
 
     /// Makes the remote keys equal the mirror's: uploads new or changed key files, removes
@@ -264,6 +302,37 @@ impl RemoteRepository {
         wait: Duration,
     ) -> Result<Session> {
         let lease = Lease::acquire(Arc::clone(&self.client), kind, command, self.lease, wait)?;
+        self.attach(face, kind, lease)
+    }
+
+    /// [`Self::pull_root`] and [`Self::session`] at once: the lock is taken while the
+    /// configuration and keys are fetched, since neither waits for the other. Returns
+    /// [`Self::pull_root`]'s answer with the session.
+    pub fn pull_root_then_session(
+        &self,
+        face: &str,
+        kind: LockKind,
+        command: &str,
+        wait: Duration,
+    ) -> Result<(bool, Session)> {
+        let (pulled, lease) = std::thread::scope(|scope| {
+            let lease = scope.spawn(|| {
+                Lease::acquire(Arc::clone(&self.client), kind, command, self.lease, wait)
+            });
+            let pulled = self.pull_root();
+            (
+                pulled,
+                lease.join().expect("taking the lock does not panic"),
+            )
+        });
+        // Without a repository the lock is dropped (and removed) with the error.
+        let lease = lease?;
+        let keys_changed = pulled?;
+        Ok((keys_changed, self.attach(face, kind, lease)?))
+    }
+
+    /// The session of a command holding `lease`.
+    fn attach(&self, face: &str, kind: LockKind, lease: Lease) -> Result<Session> {
         let writable = kind == LockKind::Exclusive;
         if writable && self.client.conditional() {
             self.learn_conditional()?;
@@ -321,7 +390,11 @@ impl RemoteRepository {
                         what: format!("catalog {object}"),
                         url: self.client.url().to_string(),
                     })?;
-                write_atomically(&local, CATALOG_FILE, &data)?;
+                let catalog = unpack_catalog(&data).map_err(|detail| CoreError::Corrupt {
+                    what: format!("catalog {object} on {}", self.client.url()),
+                    detail,
+                })?;
+                write_atomically(&local, CATALOG_FILE, &catalog)?;
             }
         }
         write_atomically(
@@ -450,8 +523,8 @@ impl Session {
     }
 
     /// Publishes the face's catalog as the next generation: the commit point of everything
-    /// the command did. Call it after the face closed its catalog. Every container the
-    /// catalog names was uploaded when it was synced, before this.
+    /// the command did. Call it after the face closed its catalog. It first waits for the
+    /// uploads of the synced containers, which the catalog names.
     ///
     /// The PUT is create-only: when another client published that generation first (its
     /// lease outlived ours), nothing is committed and the uploaded containers become
@@ -462,7 +535,8 @@ impl Session {
         if !self.local.exists(CATALOG_FILE)? {
             return Ok(None);
         }
-        let data = read_all(&self.local, CATALOG_FILE)?;
+        self.storage.wait_for_uploads()?;
+        let data = pack_catalog(&read_all(&self.local, CATALOG_FILE)?)?;
         let catalog_bytes = data.len() as u64;
         let generation = self.generations.last().map_or(1, |newest| newest + 1);
         self.lease.check_held()?;
@@ -494,19 +568,23 @@ impl Session {
         )?;
         // Objects the command removed go now that no published catalog names them, and so do
         // the older generations: every reader holds a shared lock, which this exclusive one
-        // excluded, so none is reading them. A failure here leaves leftovers that the next
-        // writer removes.
+        // excluded, so none is reading them. The lock goes in the same request: the command
+        // is done. A failure here leaves leftovers that the next writer removes (a lock left
+        // behind lapses by itself).
         let superseded = self
             .generations
             .iter()
             .map(|old| catalog_object(&self.face, *old));
-        let unreferenced: Vec<String> = self
-            .storage
-            .take_removed()
+        let removed = self.storage.take_removed();
+        let lock = self.lease.release_by_caller();
+        let unreferenced: Vec<String> = removed
             .into_iter()
             .chain(superseded)
+            .chain(std::iter::once(lock))
             .collect();
-        let leftovers = in_parallel(&unreferenced, |object| self.client.delete(object))
+        let leftovers = self
+            .client
+            .delete_all(&unreferenced)
             .into_iter()
             .filter(Result::is_err)
             .count() as u64;
@@ -525,10 +603,35 @@ impl Session {
     pub(crate) fn stop_renewing(&mut self) {
         self.lease.stop_renewing();
     }
+
+    /// Waits for the uploads of the synced containers, as the commit does first.
+    pub(crate) fn wait_for_uploads(&self) -> Result<()> {
+        Ok(self.storage.wait_for_uploads()?)
+    }
 }
 
 #[cfg(test)]
 mod tests;
+
+/// The zstd level of published catalogs: the fastest, since a commit waits for it.
+const CATALOG_LEVEL: i32 = 1;
+
+/// A catalog as published: one zstd frame with its checksum. The catalog's blocks are sealed
+/// and authenticated on their own; the frame halves what every commit uploads and every new
+/// client downloads (free pages and record structure compress).
+fn pack_catalog(catalog: &[u8]) -> Result<Vec<u8>> {
+    use std::io::Write;
+    let io = |error| CoreError::io("compressing the catalog for publishing", error);
+    let mut encoder = zstd::stream::Encoder::new(Vec::new(), CATALOG_LEVEL).map_err(io)?;
+    encoder.include_checksum(true).map_err(io)?;
+    encoder.write_all(catalog).map_err(io)?;
+    Ok(encoder.finish().map_err(io)?)
+}
+
+/// The catalog in a published object, or what is wrong with the object.
+fn unpack_catalog(object: &[u8]) -> std::result::Result<Vec<u8>, String> {
+    zstd::stream::decode_all(object).map_err(|error| format!("not a valid catalog frame: {error}"))
+}
 
 /// Requests sent at once, at most.
 const REQUESTS_IN_FLIGHT: usize = 8;

@@ -9,7 +9,10 @@
 //! chunk. The names of the remote containers are listed once per session and kept up to date
 //! by this client's own changes: the session's lock keeps other writers out.
 //!
-//! The catalog itself is local here; [`crate::Session::commit`] publishes it.
+//! The catalog itself is local here; [`crate::Session::commit`] publishes it. A sync hands
+//! its object to uploader threads ([`uploads`]) and the commit waits for them.
+
+mod uploads;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +23,7 @@ use onecopy_core::{Error, Result};
 use parking_lot::Mutex;
 
 use crate::client::ObjectClient;
+use uploads::Uploads;
 
 /// Bytes of object copies kept on the local disk: beyond it the oldest copies are removed (a
 /// handle still open keeps reading its copy; a later open downloads it again), so that a
@@ -62,6 +66,8 @@ struct Inner {
     /// store only after the commit ([`RemoteStorage::take_removed`]), because the published
     /// catalog may still name them until then.
     removed: Mutex<BTreeSet<String>>,
+    /// Synced objects on their way to the store.
+    uploads: Uploads,
 }
 
 impl RemoteStorage {
@@ -89,6 +95,7 @@ impl RemoteStorage {
                 uploaded: Mutex::new(BTreeSet::new()),
                 downloaded: Mutex::new(BTreeSet::new()),
                 removed: Mutex::new(BTreeSet::new()),
+                uploads: Uploads::default(),
             }),
         }
     }
@@ -132,6 +139,11 @@ impl RemoteStorage {
             .filter(|(name, _)| inner.copied.lock().contains(name))
             .filter(|(name, _)| inner.uploaded.lock().contains(name) || !inner.downloaded(name))
             .collect()
+    }
+
+    /// Waits until every synced object is on the store; fails when an upload failed.
+    pub fn wait_for_uploads(&self) -> Result<()> {
+        self.inner.uploads.wait()
     }
 
     /// The objects removed during the command, to delete once its commit is published.
@@ -208,6 +220,17 @@ impl Inner {
         self.keep_copy(name, data.len() as u64)
     }
 
+    /// Uploads the copy of object `name`: durable once the object store has acknowledged it.
+    fn upload(&self, name: &str) -> Result<()> {
+        let path = self.copies.root().join(name);
+        let length = self.client.upload(&self.object(name), &path)?;
+        self.with_listing(|listing| listing.insert(name.to_string(), length))?;
+        self.pending.lock().remove(name);
+        self.uploaded.lock().insert(name.to_string());
+        self.downloaded.lock().remove(name);
+        self.keep_copy(name, length)
+    }
+
     fn downloaded(&self, name: &str) -> bool {
         self.downloaded.lock().contains(name)
     }
@@ -281,6 +304,8 @@ impl Storage for RemoteStorage {
         if !inner.is_remote(name) {
             return inner.local.remove(name);
         }
+        // An upload under way would list the object after this removal.
+        inner.uploads.forget(name);
         let listed = inner
             .with_listing(|listing| listing.remove(name))?
             .is_some();
@@ -371,26 +396,12 @@ impl StorageFile for ObjectFile {
         self.copy.set_len(length)
     }
 
-    /// Uploads the copy: durable once the object store has acknowledged it.
+    /// Hands the copy to the uploaders ([`uploads`]): the commit waits for its upload.
     fn sync_data(&self) -> Result<()> {
         if !self.dirty.swap(false, Ordering::AcqRel) {
             return Ok(());
         }
-        let inner = &self.inner;
-        let path = inner.copies.root().join(&self.name);
-        let uploaded = inner.client.upload(&inner.object(&self.name), &path);
-        let length = match uploaded {
-            Ok(length) => length,
-            Err(error) => {
-                self.dirty.store(true, Ordering::Release);
-                return Err(error.into());
-            }
-        };
-        inner.with_listing(|listing| listing.insert(self.name.clone(), length))?;
-        inner.pending.lock().remove(&self.name);
-        inner.uploaded.lock().insert(self.name.clone());
-        inner.downloaded.lock().remove(&self.name);
-        inner.keep_copy(&self.name, length)
+        self.inner.uploads.queue(&self.inner, &self.name)
     }
 
     fn advise_will_need(&self, offset: u64, length: u64) -> Result<()> {

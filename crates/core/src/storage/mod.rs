@@ -8,8 +8,8 @@
 //! [`SimulatedStorage`] can replay any crash the contracts allow.
 //!
 //! Containers use the trait in an object-store-friendly way: written sequentially once, synced,
-//! then only read or deleted. A future object-store backend needs only that subset for them;
-//! metadata (pages, journal, catalog) stays on a local file system.
+//! then only read or deleted. The object-store backend (crates/remote) serves them from that
+//! subset; metadata (pages, journal, catalog) stays on a local file system.
 
 mod local;
 pub mod sealed;
@@ -26,6 +26,14 @@ pub use sealed::{Layout, SealedStorage, SealingKey};
 pub use simulated::{CrashMode, SimulatedStorage};
 
 use crate::{Error, Result};
+
+/// How many consecutive names of a run of newly created files (containers, numbered in order)
+/// may be missing after a crash below one that exists. A directory makes each name durable
+/// before the next file is created (none missing); object storage uploads synced containers
+/// in parallel and in any order (crates/remote keeps at most half this many queued or in
+/// flight; the other half covers containers still open, not yet synced). Recovery of
+/// uncommitted containers probes this far past a missing number.
+pub const UNORDERED_CREATIONS_MAX: u64 = 16;
 
 /// A directory of named files. Names are relative, use `/` between components, and never
 /// contain empty, `.` or `..` components ([`check_name`]).

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::memory::InMemory;
+use object_store::ObjectStore;
 use onecopy_core::repository::{Encryption, Repository};
 use onecopy_core::storage::Storage;
 
@@ -18,11 +19,12 @@ fn url() -> ObjectUrl {
 
 /// A client of `store` with its own cache, like a process on another host.
 fn client(store: &Arc<InMemory>, cache: &tempfile::TempDir) -> RemoteRepository {
-    let client = ObjectClient::over(
-        Arc::clone(store) as Arc<dyn object_store::ObjectStore>,
-        &url(),
-    )
-    .unwrap();
+    client_of(Arc::clone(store) as Arc<dyn ObjectStore>, cache)
+}
+
+/// A client of any store (a wrapper of the in-memory one) with its own cache.
+fn client_of(store: Arc<dyn ObjectStore>, cache: &tempfile::TempDir) -> RemoteRepository {
+    let client = ObjectClient::over(store, &url()).unwrap();
     RemoteRepository::with_client(client, cache.path(), LEASE).unwrap()
 }
 
@@ -263,6 +265,7 @@ fn requests_are_counted() {
     let session = writing(&a);
     let before = a.client().count();
     write_work(&session, "containers/00/1", &vec![7u8; 1 << 20], b"catalog");
+    session.wait_for_uploads().unwrap();
     let after = a.client().count();
     assert_eq!(after.puts - before.puts, 1, "one PUT per container");
     assert_eq!(after.bytes_sent - before.bytes_sent, 1 << 20);
@@ -405,4 +408,195 @@ fn committed_uploads_are_kept_for_later_commands() {
     assert_eq!(b.client().count().gets, before);
     read(&session.storage(), "containers/00/1");
     assert_eq!(b.client().count().gets, before + 1);
+}
+
+/// The in-memory store with PUTs of containers that fail while `failing` is set, as a server
+/// that keeps refusing them after the client's retries.
+#[derive(Debug)]
+struct FailingContainers {
+    inner: Arc<InMemory>,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Display for FailingContainers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FailingContainers")
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for FailingContainers {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        if self.failing.load(std::sync::atomic::Ordering::Relaxed)
+            && location.as_ref().contains("/containers/")
+        {
+            return Err(object_store::Error::Generic {
+                store: "FailingContainers",
+                source: "refused".into(),
+            });
+        }
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<
+            'static,
+            object_store::Result<object_store::path::Path>,
+        >,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+/// Goal: a container's sync returns before its upload, but a commit never publishes a
+/// catalog whose containers failed to upload. Method: a store that refuses container PUTs;
+/// the session syncs a container (which succeeds), then its commit fails, and a second
+/// client still sees the previous generation and nothing of the failed work.
+#[test]
+fn a_failed_upload_fails_the_commit() {
+    let (store, _cache, a) = initialised();
+    let session = writing(&a);
+    write_work(&session, "containers/00/1", b"committed", b"catalog 1");
+    session.commit().unwrap();
+
+    let failing = Arc::new(FailingContainers {
+        inner: Arc::clone(&store),
+        failing: std::sync::atomic::AtomicBool::new(true),
+    });
+    let cache = tempfile::tempdir().unwrap();
+    let c = client_of(Arc::clone(&failing) as Arc<dyn ObjectStore>, &cache);
+    c.pull_root().unwrap();
+    let session = writing(&c);
+    write_work(&session, "containers/00/2", b"refused", b"catalog 2");
+    let error = session.commit().unwrap_err();
+    assert!(
+        error.to_string().contains("containers/00/2"),
+        "the error names the object: {error}"
+    );
+
+    let (_cache_b, b) = another_client(&store);
+    let session = reading(&b);
+    assert_eq!(read(&session.storage(), CATALOG_FILE), b"catalog 1");
+    assert_eq!(session.generations, vec![1]);
+    assert!(!session.storage().exists("containers/00/2").unwrap());
+}
+
+/// The in-memory store with every PUT slowed down, so that uploads are still in flight when
+/// the session goes on.
+fn slow_store(store: &Arc<InMemory>) -> Arc<dyn ObjectStore> {
+    Arc::new(object_store::throttle::ThrottledStore::new(
+        Arc::clone(store),
+        object_store::throttle::ThrottleConfig {
+            wait_put_per_call: Duration::from_millis(150),
+            ..Default::default()
+        },
+    ))
+}
+
+/// Goal: a container written again after its sync, while its first upload is in flight, is
+/// uploaded again after it, so the store ends with its last content. Method: slow PUTs; write,
+/// sync, append, sync, commit; a second client reads the whole content.
+#[test]
+fn a_container_synced_during_its_upload_ends_with_its_last_content() {
+    let (store, _cache, _a) = initialised();
+    let cache = tempfile::tempdir().unwrap();
+    let a = client_of(slow_store(&store), &cache);
+    a.pull_root().unwrap();
+    let session = writing(&a);
+    let storage = session.storage();
+    let file = storage.open("containers/00/1", true).unwrap();
+    file.write_at(0, b"first half ").unwrap();
+    file.sync_data().unwrap();
+    // The uploader reads the copy at once, then waits in the slow PUT.
+    std::thread::sleep(Duration::from_millis(50));
+    file.write_at(11, b"second half").unwrap();
+    file.sync_data().unwrap();
+    drop(file);
+    write_work(&session, "containers/00/2", b"other", b"catalog");
+    session.commit().unwrap();
+
+    let (_cache_b, b) = another_client(&store);
+    let session = reading(&b);
+    assert_eq!(
+        read(&session.storage(), "containers/00/1"),
+        b"first half second half"
+    );
+}
+
+/// Goal: a container removed while its upload is queued or in flight leaves no object behind
+/// (no leftover the listing would miss). Method: slow PUTs; sync three containers and remove
+/// them at once; after the commit the store holds none of them.
+#[test]
+fn a_container_removed_during_its_upload_leaves_no_object() {
+    let (store, _cache, _a) = initialised();
+    let cache = tempfile::tempdir().unwrap();
+    let a = client_of(slow_store(&store), &cache);
+    a.pull_root().unwrap();
+    let session = writing(&a);
+    let storage = session.storage();
+    let names = ["containers/00/1", "containers/00/2", "containers/00/3"];
+    for name in names {
+        let file = storage.open(name, true).unwrap();
+        file.write_at(0, b"soon removed").unwrap();
+        file.sync_data().unwrap();
+    }
+    for name in names {
+        storage.remove(name).unwrap();
+    }
+    write_work(&session, "containers/00/4", b"kept", b"catalog");
+    session.commit().unwrap();
+
+    let listed: Vec<String> = a
+        .client()
+        .list("backup/containers")
+        .unwrap()
+        .into_iter()
+        .map(|listed| listed.name)
+        .collect();
+    assert_eq!(listed, vec!["backup/containers/00/4".to_string()]);
 }
