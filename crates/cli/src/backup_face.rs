@@ -69,8 +69,14 @@ impl Published {
     pub fn describe(&self) -> String {
         let requests = &self.commit.requests;
         format!(
-            "published catalog generation {} ({}) to {}: {} requests, {} sent, {} received",
+            "published catalog generation {} ({} of {}) to {}: {} requests, {} sent, {} \
+             received",
             self.commit.generation,
+            if self.commit.snapshot {
+                "a snapshot"
+            } else {
+                "a delta"
+            },
             format_size(self.commit.catalog_bytes),
             self.url,
             requests.requests(),

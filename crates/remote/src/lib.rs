@@ -8,15 +8,16 @@
 //! PREFIX/config.json                  the repository's configuration (as in a directory)
 //! PREFIX/keys/<id>                    the master key wrapped per password
 //! PREFIX/backup/containers/xx/<id>    the backup store's containers, sealed, written once
-//! PREFIX/backup/catalog/<generation>  snapshots of the sealed catalog, written once each
+//! PREFIX/backup/catalog/<generation>  the sealed catalog: snapshots and deltas (module catalog)
 //! PREFIX/locks/<random>               lease locks of the clients at work
 //! ```
 //!
-//! A client works through a local cache (module [`session`]): the newest catalog snapshot is
+//! A client works through a local cache (module [`session`]): the newest catalog generation is
 //! the catalog a command opens, and the command's one commit point is the create-only PUT of
-//! the next snapshot. docs/DESIGN.md, "Object storage", states the protocol and what a client
+//! the next generation, a delta of what the command changed or a snapshot ([`catalog`]). docs/DESIGN.md, "Object storage", states the protocol and what a client
 //! killed at each step leaves behind.
 
+pub mod catalog;
 pub mod client;
 mod error;
 pub mod lease;

@@ -14,6 +14,7 @@ use onecopy_core::storage::{
 use onecopy_core::Error as CoreError;
 use serde::{Deserialize, Serialize};
 
+use crate::catalog::{self, Changes, Published};
 use crate::client::{Created, ObjectClient, RequestCount};
 use crate::error::{RemoteError, Result};
 use crate::lease::{Lease, LockKind};
@@ -48,6 +49,8 @@ pub fn catalog_object(face: &str, generation: u64) -> String {
 struct CacheState {
     /// The catalog generation the cached catalog equals, if any.
     generation: Option<u64>,
+    /// The snapshot that generation's chain starts from ([`crate::catalog`]).
+    snapshot: Option<u64>,
     /// False while a writable session may have changed the cached catalog without publishing
     /// it: such a catalog is thrown away at the next session.
     clean: bool,
@@ -351,6 +354,7 @@ impl RemoteRepository {
             local.clone(),
             copies,
             &REMOTE_DIRECTORIES,
+            &[CATALOG_FILE],
         ));
         // Every command lists the containers; that listing goes out beside the catalog's.
         let (generations, listed) = std::thread::scope(|scope| {
@@ -365,43 +369,34 @@ impl RemoteRepository {
             .load(std::sync::atomic::Ordering::Relaxed);
         storage.adopt_copies(if verify_remote { &[] } else { &kept })?;
         let generations = generations?;
-        let newest = generations.last().copied();
+        let newest = generations.last().map(|&(generation, _)| generation);
         let state_name = format!("{face}.state.json");
         let state: CacheState = read_all(&self.cache_files, &state_name)
             .ok()
             .and_then(|data| serde_json::from_slice(&data).ok())
             .unwrap_or_default();
-        if state.generation != newest || !state.clean || verify_remote {
+        let snapshot = if state.generation == newest && state.clean && !verify_remote {
+            state.snapshot
+        } else {
+            // Until the cached catalog is whole again, nothing is cached.
+            write_atomically(
+                &self.cache_files,
+                &state_name,
+                &serde_json::to_vec(&CacheState::default()).expect("cache states serialise"),
+            )?;
             // The segment index is derived from the catalog; it is rebuilt for the new one.
-            for name in local.list("")? {
-                if name.starts_with(CATALOG_FILE) {
-                    local.remove(&name)?;
-                }
-            }
             for name in local.list("meta")? {
                 local.remove(&name)?;
             }
-            if let Some(generation) = newest {
-                let object = catalog_object(face, generation);
-                let data = self
-                    .client
-                    .get(&object)?
-                    .ok_or_else(|| RemoteError::Missing {
-                        what: format!("catalog {object}"),
-                        url: self.client.url().to_string(),
-                    })?;
-                let catalog = unpack_catalog(&data).map_err(|detail| CoreError::Corrupt {
-                    what: format!("catalog {object} on {}", self.client.url()),
-                    detail,
-                })?;
-                write_atomically(&local, CATALOG_FILE, &catalog)?;
-            }
-        }
+            let cached = state.generation.filter(|_| state.clean && !verify_remote);
+            self.bring_catalog(face, &local, cached.zip(state.snapshot), newest)?
+        };
         write_atomically(
             &self.cache_files,
             &state_name,
             &serde_json::to_vec(&CacheState {
                 generation: newest,
+                snapshot,
                 clean: !writable,
             })
             .expect("cache states serialise"),
@@ -423,8 +418,103 @@ impl RemoteRepository {
             state_name,
             kept_name,
             generations,
+            snapshot,
             writable,
         })
+    }
+
+    /// Makes the local catalog of `face` equal generation `newest` (none: no catalog), from
+    /// the cached generation and its snapshot when `cached` names them, else from the newest
+    /// snapshot. Returns the snapshot the newest generation's chain starts from.
+    fn bring_catalog(
+        &self,
+        face: &str,
+        local: &LocalStorage,
+        cached: Option<(u64, u64)>,
+        newest: Option<u64>,
+    ) -> Result<Option<u64>> {
+        let Some(newest) = newest else {
+            for name in local.list("")? {
+                if name.starts_with(CATALOG_FILE) {
+                    local.remove(&name)?;
+                }
+            }
+            return Ok(None);
+        };
+        let fetch = |generation: u64| -> Result<Published> {
+            let object = catalog_object(face, generation);
+            let data = self
+                .client
+                .get(&object)?
+                .ok_or_else(|| RemoteError::Missing {
+                    what: format!("catalog {object}"),
+                    url: self.client.url().to_string(),
+                })?;
+            let what = format!("catalog {object} on {}", self.client.url());
+            let published = Published::decode(&what, &data)?;
+            if published.generation() != generation {
+                return Err(CoreError::Corrupt {
+                    what,
+                    detail: format!("it holds generation {}", published.generation()),
+                }
+                .into());
+            }
+            Ok(published)
+        };
+        let last = fetch(newest)?;
+        let snapshot = last.snapshot();
+        // The cached generation serves when it belongs to the newest chain and is behind it.
+        let from = match cached {
+            Some((generation, cached_snapshot))
+                if cached_snapshot == snapshot && generation < newest =>
+            {
+                generation + 1
+            }
+            _ => snapshot,
+        };
+        let between: Vec<u64> = (from..newest).collect();
+        let mut chain = Vec::with_capacity(between.len() + 1);
+        for published in in_parallel(&between, |&generation| fetch(generation)) {
+            chain.push(published?);
+        }
+        chain.push(last);
+        let mut file = None;
+        for published in chain {
+            match published {
+                Published::Snapshot { bytes, .. } => {
+                    drop(file.take());
+                    write_atomically(local, CATALOG_FILE, &bytes)?;
+                }
+                Published::Delta {
+                    generation,
+                    snapshot: chain_start,
+                    changes,
+                } => {
+                    if chain_start != snapshot {
+                        return Err(CoreError::Corrupt {
+                            what: format!(
+                                "catalog {} on {}",
+                                catalog_object(face, generation),
+                                self.client.url()
+                            ),
+                            detail: format!(
+                                "a delta of the chain from snapshot {snapshot} names snapshot \
+                                 {chain_start}"
+                            ),
+                        }
+                        .into());
+                    }
+                    if file.is_none() {
+                        file = Some(local.open(CATALOG_FILE, false)?);
+                    }
+                    changes.apply(file.as_deref().expect("opened above"))?;
+                }
+            }
+        }
+        if let Some(file) = file {
+            file.sync_data()?;
+        }
+        Ok(Some(snapshot))
     }
 
     /// Whether the server enforces create-only PUTs: probed once a day per cache (three
@@ -464,19 +554,20 @@ impl RemoteRepository {
         Ok(())
     }
 
-    /// The face's published catalog generations, oldest first.
-    fn generations(&self, face: &str) -> Result<Vec<u64>> {
+    /// The face's published catalog generations with their objects' sizes, oldest first.
+    fn generations(&self, face: &str) -> Result<Vec<(u64, u64)>> {
         let directory = catalog_directory(face);
-        let mut generations: Vec<u64> = self
+        let mut generations: Vec<(u64, u64)> = self
             .client
             .list(&directory)?
             .into_iter()
             .filter_map(|listed| {
-                listed
+                let generation = listed
                     .name
                     .strip_prefix(&format!("{directory}/"))?
                     .parse()
-                    .ok()
+                    .ok()?;
+                Some((generation, listed.size))
             })
             .collect();
         generations.sort_unstable();
@@ -497,8 +588,10 @@ pub struct Session {
     state_name: String,
     /// The copies of objects kept for later commands (`<face>.copies.json` in the cache).
     kept_name: String,
-    /// The published generations when the session began.
-    generations: Vec<u64>,
+    /// The published generations when the session began, with their objects' sizes.
+    generations: Vec<(u64, u64)>,
+    /// The snapshot the newest generation's chain starts from.
+    snapshot: Option<u64>,
     writable: bool,
 }
 
@@ -507,7 +600,9 @@ pub struct Session {
 pub struct Commit {
     /// The new catalog generation.
     pub generation: u64,
-    /// Bytes of the catalog snapshot.
+    /// Whether the generation is a snapshot of the catalog (else a delta).
+    pub snapshot: bool,
+    /// Bytes of the published object.
     pub catalog_bytes: u64,
     /// Objects the commit made unreferenced that could not be deleted (the next changing
     /// command removes them).
@@ -536,9 +631,12 @@ impl Session {
             return Ok(None);
         }
         self.storage.wait_for_uploads()?;
-        let data = pack_catalog(&read_all(&self.local, CATALOG_FILE)?)?;
+        let generation = self.generations.last().map_or(1, |&(newest, _)| newest + 1);
+        let changes = self.storage.changes(CATALOG_FILE);
+        let (published, superseded) = self.publishable(generation, &changes)?;
+        let snapshot = matches!(published.0, Published::Snapshot { .. });
+        let data = published.1;
         let catalog_bytes = data.len() as u64;
-        let generation = self.generations.last().map_or(1, |newest| newest + 1);
         self.lease.check_held()?;
         let object = catalog_object(&self.face, generation);
         if self.client.put_new(&object, data)? == Created::Exists {
@@ -555,6 +653,7 @@ impl Session {
             &self.state_name,
             &serde_json::to_vec(&CacheState {
                 generation: Some(generation),
+                snapshot: Some(published.0.snapshot()),
                 clean: true,
             })
             .expect("cache states serialise"),
@@ -567,14 +666,13 @@ impl Session {
             &serde_json::to_vec(&self.storage.copies_to_keep()).expect("names serialise"),
         )?;
         // Objects the command removed go now that no published catalog names them, and so do
-        // the older generations: every reader holds a shared lock, which this exclusive one
-        // excluded, so none is reading them. The lock goes in the same request: the command
-        // is done. A failure here leaves leftovers that the next writer removes (a lock left
-        // behind lapses by itself).
-        let superseded = self
-            .generations
-            .iter()
-            .map(|old| catalog_object(&self.face, *old));
+        // the generations a snapshot superseded: every reader holds a shared lock, which this
+        // exclusive one excluded, so none is reading them. The lock goes in the same request:
+        // the command is done. A failure here leaves leftovers that the next writer removes (a
+        // lock left behind lapses by itself).
+        let superseded = superseded
+            .into_iter()
+            .map(|old| catalog_object(&self.face, old));
         let removed = self.storage.take_removed();
         let lock = self.lease.release_by_caller();
         let unreferenced: Vec<String> = removed
@@ -590,10 +688,58 @@ impl Session {
             .count() as u64;
         Ok(Some(Commit {
             generation,
+            snapshot,
             catalog_bytes,
             leftovers,
             requests: self.client.count(),
         }))
+    }
+}
+
+impl Session {
+    /// What the commit of `generation` publishes, encoded, with the generations it
+    /// supersedes: a delta of `changes` while the chain stays lighter than its snapshot
+    /// ([`catalog::prefer_snapshot`]), else a snapshot of the whole catalog.
+    fn publishable(
+        &self,
+        generation: u64,
+        changes: &Changes,
+    ) -> Result<((Published, Vec<u8>), Vec<u64>)> {
+        let older = |bound: u64| -> Vec<u64> {
+            self.generations
+                .iter()
+                .map(|&(old, _)| old)
+                .filter(|&old| old < bound)
+                .collect()
+        };
+        if let (Some(snapshot), false) = (self.snapshot, changes.replaced) {
+            let file = self.local.open(CATALOG_FILE, false)?;
+            let delta = Published::Delta {
+                generation,
+                snapshot,
+                changes: changes.delta(file.as_ref())?,
+            };
+            let data = delta.encode()?;
+            let size = |wanted: &dyn Fn(u64) -> bool| -> u64 {
+                self.generations
+                    .iter()
+                    .filter(|&&(old, _)| wanted(old))
+                    .map(|&(_, size)| size)
+                    .sum()
+            };
+            let snapshot_bytes = size(&|old| old == snapshot);
+            let chain_bytes = size(&|old| old > snapshot);
+            if !catalog::prefer_snapshot(snapshot_bytes, chain_bytes, data.len() as u64) {
+                // Generations before the chain's snapshot are leftovers of a failed removal.
+                return Ok(((delta, data), older(snapshot)));
+            }
+        }
+        let published = Published::Snapshot {
+            generation,
+            bytes: read_all(&self.local, CATALOG_FILE)?,
+        };
+        let data = published.encode()?;
+        Ok(((published, data), older(generation)))
     }
 }
 
@@ -612,26 +758,6 @@ impl Session {
 
 #[cfg(test)]
 mod tests;
-
-/// The zstd level of published catalogs: the fastest, since a commit waits for it.
-const CATALOG_LEVEL: i32 = 1;
-
-/// A catalog as published: one zstd frame with its checksum. The catalog's blocks are sealed
-/// and authenticated on their own; the frame halves what every commit uploads and every new
-/// client downloads (free pages and record structure compress).
-fn pack_catalog(catalog: &[u8]) -> Result<Vec<u8>> {
-    use std::io::Write;
-    let io = |error| CoreError::io("compressing the catalog for publishing", error);
-    let mut encoder = zstd::stream::Encoder::new(Vec::new(), CATALOG_LEVEL).map_err(io)?;
-    encoder.include_checksum(true).map_err(io)?;
-    encoder.write_all(catalog).map_err(io)?;
-    Ok(encoder.finish().map_err(io)?)
-}
-
-/// The catalog in a published object, or what is wrong with the object.
-fn unpack_catalog(object: &[u8]) -> std::result::Result<Vec<u8>, String> {
-    zstd::stream::decode_all(object).map_err(|error| format!("not a valid catalog frame: {error}"))
-}
 
 /// Requests sent at once, at most.
 const REQUESTS_IN_FLIGHT: usize = 8;

@@ -22,6 +22,7 @@ use onecopy_core::storage::{parent_directory, LocalStorage, Storage, StorageFile
 use onecopy_core::{Error, Result};
 use parking_lot::Mutex;
 
+use crate::catalog::Changes;
 use crate::client::ObjectClient;
 use uploads::Uploads;
 
@@ -68,17 +69,23 @@ struct Inner {
     removed: Mutex<BTreeSet<String>>,
     /// Synced objects on their way to the store.
     uploads: Uploads,
+    /// The local files a commit publishes, and what this command did to each
+    /// ([`crate::catalog`]).
+    published: BTreeMap<String, Arc<Mutex<Changes>>>,
 }
 
 impl RemoteStorage {
     /// Storage of face `face`: `remote_directories` (face-relative, such as `containers`) on
-    /// `client`'s repository, the rest in `local`, copies of objects in `copies`.
+    /// `client`'s repository, the rest in `local`, copies of objects in `copies`. The changes
+    /// to the local files named in `published` are recorded for the commit
+    /// ([`RemoteStorage::changes`]).
     pub fn new(
         client: Arc<ObjectClient>,
         face: &str,
         local: LocalStorage,
         copies: LocalStorage,
         remote_directories: &[&str],
+        published: &[&str],
     ) -> RemoteStorage {
         RemoteStorage {
             inner: Arc::new(Inner {
@@ -96,8 +103,17 @@ impl RemoteStorage {
                 downloaded: Mutex::new(BTreeSet::new()),
                 removed: Mutex::new(BTreeSet::new()),
                 uploads: Uploads::default(),
+                published: published
+                    .iter()
+                    .map(|name| (name.to_string(), Arc::default()))
+                    .collect(),
             }),
         }
+    }
+
+    /// What this command did to the published local file `name` so far.
+    pub fn changes(&self, name: &str) -> Changes {
+        self.inner.published[name].lock().clone()
     }
 
     /// Objects under the remote directories, with their sizes.
@@ -156,6 +172,13 @@ impl RemoteStorage {
 }
 
 impl Inner {
+    /// Records that the local file `name`, if published, is replaced as a whole.
+    fn replace(&self, name: &str) {
+        if let Some(changes) = self.published.get(name) {
+            changes.lock().replaced = true;
+        }
+    }
+
     fn is_remote(&self, name: &str) -> bool {
         self.remote_directories.iter().any(|directory| {
             name.strip_prefix(directory.as_str())
@@ -257,7 +280,16 @@ impl Storage for RemoteStorage {
     fn open(&self, name: &str, create: bool) -> Result<Arc<dyn StorageFile>> {
         let inner = &self.inner;
         if !inner.is_remote(name) {
-            return inner.local.open(name, create);
+            let Some(changes) = inner.published.get(name) else {
+                return inner.local.open(name, create);
+            };
+            if create && !inner.local.exists(name)? {
+                changes.lock().replaced = true;
+            }
+            return Ok(Arc::new(TrackedFile {
+                file: inner.local.open(name, create)?,
+                changes: Arc::clone(changes),
+            }));
         }
         if create && !inner.exists_remote(name)? {
             // A name made again after its removal gets a new object: the upload replaces the
@@ -302,6 +334,7 @@ impl Storage for RemoteStorage {
     fn remove(&self, name: &str) -> Result<()> {
         let inner = &self.inner;
         if !inner.is_remote(name) {
+            inner.replace(name);
             return inner.local.remove(name);
         }
         // An upload under way would list the object after this removal.
@@ -326,6 +359,8 @@ impl Storage for RemoteStorage {
                 "objects cannot be renamed on object storage ({from} to {to})"
             )));
         }
+        inner.replace(from);
+        inner.replace(to);
         inner.local.rename(from, to)
     }
 
@@ -410,6 +445,50 @@ impl StorageFile for ObjectFile {
 
     fn name(&self) -> &str {
         &self.name
+    }
+}
+
+/// A published local file: its writes and length changes are recorded as they happen.
+#[derive(Debug)]
+struct TrackedFile {
+    file: Arc<dyn StorageFile>,
+    changes: Arc<Mutex<Changes>>,
+}
+
+impl StorageFile for TrackedFile {
+    fn len(&self) -> Result<u64> {
+        self.file.len()
+    }
+
+    fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<()> {
+        self.file.read_at(offset, buffer)
+    }
+
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        // Recorded first: a write that fails half way has still changed bytes.
+        self.changes.lock().write(offset, data.len() as u64);
+        self.file.write_at(offset, data)
+    }
+
+    fn set_len(&self, length: u64) -> Result<()> {
+        self.changes.lock().set_len(length);
+        self.file.set_len(length)
+    }
+
+    fn sync_data(&self) -> Result<()> {
+        self.file.sync_data()
+    }
+
+    fn advise_will_need(&self, offset: u64, length: u64) -> Result<()> {
+        self.file.advise_will_need(offset, length)
+    }
+
+    fn start_writeback(&self, offset: u64, length: u64) -> Result<()> {
+        self.file.start_writeback(offset, length)
+    }
+
+    fn name(&self) -> &str {
+        self.file.name()
     }
 }
 

@@ -353,12 +353,6 @@ pub fn check_face(
 /// ([`BackupStore::compact_catalog`]). The command's work is committed already, so a failure
 /// is a warning: the catalog stays as it was, only larger.
 fn settle_catalog(opened: &mut Opened, trigger: CompactTrigger) {
-    // On object storage every commit uploads the whole catalog: waste there costs at once.
-    let trigger = if opened.face.is_remote() {
-        CompactTrigger::AfterRemovals
-    } else {
-        trigger
-    };
     if let Err(error) = opened.store.compact_catalog(trigger) {
         eprintln!("onecopy: warning: the catalog was not compacted: {error}");
     }

@@ -72,6 +72,15 @@ fn write_work(session: &Session, container: &str, content: &[u8], catalog: &[u8]
     file.sync_data().unwrap();
 }
 
+/// The published catalog generations of the backup face.
+fn generation_numbers(remote: &RemoteRepository) -> Vec<u64> {
+    let generations = remote.generations("backup").unwrap();
+    generations
+        .into_iter()
+        .map(|(generation, _)| generation)
+        .collect()
+}
+
 fn read(storage: &Arc<dyn Storage>, name: &str) -> Vec<u8> {
     onecopy_core::storage::read_all(storage.as_ref(), name).unwrap()
 }
@@ -113,7 +122,7 @@ fn second_client_reads_what_was_committed() {
     assert_eq!(read(&storage, "containers/00/1"), b"first container");
     assert_eq!(read(&storage, "containers/00/2"), b"second container");
     // Only the newest generation stays: no reader can be reading an older one.
-    assert_eq!(a.generations("backup").unwrap(), vec![2]);
+    assert_eq!(generation_numbers(&a), vec![2]);
 }
 
 /// Goal: an exclusive lock keeps other writers and readers out, shared locks coexist, and a
@@ -522,7 +531,8 @@ fn a_failed_upload_fails_the_commit() {
     let (_cache_b, b) = another_client(&store);
     let session = reading(&b);
     assert_eq!(read(&session.storage(), CATALOG_FILE), b"catalog 1");
-    assert_eq!(session.generations, vec![1]);
+    assert_eq!(session.generations.len(), 1);
+    assert_eq!(session.generations[0].0, 1);
     assert!(!session.storage().exists("containers/00/2").unwrap());
 }
 
@@ -599,4 +609,168 @@ fn a_container_removed_during_its_upload_leaves_no_object() {
         .map(|listed| listed.name)
         .collect();
     assert_eq!(listed, vec!["backup/containers/00/4".to_string()]);
+}
+
+/// Changes `bytes` of the catalog at `offset` in a writing session and commits; returns the
+/// commit.
+fn commit_catalog_change(remote: &RemoteRepository, offset: u64, bytes: &[u8]) -> Commit {
+    let session = writing(remote);
+    let file = session.storage().open(CATALOG_FILE, false).unwrap();
+    file.write_at(offset, bytes).unwrap();
+    file.sync_data().unwrap();
+    drop(file);
+    session.commit().unwrap().unwrap()
+}
+
+/// Bytes that do not compress, like a sealed catalog's.
+fn noise(length: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed | 1;
+    (0..length)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+/// Goal: after a first snapshot, a commit publishes only what the command changed, a new
+/// client rebuilds the exact catalog from the snapshot and its deltas, and a client whose
+/// cache holds an older generation of the chain fetches only the deltas after it. Method:
+/// a 256 KiB catalog, then two commits of 4 KiB changes (deltas, far smaller than the
+/// snapshot); clients B (empty cache) and A (cached) compare bytes and count their GETs.
+#[test]
+fn deltas_carry_what_a_command_changed() {
+    let (store, _cache, a) = initialised();
+    let mut expected = noise(256 << 10, 1);
+    let session = writing(&a);
+    write_work(&session, "containers/00/1", b"data", &expected);
+    let first = session.commit().unwrap().unwrap();
+    assert!(first.snapshot);
+    for (generation, offset) in [(2, 4096u64), (3, 100_000)] {
+        let change = noise(4096, generation);
+        expected[offset as usize..offset as usize + 4096].copy_from_slice(&change);
+        let commit = commit_catalog_change(&a, offset, &change);
+        assert_eq!(commit.generation, generation);
+        assert!(!commit.snapshot, "generation {generation} is a delta");
+        assert!(
+            commit.catalog_bytes < 8192,
+            "{} bytes",
+            commit.catalog_bytes
+        );
+    }
+    assert_eq!(generation_numbers(&a), vec![1, 2, 3]);
+
+    let (_cache_b, b) = another_client(&store);
+    let before = b.client().count().gets;
+    let session = reading(&b);
+    assert_eq!(read(&session.storage(), CATALOG_FILE), expected);
+    assert_eq!(
+        b.client().count().gets - before,
+        3,
+        "a snapshot and two deltas"
+    );
+    drop(session);
+
+    // B changes the end of the catalog; A, cached at generation 3, fetches one delta.
+    let (_cache_c, c) = another_client(&store);
+    let change = noise(1000, 9);
+    let end = expected.len();
+    expected.extend_from_slice(&change);
+    assert!(!commit_catalog_change(&c, end as u64, &change).snapshot);
+    let before = a.client().count().gets;
+    let session = reading(&a);
+    assert_eq!(read(&session.storage(), CATALOG_FILE), expected);
+    assert_eq!(a.client().count().gets - before, 1, "only the new delta");
+}
+
+/// Goal: once a chain's deltas would outweigh its snapshot, the commit publishes a snapshot
+/// and removes every older generation, so that a new client never reads much more than the
+/// catalog. Method: a 64 KiB catalog, commits each rewriting 16 KiB of it; the generations
+/// listed after each commit, and the catalog a new client reads at the end.
+#[test]
+fn a_snapshot_replaces_a_heavy_chain() {
+    let (store, _cache, a) = initialised();
+    let mut expected = noise(64 << 10, 2);
+    let session = writing(&a);
+    write_work(&session, "containers/00/1", b"data", &expected);
+    session.commit().unwrap().unwrap();
+    let mut snapshots = 0;
+    for generation in 2..=8u64 {
+        let offset = (generation % 4) * (16 << 10);
+        let change = noise(16 << 10, generation);
+        expected[offset as usize..offset as usize + change.len()].copy_from_slice(&change);
+        let commit = commit_catalog_change(&a, offset, &change);
+        let listed = generation_numbers(&a);
+        if commit.snapshot {
+            snapshots += 1;
+            assert_eq!(listed, vec![generation], "a snapshot supersedes its chain");
+        }
+        assert!(listed.len() <= 5, "the chain stays short: {listed:?}");
+    }
+    assert!(snapshots >= 1);
+    let (_cache_b, b) = another_client(&store);
+    let session = reading(&b);
+    assert_eq!(read(&session.storage(), CATALOG_FILE), expected);
+}
+
+/// Goal: a catalog file made again as a whole (removed and created, or renamed over) is
+/// published as a snapshot, never as a delta of writes that miss its old bytes. Method: a
+/// delta-sized change made by removing the catalog and writing it again.
+#[test]
+fn a_catalog_made_again_is_a_snapshot() {
+    let (store, _cache, a) = initialised();
+    let catalog = noise(128 << 10, 3);
+    let session = writing(&a);
+    write_work(&session, "containers/00/1", b"data", &catalog);
+    session.commit().unwrap().unwrap();
+    let session = writing(&a);
+    let storage = session.storage();
+    storage.remove(CATALOG_FILE).unwrap();
+    let file = storage.open(CATALOG_FILE, true).unwrap();
+    file.write_at(0, b"short").unwrap();
+    file.sync_data().unwrap();
+    drop(file);
+    assert!(session.commit().unwrap().unwrap().snapshot);
+    let (_cache_b, b) = another_client(&store);
+    assert_eq!(read(&reading(&b).storage(), CATALOG_FILE), b"short");
+}
+
+/// Goal: a chain with a delta missing or damaged is refused with the object's name, never
+/// read as a catalog. Method: a snapshot and two deltas; the middle delta deleted, then
+/// replaced by the newest delta's bytes (a delta moved to another generation).
+#[test]
+fn a_broken_chain_is_refused() {
+    let (store, _cache, a) = initialised();
+    let session = writing(&a);
+    write_work(&session, "containers/00/1", b"data", &noise(64 << 10, 4));
+    session.commit().unwrap().unwrap();
+    commit_catalog_change(&a, 0, &noise(100, 5));
+    commit_catalog_change(&a, 500, &noise(100, 6));
+    let middle = catalog_object("backup", 2);
+    let newest = a
+        .client()
+        .get(&catalog_object("backup", 3))
+        .unwrap()
+        .unwrap();
+    a.client().delete(&middle).unwrap();
+    let (_cache_b, b) = another_client(&store);
+    let error = b
+        .session("backup", LockKind::Shared, "test", WAIT)
+        .err()
+        .expect("the chain is refused")
+        .to_string();
+    assert!(error.contains(&middle), "{error}");
+    a.client().put(&middle, newest).unwrap();
+    let (_cache_c, c) = another_client(&store);
+    let error = c
+        .session("backup", LockKind::Shared, "test", WAIT)
+        .err()
+        .expect("the chain is refused")
+        .to_string();
+    assert!(
+        error.contains(&middle) && error.contains("holds generation 3"),
+        "{error}"
+    );
 }
