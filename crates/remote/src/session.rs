@@ -633,9 +633,12 @@ impl Session {
         self.storage.wait_for_uploads()?;
         let generation = self.generations.last().map_or(1, |&(newest, _)| newest + 1);
         let changes = self.storage.changes(CATALOG_FILE);
-        let (published, superseded) = self.publishable(generation, &changes)?;
-        let snapshot = matches!(published.0, Published::Snapshot { .. });
-        let data = published.1;
+        let Publishable {
+            published,
+            data,
+            superseded,
+        } = self.publishable(generation, &changes)?;
+        let snapshot = matches!(published, Published::Snapshot { .. });
         let catalog_bytes = data.len() as u64;
         self.lease.check_held()?;
         let object = catalog_object(&self.face, generation);
@@ -653,7 +656,7 @@ impl Session {
             &self.state_name,
             &serde_json::to_vec(&CacheState {
                 generation: Some(generation),
-                snapshot: Some(published.0.snapshot()),
+                snapshot: Some(published.snapshot()),
                 clean: true,
             })
             .expect("cache states serialise"),
@@ -700,11 +703,7 @@ impl Session {
     /// What the commit of `generation` publishes, encoded, with the generations it
     /// supersedes: a delta of `changes` while the chain stays lighter than its snapshot
     /// ([`catalog::prefer_snapshot`]), else a snapshot of the whole catalog.
-    fn publishable(
-        &self,
-        generation: u64,
-        changes: &Changes,
-    ) -> Result<((Published, Vec<u8>), Vec<u64>)> {
+    fn publishable(&self, generation: u64, changes: &Changes) -> Result<Publishable> {
         let older = |bound: u64| -> Vec<u64> {
             self.generations
                 .iter()
@@ -731,7 +730,11 @@ impl Session {
             let chain_bytes = size(&|old| old > snapshot);
             if !catalog::prefer_snapshot(snapshot_bytes, chain_bytes, data.len() as u64) {
                 // Generations before the chain's snapshot are leftovers of a failed removal.
-                return Ok(((delta, data), older(snapshot)));
+                return Ok(Publishable {
+                    published: delta,
+                    data,
+                    superseded: older(snapshot),
+                });
             }
         }
         let published = Published::Snapshot {
@@ -739,8 +742,21 @@ impl Session {
             bytes: read_all(&self.local, CATALOG_FILE)?,
         };
         let data = published.encode()?;
-        Ok(((published, data), older(generation)))
+        Ok(Publishable {
+            published,
+            data,
+            superseded: older(generation),
+        })
     }
+}
+
+/// What a commit publishes ([`Session::publishable`]).
+struct Publishable {
+    published: Published,
+    /// Its object's bytes.
+    data: Vec<u8>,
+    /// The generations it supersedes.
+    superseded: Vec<u64>,
 }
 
 #[cfg(test)]
