@@ -336,7 +336,7 @@ mod tests {
             copy.write_at(0, &start).unwrap();
             let mut changes = Changes::default();
             for _ in 0..random.next() % 12 {
-                if random.next() % 4 == 0 {
+                if random.next().is_multiple_of(4) {
                     let length = random.next() % 24_000;
                     file.set_len(length).unwrap();
                     changes.set_len(length);
