@@ -1,6 +1,6 @@
 //! The file system face through the `onecopy` binary: mount in the background, commands
-//! while mounted, real programs on the mount (git, tar), kill -9 after fsync, SIGTERM and
-//! `onecopy umount`.
+//! while mounted, real programs on the mount (git, tar, make and a C compiler, fio), kill -9
+//! after fsync, SIGTERM and `onecopy umount`.
 
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -348,6 +348,140 @@ fn git_and_tar_on_the_mount() {
     setup.ok(&["fs", "dedup", "work"]);
     fio(&["--rw=read", "--verify_only"]);
 
+    let pid = setup.server_pid();
+    setup.ok(&["umount", mounted.to_str().unwrap()]);
+    wait_gone(pid, Duration::from_secs(10));
+}
+
+/// The C sources of the zstd library that this workspace builds (the `zstd-sys` crate of
+/// Cargo.lock, unpacked by cargo in its registry): a real source tree every machine that runs
+/// these tests has.
+fn zstd_sources() -> PathBuf {
+    let lock =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.lock"))
+            .unwrap();
+    let version = lock
+        .split("[[package]]")
+        .find(|package| package.contains("name = \"zstd-sys\""))
+        .and_then(|package| {
+            package
+                .lines()
+                .find_map(|line| line.strip_prefix("version = "))
+        })
+        .expect("Cargo.lock names zstd-sys")
+        .trim_matches('"')
+        .to_string();
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cargo"));
+    let registry = cargo_home.join("registry/src");
+    std::fs::read_dir(&registry)
+        .unwrap_or_else(|error| panic!("reading {}: {error}", registry.display()))
+        .map(|entry| {
+            entry
+                .unwrap()
+                .path()
+                .join(format!("zstd-sys-{version}/zstd/lib"))
+        })
+        .find(|path| path.join("zstd.h").exists())
+        .unwrap_or_else(|| {
+            panic!(
+                "zstd-sys {version}'s sources are not under {}",
+                registry.display()
+            )
+        })
+}
+
+/// Goal: a real source tree untars and builds on the mount, and what it built runs, before
+/// and after deduplication. Method: tar the zstd library's C sources (about 40 files) onto the
+/// mount, build them with make (two jobs) into a static library and a program that compresses
+/// and decompresses 1 MiB through it, run the program; deduplicate the file system and run
+/// the program again from the deduplicated files.
+#[test]
+fn source_tree_builds_on_the_mount() {
+    let setup = Setup::new();
+    setup.ok(&["fs", "create", "build"]);
+    setup.mount("build");
+    let mounted = setup.mount_point.canonicalize().unwrap();
+    let tree = mounted.join("zstd");
+    std::fs::create_dir_all(tree.join("lib")).unwrap();
+    let untar = Command::new("sh")
+        .arg("-c")
+        .arg("tar -C \"$1\" -cf - . | tar -C \"$2\" -xf -")
+        .arg("untar")
+        .arg(zstd_sources())
+        .arg(tree.join("lib"))
+        .output()
+        .unwrap();
+    assert!(
+        untar.status.success(),
+        "{}",
+        String::from_utf8_lossy(&untar.stderr)
+    );
+    std::fs::write(
+        tree.join("Makefile"),
+        "SOURCES := $(wildcard lib/common/*.c lib/compress/*.c lib/decompress/*.c)\n\
+         OBJECTS := $(SOURCES:.c=.o)\n\
+         CFLAGS := -O0 -DZSTD_DISABLE_ASM -Ilib -Ilib/common\n\
+         roundtrip: roundtrip.o libzstd.a\n\t$(CC) -o $@ $^\n\
+         libzstd.a: $(OBJECTS)\n\t$(AR) rcs $@ $^\n",
+    )
+    .unwrap();
+    std::fs::write(
+        tree.join("roundtrip.c"),
+        r#"#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "zstd.h"
+int main(void) {
+    size_t size = 1 << 20, bound = ZSTD_compressBound(1 << 20);
+    char *data = malloc(size), *back = malloc(size), *packed = malloc(bound);
+    for (size_t i = 0; i < size; i++) data[i] = (char)((i * 7) ^ (i >> 9));
+    size_t packed_size = ZSTD_compress(packed, bound, data, size, 3);
+    if (ZSTD_isError(packed_size)) return 2;
+    size_t back_size = ZSTD_decompress(back, size, packed, packed_size);
+    if (ZSTD_isError(back_size) || back_size != size || memcmp(data, back, size)) return 3;
+    printf("round trip of %zu bytes through %zu\n", size, packed_size);
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let make = Command::new("make")
+        .args(["-j2", "-s"])
+        .current_dir(&tree)
+        .output()
+        .expect("make is installed");
+    assert!(
+        make.status.success(),
+        "make: {}{}",
+        String::from_utf8_lossy(&make.stdout),
+        String::from_utf8_lossy(&make.stderr)
+    );
+    let run = || {
+        let output = Command::new(tree.join("roundtrip")).output().unwrap();
+        assert!(
+            output.status.success(),
+            "the built program failed: {output:?}"
+        );
+        assert!(String::from_utf8_lossy(&output.stdout).starts_with("round trip of 1048576 bytes"));
+    };
+    run();
+    setup.ok(&[
+        "fs",
+        "config",
+        "build",
+        "--min-evaluation-interval",
+        "0",
+        "--min-evaluation-count",
+        "0",
+    ]);
+    let report = setup.json(&["fs", "dedup", "build", "--json"]);
+    assert!(
+        report["report"]["files_deduplicated"].as_u64().unwrap() > 40,
+        "the sources, objects, library and program are deduplicated: {report}"
+    );
+    run();
     let pid = setup.server_pid();
     setup.ok(&["umount", mounted.to_str().unwrap()]);
     wait_gone(pid, Duration::from_secs(10));
