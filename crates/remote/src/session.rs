@@ -463,10 +463,13 @@ impl RemoteRepository {
         };
         let last = fetch(newest)?;
         let snapshot = last.snapshot();
-        // The cached generation serves when it belongs to the newest chain and is behind it.
+        // The cached generation serves when it belongs to the newest chain, is behind it, and
+        // its file is still there.
         let from = match cached {
             Some((generation, cached_snapshot))
-                if cached_snapshot == snapshot && generation < newest =>
+                if cached_snapshot == snapshot
+                    && generation < newest
+                    && local.exists(CATALOG_FILE)? =>
             {
                 generation + 1
             }
