@@ -17,6 +17,7 @@
 //!   with and without deduplication (Figs. 1-3) and the LFU index cache's size (§3.6) on the
 //!   block engine's flash mode;
 //! - [`trace`]: block traces with content digests (the FIU format of paper 4);
+//! - [`trace_analysis`]: paper 4 §2, the duplication a trace shows (Table 1, Figs. 2-4);
 //! - [`trace_replay`]: paper 4 §4.1, content- vs sector-addressed caches over a trace.
 //!
 //! An experiment is a function from options to files in an output directory; the `onecopy
@@ -34,6 +35,7 @@ pub mod plot;
 pub mod report;
 pub mod results;
 pub mod trace;
+pub mod trace_analysis;
 pub mod trace_replay;
 
 pub use error::{LabError, Result};

@@ -293,7 +293,8 @@ pub struct TraceResults {
 }
 
 /// Runs every replay and writes results.json, results.csv and `paper4-cache.svg` to
-/// `output`; returns the paths written.
+/// `output`, with the workload's duplication measures beside them
+/// ([`crate::trace_analysis`]); returns the paths written.
 pub fn run_trace_experiment(
     trace: &Path,
     records: &[TraceRecord],
@@ -360,7 +361,12 @@ pub fn run_trace_experiment(
     results_table(&results.rows).write(&csv)?;
     let svg = output.join("paper4-cache.svg");
     write_text(&svg, &trace_figure(&results).to_svg())?;
-    Ok(vec![json, csv, svg])
+    let mut written = vec![json, csv, svg];
+    written.extend(crate::trace_analysis::write_analysis(
+        &crate::trace_analysis::analyse(trace, records)?,
+        output,
+    )?);
+    Ok(written)
 }
 
 fn results_table(rows: &[ReplayRow]) -> CsvTable {
