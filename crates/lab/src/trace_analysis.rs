@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::plot::{AxisScale, BarPanel, BarSeries, Figure, Panel};
-use crate::results::{number_cell, write_json, write_text, CsvTable};
+use crate::results::{number_cell, write_text, CsvTable};
 use crate::trace::{Operation, TraceRecord};
 use crate::trace_replay::{accesses_of, Access};
 
@@ -196,10 +196,9 @@ fn average_reuse(list: &[Access], operation: Operation, key: fn(&Access) -> u64)
     total as f64 / count.max(1) as f64
 }
 
-/// Writes `analysis.json`, `analysis.csv` and `paper4-workload.svg` to `output`.
+/// Writes `analysis.csv` and `paper4-workload.svg` to `output` (the trace part's
+/// results.json holds the analysis too).
 pub fn write_analysis(analysis: &TraceAnalysis, output: &Path) -> Result<Vec<PathBuf>> {
-    let json = output.join("analysis.json");
-    write_json(&json, analysis)?;
     let csv = output.join("analysis.csv");
     let mut table = CsvTable::new(&["measure", "value"]);
     let t = &analysis.table1;
@@ -249,7 +248,7 @@ pub fn write_analysis(analysis: &TraceAnalysis, output: &Path) -> Result<Vec<Pat
     table.write(&csv)?;
     let svg = output.join("paper4-workload.svg");
     write_text(&svg, &analysis_figure(analysis).to_svg())?;
-    Ok(vec![json, csv, svg])
+    Ok(vec![csv, svg])
 }
 
 /// Figs. 2 to 4 of paper 4 in one figure.

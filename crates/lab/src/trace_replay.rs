@@ -290,6 +290,8 @@ pub struct TraceResults {
     /// Accesses before this index only warm the caches.
     pub measure_from: usize,
     pub rows: Vec<ReplayRow>,
+    /// Paper 4 §2's measures of the same trace.
+    pub analysis: crate::trace_analysis::TraceAnalysis,
 }
 
 /// Runs every replay and writes results.json, results.csv and `paper4-cache.svg` to
@@ -354,6 +356,7 @@ pub fn run_trace_experiment(
         distinct_contents: accesses.distinct_contents,
         measure_from,
         rows,
+        analysis: crate::trace_analysis::analyse(trace, records)?,
     };
     let json = output.join("results.json");
     write_json(&json, &results)?;
@@ -363,7 +366,7 @@ pub fn run_trace_experiment(
     write_text(&svg, &trace_figure(&results).to_svg())?;
     let mut written = vec![json, csv, svg];
     written.extend(crate::trace_analysis::write_analysis(
-        &crate::trace_analysis::analyse(trace, records)?,
+        &results.analysis,
         output,
     )?);
     Ok(written)
