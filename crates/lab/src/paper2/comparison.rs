@@ -195,13 +195,12 @@ pub fn run_comparison(
             PeerRepository::version(tool, onecopy),
             tool.settings(PEER_ENCRYPTION),
         ));
-        let (repository, _) =
-            PeerRepository::create(
-                tool,
-                PEER_ENCRYPTION,
-                &work.join(format!("home-{tool}")),
-                onecopy,
-            )?;
+        let (repository, _) = PeerRepository::create(
+            tool,
+            PEER_ENCRYPTION,
+            &work.join(format!("home-{tool}")),
+            onecopy,
+        )?;
         repositories.push(repository);
     }
     for (index, release) in releases.iter().enumerate() {

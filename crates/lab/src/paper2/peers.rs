@@ -235,7 +235,9 @@ impl PeerRepository {
             (Tool::Onecopy, Encryption::On) => command.arg("init"),
             (Tool::Onecopy, Encryption::Off) => command.args(["init", "--insecure-no-encryption"]),
             (Tool::Restic, _) => command.args(["init", "--repository-version", "2"]),
-            (Tool::Borg, Encryption::On) => command.args(["init", "--encryption=repokey"]).arg(&repo),
+            (Tool::Borg, Encryption::On) => {
+                command.args(["init", "--encryption=repokey"]).arg(&repo)
+            }
             (Tool::Borg, Encryption::Off) => command.args(["init", "--encryption=none"]).arg(&repo),
             (Tool::Rustic, _) => command.arg("init"),
             (Tool::Bupstash, _) => command.arg("init"),
@@ -508,16 +510,15 @@ impl PeerRepository {
             Tool::Borg => {
                 step(
                     "prune",
-                    self.command().args(["prune", "--keep-last", &keep]).arg(&repo),
+                    self.command()
+                        .args(["prune", "--keep-last", &keep])
+                        .arg(&repo),
                 )?;
                 step("compact", self.command().arg("compact").arg(&repo))?;
             }
             Tool::Bupstash => {
                 let oldest = self.bupstash_items()?.remove(0);
-                step(
-                    "rm",
-                    self.command().arg("rm").arg(format!("id={oldest}")),
-                )?;
+                step("rm", self.command().arg("rm").arg(format!("id={oldest}")))?;
                 step("gc", self.command().arg("gc"))?;
             }
         }
@@ -642,7 +643,12 @@ fn rustic_snapshot_list(listing: &serde_json::Value) -> Vec<&serde_json::Value> 
             serde_json::Value::Object(fields) => fields.get("snapshots"),
             _ => None,
         };
-        snapshots.extend(members.and_then(|members| members.as_array()).into_iter().flatten());
+        snapshots.extend(
+            members
+                .and_then(|members| members.as_array())
+                .into_iter()
+                .flatten(),
+        );
     }
     snapshots
 }
@@ -761,9 +767,7 @@ pub fn run_timed(command: &mut Command, what: &str) -> Result<(ToolRun, String)>
         .context_io(|| format!("reading the output of {what}"))?;
     let io = exited_process_io(child.id())
         .context_io(|| format!("reading /proc/{}/io of {what}", child.id()))?;
-    let status = child
-        .wait()
-        .context_io(|| format!("waiting for {what}"))?;
+    let status = child.wait().context_io(|| format!("waiting for {what}"))?;
     // /usr/bin/time reports wall time in hundredths of a second; ours has microseconds.
     let seconds = started.elapsed().as_secs_f64();
     let stderr = stderr_reader.join().unwrap_or_default();
@@ -907,7 +911,9 @@ mod tests {
             fs::write(source.join("file"), b"second version").expect("file");
             repository.backup(&parent, "tree", "v2").expect("backup");
             assert_eq!(repository.backup_count().expect("count"), 2);
-            let target = directory.path().join(format!("{tool}-{encryption:?}-restore"));
+            let target = directory
+                .path()
+                .join(format!("{tool}-{encryption:?}-restore"));
             let (run, root) = repository
                 .restore(Which::Newest, &source, &target)
                 .expect("restore");

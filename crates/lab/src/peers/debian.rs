@@ -93,8 +93,14 @@ pub fn package_changes(before: &str, after: &str) -> (usize, usize, usize) {
             .collect()
     };
     let (before, after) = (parse(before), parse(after));
-    let added = after.keys().filter(|name| !before.contains_key(*name)).count();
-    let removed = before.keys().filter(|name| !after.contains_key(*name)).count();
+    let added = after
+        .keys()
+        .filter(|name| !before.contains_key(*name))
+        .count();
+    let removed = before
+        .keys()
+        .filter(|name| !after.contains_key(*name))
+        .count();
     let changed = after
         .iter()
         .filter(|(name, version)| before.get(*name).is_some_and(|old| old != *version))

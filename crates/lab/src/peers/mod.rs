@@ -651,7 +651,10 @@ mod tests {
         stage_snapshot(&first, &stage).expect("stage");
         assert_eq!(compare_trees(&first, &stage).expect("compare"), None);
         let inode = |path: &Path| fs::metadata(path).expect("metadata").ino();
-        let (same, changed) = (inode(&stage.join("same")), inode(&stage.join("sub/changed")));
+        let (same, changed) = (
+            inode(&stage.join("same")),
+            inode(&stage.join("sub/changed")),
+        );
         stage_snapshot(&second, &stage).expect("stage");
         assert_eq!(compare_trees(&second, &stage).expect("compare"), None);
         assert_eq!(inode(&stage.join("same")), same);
@@ -666,10 +669,16 @@ mod tests {
     fn orders_rotate_and_names_parse() {
         let tools = [Tool::Onecopy, Tool::Restic, Tool::Borg];
         assert_eq!(rotated(&tools, 0), tools);
-        assert_eq!(rotated(&tools, 1), [Tool::Restic, Tool::Borg, Tool::Onecopy]);
+        assert_eq!(
+            rotated(&tools, 1),
+            [Tool::Restic, Tool::Borg, Tool::Onecopy]
+        );
         assert_eq!(rotated(&tools, 3), tools);
         for dataset in PeerDataset::ALL {
-            assert_eq!(dataset.name().parse::<PeerDataset>().expect("parses"), dataset);
+            assert_eq!(
+                dataset.name().parse::<PeerDataset>().expect("parses"),
+                dataset
+            );
         }
         assert!("ubuntu".parse::<PeerDataset>().is_err());
     }
