@@ -524,10 +524,12 @@ pub fn summary_markdown(results: &PeersResults) -> String {
     text
 }
 
-/// Per dataset, one row of three panels: the repository's size after each snapshot, each
-/// snapshot's backup time, and the single operations side by side.
+/// Per dataset, one row of four panels: the repository's size after each snapshot, each
+/// snapshot's backup time, the single operations side by side (first backup, unchanged
+/// backup, restore of the newest, deletion of the oldest), and peak memory with the most an
+/// unchanged backup read (`rchar`).
 pub fn figure(results: &PeersResults) -> Figure {
-    let mut figure = Figure::new("onecopy against restic, borg, rustic and bupstash", 3);
+    let mut figure = Figure::new("onecopy against restic, borg, rustic and bupstash", 4);
     for dataset in &results.datasets {
         let summaries = summarize(dataset);
         let series_points = |tool: Tool, value: &dyn Fn(&BackupRun) -> f64| -> Vec<(f64, f64)> {
@@ -574,10 +576,10 @@ pub fn figure(results: &PeersResults) -> Figure {
             y_label: "seconds".into(),
             y_scale: AxisScale::Log10,
             categories: vec![
-                "first backup".into(),
-                "unchanged backup".into(),
-                "restore newest".into(),
-                "delete oldest".into(),
+                "first".into(),
+                "unchanged".into(),
+                "restore".into(),
+                "delete".into(),
             ],
             series: summaries
                 .iter()
@@ -588,6 +590,24 @@ pub fn figure(results: &PeersResults) -> Figure {
                         summary.unchanged_seconds(),
                         summary.restore_seconds(),
                         summary.deletion.map_or(f64::NAN, |run| run.seconds),
+                    ],
+                })
+                .collect(),
+            value_labels: false,
+        }));
+        figure.panels.push(Panel::Bars(BarPanel {
+            title: format!("{}: memory and reads", dataset.dataset),
+            x_label: String::new(),
+            y_label: "MiB".into(),
+            y_scale: AxisScale::Log10,
+            categories: vec!["peak memory".into(), "unchanged: read".into()],
+            series: summaries
+                .iter()
+                .map(|summary| BarSeries {
+                    name: summary.tool.name().into(),
+                    values: vec![
+                        summary.peak_rss_bytes as f64 / MIB,
+                        summary.unchanged_read_call_bytes() as f64 / MIB,
                     ],
                 })
                 .collect(),
