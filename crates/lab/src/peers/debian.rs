@@ -66,9 +66,16 @@ pub fn prepare(
         .map(|name| {
             let tree = snapshots.join(name).join("usr");
             if tree.is_dir() {
+                let changes = snapshot_changes(&tree).map_or(String::new(), |changes| {
+                    format!(
+                        "packages: {} added, {} removed, {} upgraded",
+                        changes.0, changes.1, changes.2
+                    )
+                });
                 Ok(Snapshot {
                     name: name.to_string(),
                     tree,
+                    changes,
                 })
             } else {
                 Err(LabError::Missing(format!(
@@ -135,6 +142,30 @@ mod tests {
         let after = "bash 5.2.15-2+b7\nlibc6 2.36-9+deb12u13\npython3 3.11.2-1+b1\n";
         assert_eq!(package_changes(before, after), (1, 1, 1));
         assert_eq!(package_changes("", after), (3, 0, 0));
+    }
+
+    /// Goal: snapshots already in the cache are used as they are (nothing is made), with
+    /// their package changes, and a missing one is reported; method: a cache of empty
+    /// snapshot directories and package lists.
+    #[test]
+    fn cached_snapshots_are_used() {
+        let cache = tempfile::tempdir().expect("temporary directory");
+        let snapshots = cache.path().join("debian-test/snapshots");
+        for (index, name) in SNAPSHOTS.iter().enumerate() {
+            fs::create_dir_all(snapshots.join(name).join("usr")).expect("directory");
+            let packages: String = (0..=index)
+                .map(|package| format!("p{package} 1\n"))
+                .collect();
+            fs::write(snapshots.join(format!("{name}.packages")), packages).expect("list");
+        }
+        let mut log = |_: &str| {};
+        let found = prepare(cache.path(), "test", "http://unused.invalid", &mut log)
+            .expect("cached snapshots");
+        assert_eq!(found.len(), SNAPSHOTS.len());
+        assert_eq!(found[0].changes, "packages: 1 added, 0 removed, 0 upgraded");
+        assert_eq!(found[3].changes, "packages: 1 added, 0 removed, 0 upgraded");
+        fs::remove_dir_all(snapshots.join(SNAPSHOTS[2])).expect("remove");
+        assert!(prepare(cache.path(), "test", "http://unused.invalid", &mut log).is_err());
     }
 
     /// Goal: the script the binary carries is valid bash and makes the snapshots the lab

@@ -137,6 +137,10 @@ pub struct SnapshotInfo {
     pub name: String,
     pub logical_bytes: u64,
     pub files: u64,
+    /// What changed since the snapshot before, where the dataset records it (Debian: the
+    /// packages added, removed and upgraded).
+    #[serde(default)]
+    pub changes: String,
 }
 
 /// What a backup backed up.
@@ -317,6 +321,8 @@ pub fn run_experiment(options: &PeersOptions, log: &mut dyn FnMut(&str)) -> Resu
 pub struct Snapshot {
     pub name: String,
     pub tree: PathBuf,
+    /// What changed since the snapshot before (empty when the dataset does not say).
+    pub changes: String,
 }
 
 /// The snapshots of `dataset`, made in the cache when missing.
@@ -336,6 +342,7 @@ pub fn prepare_dataset(
         .map(|release| Snapshot {
             name: release.version,
             tree: release.tree,
+            changes: String::new(),
         })
         .collect(),
         PeerDataset::Debian => debian::prepare(
@@ -401,6 +408,7 @@ fn run_dataset(
             name: snapshot.name.clone(),
             logical_bytes,
             files,
+            changes: snapshot.changes.clone(),
         });
         let mut line = Vec::new();
         for tool in rotated(&options.tools, index) {

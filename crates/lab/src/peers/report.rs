@@ -463,8 +463,13 @@ pub fn summary_markdown(results: &PeersResults) -> String {
             .snapshots
             .iter()
             .map(|snapshot| {
+                let changes = if snapshot.changes.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {}", snapshot.changes)
+                };
                 format!(
-                    "{} ({}, {} files)",
+                    "{} ({}, {} files{changes})",
                     snapshot.name,
                     mebibytes(snapshot.logical_bytes),
                     snapshot.files
@@ -690,11 +695,13 @@ mod tests {
                     name: "a".into(),
                     logical_bytes: 90 << 20,
                     files: 10,
+                    changes: String::new(),
                 },
                 SnapshotInfo {
                     name: "b".into(),
                     logical_bytes: 100 << 20,
                     files: 10,
+                    changes: "packages: 1 added, 0 removed, 0 upgraded".into(),
                 },
             ],
             backups,
@@ -759,6 +766,7 @@ mod tests {
             "{summary}"
         );
         assert!(summary.contains("| restic |"));
+        assert!(summary.contains("10 files; packages: 1 added"), "{summary}");
         let svg = std::fs::read_to_string(directory.path().join("peers.svg")).expect("read");
         assert!(svg.contains("debian: repository size"));
     }
