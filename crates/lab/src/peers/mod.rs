@@ -13,7 +13,8 @@
 //! # Method, per dataset
 //!
 //! Every tool runs on the same data in the same machine state: the page cache warm for all
-//! (the staged tree and the tool's home are read just before each timed command), each
+//! (the staged tree and the tool's home are read just before each timed command) and no
+//! dirty page left from the command before (`sync`), each
 //! tool's own caches kept between its commands as the tool documents them (restic's and
 //! rustic's caches and parent snapshots, borg's files and chunks caches, bupstash's send log,
 //! onecopy's files cache), encryption on for every tool ([`Encryption::On`]).
@@ -461,7 +462,7 @@ fn run_dataset(
         for tool in rotated(&options.tools, round as usize) {
             let repository = repository(tool);
             remove_directory_if_present(&target)?;
-            warm_tree(&repository_home(repository))?;
+            settle(&[&repository_home(repository)])?;
             let (run, root) = repository.restore(Which::Newest, &stage, &target)?;
             if round == 1 {
                 if let Some(difference) = compare_trees(&stage, &root)? {
@@ -485,7 +486,7 @@ fn run_dataset(
     for repository in &repositories {
         let backups_before = repository.backup_count()? as u32;
         let repository_bytes_before = repository.repository_bytes()?;
-        warm_tree(&repository_home(repository))?;
+        settle(&[&repository_home(repository)])?;
         let steps = repository.delete_oldest(true)?;
         let total = steps
             .iter()
@@ -537,8 +538,7 @@ fn backup(
     number: u32,
     label: &str,
 ) -> Result<BackupRun> {
-    warm_tree(stage)?;
-    warm_tree(&repository_home(repository))?;
+    settle(&[stage, &repository_home(repository)])?;
     let parent = stage.parent().expect("the stage has a parent");
     let name = stage
         .file_name()
@@ -584,6 +584,18 @@ pub fn tree_size(directory: &Path) -> Result<(u64, u64)> {
         Ok(())
     })?;
     Ok((bytes, files))
+}
+
+/// Puts the machine in the state every timed command starts from: the page cache holds
+/// `directories` (each read once) and no dirty page is left for writeback, so that a
+/// command does not pay for what the one before it wrote (a restore leaves hundreds of MiB).
+fn settle(directories: &[&Path]) -> Result<()> {
+    for directory in directories {
+        warm_tree(directory)?;
+    }
+    // SAFETY: sync takes no argument and cannot fail.
+    unsafe { libc::sync() };
+    Ok(())
 }
 
 /// Reads every regular file under `directory` once, so that the command timed next finds
