@@ -27,6 +27,10 @@ packages=(
   librsvg2-bin    # rsvg-convert: the lab's SVG figures as PNG, to look at them
   openssl         # certificates made by the NBD TLS tests
   bindfs          # FUSE passthrough file system: the fs face's benchmark baseline (bench/fs)
+  rsync           # lab peers: stages each snapshot so unchanged files keep their inodes
+  debootstrap     # lab peers: the Debian root whose /usr snapshots are its system-tree dataset
+  libsodium-dev   # lab peers: what `cargo install bupstash` links against
+  pkg-config      # lab peers: how bupstash's build finds libsodium
 )
 
 missing=()
@@ -49,6 +53,11 @@ if ! command -v garage >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/garage" ]; th
   cargo install garage --locked --version 2.5.0
 fi
 echo "setup: garage present"
+
+# The other peers of `onecopy lab peers`, rustic and bupstash, have no Debian package either,
+# and building both takes about 40 minutes on 2 cores: no test needs them, so CI does not
+# build them; the lab installs each (`cargo install rustic-rs|bupstash --locked`) when it is
+# missing and asked to run it.
 
 # Test data: two successive releases of a real package (see the script).
 "$(dirname "$0")/fetch-test-data.sh"

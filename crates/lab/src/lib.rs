@@ -16,6 +16,8 @@
 //! - [`paper5`]: paper 5 §5, deduplication on flash: repeated writes of small and large files
 //!   with and without deduplication (Figs. 1-3) and the LFU index cache's size (§3.6) on the
 //!   block engine's flash mode;
+//! - [`peers`]: the backup store against restic, borg, rustic and bupstash on the typescript
+//!   releases and on snapshots of a Debian system's /usr, in one run (issue 21's goals);
 //! - [`trace`]: block traces with content digests (the FIU format of paper 4);
 //! - [`trace_analysis`]: paper 4 §2, the duplication a trace shows (Table 1, Figs. 2-4);
 //! - [`trace_replay`]: paper 4 §4.1, content- vs sector-addressed caches over a trace.
@@ -31,6 +33,7 @@ pub mod paper2;
 pub mod paper3;
 pub mod paper4;
 pub mod paper5;
+pub mod peers;
 pub mod plot;
 pub mod report;
 pub mod results;

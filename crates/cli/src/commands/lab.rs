@@ -10,6 +10,7 @@ use onecopy_core::units::{parse_duration_ns, parse_size};
 use onecopy_lab::paper1::{self, Paper1Options, Scale, Workload, PAPER_LATENCIES_NS};
 use onecopy_lab::paper2::peers::Tool;
 use onecopy_lab::paper2::{self, Dataset, Paper2Options};
+use onecopy_lab::peers::{self, PeerDataset, PeersOptions};
 use onecopy_lab::report::{self, PartRun};
 use onecopy_lab::trace::read_trace;
 use onecopy_lab::trace_replay::{run_trace_experiment, CACHE_BLOCKS_DEFAULT};
@@ -42,6 +43,12 @@ pub enum LabCommand {
     /// (Figs. 1-3) and the LFU index cache's size against hit rate and throughput (§3.6), on
     /// the block device's flash mode.
     Paper5(Paper5Args),
+    /// The backup store against restic, borg, rustic and bupstash on the typescript releases
+    /// and snapshots of a Debian system's /usr, in one run: sizes, backup, unchanged-backup,
+    /// restore and deletion times, reads and peak memory, and issue 21's goals (needs rsync,
+    /// curl, tar, /usr/bin/time, restic, borgbackup; debootstrap and root to make the Debian
+    /// snapshots; installs rustic and bupstash with cargo when missing).
+    Peers(PeersArgs),
     /// Paper 4 §4.1: replay a block trace with content digests (FIU format) through content-
     /// and sector-addressed caches, ARC and LRU, simulated and through the engine.
     Trace(TraceArgs),
@@ -156,6 +163,7 @@ fn run_experiment(experiment: &LabCommand) -> anyhow::Result<()> {
         LabCommand::Paper3(paper3_args) => run_paper3(paper3_args),
         LabCommand::Paper4(paper4_args) => run_paper4(paper4_args),
         LabCommand::Paper5(paper5_args) => run_paper5(paper5_args),
+        LabCommand::Peers(peers_args) => run_peers(peers_args),
         LabCommand::Trace(trace_args) => run_trace(trace_args),
         LabCommand::All(all_args) => run_all(all_args),
         LabCommand::Report(report_args) => {
@@ -534,8 +542,8 @@ pub struct Paper2Args {
     /// Datasets, comma separated: sg1, sg2, sg3, sg4, sg5, gp, typescript [default: all].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub series: Vec<String>,
-    /// Tools compared on the typescript series, comma separated: onecopy, restic, borg, or
-    /// none [default: all three].
+    /// Tools compared on the typescript series, comma separated: onecopy, restic, borg,
+    /// rustic, bupstash, or none [default: onecopy, restic, borg].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub peers: Vec<String>,
     /// Where stores, images and peer repositories are made [default: the system temporary
@@ -639,17 +647,12 @@ fn run_paper2(args: &Paper2Args) -> anyhow::Result<()> {
             .collect::<Result<_, _>>()?
     };
     let peers: Vec<Tool> = match args.peers.as_slice() {
-        [] => Tool::ALL.to_vec(),
+        [] => vec![Tool::Onecopy, Tool::Restic, Tool::Borg],
         [none] if none == "none" => Vec::new(),
         names => names
             .iter()
-            .map(|name| match name.as_str() {
-                "onecopy" => Ok(Tool::Onecopy),
-                "restic" => Ok(Tool::Restic),
-                "borg" => Ok(Tool::Borg),
-                other => anyhow::bail!("peer {other:?}: use onecopy, restic, borg or none"),
-            })
-            .collect::<anyhow::Result<_>>()?,
+            .map(|name| name.parse())
+            .collect::<Result<_, _>>()?,
     };
     let cache_directory = match &args.cache_dir {
         Some(directory) => directory.clone(),
@@ -686,6 +689,122 @@ fn run_paper2(args: &Paper2Args) -> anyhow::Result<()> {
     );
     let written = paper2::run_experiment(&options, &mut |line| eprintln!("{line}"))
         .context("running paper 2's experiment")?;
+    for path in written {
+        println!("{}", path.display());
+    }
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct PeersArgs {
+    /// Directory for results.json, the CSV tables, summary.md and peers.svg.
+    #[arg(long, value_name = "DIR", default_value = "lab-results/peers")]
+    pub out: PathBuf,
+    /// Datasets, comma separated: typescript, debian [default: both].
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub datasets: Vec<String>,
+    /// Tools, comma separated: onecopy, restic, borg, rustic, bupstash [default: all].
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub tools: Vec<String>,
+    /// Typescript releases.
+    #[arg(long, value_name = "N", default_value_t = 24)]
+    pub releases: usize,
+    /// Prefix of the typescript versions forming the series.
+    #[arg(long, value_name = "TEXT", default_value = paper2::typescript::VERSION_PREFIX_DEFAULT)]
+    pub release_prefix: String,
+    /// Debian suite of the system tree.
+    #[arg(long, value_name = "NAME", default_value = peers::debian::SUITE_DEFAULT)]
+    pub debian_suite: String,
+    /// Debian mirror the system tree is made from.
+    #[arg(long, value_name = "URL", default_value = peers::debian::MIRROR_DEFAULT)]
+    pub debian_mirror: String,
+    /// Unchanged backups and restores of the newest by every tool.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub rounds: u32,
+    /// Fail when rustic or bupstash is missing instead of installing it with `cargo install`.
+    #[arg(long)]
+    pub no_install: bool,
+    /// Where repositories, the stage and restores are made [default: /var/tmp]; removed at
+    /// the end.
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// Where the datasets are kept between runs [default: ~/.cache/onecopy-lab, shared with
+    /// paper 2].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Only rewrite the tables, summary and figure from the results.json in --out.
+    #[arg(long)]
+    pub replot: bool,
+}
+
+fn run_peers(args: &PeersArgs) -> anyhow::Result<()> {
+    if args.replot {
+        let results: peers::PeersResults =
+            onecopy_lab::results::read_json(&args.out.join("results.json"))?;
+        for path in peers::report::write_outputs(&args.out, &results)? {
+            println!("{}", path.display());
+        }
+        return Ok(());
+    }
+    let datasets: Vec<PeerDataset> = if args.datasets.is_empty() {
+        PeerDataset::ALL.to_vec()
+    } else {
+        args.datasets
+            .iter()
+            .map(|name| name.parse())
+            .collect::<Result<_, _>>()?
+    };
+    let tools: Vec<Tool> = if args.tools.is_empty() {
+        Tool::ALL.to_vec()
+    } else {
+        args.tools
+            .iter()
+            .map(|name| name.parse())
+            .collect::<Result<_, _>>()?
+    };
+    let options = PeersOptions {
+        output_directory: args.out.clone(),
+        // Not /tmp, often a small tmpfs: the Debian repositories and restores take GiBs.
+        work_directory: args
+            .work_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/var/tmp")),
+        cache_directory: match &args.cache_dir {
+            Some(directory) => directory.clone(),
+            None => dirs::cache_dir()
+                .unwrap_or_else(std::env::temp_dir)
+                .join("onecopy-lab"),
+        },
+        datasets,
+        tools,
+        onecopy_executable: std::env::current_exe().context("finding the onecopy executable")?,
+        releases: args.releases,
+        release_prefix: args.release_prefix.clone(),
+        debian_suite: args.debian_suite.clone(),
+        debian_mirror: args.debian_mirror.clone(),
+        rounds: args.rounds,
+        install_missing: !args.no_install,
+    };
+    std::fs::create_dir_all(&options.output_directory)
+        .with_context(|| format!("creating {}", options.output_directory.display()))?;
+    eprintln!(
+        "peers: datasets {}; tools {}; results in {}",
+        options
+            .datasets
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        options
+            .tools
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        options.output_directory.display()
+    );
+    let written = peers::run_experiment(&options, &mut |line| eprintln!("{line}"))
+        .context("running the peer comparison")?;
     for path in written {
         println!("{}", path.display());
     }

@@ -28,12 +28,16 @@ use super::measure::drop_page_cache;
 use super::typescript::Release;
 use onecopy_core::error::IoContext;
 
-use super::peers::{PeerRepository, Tool, ToolRun, Which};
+use super::peers::{Encryption, PeerRepository, Tool, ToolRun, Which};
 use crate::error::{LabError, Result};
 use crate::results::remove_directory_if_present;
 
 /// Name of the staged directory every tool backs up.
 const STAGE_NAME: &str = "typescript";
+
+/// Paper 2's comparison stores without encryption where the tool allows it (onecopy, borg),
+/// as the paper's stores do; docs/BENCHMARKS.md measures what encryption adds.
+const PEER_ENCRYPTION: Encryption = Encryption::Off;
 
 /// One tool's measures on one release.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -189,10 +193,14 @@ pub fn run_comparison(
         results.tools.push((
             tool,
             PeerRepository::version(tool, onecopy),
-            tool.settings().to_string(),
+            tool.settings(PEER_ENCRYPTION),
         ));
-        let (repository, _) =
-            PeerRepository::create(tool, &work.join(format!("home-{tool}")), onecopy)?;
+        let (repository, _) = PeerRepository::create(
+            tool,
+            PEER_ENCRYPTION,
+            &work.join(format!("home-{tool}")),
+            onecopy,
+        )?;
         repositories.push(repository);
     }
     for (index, release) in releases.iter().enumerate() {
@@ -360,7 +368,7 @@ fn delete_once(repository: &PeerRepository, backups: u32, work: &Path) -> Result
     let copy = repository.copy_to(&copy_home)?;
     let repository_bytes = copy.repository_bytes()?;
     drop_page_cache();
-    let steps = copy.delete_oldest()?;
+    let steps = copy.delete_oldest(false)?;
     copy.destroy()?;
     let total = steps
         .iter()
@@ -618,7 +626,7 @@ mod tests {
             user_seconds: seconds / 2.0,
             system_seconds: 0.0,
             max_rss_bytes: rss_mebibytes << 20,
-            load_average: 0.0,
+            ..ToolRun::default()
         }
     }
 
