@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::changes::FsId;
 use crate::dedup::{self, Yield};
 use crate::engine::{Caller, FsEngine};
 use crate::error::{FsError, Result};
+use crate::mount::{MountInfo, MountOptions, MountServer};
 use crate::options::{FsOptions, OptionChanges};
 
 /// The control socket's file name in the face's directory.
@@ -68,17 +68,31 @@ pub enum Request {
         repair: bool,
         read_data: bool,
     },
+    /// Mount file system `name` at `mount_point` (canonical) in the serving process too, with
+    /// `options` as `onecopy mount -o` takes them. Answered once the mount is in place.
+    Mount {
+        name: String,
+        mount_point: PathBuf,
+        options: String,
+    },
+    /// Answered once nothing is mounted at `mount_point` any more and what it wrote is
+    /// durable: `{"was_mounted": bool, "last": bool}`, `last` when the serving process has
+    /// no mounts left and is ending (its checkpoint is done when it releases the face).
+    AwaitUnmount {
+        mount_point: PathBuf,
+    },
 }
 
 /// The answer to a [`Request`]: its JSON result, or the error's message.
 pub type Response = std::result::Result<serde_json::Value, String>;
 
-/// Runs `request` on `engine`; `mounted` is the file system this process has mounted, and
-/// `mount_point` where, for the refusal to delete it.
+/// Runs `request` on `engine`; `mounts` are the file systems this process has mounted (for
+/// `list`, and for the refusal to delete one). Mount requests need a [`MountServer`] and are
+/// refused here.
 pub fn execute(
     engine: &FsEngine,
     request: &Request,
-    mounted: Option<(FsId, &Path)>,
+    mounts: &[MountInfo],
 ) -> Result<serde_json::Value> {
     Ok(match request {
         Request::List => {
@@ -87,9 +101,10 @@ pub fn execute(
                 .iter()
                 .map(|record| {
                     let mut value = serde_json::to_value(record).expect("records serialise");
-                    let mount_point = mounted
-                        .filter(|(fs, _)| *fs == record.id)
-                        .map(|(_, path)| path.display().to_string());
+                    let mount_point = mounts
+                        .iter()
+                        .find(|mount| mount.fs == record.id)
+                        .map(|mount| mount.mount_point.display().to_string());
                     value["mount_point"] = serde_json::json!(mount_point);
                     value
                 })
@@ -114,16 +129,14 @@ pub fn execute(
         }
         Request::Delete { name } => {
             let fs = engine.find(name)?;
-            if let Some((mounted, path)) = mounted {
-                if mounted == fs {
-                    return Err(FsError::posix(
-                        libc::EBUSY,
-                        format!(
-                            "file system {name:?} is mounted at {}; unmount it first",
-                            path.display()
-                        ),
-                    ));
-                }
+            if let Some(mount) = mounts.iter().find(|mount| mount.fs == fs) {
+                return Err(FsError::posix(
+                    libc::EBUSY,
+                    format!(
+                        "file system {name:?} is mounted at {}; unmount it first",
+                        mount.mount_point.display()
+                    ),
+                ));
             }
             engine.delete_file_system(fs)?;
             serde_json::json!({ "deleted": name })
@@ -156,7 +169,36 @@ pub fn execute(
                 read_data: *read_data,
             })?)
         }
+        Request::Mount { .. } | Request::AwaitUnmount { .. } => {
+            return Err(FsError::InvalidArgument(
+                "mount requests go to a mounting process".to_string(),
+            ))
+        }
     })
+}
+
+/// Runs `request` in the process that serves the mounts of `server`.
+pub fn execute_served(server: &Arc<MountServer>, request: &Request) -> Result<serde_json::Value> {
+    match request {
+        Request::Mount {
+            name,
+            mount_point,
+            options,
+        } => {
+            let options = MountOptions::parse(options)?;
+            server.mount(name, mount_point, &options)?;
+            Ok(serde_json::json!({ "mounted": name, "pid": std::process::id() }))
+        }
+        Request::AwaitUnmount { mount_point } => {
+            let was_mounted = server
+                .mounts()
+                .iter()
+                .any(|mount| mount.mount_point == *mount_point);
+            let last = server.await_unmount(mount_point);
+            Ok(serde_json::json!({ "was_mounted": was_mounted, "last": last }))
+        }
+        _ => execute(server.engine(), request, &server.mounts()),
+    }
 }
 
 /// Serialises a result (plain data, so this cannot fail).
@@ -172,13 +214,9 @@ pub struct ControlServer {
 }
 
 impl ControlServer {
-    /// Listens on the face's socket and answers requests for `engine` until stopped.
-    pub fn start(
-        engine: Arc<FsEngine>,
-        face_directory: &Path,
-        mounted: FsId,
-        mount_point: &Path,
-    ) -> Result<ControlServer> {
+    /// Listens on the face's socket in `face_directory` and answers requests for the mounts
+    /// of `server` until stopped.
+    pub fn start(server: Arc<MountServer>, face_directory: &Path) -> Result<ControlServer> {
         let path = face_directory.join(SOCKET_FILE);
         // A socket left by a process that died: the face lock (held by the caller) proves
         // nobody serves it.
@@ -189,7 +227,6 @@ impl ControlServer {
             .map_err(|error| FsError::io(format!("making {} private", path.display()), error))?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
-        let mount_point = mount_point.to_path_buf();
         let thread = std::thread::Builder::new()
             .name("fs-control".to_string())
             .spawn(move || {
@@ -210,15 +247,14 @@ impl ControlServer {
                         let _ = (&stream).write_all(&out);
                         continue;
                     }
-                    let engine = Arc::clone(&engine);
-                    let mount_point = mount_point.clone();
+                    let server = Arc::clone(&server);
                     let done = Arc::clone(&in_flight);
-                    // A long request (a deduplication run) must not hold up `stats`.
+                    // A long request (a deduplication run, waiting for an unmount) must not
+                    // hold up `stats`.
                     let spawned = std::thread::Builder::new()
                         .name("fs-control-request".to_string())
                         .spawn(move || {
-                            let _ = answer(&engine, stream, mounted, &mount_point);
-                            done.fetch_sub(1, Ordering::AcqRel);
+                            let _ = answer(&server, stream, &done);
                         });
                     if spawned.is_err() {
                         in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -245,19 +281,34 @@ impl ControlServer {
     }
 }
 
+/// Answers the request on `stream`, then takes it out of `in_flight` (a wait for an unmount
+/// at once: it lasts as long as the mount and is no work).
 fn answer(
-    engine: &FsEngine,
+    server: &Arc<MountServer>,
     stream: UnixStream,
-    mounted: FsId,
-    mount_point: &Path,
+    in_flight: &AtomicUsize,
 ) -> std::io::Result<()> {
+    let mut counted = true;
+    let release = |counted: &mut bool| {
+        if std::mem::take(counted) {
+            in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
+    };
     let mut line = String::new();
-    BufReader::new((&stream).take_limited()).read_line(&mut line)?;
-    let response: Response = match serde_json::from_str::<Request>(&line) {
-        Ok(request) => execute(engine, &request, Some((mounted, mount_point)))
-            .map_err(|error| error.to_string()),
+    let read = BufReader::new((&stream).take_limited()).read_line(&mut line);
+    if let Err(error) = read {
+        release(&mut counted);
+        return Err(error);
+    }
+    let request = serde_json::from_str::<Request>(&line);
+    if matches!(request, Ok(Request::AwaitUnmount { .. })) {
+        release(&mut counted);
+    }
+    let response: Response = match request {
+        Ok(request) => execute_served(server, &request).map_err(|error| error.to_string()),
         Err(error) => Err(format!("malformed control request: {error}")),
     };
+    release(&mut counted);
     let mut out = serde_json::to_vec(&response).expect("responses serialise");
     out.push(b'\n');
     (&stream).write_all(&out)

@@ -9,7 +9,6 @@
 
 use onecopy_core::gc::{self, CompactionOptions, CompactionPlan, CompactionReport};
 
-use crate::changes::FsChange;
 use crate::error::Result;
 
 use super::FsEngine;
@@ -30,9 +29,7 @@ impl FsEngine {
             let mut changes = Vec::new();
             let report =
                 gc::execute_compaction(&mut state.chunks, &mut state.pages, &plan, &mut changes);
-            state
-                .changes
-                .extend(changes.into_iter().map(FsChange::Chunk));
+            state.push_chunk_changes(changes);
             Ok((plan, report?))
         })?;
         // Retired containers go after the checkpoint that makes their retirement durable and
