@@ -863,3 +863,188 @@ fn writeback_cache_fsync_survives_kill_9() {
     assert!(read[10..] == synced[10..], "the fsync'd data survived");
     setup.ok(&["umount", mounted.to_str().unwrap()]);
 }
+
+/// Mount points under the test's directory, created, canonical.
+fn mount_points(setup: &Setup, names: &[&str]) -> Vec<PathBuf> {
+    names
+        .iter()
+        .map(|name| {
+            let path = setup._base.path().join(name);
+            std::fs::create_dir_all(&path).unwrap();
+            path.canonicalize().unwrap()
+        })
+        .collect()
+}
+
+/// The mount point `fs list --json` gives for file system `name`.
+fn listed_mount_point(setup: &Setup, name: &str) -> Value {
+    let list = setup.json(&["fs", "list", "--json"]);
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|record| record["name"] == name)
+        .unwrap_or_else(|| panic!("{name} listed: {list}"))["mount_point"]
+        .clone()
+}
+
+/// Goal: several file systems of one repository are mounted at once, one process serving
+/// them all: each reads and writes on its own, the `fs` commands answer for each, a file
+/// system is mounted only once, each mount ends on its own (`onecopy umount`, `fusermount3
+/// -u`, SIGTERM to a `mount --foreground` of it) with what it wrote durable while the others
+/// go on, the idle deduplicator works on the file system whose `--idle` calls for it, kill -9
+/// loses nothing fsync'd on any of them, and SIGTERM to the server ends every mount. Method:
+/// the binary; mounts, commands and signals as users give them.
+#[test]
+fn several_file_systems_mounted_at_once() {
+    let setup = Setup::new();
+    setup.ok(&["fs", "create", "a", "--idle", "0"]);
+    let quick = [
+        "--idle",
+        "1",
+        "--min-evaluation-interval",
+        "0",
+        "--min-evaluation-count",
+        "0",
+    ];
+    setup.ok(&[&["fs", "create", "b"][..], &quick[..]].concat());
+    setup.ok(&["fs", "create", "c"]);
+    let points = mount_points(&setup, &["a", "b", "c", "again"]);
+    let (a, b, c) = (&points[0], &points[1], &points[2]);
+    setup.ok(&["mount", "a", a.to_str().unwrap()]);
+    let server = setup.server_pid();
+    let delegated = setup.ok(&["mount", "b", b.to_str().unwrap()]);
+    assert!(
+        delegated.contains(&format!("(pid {server};")),
+        "the holder serves the second mount: {delegated}"
+    );
+    assert!(is_mounted(a) && is_mounted(b));
+
+    let content_a: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+    let content_b: Vec<u8> = (0..2_000_000u32).map(|i| (i / 4096) as u8).collect();
+    std::fs::write(a.join("file"), &content_a).unwrap();
+    std::fs::write(b.join("file"), &content_b).unwrap();
+    std::fs::write(b.join("copy"), &content_b).unwrap();
+    assert!(std::fs::read(a.join("file")).unwrap() == content_a);
+    assert!(std::fs::read(b.join("file")).unwrap() == content_b);
+    assert!(
+        !a.join("copy").exists(),
+        "each mount shows its own file system"
+    );
+    assert_eq!(listed_mount_point(&setup, "a"), a.to_str().unwrap());
+    assert_eq!(listed_mount_point(&setup, "b"), b.to_str().unwrap());
+    assert_eq!(listed_mount_point(&setup, "c"), Value::Null);
+    assert_eq!(setup.json(&["fs", "stats", "a", "--json"])["files"], 1);
+    assert_eq!(setup.json(&["fs", "stats", "b", "--json"])["files"], 2);
+    assert_eq!(
+        setup
+            .json(&["fs", "ranks", "b", "--json"])
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    setup.ok(&["fs", "config", "a", "--big-chunk", "128KiB"]);
+
+    // A file system is mounted once; a mounted one is not deleted.
+    let again = setup.run(&["mount", "b", points[3].to_str().unwrap()]);
+    assert!(!again.status.success());
+    let message = String::from_utf8_lossy(&again.stderr);
+    assert!(message.contains("is mounted at"), "{message}");
+    assert!(!is_mounted(&points[3]));
+    let refused = setup.run(&["fs", "delete", "b"]);
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("unmount it first"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    // The idle deduplicator deduplicates b (idle 1 s) and leaves a (idle 0) plain.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stats = setup.json(&["fs", "stats", "b", "--json"]);
+        if stats["pending_bytes"] == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "b not deduplicated: {stats}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(
+        setup.json(&["fs", "stats", "a", "--json"])["pending_bytes"],
+        content_a.len() as u64
+    );
+
+    // `onecopy umount` ends one mount; the process serves the others on, and what the ended
+    // one wrote is durable: after a kill -9 now, a mounts again with it.
+    setup.ok(&["umount", a.to_str().unwrap()]);
+    assert!(!is_mounted(a));
+    assert!(alive(server));
+    assert!(std::fs::read(b.join("copy")).unwrap() == content_b);
+    setup.ok(&["mount", "c", c.to_str().unwrap()]);
+    std::fs::write(c.join("synced"), b"synced").unwrap();
+    std::fs::File::open(c.join("synced"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+    // SAFETY: kill sends a signal.
+    assert_eq!(unsafe { libc::kill(server, libc::SIGKILL) }, 0);
+    wait_gone(server, Duration::from_secs(10));
+    for dead in [b, c] {
+        assert!(Command::new("fusermount3")
+            .arg("-u")
+            .arg(dead)
+            .status()
+            .unwrap()
+            .success());
+    }
+    setup.ok(&["mount", "c", c.to_str().unwrap()]);
+    let server = setup.server_pid();
+    setup.ok(&["mount", "a", a.to_str().unwrap()]);
+    setup.ok(&["mount", "b", b.to_str().unwrap()]);
+    assert!(std::fs::read(a.join("file")).unwrap() == content_a);
+    assert!(std::fs::read(b.join("copy")).unwrap() == content_b);
+    assert_eq!(std::fs::read(c.join("synced")).unwrap(), b"synced");
+
+    // fusermount3 -u ends one mount the same way.
+    assert!(Command::new("fusermount3")
+        .arg("-u")
+        .arg(c)
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while listed_mount_point(&setup, "c") != Value::Null {
+        assert!(Instant::now() < deadline, "c still listed as mounted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(std::fs::read(a.join("file")).unwrap() == content_a);
+
+    // `mount --foreground` of a file system another process serves lives as long as the
+    // mount, and SIGTERM to it unmounts that mount alone.
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_onecopy"))
+        .arg("--repo")
+        .arg(&setup.repository)
+        .args(["mount", "c", c.to_str().unwrap(), "--foreground"])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !is_mounted(c) {
+        assert!(Instant::now() < deadline, "c not mounted in the foreground");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(std::fs::read(c.join("synced")).unwrap(), b"synced");
+    // SAFETY: kill sends a signal.
+    assert_eq!(
+        unsafe { libc::kill(follower.id() as i32, libc::SIGTERM) },
+        0
+    );
+    assert!(follower.wait().unwrap().success());
+    assert!(!is_mounted(c));
+    assert!(is_mounted(a) && is_mounted(b) && alive(server));
+
+    // SIGTERM to the serving process ends every mount, cleanly.
+    // SAFETY: kill sends a signal.
+    assert_eq!(unsafe { libc::kill(server, libc::SIGTERM) }, 0);
+    wait_gone(server, Duration::from_secs(10));
+    assert!(!is_mounted(a) && !is_mounted(b));
+    setup.ok(&["check", "--read-data"]);
+}
