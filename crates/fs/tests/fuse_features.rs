@@ -436,9 +436,13 @@ fn writeback_cache_keeps_times_and_the_monitor_right() {
         file.write_all(&[7u8; 1000]).unwrap();
     }
     let written = std::time::SystemTime::now();
+    let ino = engine.lookup(test.fs, ROOT, b"timed").unwrap().ino;
+    assert!(
+        engine.getattr(test.fs, ino).unwrap().attributes.size < 100_000,
+        "the writes wait in the kernel's cache"
+    );
     std::thread::sleep(Duration::from_millis(1500));
     file.sync_all().unwrap();
-    let ino = engine.lookup(test.fs, ROOT, b"timed").unwrap().ino;
     let stored = engine.getattr(test.fs, ino).unwrap().attributes;
     assert_eq!(stored.size, 100_000, "fsync handed the data to the engine");
     let mtime = std::time::UNIX_EPOCH + Duration::from_nanos(stored.mtime_ns as u64);
