@@ -325,6 +325,16 @@ impl<R: std::io::Read> TakeLimited for R {}
 /// Sends `request` to the process serving the face in `face_directory`; `None` when no
 /// process listens there.
 pub fn send(face_directory: &Path, request: &Request) -> Result<Option<serde_json::Value>> {
+    send_waiting(face_directory, request, ANSWER_TIMEOUT)
+}
+
+/// [`send`], waiting at most `timeout` for the answer (an I/O error of kind `WouldBlock` or
+/// `TimedOut` after it).
+pub fn send_waiting(
+    face_directory: &Path,
+    request: &Request,
+    timeout: Duration,
+) -> Result<Option<serde_json::Value>> {
     let path = face_directory.join(SOCKET_FILE);
     let stream = match UnixStream::connect(&path) {
         Ok(stream) => stream,
@@ -345,7 +355,7 @@ pub fn send(face_directory: &Path, request: &Request) -> Result<Option<serde_jso
     };
     let context = || format!("asking the mounting process through {}", path.display());
     stream
-        .set_read_timeout(Some(ANSWER_TIMEOUT))
+        .set_read_timeout(Some(timeout))
         .map_err(|error| FsError::io(context(), error))?;
     let mut line = serde_json::to_vec(request).expect("requests serialise");
     line.push(b'\n');

@@ -92,6 +92,14 @@ impl FuseFileSystem {
     fn handle(&self) -> FileHandle {
         FileHandle(self.next_handle.fetch_add(1, Ordering::Relaxed))
     }
+
+    /// True when `error` says that inode `ino` is gone, and it is because it was removed:
+    /// only the writeback cache sends requests for such an inode, after its last handle.
+    fn removed(&self, error: &FsError, ino: INodeNo) -> bool {
+        self.writeback_cache
+            && matches!(error, FsError::Posix { errno, .. } if *errno == libc::ENOENT)
+            && self.engine.was_removed(self.fs, ino.0)
+    }
 }
 
 fn errno(error: &FsError) -> Errno {
@@ -147,6 +155,23 @@ fn attr(info: &NodeInfo) -> FileAttr {
         rdev: a.rdev,
         blksize: 4096,
         flags: 0,
+    }
+}
+
+/// The attributes answered for a removed inode: an empty file without links.
+fn removed_attributes() -> crate::node::Attributes {
+    crate::node::Attributes {
+        kind: Kind::File,
+        mode: 0,
+        uid: 0,
+        gid: 0,
+        nlink: 0,
+        size: 0,
+        rdev: 0,
+        atime_ns: 0,
+        mtime_ns: 0,
+        ctime_ns: 0,
+        birth_ns: 0,
     }
 }
 
@@ -255,6 +280,16 @@ impl Filesystem for FuseFileSystem {
         };
         match self.engine.setattr(self.fs, ino.0, changes) {
             Ok(info) => reply.attr(&ATTRIBUTE_TTL, &attr(&info)),
+            // The writeback cache flushes the times of a file whose last link and handle are
+            // gone: nothing is left to change.
+            Err(error) if self.removed(&error, ino) => reply.attr(
+                &Duration::ZERO,
+                &attr(&NodeInfo {
+                    ino: ino.0,
+                    attributes: removed_attributes(),
+                    blocks: 0,
+                }),
+            ),
             Err(error) => reply.error(errno(&error)),
         }
     }
@@ -442,6 +477,8 @@ impl Filesystem for FuseFileSystem {
             .write_with_times(self.fs, ino.0, offset, data, set_times)
         {
             Ok(written) => reply.written(written as u32),
+            // Pages of a removed file that the writeback cache flushes late: dropped.
+            Err(error) if self.removed(&error, ino) => reply.written(data.len() as u32),
             Err(error) => reply.error(errno(&error)),
         }
     }

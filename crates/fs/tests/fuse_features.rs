@@ -481,4 +481,16 @@ fn writeback_cache_keeps_times_and_the_monitor_right() {
     let read = std::fs::read(&path).unwrap();
     assert_eq!(&read[4999..5006], &[7, b'p', b'a', b't', b'c', b'h', 7]);
     assert!(reads() > counted, "a program's read is counted");
+
+    // Files created and removed again (tar's placeholders for symbolic links): the kernel
+    // flushes their times after they are gone, which must not fail a sync of the mount.
+    for index in 0..20 {
+        let placeholder = test.mount_point.join(format!("placeholder{index}"));
+        drop(std::fs::File::create(&placeholder).unwrap());
+        std::fs::remove_file(&placeholder).unwrap();
+    }
+    let root = std::fs::File::open(&test.mount_point).unwrap();
+    // SAFETY: syncfs takes a descriptor, which `root` keeps open.
+    let synced = unsafe { libc::syncfs(root.as_raw_fd()) };
+    assert_eq!(synced, 0, "{}", std::io::Error::last_os_error());
 }

@@ -420,8 +420,9 @@ fn flipped_byte_in_a_journal_record_is_salvaged() {
 }
 
 /// Goal: a journal cut short loses the record at the cut (its bytes, named by its header's
-/// tag) and whatever followed (reported as unknown); the rest is the model before the cut.
-/// Method: truncate the journal file inside a record, then repair and compare.
+/// tag) and whatever followed (reported as unknown); the rest is the model before the cut. A
+/// deleted journal loses every change since the checkpoint (reported as unknown). Method:
+/// truncate the journal file inside a record, then repair and compare; then delete it.
 #[test]
 fn truncated_journal_is_salvaged_up_to_the_cut() {
     let count = 16;
@@ -462,6 +463,27 @@ fn truncated_journal_is_salvaged_up_to_the_cut() {
         &history.states[victim],
         &expected,
         "truncated journal",
+    );
+    drop(engine);
+
+    // A deleted journal loses everything since the checkpoint, and says so.
+    let storage = history.storage.crash(CrashMode::Clean);
+    storage.remove(&journal).unwrap();
+    storage.sync_directory("meta").unwrap();
+    let refused = open(&storage, OpenMode::ReadWrite).unwrap_err().to_string();
+    assert!(refused.contains("missing"), "{refused}");
+    let report = open(&storage, OpenMode::Repair)
+        .unwrap()
+        .check(CheckOptions::default())
+        .unwrap();
+    assert_eq!(report.status(), ExitStatus::DataLost, "{report:#?}");
+    let engine = open(&storage, OpenMode::ReadWrite).unwrap();
+    assert_files(
+        &engine,
+        &history,
+        &history.states[0],
+        &BTreeMap::new(),
+        "deleted journal",
     );
 }
 

@@ -719,24 +719,24 @@ pub fn umount(cli: &Cli, args: &UmountArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Waits (up to a minute for a face lock) for the process serving `mount_point` from the
-/// repository at `repository` to be done with it.
+/// How long `onecopy umount` waits for the serving process (a busy mount point is unmounted
+/// lazily and ends only when its last user leaves).
+const UMOUNT_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Waits (up to [`UMOUNT_WAIT`]) for the process serving `mount_point` from the repository
+/// at `repository` to be done with it.
 fn wait_for_server(repository: &Path, mount_point: &Path) {
     let Ok(repository) = Repository::open(repository) else {
         return;
     };
     let face_lock = |face: &str| {
-        let _ = repository.lock_face_waiting(
-            face,
-            "umount",
-            LockWait::For(std::time::Duration::from_secs(60)),
-        );
+        let _ = repository.lock_face_waiting(face, "umount", LockWait::For(UMOUNT_WAIT));
     };
     // The file system face's server answers for its mounts.
     let request = Request::AwaitUnmount {
         mount_point: mount_point.to_path_buf(),
     };
-    match control::send(&repository.path().join(FACE), &request) {
+    match control::send_waiting(&repository.path().join(FACE), &request, UMOUNT_WAIT) {
         Ok(Some(answer)) => {
             if answer["was_mounted"] == true && answer["last"] == true {
                 face_lock(FACE);
@@ -744,6 +744,15 @@ fn wait_for_server(repository: &Path, mount_point: &Path) {
             return;
         }
         Ok(None) => {}
+        // Still busy after the wait: the lazy unmount ends when its last user leaves.
+        Err(onecopy_fs::FsError::Io { source, .. })
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            return
+        }
         // The process ended while answering: its last mount; its checkpoint ends with it.
         Err(_) => {
             face_lock(FACE);

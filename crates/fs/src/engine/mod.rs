@@ -758,6 +758,16 @@ impl FsEngine {
         records
     }
 
+    /// True when inode `ino` of `fs` existed and was removed (its last link and handle
+    /// gone): the kernel's writeback cache may still send its times or pages.
+    pub fn was_removed(&self, fs: FsId, ino: Ino) -> bool {
+        let state = self.state.lock();
+        state
+            .systems
+            .get(&fs)
+            .is_some_and(|system| ino < system.next_ino && !system.inodes.contains_key(&ino))
+    }
+
     /// The record of file system `fs`.
     pub fn record(&self, fs: FsId) -> Result<FileSystemRecord> {
         Ok(self.state.lock().system(fs)?.record.clone())
