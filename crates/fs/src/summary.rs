@@ -394,22 +394,25 @@ impl SummaryBuilder {
                 ino,
             };
         }
-        let changed: Vec<(&(FsId, Ino), (u64, u64))> = built
+        // Files whose bytes changed (a removed file's do not count: it is gone).
+        let changed: Vec<(FsId, Ino, u64, u64)> = built
             .data
             .iter()
             .filter(|(key, _)| !built.removed_inodes.contains(key))
-            .filter_map(|(key, ranges)| ranges.span().map(|span| (key, span)))
+            .filter_map(|(&(fs, ino), ranges)| {
+                ranges.span().map(|(start, end)| (fs, ino, start, end))
+            })
             .collect();
         match changed.as_slice() {
-            [(&(fs, ino), (start, end))] => {
+            &[(fs, ino, start, end)] => {
                 return RecordSummary::Data {
                     fs,
                     ino,
-                    start: *start,
-                    end: *end,
+                    start,
+                    end,
                 }
             }
-            [(&(fs, _), _), ..] => return RecordSummary::FileSystem { fs },
+            &[(fs, ..), ..] => return RecordSummary::FileSystem { fs },
             [] => {}
         }
         if let Some(&(fs, ino)) = built

@@ -10,9 +10,9 @@
 //! 3. every extent maps a chunk in use, within the chunk, without overlapping the next —
 //!    primary data;
 //! 4. each chunk's reference count equals the extents that map it, over every file system
-//!    — derived data, set right by a repair (a mark and sweep, `onecopy_core::gc`);
-//! 4a. byte ranges an earlier repair recorded lost ([`crate::node::LOST_CHUNK`]) are
-//!    reported as such ([`FindingKind::Lost`], exit status 3) until they are rewritten;
+//!    — derived data, set right by a repair (a mark and sweep, `onecopy_core::gc`); byte
+//!    ranges an earlier repair recorded lost ([`crate::node::LOST_CHUNK`]) are reported as
+//!    such ([`FindingKind::Lost`], exit status 3) until they are rewritten;
 //! 5. with `read_data`, every mapped chunk reads back and passes its checksum.
 //!
 //! A check without `repair` changes nothing.
