@@ -204,6 +204,16 @@ impl FsEngine {
             && self.storage().available_bytes()?.unwrap_or(u64::MAX) >= needed)
     }
 
+    /// Bytes a compaction may copy now: the free space beyond the headroom (everything when
+    /// the storage cannot tell). On a full disk it is 0, so a compaction retires only the
+    /// containers that hold no live chunk, which gives room back without taking any.
+    pub(crate) fn room_for_copies(&self, state: &State) -> Result<u64> {
+        Ok(match self.storage().available_bytes()? {
+            Some(free) => free.saturating_sub(headroom(state)),
+            None => u64::MAX,
+        })
+    }
+
     /// Creates `fs/reserve` when the storage knows its free space and has room (best
     /// effort: without room the engine runs without a reserve until there is).
     pub(crate) fn hold_reserve(&self, state: &mut State) -> Result<()> {
