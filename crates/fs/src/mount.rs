@@ -10,8 +10,11 @@
 //! background threads stop and the engine checkpoints, so the next open replays nothing.
 
 use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -20,7 +23,7 @@ use fuser::{Config, MountOption, Session, SessionACL, SessionUnmounter};
 use parking_lot::{Condvar, Mutex};
 
 use crate::changes::FsId;
-use crate::control::ControlServer;
+use crate::control::{self, MountInfo, Request, Response, REQUEST_BYTES_MAX, SOCKET_FILE};
 use crate::dedup::{self, Yield};
 use crate::engine::FsEngine;
 use crate::error::{FsError, Result};
@@ -30,6 +33,8 @@ use crate::fuse::FuseFileSystem;
 pub const THREADS_DEFAULT: usize = 4;
 /// Most request threads.
 pub const THREADS_MAX: usize = 64;
+/// Control requests answered at once; more are refused (a deduplication run holds one).
+const REQUESTS_IN_FLIGHT_MAX: usize = 16;
 /// How often the idle deduplicator looks at the clock.
 const IDLE_POLL: Duration = Duration::from_millis(200);
 
@@ -276,14 +281,6 @@ struct MountEntry {
     mount_point: PathBuf,
     read_only: bool,
     unmounter: Arc<Mutex<SessionUnmounter>>,
-}
-
-/// A mounted file system, as the control socket lists it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MountInfo {
-    pub fs: FsId,
-    pub mount_point: PathBuf,
-    pub read_only: bool,
 }
 
 impl MountServer {
@@ -600,6 +597,138 @@ pub fn serve_with_signals(
     }
     control.stop();
     engine.shutdown()
+}
+
+/// Runs `request` in the process that serves the mounts of `server`.
+pub fn execute_served(server: &Arc<MountServer>, request: &Request) -> Result<serde_json::Value> {
+    match request {
+        Request::Mount {
+            name,
+            mount_point,
+            options,
+        } => {
+            let options = MountOptions::parse(options)?;
+            server.mount(name, mount_point, &options)?;
+            Ok(serde_json::json!({ "mounted": name, "pid": std::process::id() }))
+        }
+        Request::AwaitUnmount { mount_point } => {
+            let was_mounted = server
+                .mounts()
+                .iter()
+                .any(|mount| mount.mount_point == *mount_point);
+            let last = server.await_unmount(mount_point);
+            Ok(serde_json::json!({ "was_mounted": was_mounted, "last": last }))
+        }
+        _ => control::execute(server.engine(), request, &server.mounts()),
+    }
+}
+
+/// The control socket of a mounting process.
+pub struct ControlServer {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ControlServer {
+    /// Listens on the face's socket in `face_directory` and answers requests for the mounts
+    /// of `server` until stopped.
+    pub fn start(server: Arc<MountServer>, face_directory: &Path) -> Result<ControlServer> {
+        let path = face_directory.join(SOCKET_FILE);
+        // A socket left by a process that died: the face lock (held by the caller) proves
+        // nobody serves it.
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path)
+            .map_err(|error| FsError::io(format!("listening on {}", path.display()), error))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|error| FsError::io(format!("making {} private", path.display()), error))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("fs-control".to_string())
+            .spawn(move || {
+                let in_flight = Arc::new(AtomicUsize::new(0));
+                for stream in listener.incoming() {
+                    if stopping.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    if in_flight.fetch_add(1, Ordering::AcqRel) >= REQUESTS_IN_FLIGHT_MAX {
+                        in_flight.fetch_sub(1, Ordering::AcqRel);
+                        let busy: Response = Err(format!(
+                            "the mounting process is answering {REQUESTS_IN_FLIGHT_MAX} \
+                             requests already; try again"
+                        ));
+                        let mut out = serde_json::to_vec(&busy).expect("responses serialise");
+                        out.push(b'\n');
+                        let _ = (&stream).write_all(&out);
+                        continue;
+                    }
+                    let server = Arc::clone(&server);
+                    let done = Arc::clone(&in_flight);
+                    // A long request (a deduplication run, waiting for an unmount) must not
+                    // hold up `stats`.
+                    let spawned = std::thread::Builder::new()
+                        .name("fs-control-request".to_string())
+                        .spawn(move || {
+                            let _ = answer(&server, stream, &done);
+                        });
+                    if spawned.is_err() {
+                        in_flight.fetch_sub(1, Ordering::AcqRel);
+                    }
+                }
+            })
+            .map_err(|error| FsError::io("starting the control thread", error))?;
+        Ok(ControlServer {
+            path,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops listening and removes the socket.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wakes the accept loop.
+        let _ = UnixStream::connect(&self.path);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Answers the request on `stream`, then takes it out of `in_flight` (a wait for an unmount
+/// at once: it lasts as long as the mount and is no work).
+fn answer(
+    server: &Arc<MountServer>,
+    stream: UnixStream,
+    in_flight: &AtomicUsize,
+) -> std::io::Result<()> {
+    let mut counted = true;
+    let release = |counted: &mut bool| {
+        if std::mem::take(counted) {
+            in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
+    };
+    let mut line = String::new();
+    let read = BufReader::new((&stream).take(REQUEST_BYTES_MAX)).read_line(&mut line);
+    if let Err(error) = read {
+        release(&mut counted);
+        return Err(error);
+    }
+    let request = serde_json::from_str::<Request>(&line);
+    if matches!(request, Ok(Request::AwaitUnmount { .. })) {
+        release(&mut counted);
+    }
+    let response: Response = match request {
+        Ok(request) => execute_served(server, &request).map_err(|error| error.to_string()),
+        Err(error) => Err(format!("malformed control request: {error}")),
+    };
+    release(&mut counted);
+    let mut out = serde_json::to_vec(&response).expect("responses serialise");
+    out.push(b'\n');
+    (&stream).write_all(&out)
 }
 
 /// Blocks SIGTERM, SIGINT and SIGHUP in this thread (and the threads it starts after), for

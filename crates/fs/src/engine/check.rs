@@ -26,8 +26,7 @@ use onecopy_core::gc;
 use crate::error::Result;
 use crate::node::{Ino, Kind, ROOT};
 
-use super::recovery::inode_label;
-use super::salvage::ranges_text;
+use super::salvage::{inode_label, ranges_text};
 use super::FsEngine;
 
 /// The face's name in check reports.

@@ -38,7 +38,7 @@ use onecopy_core::pages::{ManifestState, PageStore, PageStoreOptions};
 use onecopy_core::storage::{read_all, write_atomically, Storage};
 use parking_lot::Mutex;
 
-use super::salvage::Salvage;
+use super::salvage::{describe, Salvage};
 use super::space::{release_reserve_file, reserve_exists, SpaceGuard};
 use super::{
     apply, CheckpointState, ChunkCache, FaceConfig, FileSystem, FsEngine, RuntimeOptions, State,
@@ -798,80 +798,4 @@ fn missing_data_finding(
          container",
     )
     .with_lost([describe(systems, &summary)])
-}
-
-/// What a record summarised by `summary` changed, in words, with the names the tables know
-/// now.
-pub(crate) fn describe(systems: &BTreeMap<FsId, FileSystem>, summary: &RecordSummary) -> String {
-    let system_name = |fs: FsId| match systems.get(&fs) {
-        Some(system) => format!("file system {}", system.record.name),
-        None => format!("file system id {fs}"),
-    };
-    let inode_name = |fs: FsId, ino: Ino| match systems.get(&fs) {
-        Some(system) => inode_label(system, ino),
-        None => format!("inode {ino}"),
-    };
-    match *summary {
-        RecordSummary::Unknown => "what it changed is unknown (no tag)".to_string(),
-        RecordSummary::Data {
-            fs,
-            ino,
-            start,
-            end,
-        } => format!(
-            "{}: {} bytes {start}..{end}",
-            system_name(fs),
-            inode_name(fs, ino)
-        ),
-        RecordSummary::File { fs, ino } => {
-            format!(
-                "{}: {} (bytes unknown)",
-                system_name(fs),
-                inode_name(fs, ino)
-            )
-        }
-        RecordSummary::Inode { fs, ino } => format!(
-            "{}: the attributes or xattrs of {}, or its removal",
-            system_name(fs),
-            inode_name(fs, ino)
-        ),
-        RecordSummary::Entries {
-            fs,
-            parent,
-            other_parent,
-            ino,
-        } => {
-            let mut directories = inode_name(fs, parent);
-            if other_parent != 0 {
-                directories = format!("{directories} and {}", inode_name(fs, other_parent));
-            }
-            format!(
-                "{}: the entries of directory {directories} for {} (a create, link, unlink \
-                 or rename)",
-                system_name(fs),
-                inode_name(fs, ino)
-            )
-        }
-        RecordSummary::FileSystem { fs } => format!(
-            "{}: its record (created, configured, its deletion started) or several of its \
-             files",
-            system_name(fs)
-        ),
-        RecordSummary::Chunks => {
-            "only chunk locations or reference counts (compaction, a repair), which a repair \
-             rebuilds"
-                .to_string()
-        }
-    }
-}
-
-/// `/path (inode N)`, or `inode N` when no directory names it.
-pub(crate) fn inode_label(system: &FileSystem, ino: Ino) -> String {
-    if ino == crate::node::ROOT {
-        return "/ (inode 1)".to_string();
-    }
-    match crate::dedup::paths_of(system).remove(&ino) {
-        Some(path) => format!("{path} (inode {ino})"),
-        None => format!("inode {ino}"),
-    }
 }

@@ -19,8 +19,7 @@ use onecopy_core::check::{Finding, FindingKind};
 use onecopy_core::chunk_store::ChunkStore;
 use onecopy_core::pages::PageStore;
 
-use super::recovery::inode_label;
-use super::salvage::{files_of, ranges_text, Salvage};
+use super::salvage::{files_of, inode_label, ranges_text, Salvage};
 use super::{now_ns, FileSystem};
 use crate::changes::FsId;
 use crate::error::Result;
