@@ -195,7 +195,10 @@ pub struct MountArgs {
     pub foreground: bool,
     /// Mount options, comma separated: allow_other, ro, keep_cache (the page cache across
     /// opens; the I/O monitor then sees cache misses only), no_monitor (reads are not
-    /// counted: files never rank 1 or 2; for measuring the monitor's cost), threads=N.
+    /// counted: files never rank 1 or 2; for measuring the monitor's cost), writeback_cache
+    /// (the kernel's writeback cache: small writes merged; a full disk then shows at fsync or
+    /// close, not at write), threads=N. Another file system of the repository mounts into the
+    /// process that serves the first.
     #[arg(short = 'o', value_name = "OPTIONS", default_value = "")]
     pub options: String,
     /// Set by the background mount for its serving process: report readiness on stdout.
@@ -380,6 +383,12 @@ fn print_stats(value: &Value) {
         );
     }
     let face = &value["face"];
+    if face["space"]["writes_refused"] == true {
+        println!(
+            "disk full        writes are refused (ENOSPC) until there is room ({} free)",
+            format_size(face["space"]["free_bytes_sampled"].as_u64().unwrap_or(0))
+        );
+    }
     let live = face["live_stored_bytes"].as_u64().unwrap_or(0);
     let containers = face["container_bytes"].as_u64().unwrap_or(0);
     println!(
