@@ -314,7 +314,7 @@ impl MountServer {
             .collect()
     }
 
-    /// Mounts file system `name` at `mount_point` (an existing directory, absolute) with
+    /// Mounts file system `name` at `mount_point` (an existing directory) with
     /// `options`, in a session of its own; returns once the mount is in place. Refused when
     /// the server is ending, when the file system or the mount point is mounted already (two
     /// sessions of one file system would each trust their own kernel caches), and a writable
@@ -325,10 +325,11 @@ impl MountServer {
         mount_point: &Path,
         options: &MountOptions,
     ) -> Result<FsId> {
-        assert!(
-            mount_point.is_absolute(),
-            "mount points are canonical paths"
-        );
+        // The table compares mount points by path: a relative one is made absolute first.
+        let absolute = std::path::absolute(mount_point).map_err(|error| {
+            FsError::io(format!("mount point {}", mount_point.display()), error)
+        })?;
+        let mount_point = absolute.as_path();
         let _serialised = self.mounting.lock();
         let fs = self.engine.find(name)?;
         {
