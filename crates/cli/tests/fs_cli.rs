@@ -944,6 +944,8 @@ fn several_file_systems_mounted_at_once() {
         2
     );
     setup.ok(&["fs", "config", "a", "--big-chunk", "128KiB"]);
+    let plan = setup.json(&["fs", "dedup", "a", "--dry-run", "--json"]);
+    assert_eq!(plan["plan"]["file_system"], "a", "{plan}");
 
     // A file system is mounted once; a mounted one is not deleted.
     let again = setup.run(&["mount", "b", points[3].to_str().unwrap()]);

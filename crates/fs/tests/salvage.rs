@@ -312,7 +312,8 @@ fn assert_files(
 /// later records wrote again) and keeps everything else as the model has it; the lost
 /// bytes read EIO until written again, the next check reports them (exit 3), and the file
 /// system mounts again. Method: random writes and truncations of four files, one record
-/// each; for several seeds and several victims, a flipped byte in the victim's payload.
+/// each; for several seeds and several victims, a flipped byte in the victim's payload (or
+/// header).
 #[test]
 fn flipped_byte_in_a_journal_record_is_salvaged() {
     let mut losses = 0;
@@ -322,11 +323,17 @@ fn flipped_byte_in_a_journal_record_is_salvaged() {
         let (generation, scan) = scan_journal(&history.storage);
         assert_eq!(scan.records.len(), count, "one record per operation");
         let journal = Journal::file_name("meta", generation);
-        for victim in [0, count / 3, count / 2, count - 2, count - 1] {
-            let context = format!("seed {seed}, record {victim}");
+        // A byte of the payload, and for one victim a byte of the header (the tag is then
+        // read from the footer).
+        let victims = [0, count / 3, count / 2, count - 2, count - 1]
+            .into_iter()
+            .map(|victim| (victim, 32 + 9))
+            .chain([(count / 2, 5)]);
+        for (victim, at) in victims {
+            let context = format!("seed {seed}, record {victim}, byte {at}");
             let storage = history.storage.crash(CrashMode::Clean);
             let record = scan.records[victim];
-            flip(&storage, &journal, record.offset + 32 + 9);
+            flip(&storage, &journal, record.offset + at);
 
             let refused = open(&storage, OpenMode::ReadWrite).unwrap_err().to_string();
             assert!(
