@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Turns bench/fs/run.sh's results.jsonl into the Markdown report: the face against ext4 and
 bindfs pair by pair, rank-1 reads after deduplication against the same files plain, RAM per TB
-of deduplicated data, and the effect of keep_cache."""
+of deduplicated data, the effect of keep_cache, and of the kernel's writeback cache."""
 
 import json
 import statistics
@@ -146,6 +146,28 @@ def threads(rows, out):
     out.append("")
 
 
+def writeback(rows, out):
+    out.append("### The kernel's writeback cache\n")
+    pairs = sorted({r["pair"] for r in rows})
+    by_key = {(r["test"], r["options"], r["pair"]): r for r in rows}
+    out.append(f"Medians over {len(pairs)} pairs, then the ratios of each pair (with / without, "
+               "higher is better with the cache).\n")
+    out.append("| test | without | with writeback_cache | with / without (pairs) |")
+    out.append("|---|---|---|---|")
+    for test in ["seq-write", "small-write", "untar"]:
+        without = [by_key[(test, "default", p)] for p in pairs if (test, "default", p) in by_key]
+        with_cache = [by_key[(test, "writeback_cache", p)] for p in pairs
+                      if (test, "writeback_cache", p) in by_key]
+        if not without or not with_cache:
+            continue
+        ratios = [by_key[(test, "default", p)]["seconds"] / by_key[(test, "writeback_cache", p)]["seconds"]
+                  for p in pairs if (test, "default", p) in by_key and (test, "writeback_cache", p) in by_key]
+        text = lambda rows: f"{statistics.median(r['bytes'] / r['seconds'] for r in rows) / 1e6:.0f} MB/s"
+        out.append(f"| {test} | {text(without)} | {text(with_cache)} | {ratios_text(ratios)} |")
+    loads = [row["load"] for row in rows]
+    out.append(f"\nLoad average during the runs: {min(loads):.2f}-{max(loads):.2f}.\n")
+
+
 def main(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     out = []
@@ -153,7 +175,8 @@ def main(path):
     if machine:
         m = machine[0]
         out.append(f"Code {m['code']}, kernel {m['kernel']}, {m['cores']} cores, load {m['load']} at the start.\n")
-    for kind, function in [("compare", compare), ("ram", ram), ("cache", cache), ("threads", threads)]:
+    for kind, function in [("compare", compare), ("ram", ram), ("cache", cache), ("threads", threads),
+                           ("writeback", writeback)]:
         selected = [r for r in rows if r["kind"] == kind]
         if selected:
             function(selected, out)

@@ -18,6 +18,10 @@
 #   cache    re-reading a file through the mount without and with `-o keep_cache`, alternated.
 #   threads  cold sequential reads of one file through bindfs --multithreaded and through the
 #            face with THREADS request threads each, alternated.
+#   writeback the face without and with the kernel's writeback cache (`-o writeback_cache`),
+#            alternated pair by pair, each on a fresh repository: sequential write (1 MiB
+#            writes, then fsync), small writes (SMALL_SIZE in 4 KiB writes, then fsync), untar
+#            of TREE then syncfs (so that the cached data has reached the face).
 #
 # FUSE caches are emptied before every cold read by unmounting and mounting again, the kernel's
 # by `echo 3 >/proc/sys/vm/drop_caches`. Run as root (drop_caches, mounts).
@@ -25,9 +29,9 @@
 # Usage: bench/fs/run.sh    (environment: PAIRS=3 SEQ_SIZE=1G TREE=/usr/include
 #                            RANK_FILE_SIZE=512M RANK_ROUNDS=3 RAM_STEPS=3 RAM_STEP=1G
 #                            RAM_CHUNKS="4KiB 256KiB" CACHE_ROUNDS=3 THREADS="1 4"
-#                            THREADS_ROUNDS=3
+#                            THREADS_ROUNDS=3 SMALL_SIZE=64M
 #                            DISK_DIR=/var/tmp SHM_DIR=/dev/shm OUT=target/bench-fs
-#                            PHASES="compare rank1 ram cache threads")
+#                            PHASES="compare rank1 ram cache threads writeback")
 # Prints the report (also OUT/report.md); every measurement is a JSON line in OUT/results.jsonl.
 set -euo pipefail
 
@@ -46,7 +50,8 @@ SHM_DIR=${SHM_DIR:-/dev/shm}
 OUT=${OUT:-$root/target/bench-fs}
 THREADS=${THREADS:-1 4}
 THREADS_ROUNDS=${THREADS_ROUNDS:-3}
-PHASES=${PHASES:-compare rank1 ram cache threads}
+SMALL_SIZE=${SMALL_SIZE:-64M}
+PHASES=${PHASES:-compare rank1 ram cache threads writeback}
 phase() { [[ " $PHASES " == *" $1 "* ]]; }
 
 [ "$(id -u)" -eq 0 ] || { echo "run as root: the benchmark drops the kernel's caches" >&2; exit 1; }
@@ -383,6 +388,46 @@ if phase threads; then
     done
   done
   rm -rf "$repository" "$work/bindfs"
+fi
+
+if phase writeback; then
+  seq_bytes=$(to_bytes "$SEQ_SIZE")
+  small_bytes=$(to_bytes "$SMALL_SIZE")
+  head -c "$seq_bytes" /dev/urandom >"$shm/seq.bin"
+  head -c "$small_bytes" /dev/urandom >"$shm/small.bin"
+  tar -cf "$shm/tree.tar" -C "$(dirname "$TREE")" "$(basename "$TREE")"
+  tree_bytes=$(stat -c %s "$shm/tree.tar")
+  tree_files=$(tar -tf "$shm/tree.tar" | wc -l)
+  repository=$work/writeback
+  for ((pair = 1; pair <= PAIRS; pair++)); do
+    for options in default writeback_cache; do
+      rm -rf "$repository"
+      ONECOPY_REPO=$repository "$onecopy" init >/dev/null
+      ONECOPY_REPO=$repository "$onecopy" fs create writeback --idle 0 >/dev/null
+      drop_caches
+      if [ "$options" = default ]; then
+        onecopy_mount "$repository" writeback no_writeback_cache
+      else
+        onecopy_mount "$repository" writeback writeback_cache
+      fi
+      start=$(now)
+      dd if="$shm/seq.bin" of="$mnt/seq.bin" bs=1M conv=fsync status=none
+      seconds=$(elapsed "$start" "$(now)")
+      record "{\"kind\":\"writeback\",\"pair\":$pair,\"options\":\"$options\",\"test\":\"seq-write\",\"seconds\":$seconds,\"bytes\":$seq_bytes,\"load\":$(load)}"
+      start=$(now)
+      dd if="$shm/small.bin" of="$mnt/small.bin" bs=4k conv=fsync status=none
+      seconds=$(elapsed "$start" "$(now)")
+      record "{\"kind\":\"writeback\",\"pair\":$pair,\"options\":\"$options\",\"test\":\"small-write\",\"seconds\":$seconds,\"bytes\":$small_bytes,\"load\":$(load)}"
+      start=$(now)
+      tar -xf "$shm/tree.tar" -C "$mnt"
+      sync -f "$mnt"
+      seconds=$(elapsed "$start" "$(now)")
+      record "{\"kind\":\"writeback\",\"pair\":$pair,\"options\":\"$options\",\"test\":\"untar\",\"seconds\":$seconds,\"bytes\":$tree_bytes,\"files\":$tree_files,\"load\":$(load)}"
+      onecopy_umount "$repository"
+      echo "writeback pair $pair $options done (load $(load))" >&2
+    done
+  done
+  rm -rf "$repository" "$shm/seq.bin" "$shm/small.bin" "$shm/tree.tar"
 fi
 
 python3 "$root/bench/fs/report.py" "$results" | tee "$OUT/report.md"

@@ -210,17 +210,15 @@ fn commands_work_while_mounted() {
     assert_eq!(face["findings"], serde_json::json!([]), "{check}");
     assert!(face["checked"]["chunks"].as_u64().unwrap() > 0, "{check}");
 
-    // A second mount of the repository's face is refused with status 4, naming the holder.
+    // Another file system of the repository mounts too, served by the same process.
     setup.ok(&["fs", "create", "other"]);
     let second = setup._base.path().join("second");
     std::fs::create_dir(&second).unwrap();
-    let refused = setup.run(&["mount", "other", second.to_str().unwrap()]);
-    assert_eq!(refused.status.code(), Some(4));
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("mount data at"),
-        "{}",
-        String::from_utf8_lossy(&refused.stderr)
-    );
+    setup.ok(&["mount", "other", second.to_str().unwrap()]);
+    std::fs::write(second.join("file"), b"other").unwrap();
+    assert_eq!(setup.json(&["fs", "stats", "other", "--json"])["files"], 1);
+    setup.ok(&["umount", second.to_str().unwrap()]);
+    assert!(!is_mounted(&second.canonicalize().unwrap()));
     setup.ok(&["fs", "delete", "other"]);
 
     let refused = setup.run(&["fs", "delete", "data"]);
@@ -680,33 +678,8 @@ fn permissions_and_read_only_mounts() {
     wait_gone(pid, Duration::from_secs(10));
 }
 
-/// Goal: a damaged durable journal record is never replayed as data: mounting refuses with
-/// a message naming the journal, and `onecopy check` reports damage (exit status 1).
-/// Method: fsync'd writes, kill -9 (so the journal holds them), a flipped byte in the first
-/// record, then mount and check.
-#[test]
-fn damaged_journal_is_refused_and_reported() {
-    let setup = Setup::new();
-    setup.ok(&["fs", "create", "damaged"]);
-    setup.mount("damaged");
-    let mounted = setup.mount_point.canonicalize().unwrap();
-    for index in 0..5 {
-        let file = std::fs::File::create(mounted.join(format!("f{index}"))).unwrap();
-        file.write_all_at(&vec![index as u8 + 1; 10_000], 0)
-            .unwrap();
-        file.sync_all().unwrap();
-    }
-    let pid = setup.server_pid();
-    // SAFETY: kill sends a signal.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    wait_gone(pid, Duration::from_secs(10));
-    assert!(Command::new("fusermount3")
-        .arg("-u")
-        .arg(&mounted)
-        .status()
-        .unwrap()
-        .success());
-
+/// The face's journals, oldest first.
+fn journals(setup: &Setup) -> Vec<PathBuf> {
     let meta = setup.repository.join("fs/meta");
     let mut journals: Vec<PathBuf> = std::fs::read_dir(&meta)
         .unwrap()
@@ -720,39 +693,494 @@ fn damaged_journal_is_refused_and_reported() {
         })
         .collect();
     journals.sort();
-    let journal = journals.last().unwrap();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(journal)
-        .unwrap();
-    // The first record's payload: after the 64-byte file header and its 32-byte header.
-    let mut byte = [0u8; 1];
-    file.read_exact_at(&mut byte, 64 + 32 + 2).unwrap();
-    byte[0] ^= 0x40;
-    file.write_all_at(&byte, 64 + 32 + 2).unwrap();
-    drop(file);
+    journals
+}
 
-    let refused = setup.run(&["mount", "damaged", mounted.to_str().unwrap()]);
-    assert!(!refused.status.success());
-    let message = String::from_utf8_lossy(&refused.stderr);
-    assert!(message.contains("journal"), "{message}");
-    let check = setup.run(&["check", "--json"]);
-    assert_eq!(check.status.code(), Some(1));
-    let report: Value = serde_json::from_slice(&check.stdout).unwrap();
-    let face = report["faces"]
+fn face_report(output: &Output) -> Value {
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "{error}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    report["faces"]
         .as_array()
         .unwrap()
         .iter()
         .find(|face| face["face"] == "fs")
         .unwrap()
-        .clone();
+        .clone()
+}
+
+/// Goal: a damaged durable journal record is never replayed as data: mounting refuses with
+/// a message naming the journal, `onecopy check` names the damage (file and offset, exit
+/// status 1), `onecopy check --repair` salvages the rest and lists exactly what was lost
+/// (file system, path, byte range; exit 3), the file system mounts again, the lost bytes
+/// read EIO while every other file reads back whole, the next check reports the recorded
+/// loss (exit 3), and rewriting the bytes ends it (exit 0). Method: fsync'd writes of five
+/// files, kill -9 (so the journal holds them), a flipped byte in the payload of the record
+/// that wrote file f2 (found by its tag), then the commands as a user runs them.
+#[test]
+fn damaged_journal_is_salvaged_by_check_repair() {
+    let setup = Setup::new();
+    setup.ok(&["fs", "create", "damaged"]);
+    setup.mount("damaged");
+    let mounted = setup.mount_point.canonicalize().unwrap();
+    let content = |index: u8| vec![index + 1; 10_000];
+    for index in 0..5u8 {
+        let file = std::fs::File::create(mounted.join(format!("f{index}"))).unwrap();
+        file.write_all_at(&content(index), 0).unwrap();
+        file.sync_all().unwrap();
+    }
+    let pid = setup.server_pid();
+    // SAFETY: kill sends a signal.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    wait_gone(pid, Duration::from_secs(10));
+    assert!(Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mounted)
+        .status()
+        .unwrap()
+        .success());
+
+    // The record that wrote f2: a Data tag naming its inode and bytes 0..10000.
+    let storage = onecopy_core::storage::LocalStorage::open(setup.repository.join("fs")).unwrap();
+    let journal = journals(&setup).pop().unwrap();
+    let generation = u64::from_str_radix(
+        journal
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .trim_start_matches("journal-"),
+        16,
+    )
+    .unwrap();
+    let scan = onecopy_core::journal::Journal::scan(&storage, "meta", generation).unwrap();
+    let data_records: Vec<_> = scan
+        .records
+        .iter()
+        .filter(|record| {
+            matches!(
+                onecopy_fs::summary::RecordSummary::of_tag(&record.tag),
+                onecopy_fs::summary::RecordSummary::Data {
+                    start: 0,
+                    end: 10_000,
+                    ..
+                }
+            )
+        })
+        .collect();
+    assert_eq!(data_records.len(), 5, "one write record per file");
+    let victim = data_records[2].offset;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&journal)
+        .unwrap();
+    let mut byte = [0u8; 1];
+    file.read_exact_at(&mut byte, victim + 32 + 20).unwrap();
+    byte[0] ^= 0x40;
+    file.write_all_at(&byte, victim + 32 + 20).unwrap();
+    drop(file);
+
+    let refused = setup.run(&["mount", "damaged", mounted.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        message.contains("journal") && message.contains("check --repair"),
+        "{message}"
+    );
+    let check = setup.run(&["check", "--json"]);
+    assert_eq!(check.status.code(), Some(1));
+    let face = face_report(&check);
+    let name = journal.file_name().unwrap().to_str().unwrap();
     assert_eq!(face["findings"][0]["kind"], "damage", "{face}");
+    assert!(
+        face["findings"][0]["object"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("{name} at byte {victim}")),
+        "{face}"
+    );
     assert!(
         face["findings"][0]["detail"]
             .as_str()
             .unwrap()
-            .contains("journal"),
+            .contains("/f2 (inode"),
+        "what the record changed is named: {face}"
+    );
+
+    let repair = setup.run(&["check", "--repair", "--json"]);
+    assert_eq!(
+        repair.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&repair.stdout)
+    );
+    let face = face_report(&repair);
+    let lost: Vec<&str> = face["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|finding| finding["lost"].as_array().unwrap())
+        .map(|lost| lost.as_str().unwrap())
+        .collect();
+    assert_eq!(lost.len(), 1, "{face}");
+    assert!(
+        lost[0].starts_with("fs damaged: /f2 (inode") && lost[0].ends_with("bytes 0..10000"),
         "{face}"
     );
+
+    setup.mount("damaged");
+    for index in [0u8, 1, 3, 4] {
+        assert_eq!(
+            std::fs::read(mounted.join(format!("f{index}"))).unwrap(),
+            content(index)
+        );
+    }
+    let unreadable = std::fs::read(mounted.join("f2")).unwrap_err();
+    assert_eq!(unreadable.raw_os_error(), Some(libc::EIO));
+    let check = setup.run(&["check", "--json"]);
+    assert_eq!(check.status.code(), Some(3), "the recorded loss");
+    assert_eq!(face_report(&check)["findings"][0]["kind"], "lost");
+    std::fs::write(mounted.join("f2"), b"rewritten").unwrap();
+    assert_eq!(std::fs::read(mounted.join("f2")).unwrap(), b"rewritten");
+    setup.ok(&["check"]);
+    setup.ok(&["umount", mounted.to_str().unwrap()]);
+}
+
+/// Mounts a tmpfs of `size` at `path` (root only).
+fn mount_tmpfs(path: &Path, size: &str) {
+    let status = Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size={size},mode=0700"),
+            "tmpfs",
+        ])
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success(), "mount -t tmpfs (the test runs as root)");
+}
+
+/// Goal: on a full disk writes fail with ENOSPC (not EIO) before they change anything,
+/// reads and fsync keep working, the mount stays up, and writes resume once there is room,
+/// without a remount; everything written reads back after a clean unmount and the check is
+/// clean. Method: the repository on a 64 MiB tmpfs; 1 MiB writes until ENOSPC; then the
+/// tmpfs grows (`mount -o remount,size=`), and writing goes on.
+#[test]
+fn full_disk_refuses_writes_with_enospc_until_there_is_room() {
+    assert!(
+        unsafe { libc::geteuid() } == 0,
+        "this test mounts a tmpfs and must run as root"
+    );
+    require_fuse();
+    let base = tempfile::tempdir().unwrap();
+    let disk = base.path().join("disk");
+    std::fs::create_dir(&disk).unwrap();
+    mount_tmpfs(&disk, "64m");
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(disk.clone());
+    let mount_point = base.path().join("mnt");
+    std::fs::create_dir(&mount_point).unwrap();
+    let setup = Setup {
+        _base: tempfile::tempdir().unwrap(),
+        repository: disk.join("repository"),
+        mount_point: mount_point.clone(),
+    };
+    setup.ok(&["init"]);
+    setup.ok(&["fs", "create", "full", "--idle", "0"]);
+    setup.mount("full");
+    let mounted = mount_point.canonicalize().unwrap();
+    let megabyte = |index: usize| -> Vec<u8> {
+        (0..1 << 20)
+            .map(|i: usize| ((i / 7) ^ (index * 131)) as u8 | 1)
+            .collect()
+    };
+    std::fs::write(mounted.join("keep"), megabyte(1000)).unwrap();
+    let mut file = std::fs::File::create(mounted.join("fill")).unwrap();
+    let mut written = 0;
+    let refused = loop {
+        match file.write_all(&megabyte(written)) {
+            Ok(()) => written += 1,
+            Err(error) => break error,
+        }
+        assert!(written < 64, "the disk never filled");
+    };
+    assert_eq!(refused.raw_os_error(), Some(libc::ENOSPC), "{refused}");
+    assert!(written >= 8, "{written} MiB before the disk filled");
+    // Refused again, reads and fsync work, the mount answers commands.
+    let again = std::fs::write(mounted.join("new"), megabyte(7)).unwrap_err();
+    assert_eq!(again.raw_os_error(), Some(libc::ENOSPC));
+    file.sync_all().unwrap();
+    assert_eq!(std::fs::read(mounted.join("keep")).unwrap(), megabyte(1000));
+    let stats = setup.json(&["fs", "stats", "full", "--json"]);
+    assert_eq!(stats["face"]["space"]["writes_refused"], true, "{stats}");
+
+    let grown = Command::new("mount")
+        .args(["-o", "remount,size=256m"])
+        .arg(&disk)
+        .status()
+        .unwrap();
+    assert!(grown.success());
+    std::thread::sleep(Duration::from_millis(300));
+    file.write_all(&megabyte(written)).unwrap();
+    written += 1;
+    file.sync_all().unwrap();
+    drop(file);
+    std::fs::write(mounted.join("new"), megabyte(7)).unwrap();
+    let pid = setup.server_pid();
+    setup.ok(&["umount", mounted.to_str().unwrap()]);
+    wait_gone(pid, Duration::from_secs(10));
+    setup.mount("full");
+    let fill = std::fs::read(mounted.join("fill")).unwrap();
+    assert_eq!(fill.len(), written << 20);
+    for index in 0..written {
+        assert!(fill[index << 20..(index + 1) << 20] == megabyte(index));
+    }
+    assert_eq!(std::fs::read(mounted.join("new")).unwrap(), megabyte(7));
+    setup.ok(&["umount", mounted.to_str().unwrap()]);
+    setup.ok(&["check"]);
+}
+
+/// Goal: with the kernel's writeback cache on, what fsync acknowledged survives kill -9 of
+/// the mounting process. Method: a mount with `-o writeback_cache`; writes, fsync, more
+/// writes without fsync, kill -9, mount again and read.
+#[test]
+fn writeback_cache_fsync_survives_kill_9() {
+    let setup = Setup::new();
+    setup.ok(&["fs", "create", "cached"]);
+    let mounted = setup.mount_point.canonicalize().unwrap();
+    setup.ok(&[
+        "mount",
+        "cached",
+        mounted.to_str().unwrap(),
+        "-o",
+        "writeback_cache",
+    ]);
+    let synced: Vec<u8> = (0..3_000_000u32).map(|i| (i * 11 % 239) as u8).collect();
+    let file = std::fs::File::create(mounted.join("synced")).unwrap();
+    for (index, piece) in synced.chunks(4096).enumerate() {
+        file.write_all_at(piece, index as u64 * 4096).unwrap();
+    }
+    file.sync_all().unwrap();
+    file.write_all_at(b"not synced", 0).unwrap();
+    let pid = setup.server_pid();
+    // SAFETY: kill sends a signal.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    wait_gone(pid, Duration::from_secs(10));
+    drop(file);
+    assert!(Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mounted)
+        .status()
+        .unwrap()
+        .success());
+    setup.ok(&[
+        "mount",
+        "cached",
+        mounted.to_str().unwrap(),
+        "-o",
+        "writeback_cache",
+    ]);
+    let read = std::fs::read(mounted.join("synced")).unwrap();
+    assert_eq!(read.len(), synced.len());
+    assert!(read[10..] == synced[10..], "the fsync'd data survived");
+    setup.ok(&["umount", mounted.to_str().unwrap()]);
+}
+
+/// Mount points under the test's directory, created, canonical.
+fn mount_points(setup: &Setup, names: &[&str]) -> Vec<PathBuf> {
+    names
+        .iter()
+        .map(|name| {
+            let path = setup._base.path().join(name);
+            std::fs::create_dir_all(&path).unwrap();
+            path.canonicalize().unwrap()
+        })
+        .collect()
+}
+
+/// The mount point `fs list --json` gives for file system `name`.
+fn listed_mount_point(setup: &Setup, name: &str) -> Value {
+    let list = setup.json(&["fs", "list", "--json"]);
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|record| record["name"] == name)
+        .unwrap_or_else(|| panic!("{name} listed: {list}"))["mount_point"]
+        .clone()
+}
+
+/// Goal: several file systems of one repository are mounted at once, one process serving
+/// them all: each reads and writes on its own, the `fs` commands answer for each, a file
+/// system is mounted only once, each mount ends on its own (`onecopy umount`, `fusermount3
+/// -u`, SIGTERM to a `mount --foreground` of it) with what it wrote durable while the others
+/// go on, the idle deduplicator works on the file system whose `--idle` calls for it, kill -9
+/// loses nothing fsync'd on any of them, and SIGTERM to the server ends every mount. Method:
+/// the binary; mounts, commands and signals as users give them.
+#[test]
+fn several_file_systems_mounted_at_once() {
+    let setup = Setup::new();
+    setup.ok(&["fs", "create", "a", "--idle", "0"]);
+    let quick = [
+        "--idle",
+        "1",
+        "--min-evaluation-interval",
+        "0",
+        "--min-evaluation-count",
+        "0",
+    ];
+    setup.ok(&[&["fs", "create", "b"][..], &quick[..]].concat());
+    setup.ok(&["fs", "create", "c"]);
+    let points = mount_points(&setup, &["a", "b", "c", "again"]);
+    let (a, b, c) = (&points[0], &points[1], &points[2]);
+    setup.ok(&["mount", "a", a.to_str().unwrap()]);
+    let server = setup.server_pid();
+    let delegated = setup.ok(&["mount", "b", b.to_str().unwrap()]);
+    assert!(
+        delegated.contains(&format!("(pid {server};")),
+        "the holder serves the second mount: {delegated}"
+    );
+    assert!(is_mounted(a) && is_mounted(b));
+
+    let content_a: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+    let content_b: Vec<u8> = (0..2_000_000u32).map(|i| (i / 4096) as u8).collect();
+    std::fs::write(a.join("file"), &content_a).unwrap();
+    std::fs::write(b.join("file"), &content_b).unwrap();
+    std::fs::write(b.join("copy"), &content_b).unwrap();
+    assert!(std::fs::read(a.join("file")).unwrap() == content_a);
+    assert!(std::fs::read(b.join("file")).unwrap() == content_b);
+    assert!(
+        !a.join("copy").exists(),
+        "each mount shows its own file system"
+    );
+    assert_eq!(listed_mount_point(&setup, "a"), a.to_str().unwrap());
+    assert_eq!(listed_mount_point(&setup, "b"), b.to_str().unwrap());
+    assert_eq!(listed_mount_point(&setup, "c"), Value::Null);
+    assert_eq!(setup.json(&["fs", "stats", "a", "--json"])["files"], 1);
+    assert_eq!(setup.json(&["fs", "stats", "b", "--json"])["files"], 2);
+    assert_eq!(
+        setup
+            .json(&["fs", "ranks", "b", "--json"])
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    setup.ok(&["fs", "config", "a", "--big-chunk", "128KiB"]);
+    let plan = setup.json(&["fs", "dedup", "a", "--dry-run", "--json"]);
+    assert_eq!(plan["plan"]["file_system"], "a", "{plan}");
+
+    // A file system is mounted once; a mounted one is not deleted.
+    let again = setup.run(&["mount", "b", points[3].to_str().unwrap()]);
+    assert!(!again.status.success());
+    let message = String::from_utf8_lossy(&again.stderr);
+    assert!(message.contains("is mounted at"), "{message}");
+    assert!(!is_mounted(&points[3]));
+    let refused = setup.run(&["fs", "delete", "b"]);
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("unmount it first"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    // The idle deduplicator deduplicates b (idle 1 s) and leaves a (idle 0) plain.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stats = setup.json(&["fs", "stats", "b", "--json"]);
+        if stats["pending_bytes"] == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "b not deduplicated: {stats}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(
+        setup.json(&["fs", "stats", "a", "--json"])["pending_bytes"],
+        content_a.len() as u64
+    );
+
+    // `onecopy umount` ends one mount; the process serves the others on, and what the ended
+    // one wrote is durable: after a kill -9 now, a mounts again with it.
+    setup.ok(&["umount", a.to_str().unwrap()]);
+    assert!(!is_mounted(a));
+    assert!(alive(server));
+    assert!(std::fs::read(b.join("copy")).unwrap() == content_b);
+    setup.ok(&["mount", "c", c.to_str().unwrap()]);
+    std::fs::write(c.join("synced"), b"synced").unwrap();
+    std::fs::File::open(c.join("synced"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+    // SAFETY: kill sends a signal.
+    assert_eq!(unsafe { libc::kill(server, libc::SIGKILL) }, 0);
+    wait_gone(server, Duration::from_secs(10));
+    for dead in [b, c] {
+        assert!(Command::new("fusermount3")
+            .arg("-u")
+            .arg(dead)
+            .status()
+            .unwrap()
+            .success());
+    }
+    setup.ok(&["mount", "c", c.to_str().unwrap()]);
+    let server = setup.server_pid();
+    setup.ok(&["mount", "a", a.to_str().unwrap()]);
+    setup.ok(&["mount", "b", b.to_str().unwrap()]);
+    assert!(std::fs::read(a.join("file")).unwrap() == content_a);
+    assert!(std::fs::read(b.join("copy")).unwrap() == content_b);
+    assert_eq!(std::fs::read(c.join("synced")).unwrap(), b"synced");
+
+    // fusermount3 -u ends one mount the same way.
+    assert!(Command::new("fusermount3")
+        .arg("-u")
+        .arg(c)
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while listed_mount_point(&setup, "c") != Value::Null {
+        assert!(Instant::now() < deadline, "c still listed as mounted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(std::fs::read(a.join("file")).unwrap() == content_a);
+
+    // `mount --foreground` of a file system another process serves lives as long as the
+    // mount, and SIGTERM to it unmounts that mount alone.
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_onecopy"))
+        .arg("--repo")
+        .arg(&setup.repository)
+        .args(["mount", "c", c.to_str().unwrap(), "--foreground"])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !is_mounted(c) {
+        assert!(Instant::now() < deadline, "c not mounted in the foreground");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(std::fs::read(c.join("synced")).unwrap(), b"synced");
+    // SAFETY: kill sends a signal.
+    assert_eq!(
+        unsafe { libc::kill(follower.id() as i32, libc::SIGTERM) },
+        0
+    );
+    assert!(follower.wait().unwrap().success());
+    assert!(!is_mounted(c));
+    assert!(is_mounted(a) && is_mounted(b) && alive(server));
+
+    // SIGTERM to the serving process ends every mount, cleanly.
+    // SAFETY: kill sends a signal.
+    assert_eq!(unsafe { libc::kill(server, libc::SIGTERM) }, 0);
+    wait_gone(server, Duration::from_secs(10));
+    assert!(!is_mounted(a) && !is_mounted(b));
+    setup.ok(&["check", "--read-data"]);
 }

@@ -6,12 +6,8 @@
 //! [`Request`] per connection, one line; one JSON [`Response`] back, one line.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -24,10 +20,8 @@ use crate::options::{FsOptions, OptionChanges};
 
 /// The control socket's file name in the face's directory.
 pub const SOCKET_FILE: &str = "control.sock";
-/// Longest request line accepted.
-const REQUEST_BYTES_MAX: u64 = 1 << 20;
-/// Requests answered at once; more are refused (a deduplication run holds one).
-const REQUESTS_IN_FLIGHT_MAX: usize = 16;
+/// Longest request line a mounting process accepts.
+pub const REQUEST_BYTES_MAX: u64 = 1 << 20;
 /// How long a client waits for an answer (a deduplication run can take long).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
@@ -68,17 +62,39 @@ pub enum Request {
         repair: bool,
         read_data: bool,
     },
+    /// Mount file system `name` at `mount_point` (canonical) in the serving process too, with
+    /// `options` as `onecopy mount -o` takes them. Answered once the mount is in place.
+    Mount {
+        name: String,
+        mount_point: PathBuf,
+        options: String,
+    },
+    /// Answered once nothing is mounted at `mount_point` any more and what it wrote is
+    /// durable: `{"was_mounted": bool, "last": bool}`, `last` when the serving process has
+    /// no mounts left and is ending (its checkpoint is done when it releases the face).
+    AwaitUnmount {
+        mount_point: PathBuf,
+    },
+}
+
+/// A mounted file system, as the control socket lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountInfo {
+    pub fs: FsId,
+    pub mount_point: PathBuf,
+    pub read_only: bool,
 }
 
 /// The answer to a [`Request`]: its JSON result, or the error's message.
 pub type Response = std::result::Result<serde_json::Value, String>;
 
-/// Runs `request` on `engine`; `mounted` is the file system this process has mounted, and
-/// `mount_point` where, for the refusal to delete it.
+/// Runs `request` on `engine`; `mounts` are the file systems this process has mounted (for
+/// `list`, and for the refusal to delete one). Mount requests need the mounting process
+/// (`crate::mount::MountServer`) and are refused here.
 pub fn execute(
     engine: &FsEngine,
     request: &Request,
-    mounted: Option<(FsId, &Path)>,
+    mounts: &[MountInfo],
 ) -> Result<serde_json::Value> {
     Ok(match request {
         Request::List => {
@@ -87,9 +103,10 @@ pub fn execute(
                 .iter()
                 .map(|record| {
                     let mut value = serde_json::to_value(record).expect("records serialise");
-                    let mount_point = mounted
-                        .filter(|(fs, _)| *fs == record.id)
-                        .map(|(_, path)| path.display().to_string());
+                    let mount_point = mounts
+                        .iter()
+                        .find(|mount| mount.fs == record.id)
+                        .map(|mount| mount.mount_point.display().to_string());
                     value["mount_point"] = serde_json::json!(mount_point);
                     value
                 })
@@ -114,16 +131,14 @@ pub fn execute(
         }
         Request::Delete { name } => {
             let fs = engine.find(name)?;
-            if let Some((mounted, path)) = mounted {
-                if mounted == fs {
-                    return Err(FsError::posix(
-                        libc::EBUSY,
-                        format!(
-                            "file system {name:?} is mounted at {}; unmount it first",
-                            path.display()
-                        ),
-                    ));
-                }
+            if let Some(mount) = mounts.iter().find(|mount| mount.fs == fs) {
+                return Err(FsError::posix(
+                    libc::EBUSY,
+                    format!(
+                        "file system {name:?} is mounted at {}; unmount it first",
+                        mount.mount_point.display()
+                    ),
+                ));
             }
             engine.delete_file_system(fs)?;
             serde_json::json!({ "deleted": name })
@@ -156,6 +171,11 @@ pub fn execute(
                 read_data: *read_data,
             })?)
         }
+        Request::Mount { .. } | Request::AwaitUnmount { .. } => {
+            return Err(FsError::InvalidArgument(
+                "mount requests go to a mounting process".to_string(),
+            ))
+        }
     })
 }
 
@@ -164,116 +184,19 @@ fn json<T: Serialize>(value: &T) -> serde_json::Value {
     serde_json::to_value(value).expect("results serialise")
 }
 
-/// The control socket of a mounting process.
-pub struct ControlServer {
-    path: PathBuf,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl ControlServer {
-    /// Listens on the face's socket and answers requests for `engine` until stopped.
-    pub fn start(
-        engine: Arc<FsEngine>,
-        face_directory: &Path,
-        mounted: FsId,
-        mount_point: &Path,
-    ) -> Result<ControlServer> {
-        let path = face_directory.join(SOCKET_FILE);
-        // A socket left by a process that died: the face lock (held by the caller) proves
-        // nobody serves it.
-        let _ = std::fs::remove_file(&path);
-        let listener = UnixListener::bind(&path)
-            .map_err(|error| FsError::io(format!("listening on {}", path.display()), error))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-            .map_err(|error| FsError::io(format!("making {} private", path.display()), error))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = Arc::clone(&stop);
-        let mount_point = mount_point.to_path_buf();
-        let thread = std::thread::Builder::new()
-            .name("fs-control".to_string())
-            .spawn(move || {
-                let in_flight = Arc::new(AtomicUsize::new(0));
-                for stream in listener.incoming() {
-                    if stopping.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let Ok(stream) = stream else { continue };
-                    if in_flight.fetch_add(1, Ordering::AcqRel) >= REQUESTS_IN_FLIGHT_MAX {
-                        in_flight.fetch_sub(1, Ordering::AcqRel);
-                        let busy: Response = Err(format!(
-                            "the mounting process is answering {REQUESTS_IN_FLIGHT_MAX} \
-                             requests already; try again"
-                        ));
-                        let mut out = serde_json::to_vec(&busy).expect("responses serialise");
-                        out.push(b'\n');
-                        let _ = (&stream).write_all(&out);
-                        continue;
-                    }
-                    let engine = Arc::clone(&engine);
-                    let mount_point = mount_point.clone();
-                    let done = Arc::clone(&in_flight);
-                    // A long request (a deduplication run) must not hold up `stats`.
-                    let spawned = std::thread::Builder::new()
-                        .name("fs-control-request".to_string())
-                        .spawn(move || {
-                            let _ = answer(&engine, stream, mounted, &mount_point);
-                            done.fetch_sub(1, Ordering::AcqRel);
-                        });
-                    if spawned.is_err() {
-                        in_flight.fetch_sub(1, Ordering::AcqRel);
-                    }
-                }
-            })
-            .map_err(|error| FsError::io("starting the control thread", error))?;
-        Ok(ControlServer {
-            path,
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    /// Stops listening and removes the socket.
-    pub fn stop(mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        // Wakes the accept loop.
-        let _ = UnixStream::connect(&self.path);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-fn answer(
-    engine: &FsEngine,
-    stream: UnixStream,
-    mounted: FsId,
-    mount_point: &Path,
-) -> std::io::Result<()> {
-    let mut line = String::new();
-    BufReader::new((&stream).take_limited()).read_line(&mut line)?;
-    let response: Response = match serde_json::from_str::<Request>(&line) {
-        Ok(request) => execute(engine, &request, Some((mounted, mount_point)))
-            .map_err(|error| error.to_string()),
-        Err(error) => Err(format!("malformed control request: {error}")),
-    };
-    let mut out = serde_json::to_vec(&response).expect("responses serialise");
-    out.push(b'\n');
-    (&stream).write_all(&out)
-}
-
-trait TakeLimited: std::io::Read + Sized {
-    fn take_limited(self) -> std::io::Take<Self> {
-        self.take(REQUEST_BYTES_MAX)
-    }
-}
-
-impl<R: std::io::Read> TakeLimited for R {}
-
 /// Sends `request` to the process serving the face in `face_directory`; `None` when no
 /// process listens there.
 pub fn send(face_directory: &Path, request: &Request) -> Result<Option<serde_json::Value>> {
+    send_waiting(face_directory, request, ANSWER_TIMEOUT)
+}
+
+/// [`send`], waiting at most `timeout` for the answer (an I/O error of kind `WouldBlock` or
+/// `TimedOut` after it).
+pub fn send_waiting(
+    face_directory: &Path,
+    request: &Request,
+    timeout: Duration,
+) -> Result<Option<serde_json::Value>> {
     let path = face_directory.join(SOCKET_FILE);
     let stream = match UnixStream::connect(&path) {
         Ok(stream) => stream,
@@ -294,7 +217,7 @@ pub fn send(face_directory: &Path, request: &Request) -> Result<Option<serde_jso
     };
     let context = || format!("asking the mounting process through {}", path.display());
     stream
-        .set_read_timeout(Some(ANSWER_TIMEOUT))
+        .set_read_timeout(Some(timeout))
         .map_err(|error| FsError::io(context(), error))?;
     let mut line = serde_json::to_vec(request).expect("requests serialise");
     line.push(b'\n');

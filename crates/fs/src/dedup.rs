@@ -345,6 +345,9 @@ fn dedup_file(
                 if state.system(fs)?.version(file.ino) != version {
                     return Ok(false);
                 }
+                // New chunks take room before the plain copies are freed: on a full disk the
+                // batch is refused before it changes anything.
+                engine.admit(state, taken as u64)?;
                 for (&(file_offset, at, length), print) in pieces.iter().zip(&fingerprints) {
                     crate::engine::map_data(
                         state,

@@ -32,6 +32,12 @@ pub enum FsError {
     /// The mounting process refused a command sent through its control socket; its message.
     #[error("{0}")]
     Remote(String),
+    /// Bytes of a file that a repair recorded as lost (EIO): which, and what to do.
+    #[error(
+        "{0} were lost to damage (a repair recorded them lost; `onecopy check` lists them); \
+         they read again once written, punched or truncated away"
+    )]
+    Lost(String),
     /// The engine stopped after a failure half way through a change; reopening recovers.
     #[error("the file system face stopped after an earlier failure ({0}); unmount and mount it again to recover")]
     Failed(String),

@@ -15,9 +15,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use parking_lot::Mutex;
@@ -47,6 +47,9 @@ pub struct FuseFileSystem {
     /// Whether reads are noted by the I/O monitor; see
     /// [`crate::mount::MountOptions::no_monitor`].
     monitor: bool,
+    /// The kernel's writeback cache is on (asked for, and granted at INIT); see
+    /// [`crate::mount::MountOptions::writeback_cache`].
+    writeback_cache: bool,
     /// The entries of each open directory handle, as they were at `opendir`: positions then
     /// never shift under a reader that removes entries as it goes (POSIX leaves it open
     /// whether entries added or removed after `opendir` are returned).
@@ -76,11 +79,26 @@ impl FuseFileSystem {
                 FopenFlags::empty()
             },
             directories: Mutex::new(HashMap::new()),
+            writeback_cache: false,
         }
+    }
+
+    /// Asks the kernel for its writeback cache at INIT.
+    pub fn with_writeback_cache(mut self, writeback_cache: bool) -> FuseFileSystem {
+        self.writeback_cache = writeback_cache;
+        self
     }
 
     fn handle(&self) -> FileHandle {
         FileHandle(self.next_handle.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// True when `error` says that inode `ino` is gone, and it is because it was removed:
+    /// only the writeback cache sends requests for such an inode, after its last handle.
+    fn removed(&self, error: &FsError, ino: INodeNo) -> bool {
+        self.writeback_cache
+            && matches!(error, FsError::Posix { errno, .. } if *errno == libc::ENOENT)
+            && self.engine.was_removed(self.fs, ino.0)
     }
 }
 
@@ -140,6 +158,23 @@ fn attr(info: &NodeInfo) -> FileAttr {
     }
 }
 
+/// The attributes answered for a removed inode: an empty file without links.
+fn removed_attributes() -> crate::node::Attributes {
+    crate::node::Attributes {
+        kind: Kind::File,
+        mode: 0,
+        uid: 0,
+        gid: 0,
+        nlink: 0,
+        size: 0,
+        rdev: 0,
+        atime_ns: 0,
+        mtime_ns: 0,
+        ctime_ns: 0,
+        birth_ns: 0,
+    }
+}
+
 fn caller(request: &Request) -> Caller {
     Caller {
         uid: request.uid(),
@@ -188,6 +223,14 @@ impl Filesystem for FuseFileSystem {
         // that size is one plain chunk.
         let _ = config.set_max_write(REQUEST_BYTES_MAX);
         let _ = config.set_max_readahead(REQUEST_BYTES_MAX);
+        if self.writeback_cache
+            && config
+                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+                .is_err()
+        {
+            eprintln!("onecopy fs: the kernel offers no writeback cache; mounted without it");
+            self.writeback_cache = false;
+        }
         Ok(())
     }
 
@@ -217,7 +260,7 @@ impl Filesystem for FuseFileSystem {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
+        ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
@@ -233,9 +276,20 @@ impl Filesystem for FuseFileSystem {
             size,
             atime: atime.map(time_change),
             mtime: mtime.map(time_change),
+            ctime: ctime.map(ns_of),
         };
         match self.engine.setattr(self.fs, ino.0, changes) {
             Ok(info) => reply.attr(&ATTRIBUTE_TTL, &attr(&info)),
+            // The writeback cache flushes the times of a file whose last link and handle are
+            // gone: nothing is left to change.
+            Err(error) if self.removed(&error, ino) => reply.attr(
+                &Duration::ZERO,
+                &attr(&NodeInfo {
+                    ino: ino.0,
+                    attributes: removed_attributes(),
+                    blocks: 0,
+                }),
+            ),
             Err(error) => reply.error(errno(&error)),
         }
     }
@@ -384,12 +438,16 @@ impl Filesystem for FuseFileSystem {
         _fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
         self.engine.note_request();
-        let read = if self.monitor {
+        // With the writeback cache the kernel reads through handles opened for writing only
+        // (to fill the pages a write covers in part): those reads are not the program's, and
+        // the monitor leaves them out.
+        let program_read = flags.0 & libc::O_ACCMODE != libc::O_WRONLY;
+        let read = if self.monitor && program_read {
             self.engine.read(self.fs, ino.0, offset, size)
         } else {
             self.engine.read_unmonitored(self.fs, ino.0, offset, size)
@@ -413,8 +471,14 @@ impl Filesystem for FuseFileSystem {
         reply: ReplyWrite,
     ) {
         self.engine.note_request();
-        match self.engine.write(self.fs, ino.0, offset, data) {
+        let set_times = !self.writeback_cache;
+        match self
+            .engine
+            .write_with_times(self.fs, ino.0, offset, data, set_times)
+        {
             Ok(written) => reply.written(written as u32),
+            // Pages of a removed file that the writeback cache flushes late: dropped.
+            Err(error) if self.removed(&error, ino) => reply.written(data.len() as u32),
             Err(error) => reply.error(errno(&error)),
         }
     }

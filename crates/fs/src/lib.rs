@@ -30,6 +30,7 @@ pub mod mount;
 pub mod node;
 pub mod options;
 pub mod ranker;
+pub mod summary;
 
 pub use changes::{FileSystemRecord, FsId};
 pub use engine::{FaceConfig, FsEngine, OpenMode, RuntimeOptions};

@@ -125,6 +125,11 @@ pub struct Monitor {
     pub stamp: u64,
 }
 
+/// The chunk of an extent whose bytes a repair recorded as lost: reads of it fail (EIO,
+/// naming the file and range) until the range is written again, punched or truncated away.
+/// It holds no reference.
+pub const LOST_CHUNK: ChunkId = u64::MAX;
+
 /// One mapped byte range of a file; see the module documentation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Extent {
@@ -137,6 +142,22 @@ pub struct Extent {
 }
 
 impl Extent {
+    /// A lost range of `length` bytes ([`LOST_CHUNK`]).
+    pub fn lost(length: u32) -> Extent {
+        assert!(length > 0, "extents are never empty");
+        Extent {
+            chunk: LOST_CHUNK,
+            chunk_offset: 0,
+            length,
+            plain: false,
+        }
+    }
+
+    /// True when a repair recorded this range's bytes as lost.
+    pub fn is_lost(&self) -> bool {
+        self.chunk == LOST_CHUNK
+    }
+
     /// The part of this extent (which starts at file offset `start`) within `[from, to)`, as
     /// its new start and extent. Neither end may fall outside the extent.
     pub fn slice(&self, start: u64, from: u64, to: u64) -> (u64, Extent) {

@@ -412,3 +412,85 @@ fn removing_entries_while_reading_a_directory_skips_none() {
     assert_eq!(seen, 3000);
     std::fs::remove_dir(&directory).unwrap();
 }
+
+/// Goal: with the kernel's writeback cache (`-o writeback_cache`) the times are the
+/// kernel's: a file's modification time is that of its write(2), not of the later request
+/// that carries the data, and a time a program sets while data is still cached is kept; the
+/// reads the kernel makes to fill pages that a write covers in part, through a file opened
+/// for writing only, are not counted by the I/O monitor; and fsync hands everything to the
+/// engine. Method: a mount with the option; stat after a delayed fsync, utimens while dirty,
+/// a partial-page write through O_WRONLY with the monitor's counters around it.
+#[test]
+fn writeback_cache_keeps_times_and_the_monitor_right() {
+    let options = onecopy_fs::mount::MountOptions::parse("writeback_cache").unwrap();
+    assert!(options.writeback_cache);
+    let (_base, mut test) = mount();
+    test.unmount(true);
+    test.mount_with(&options);
+    let engine = test.engine().clone();
+
+    let path = test.mount_point.join("timed");
+    let before = std::time::SystemTime::now();
+    let mut file = std::fs::File::create(&path).unwrap();
+    for _ in 0..100 {
+        file.write_all(&[7u8; 1000]).unwrap();
+    }
+    let written = std::time::SystemTime::now();
+    let ino = engine.lookup(test.fs, ROOT, b"timed").unwrap().ino;
+    assert!(
+        engine.getattr(test.fs, ino).unwrap().attributes.size < 100_000,
+        "the writes wait in the kernel's cache"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    file.sync_all().unwrap();
+    let stored = engine.getattr(test.fs, ino).unwrap().attributes;
+    assert_eq!(stored.size, 100_000, "fsync handed the data to the engine");
+    let mtime = std::time::UNIX_EPOCH + Duration::from_nanos(stored.mtime_ns as u64);
+    let slack = Duration::from_millis(20);
+    assert!(
+        mtime + slack >= before && mtime <= written + slack,
+        "the modification time is the write's: {mtime:?} not in {before:?}..{written:?}"
+    );
+    // A time set while written data is still in the kernel's cache stays.
+    file.write_all(b"more").unwrap();
+    let set = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    file.set_modified(set).unwrap();
+    drop(file);
+    std::fs::File::open(&path).unwrap().sync_all().unwrap();
+    let metadata = std::fs::metadata(&path).unwrap();
+    assert_eq!(metadata.len(), 100_004);
+    assert_eq!(metadata.modified().unwrap(), set);
+    let stored = engine.getattr(test.fs, ino).unwrap().attributes;
+    assert_eq!(stored.mtime_ns, 1_000_000_000 * 1_000_000_000);
+
+    let reads = || {
+        let ranks = engine.ranks(test.fs).unwrap();
+        let file = ranks.iter().find(|file| file.ino == ino).unwrap().clone();
+        file.sequential_reads + file.random_reads
+    };
+    let counted = reads();
+    let writer = OpenOptions::new().write(true).open(&path).unwrap();
+    writer.write_all_at(b"patch", 5000).unwrap();
+    writer.sync_all().unwrap();
+    drop(writer);
+    assert_eq!(
+        reads(),
+        counted,
+        "the kernel's page fills are not program reads"
+    );
+    let read = std::fs::read(&path).unwrap();
+    assert_eq!(&read[4999..5006], &[7, b'p', b'a', b't', b'c', b'h', 7]);
+    assert!(reads() > counted, "a program's read is counted");
+
+    // Files created and removed again (tar's placeholders for symbolic links): the kernel
+    // flushes their times after they are gone, which must not fail a sync of the mount.
+    for index in 0..20 {
+        let placeholder = test.mount_point.join(format!("placeholder{index}"));
+        drop(std::fs::File::create(&placeholder).unwrap());
+        std::fs::remove_file(&placeholder).unwrap();
+    }
+    let root = std::fs::File::open(&test.mount_point).unwrap();
+    // SAFETY: syncfs takes a descriptor, which `root` keeps open.
+    let synced = unsafe { libc::syncfs(root.as_raw_fd()) };
+    assert_eq!(synced, 0, "{}", std::io::Error::last_os_error());
+}

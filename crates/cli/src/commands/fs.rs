@@ -195,7 +195,10 @@ pub struct MountArgs {
     pub foreground: bool,
     /// Mount options, comma separated: allow_other, ro, keep_cache (the page cache across
     /// opens; the I/O monitor then sees cache misses only), no_monitor (reads are not
-    /// counted: files never rank 1 or 2; for measuring the monitor's cost), threads=N.
+    /// counted: files never rank 1 or 2; for measuring the monitor's cost), writeback_cache
+    /// (the kernel's writeback cache: small writes merged; a full disk then shows at fsync or
+    /// close, not at write), threads=N. Another file system of the repository mounts into the
+    /// process that serves the first.
     #[arg(short = 'o', value_name = "OPTIONS", default_value = "")]
     pub options: String,
     /// Set by the background mount for its serving process: report readiness on stdout.
@@ -236,7 +239,7 @@ fn run_request(cli: &Cli, request: &Request, command: &str) -> anyhow::Result<Va
         RuntimeOptions::default(),
         OpenMode::ReadWrite,
     )?;
-    let result = control::execute(&engine, request, None);
+    let result = control::execute(&engine, request, &[]);
     engine.shutdown()?;
     drop(lock);
     Ok(result?)
@@ -380,6 +383,12 @@ fn print_stats(value: &Value) {
         );
     }
     let face = &value["face"];
+    if face["space"]["writes_refused"] == true {
+        println!(
+            "disk full        writes are refused (ENOSPC) until there is room ({} free)",
+            format_size(face["space"]["free_bytes_sampled"].as_u64().unwrap_or(0))
+        );
+    }
     let live = face["live_stored_bytes"].as_u64().unwrap_or(0);
     let containers = face["container_bytes"].as_u64().unwrap_or(0);
     println!(
@@ -428,8 +437,10 @@ fn print_dedup(value: &Value) {
 }
 
 /// `onecopy check` of the file system face: in the mounting process when one has it (a
-/// repair there sets reference counts right on the live state), otherwise here (read-only
-/// without `--repair`). A face that does not open is reported as damage.
+/// repair there sets reference counts right on the live state), otherwise here: read-only
+/// without `--repair`; with it, opened for repair, which salvages damaged journals, marks
+/// what they lost, repairs the namespace and rebuilds the derived tables. A face that does
+/// not open is reported as damage.
 pub fn check_face(
     cli: &Cli,
     repository: &Repository,
@@ -450,7 +461,7 @@ pub fn check_face(
         Err(error) => return Err(error.into()),
     };
     let mode = if options.repair {
-        OpenMode::ReadWrite
+        OpenMode::Repair
     } else {
         OpenMode::ReadOnly
     };
@@ -498,19 +509,30 @@ pub fn mount(cli: &Cli, args: &MountArgs) -> anyhow::Result<()> {
 
 fn serve_mount(cli: &Cli, args: &MountArgs, options: &MountOptions) -> anyhow::Result<()> {
     mount::fuse_available()?;
-    let mount_point = args
-        .mount_point
-        .canonicalize()
-        .with_context(|| format!("mount point {}", args.mount_point.display()))?;
-    if !mount_point.is_dir() {
-        bail!("mount point {} is not a directory", mount_point.display());
-    }
+    // Before any thread starts: the signals are taken by one thread, whichever way the
+    // mount is served.
+    let signals = mount::block_signals()?;
+    let mount_point = canonical_mount_point(&args.mount_point)?;
     let repository = Repository::open(&cli.repository_path())?;
-    let lock = repository.lock_face_waiting(
-        FACE,
-        &format!("mount {} at {}", args.name, mount_point.display()),
-        cli.lock_wait()?,
-    )?;
+    let face_directory = repository.path().join(FACE);
+    let holder = format!("mount {} at {}", args.name, mount_point.display());
+    let lock = loop {
+        match repository.lock_face(FACE, &holder) {
+            Ok(lock) => break lock,
+            Err(onecopy_core::Error::Locked { .. }) => {
+                match ask_to_mount(&face_directory, args, &mount_point)? {
+                    Delegated::Mounted(_) => {
+                        return follow_delegated_mount(args, &face_directory, &mount_point, signals)
+                    }
+                    Delegated::Ending => std::thread::sleep(DELEGATION_RETRY),
+                    Delegated::NoServer => {
+                        break repository.lock_face_waiting(FACE, &holder, cli.lock_wait()?)?
+                    }
+                }
+            }
+            Err(error) => return Err(error.into()),
+        }
+    };
     let mode = if options.read_only {
         OpenMode::ReadOnly
     } else {
@@ -522,15 +544,14 @@ fn serve_mount(cli: &Cli, args: &MountArgs, options: &MountOptions) -> anyhow::R
         mode,
     )?;
     let fs = engine.find(&args.name)?;
-    let face_directory = repository.path().join(FACE);
     let report_ready = args.report_ready;
-    mount::serve(
+    mount::serve_with_signals(
         Arc::clone(&engine),
         fs,
         &mount_point,
         options,
         &face_directory,
-        true,
+        Some(signals),
         || {
             if report_ready {
                 println!("ready");
@@ -541,27 +562,150 @@ fn serve_mount(cli: &Cli, args: &MountArgs, options: &MountOptions) -> anyhow::R
     Ok(())
 }
 
+/// How long a mount waits before asking again when the serving process is ending.
+const DELEGATION_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The canonical path of an existing directory to mount on.
+fn canonical_mount_point(path: &Path) -> anyhow::Result<PathBuf> {
+    let mount_point = path
+        .canonicalize()
+        .with_context(|| format!("mount point {}", path.display()))?;
+    if !mount_point.is_dir() {
+        bail!("mount point {} is not a directory", mount_point.display());
+    }
+    Ok(mount_point)
+}
+
+/// What the process holding the face said to a mount request.
+enum Delegated {
+    /// It mounted the file system and serves it; its pid.
+    Mounted(u64),
+    /// It is ending (its last mount ended): ask again, or take the face once it is free.
+    Ending,
+    /// No mounting process listens: the face is held by another command.
+    NoServer,
+}
+
+/// Asks the process that serves the repository's mounts to mount `args.name` too.
+fn ask_to_mount(
+    face_directory: &Path,
+    args: &MountArgs,
+    mount_point: &Path,
+) -> anyhow::Result<Delegated> {
+    let request = Request::Mount {
+        name: args.name.clone(),
+        mount_point: mount_point.to_path_buf(),
+        options: args.options.clone(),
+    };
+    match control::send(face_directory, &request) {
+        Ok(Some(answer)) => Ok(Delegated::Mounted(answer["pid"].as_u64().unwrap_or(0))),
+        Ok(None) => Ok(Delegated::NoServer),
+        Err(onecopy_fs::FsError::Remote(message)) if message.starts_with(mount::SERVER_ENDING) => {
+            Ok(Delegated::Ending)
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// `mount --foreground` of a file system that another process serves (it holds the face):
+/// reports it ready, then lives as long as the mount, unmounting it on SIGTERM, SIGINT or
+/// SIGHUP, so that it can be supervised like a mount it serves itself.
+fn follow_delegated_mount(
+    args: &MountArgs,
+    face_directory: &Path,
+    mount_point: &Path,
+    signals: libc::sigset_t,
+) -> anyhow::Result<()> {
+    if args.report_ready {
+        println!("ready");
+    } else {
+        eprintln!(
+            "mounted {} at {} (served by the process that serves this repository's other \
+             mounts)",
+            args.name,
+            mount_point.display()
+        );
+    }
+    let unmount_path = mount_point.to_path_buf();
+    std::thread::Builder::new()
+        .name("fs-signals".to_string())
+        .spawn(move || loop {
+            let mut signal = 0;
+            // SAFETY: sigwait reads the set and writes the signal number.
+            unsafe { libc::sigwait(&signals, &mut signal) };
+            if let Err(error) = mount::unmount(&unmount_path) {
+                eprintln!("onecopy mount: {error}");
+            }
+        })
+        .context("starting the signal thread")?;
+    let request = Request::AwaitUnmount {
+        mount_point: mount_point.to_path_buf(),
+    };
+    loop {
+        match control::send(face_directory, &request) {
+            Ok(Some(_)) => return Ok(()),
+            Ok(None) => bail!("the process serving {} ended", mount_point.display()),
+            Err(onecopy_fs::FsError::Io { source, .. })
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(error) => {
+                return Err(anyhow::Error::from(error).context(format!(
+                    "the process serving {} ended",
+                    mount_point.display()
+                )))
+            }
+        }
+    }
+}
+
 /// Starts `onecopy mount --foreground` as a background process and returns once it reports
 /// the mount ready (or prints why it failed). Its messages go to `<repository>/fs/mount.log`.
+/// When a process serves the repository's mounts already, it is asked to mount this one too.
 fn mount_in_background(cli: &Cli, args: &MountArgs) -> anyhow::Result<()> {
     mount::fuse_available()?;
+    let mount_point = canonical_mount_point(&args.mount_point)?;
     let repository = Repository::open(&cli.repository_path())?;
-    let log_path = repository.path().join(FACE).join("mount.log");
+    let face_directory = repository.path().join(FACE);
+    let log_path = face_directory.join("mount.log");
     // Creates the face's directory private (0700), as every repository directory is.
     repository.face_storage(FACE)?;
-    // A face another process holds is refused here, with the holder named and exit status 4
-    // (the serving process would only report it as text). A `--wait` is left to it.
-    if cli.wait.is_none() {
-        drop(repository.lock_face(FACE, "mount (starting)")?);
+    let what = format!("{} at {}", args.name, mount_point.display());
+    loop {
+        match repository.lock_face(FACE, "mount (starting)") {
+            Ok(lock) => {
+                drop(lock);
+                break;
+            }
+            Err(error @ onecopy_core::Error::Locked { .. }) => {
+                match ask_to_mount(&face_directory, args, &mount_point)? {
+                    Delegated::Mounted(pid) => {
+                        println!(
+                            "mounted {what} (pid {pid}; served with the repository's other \
+                             mounts; log {})",
+                            log_path.display()
+                        );
+                        return Ok(());
+                    }
+                    Delegated::Ending => std::thread::sleep(DELEGATION_RETRY),
+                    // A face another process holds is refused here, with the holder named
+                    // and exit status 4 (the serving process would only report it as text).
+                    // A `--wait` is left to it.
+                    Delegated::NoServer if cli.wait.is_none() => return Err(error.into()),
+                    Delegated::NoServer => break,
+                }
+            }
+            Err(error) => return Err(error.into()),
+        }
     }
     let arguments: Vec<std::ffi::OsString> = vec![
         "mount".into(),
         args.name.clone().into(),
-        args.mount_point.clone().into(),
+        mount_point.clone().into(),
         "-o".into(),
         args.options.clone().into(),
     ];
-    let what = format!("{} at {}", args.name, args.mount_point.display());
     crate::background::serve_in_background(
         cli,
         repository.path(),
@@ -572,8 +716,8 @@ fn mount_in_background(cli: &Cli, args: &MountArgs) -> anyhow::Result<()> {
     )
 }
 
-/// `onecopy umount`: unmounts, then waits for the serving process of this repository (if it
-/// is the one) to finish its checkpoint.
+/// `onecopy umount`: unmounts, then waits until the process that served the mount has made
+/// what it wrote durable (and, when it was that process's last mount, until it has ended).
 pub fn umount(cli: &Cli, args: &UmountArgs) -> anyhow::Result<()> {
     let mount_point = args
         .mount_point
@@ -584,23 +728,50 @@ pub fn umount(cli: &Cli, args: &UmountArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Waits (up to a minute) for the process serving `mount_point` from the repository at
-/// `repository` to release the face, when that process is the lock's holder.
+/// How long `onecopy umount` waits for the serving process (a busy mount point is unmounted
+/// lazily and ends only when its last user leaves).
+const UMOUNT_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Waits (up to [`UMOUNT_WAIT`]) for the process serving `mount_point` from the repository
+/// at `repository` to be done with it.
 fn wait_for_server(repository: &Path, mount_point: &Path) {
     let Ok(repository) = Repository::open(repository) else {
         return;
     };
-    // The file system face's mounts, and the backup face's (`onecopy backup mount`).
-    for face in [FACE, "backup"] {
-        let holder =
-            std::fs::read_to_string(repository.path().join(face).join("lock")).unwrap_or_default();
-        if !holder.ends_with(&format!(" at {}", mount_point.display())) {
-            continue;
+    let face_lock = |face: &str| {
+        let _ = repository.lock_face_waiting(face, "umount", LockWait::For(UMOUNT_WAIT));
+    };
+    // The file system face's server answers for its mounts.
+    let request = Request::AwaitUnmount {
+        mount_point: mount_point.to_path_buf(),
+    };
+    match control::send_waiting(&repository.path().join(FACE), &request, UMOUNT_WAIT) {
+        Ok(Some(answer)) => {
+            if answer["was_mounted"] == true && answer["last"] == true {
+                face_lock(FACE);
+            }
+            return;
         }
-        let _ = repository.lock_face_waiting(
-            face,
-            "umount",
-            LockWait::For(std::time::Duration::from_secs(60)),
-        );
+        Ok(None) => {}
+        // Still busy after the wait: the lazy unmount ends when its last user leaves.
+        Err(onecopy_fs::FsError::Io { source, .. })
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            return
+        }
+        // The process ended while answering: its last mount; its checkpoint ends with it.
+        Err(_) => {
+            face_lock(FACE);
+            return;
+        }
+    }
+    // The backup face's mounts (`onecopy backup mount`) say where in their lock.
+    let holder =
+        std::fs::read_to_string(repository.path().join("backup").join("lock")).unwrap_or_default();
+    if holder.ends_with(&format!(" at {}", mount_point.display())) {
+        face_lock("backup");
     }
 }

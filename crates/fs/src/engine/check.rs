@@ -10,7 +10,9 @@
 //! 3. every extent maps a chunk in use, within the chunk, without overlapping the next —
 //!    primary data;
 //! 4. each chunk's reference count equals the extents that map it, over every file system
-//!    — derived data, set right by a repair (a mark and sweep, `onecopy_core::gc`);
+//!    — derived data, set right by a repair (a mark and sweep, `onecopy_core::gc`); byte
+//!    ranges an earlier repair recorded lost ([`crate::node::LOST_CHUNK`]) are reported as
+//!    such ([`FindingKind::Lost`], exit status 3) until they are rewritten;
 //! 5. with `read_data`, every mapped chunk reads back and passes its checksum.
 //!
 //! A check without `repair` changes nothing.
@@ -21,10 +23,10 @@ use onecopy_core::check::{CheckOptions, FaceReport, Finding, FindingKind};
 use onecopy_core::chunk_store::ChunkId;
 use onecopy_core::gc;
 
-use crate::changes::FsChange;
 use crate::error::Result;
 use crate::node::{Ino, Kind, ROOT};
 
+use super::salvage::{inode_label, ranges_text};
 use super::FsEngine;
 
 /// The face's name in check reports.
@@ -87,6 +89,7 @@ impl FsEngine {
                         }
                     }
                     let mut end = 0u64;
+                    let mut lost: Vec<(u64, u64)> = Vec::new();
                     for (offset, extent) in &inode.extents {
                         report.count("extents", 1);
                         if *offset < end {
@@ -97,6 +100,13 @@ impl FsEngine {
                             ));
                         }
                         end = offset + extent.length as u64;
+                        if extent.is_lost() {
+                            match lost.last_mut() {
+                                Some((_, last_end)) if *last_end == *offset => *last_end = end,
+                                _ => lost.push((*offset, end)),
+                            }
+                            continue;
+                        }
                         let id = extent.chunk as usize;
                         if counted.len() <= id {
                             counted.resize(id + 1, 0);
@@ -139,6 +149,20 @@ impl FsEngine {
                                 error.to_string(),
                             )),
                         }
+                    }
+                    if !lost.is_empty() && !self.salvaged_files.contains(&(system.record.id, *ino))
+                    {
+                        let object = format!("fs {name}: {}", inode_label(system, *ino));
+                        report.push(
+                            Finding::new(
+                                FindingKind::Lost,
+                                object.clone(),
+                                "a repair recorded these bytes lost (damage took them); reads \
+                                 of them fail until they are written again, punched or \
+                                 truncated away, or the file is removed",
+                            )
+                            .with_lost([format!("{object} {}", ranges_text(&lost))]),
+                        );
                     }
                 }
                 for (ino, inode) in system.inodes.iter().filter(|_| !deleting) {
@@ -187,9 +211,7 @@ impl FsEngine {
                 let mut changes = Vec::new();
                 let swept =
                     gc::execute_sweep(&mut state.chunks, &mut state.pages, &plan, &mut changes);
-                state
-                    .changes
-                    .extend(changes.into_iter().map(FsChange::Chunk));
+                state.push_chunk_changes(changes);
                 let logged = swept
                     .map_err(Into::into)
                     .and_then(|_| self.log_changes(state));

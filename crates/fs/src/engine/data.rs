@@ -115,12 +115,27 @@ pub(crate) fn map_data(
 
 /// Marks file `ino` modified at `now`: back to rank 0, at the top of Q_Rank0 (paper 3 §4.2.2).
 fn note_modified(state: &mut State, fs: FsId, ino: Ino, size: u64, now: i64) -> Result<()> {
+    note_modified_times(state, fs, ino, size, now, true)
+}
+
+/// [`note_modified`]; with `set_times` false, the POSIX modification and change times stay
+/// (the kernel's writeback cache keeps them and sends them with a setattr).
+fn note_modified_times(
+    state: &mut State,
+    fs: FsId,
+    ino: Ino,
+    size: u64,
+    now: i64,
+    set_times: bool,
+) -> Result<()> {
     let stamp = state.next_stamp();
     state.system_mut(fs)?.bump_version(ino);
     update_inode(state, fs, ino, |inode| {
         inode.attributes.size = size;
-        inode.attributes.mtime_ns = now;
-        inode.attributes.ctime_ns = now;
+        if set_times {
+            inode.attributes.mtime_ns = now;
+            inode.attributes.ctime_ns = now;
+        }
         inode.monitor.modify_ns = now;
         inode.monitor.access_ns = now;
         inode.monitor.rank = 0;
@@ -180,18 +195,34 @@ enum Piece {
 impl FsEngine {
     /// Writes `data` at `offset` of file `ino` plainly (rank 0); returns the bytes written.
     pub fn write(&self, fs: FsId, ino: Ino, offset: u64, data: &[u8]) -> Result<usize> {
+        self.write_with_times(fs, ino, offset, data, true)
+    }
+
+    /// [`FsEngine::write`]; with `set_times` false the file's modification and change times
+    /// stay as they are (the kernel's writeback cache sends them itself; a write it sends
+    /// late must not overwrite a time a program set since). The I/O monitor's modification
+    /// time is set either way.
+    pub fn write_with_times(
+        &self,
+        fs: FsId,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        set_times: bool,
+    ) -> Result<usize> {
         let end = offset
             .checked_add(data.len() as u64)
             .filter(|&end| end <= FILE_BYTES_MAX)
             .ok_or_else(|| FsError::posix(libc::EFBIG, "write"))?;
         self.mutate(|state| {
             file(state, fs, ino)?;
+            self.admit(state, data.len() as u64)?;
             for (index, piece) in data.chunks(CHUNK_BYTES_MAX as usize).enumerate() {
                 let at = offset + (index as u64) * CHUNK_BYTES_MAX;
                 map_data(state, fs, ino, at, piece, None)?;
             }
             let size = state.system(fs)?.inode(ino)?.attributes.size.max(end);
-            note_modified(state, fs, ino, size, now_ns())?;
+            note_modified_times(state, fs, ino, size, now_ns(), set_times)?;
             Ok(data.len())
         })
     }
@@ -246,7 +277,9 @@ impl FsEngine {
     ) -> Result<Option<(Vec<u8>, u64)>> {
         match self.read_range(fs, ino, offset, length, false) {
             Ok(found) => Ok(Some(found)),
+            // A file with lost bytes is left alone until they are written again.
             Err(FsError::Posix { errno, .. }) if errno == libc::ENOENT => Ok(None),
+            Err(FsError::Lost(_)) => Ok(None),
             Err(error) => Err(error),
         }
     }
@@ -295,6 +328,15 @@ impl FsEngine {
                 let chunk_from = extent.chunk_offset as usize + (from - start) as usize;
                 let length = (to - from) as usize;
                 let state = &mut *state;
+                if extent.is_lost() {
+                    // A read changes nothing durable, so failing it (after the monitor noted
+                    // it) leaves the engine usable.
+                    let name = &state.system(fs)?.record.name;
+                    return Err(FsError::Lost(format!(
+                        "file system {name}: inode {ino} bytes {start}..{}",
+                        start + extent.length as u64
+                    )));
+                }
                 let record = state.chunks.record(&mut state.pages, extent.chunk)?;
                 let key = (record.location.container, record.location.offset);
                 if let Some(bytes) = cache.get(key) {

@@ -31,6 +31,9 @@ mod compact;
 mod data;
 mod namespace;
 mod recovery;
+mod repair;
+mod salvage;
+mod space;
 mod stats;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -50,13 +53,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::changes::{self, FileSystemRecord, FsChange, FsId};
 use crate::error::{FsError, Result};
-use crate::node::{Ino, Inode, Kind, Rank};
+use crate::node::{Ino, Inode, Kind, Rank, LOST_CHUNK};
+use crate::summary::SummaryBuilder;
 
 pub use check::FACE_NAME;
 pub(crate) use data::map_data;
 pub use data::SeekWhence;
 pub use namespace::{AttributeChanges, Caller, NewNode, NodeInfo, TimeChange, NAME_BYTES_MAX};
 pub use recovery::OpenMode;
+pub use repair::LOST_AND_FOUND;
+pub use space::SpaceStats;
 pub use stats::{ExtentPlace, FaceStats, FileRank, FsStats, RankStats};
 
 pub(crate) const META_DIRECTORY: &str = "meta";
@@ -227,11 +233,15 @@ pub(crate) struct State {
     pub stamp_next: u64,
     /// Changes of the request being handled, in the order they were made.
     pub changes: Vec<FsChange>,
+    /// What those changes change, for the record's tag.
+    pub(crate) summary: SummaryBuilder,
     chunk_changes: Vec<ChunkChange>,
     payload: Vec<u8>,
     pub previous_generation: u64,
     /// Set when a request failed half way; every later request fails until reopen.
     failure: Option<String>,
+    /// The free space, for refusing writes before the disk is full.
+    pub(crate) space: space::SpaceGuard,
 }
 
 impl State {
@@ -248,16 +258,57 @@ impl State {
     }
 
     /// Lists `change` and applies it (listed first: should applying fail, the engine sees a
-    /// change its journal does not hold and stops).
+    /// change its journal does not hold and stops). The record's summary notes it first.
     pub(crate) fn push(&mut self, change: FsChange) -> Result<()> {
+        let inode = |fs: &FsId, ino: &Ino| {
+            self.systems
+                .get(fs)
+                .and_then(|system| system.inodes.get(ino))
+        };
+        let (removed, size_before, entry_before) = match &change {
+            FsChange::Extent {
+                fs,
+                ino,
+                offset,
+                extent: None,
+            } => (
+                inode(fs, ino).and_then(|inode| inode.extents.get(offset).copied()),
+                None,
+                None,
+            ),
+            FsChange::InodeSet { fs, ino, .. } => (
+                None,
+                inode(fs, ino).map(|inode| inode.attributes.size),
+                None,
+            ),
+            FsChange::Entry {
+                fs, parent, name, ..
+            } => (
+                None,
+                None,
+                inode(fs, parent).and_then(|directory| directory.entries.get(name).copied()),
+            ),
+            _ => (None, None, None),
+        };
+        self.summary
+            .note(&change, removed, size_before, entry_before);
         self.changes.push(change);
         let change = self.changes.last().expect("just pushed");
         apply(&mut self.pages, &mut self.chunks, &mut self.systems, change)
     }
 
     fn take_chunk_changes(&mut self) {
-        self.changes
-            .extend(self.chunk_changes.drain(..).map(FsChange::Chunk));
+        for change in std::mem::take(&mut self.chunk_changes) {
+            let change = FsChange::Chunk(change);
+            self.summary.note(&change, None, None, None);
+            self.changes.push(change);
+        }
+    }
+
+    /// Lists chunk changes made outside [`State::push`] (compaction, a check's sweep).
+    pub(crate) fn push_chunk_changes(&mut self, changes: Vec<ChunkChange>) {
+        self.chunk_changes.extend(changes);
+        self.take_chunk_changes();
     }
 
     /// Stores `data` (never all zeros); plain (no fingerprint) or deduplicated against the
@@ -283,7 +334,11 @@ impl State {
         Ok(outcome?.id)
     }
 
+    /// Takes one more reference to chunk `id` (none for [`LOST_CHUNK`]).
     pub(crate) fn reference_chunk(&mut self, id: ChunkId) -> Result<()> {
+        if id == LOST_CHUNK {
+            return Ok(());
+        }
         let result = self
             .chunks
             .reference(&mut self.pages, id, &mut self.chunk_changes);
@@ -291,7 +346,11 @@ impl State {
         Ok(result?)
     }
 
+    /// Drops one reference to chunk `id` (none for [`LOST_CHUNK`]).
     pub(crate) fn release_chunk(&mut self, id: ChunkId) -> Result<()> {
+        if id == LOST_CHUNK {
+            return Ok(());
+        }
         let result = self
             .chunks
             .release(&mut self.pages, id, &mut self.chunk_changes);
@@ -306,8 +365,9 @@ impl State {
         }
         let mut payload = std::mem::take(&mut self.payload);
         changes::encode(&self.changes, &mut payload);
+        let tag = self.summary.finish().tag();
         let journal = self.journal.as_mut().expect("changes need a journal");
-        let result = journal.append(&[0u8; onecopy_core::journal::TAG_BYTES], &payload);
+        let result = journal.append(&tag, &payload);
         self.payload = payload;
         result?;
         self.changes.clear();
@@ -490,6 +550,7 @@ impl ChunkCache {
 pub struct FsEngine {
     storage: Arc<dyn Storage>,
     config: FaceConfig,
+    mode: OpenMode,
     runtime: RuntimeOptions,
     pub(crate) state: Mutex<State>,
     cache: Mutex<ChunkCache>,
@@ -499,6 +560,8 @@ pub struct FsEngine {
     /// Foreground requests since open (the deduplicator yields when it changes).
     requests: AtomicU64,
     findings: Vec<onecopy_core::check::Finding>,
+    /// Files whose lost bytes this open's repair reported (with its findings).
+    salvaged_files: std::collections::BTreeSet<(FsId, Ino)>,
 }
 
 impl std::fmt::Debug for FsEngine {
@@ -517,6 +580,11 @@ pub fn now_ns() -> i64 {
 }
 
 impl FsEngine {
+    /// True when opened read-only: every change is refused.
+    pub fn is_read_only(&self) -> bool {
+        self.mode == OpenMode::ReadOnly
+    }
+
     /// The configuration fixed at creation.
     pub fn config(&self) -> &FaceConfig {
         &self.config
@@ -591,11 +659,12 @@ impl FsEngine {
         state.log_changes()
     }
 
-    /// Makes every completed request durable: containers first, then the journal.
+    /// Makes every completed request durable: containers first, then the journal (with
+    /// the reserve's room when the disk is full).
     pub fn flush(&self) -> Result<()> {
         let mut state = self.state.lock();
         self.check_usable(&state)?;
-        flush_locked(&mut state)
+        self.with_reserve(&mut state, |_, state| flush_locked(state))
     }
 
     /// Writes a checkpoint now.
@@ -605,7 +674,7 @@ impl FsEngine {
         if state.journal.is_none() {
             return Ok(());
         }
-        let result = self.checkpoint_locked(&mut state);
+        let result = self.with_reserve(&mut state, |engine, state| engine.checkpoint_locked(state));
         if let Err(error) = &result {
             state.failure = Some(error.to_string());
         }
@@ -614,7 +683,10 @@ impl FsEngine {
 
     fn checkpoint_if_due(&self, state: &mut State) -> Result<()> {
         let journal_bytes = state.journal.as_ref().map_or(0, Journal::bytes);
-        if journal_bytes >= self.runtime.checkpoint_journal_bytes {
+        // Without room the checkpoint waits; the journal holds the changes meanwhile.
+        if journal_bytes >= self.runtime.checkpoint_journal_bytes
+            && self.room_for_checkpoint(state)?
+        {
             let result = self.checkpoint_locked(state);
             if let Err(error) = &result {
                 state.failure = Some(error.to_string());
@@ -641,6 +713,7 @@ impl FsEngine {
             config: self.config.clone(),
         };
         let bytes = recovery::encode_checkpoint(&saved, &state.systems);
+        state.space.namespace_bytes = bytes.len() as u64;
         state.chunks.prepare_checkpoint(&mut state.pages)?;
         state.pages.checkpoint(&bytes)?;
         let storage = self.storage.as_ref();
@@ -683,6 +756,16 @@ impl FsEngine {
             .collect();
         records.sort_by(|a, b| a.name.cmp(&b.name));
         records
+    }
+
+    /// True when inode `ino` of `fs` existed and was removed (its last link and handle
+    /// gone): the kernel's writeback cache may still send its times or pages.
+    pub fn was_removed(&self, fs: FsId, ino: Ino) -> bool {
+        let state = self.state.lock();
+        state
+            .systems
+            .get(&fs)
+            .is_some_and(|system| ino < system.next_ino && !system.inodes.contains_key(&ino))
     }
 
     /// The record of file system `fs`.

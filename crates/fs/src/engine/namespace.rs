@@ -72,6 +72,9 @@ pub struct AttributeChanges {
     pub size: Option<u64>,
     pub atime: Option<TimeChange>,
     pub mtime: Option<TimeChange>,
+    /// The change time the kernel keeps itself with the writeback cache (otherwise it is the
+    /// time of the change).
+    pub ctime: Option<i64>,
 }
 
 fn check_name(name: &[u8]) -> Result<()> {
@@ -269,6 +272,7 @@ impl FsEngine {
             return Err(FsError::posix(libc::ENAMETOOLONG, "symbolic link target"));
         }
         self.mutate(|state| {
+            self.admit(state, node.target.len() as u64)?;
             let parent_inode = directory(state, fs, parent)?;
             if parent_inode.attributes.nlink == 0 {
                 return Err(FsError::posix(libc::ENOENT, "directory was removed"));
@@ -338,6 +342,7 @@ impl FsEngine {
     pub fn link(&self, fs: FsId, ino: Ino, parent: Ino, name: &[u8]) -> Result<NodeInfo> {
         check_name(name)?;
         self.mutate(|state| {
+            self.admit(state, 0)?;
             let parent_inode = directory(state, fs, parent)?;
             if parent_inode.entries.contains_key(name) {
                 return Err(FsError::posix(libc::EEXIST, "link"));
@@ -568,7 +573,7 @@ impl FsEngine {
                 if let Some(mtime) = changes.mtime {
                     attributes.mtime_ns = resolve(mtime);
                 }
-                attributes.ctime_ns = now;
+                attributes.ctime_ns = changes.ctime.unwrap_or(now);
             })?;
             Ok(NodeInfo::of(ino, state.system(fs)?.inode(ino)?))
         })
@@ -669,6 +674,7 @@ impl FsEngine {
             return Err(FsError::posix(libc::E2BIG, "xattr value"));
         }
         self.mutate(|state| {
+            self.admit(state, value.len() as u64)?;
             let inode = state.system(fs)?.inode(ino)?;
             let exists = inode.xattrs.contains_key(name);
             if create_only && exists {

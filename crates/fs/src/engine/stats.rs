@@ -29,6 +29,8 @@ pub struct FaceStats {
     /// Bytes of container files, garbage (freed chunks waiting for compaction) included;
     /// the open container's appends still in memory are not counted.
     pub container_bytes: u64,
+    /// Free space and whether writes are refused for lack of it.
+    pub space: super::SpaceStats,
 }
 
 /// Figures of one file system.
@@ -102,7 +104,13 @@ impl FsEngine {
                     let rank = &mut stats.ranks[inode.monitor.rank.min(3) as usize];
                     rank.files += 1;
                     rank.bytes += bytes;
-                    chunks.extend(inode.extents.values().map(|extent| extent.chunk));
+                    chunks.extend(
+                        inode
+                            .extents
+                            .values()
+                            .filter(|extent| !extent.is_lost())
+                            .map(|extent| extent.chunk),
+                    );
                 }
                 Kind::Directory => stats.directories += 1,
                 _ => {}
@@ -137,6 +145,7 @@ impl FsEngine {
             live_raw_bytes: chunk_state.live_raw_bytes,
             live_stored_bytes: chunk_state.live_stored_bytes,
             container_bytes,
+            space: state.space.stats(),
         };
         Ok(stats)
     }
@@ -154,7 +163,7 @@ impl FsEngine {
             .map(|(offset, extent)| (*offset, *extent))
             .collect();
         let mut places = Vec::with_capacity(extents.len());
-        for (offset, extent) in extents {
+        for (offset, extent) in extents.into_iter().filter(|(_, extent)| !extent.is_lost()) {
             let record = state.chunks.record(&mut state.pages, extent.chunk)?;
             places.push(ExtentPlace {
                 offset,

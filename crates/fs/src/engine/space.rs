@@ -1,0 +1,280 @@
+//! A full disk: writes are refused with ENOSPC before they change anything, reads and fsync
+//! go on, writes resume when room comes back, and the commits that make data durable always
+//! have room (as the block device does, `onecopy_block`'s `engine/space.rs`).
+//!
+//! 1. **Admission.** Every request that adds data (a write, a new inode, an xattr) asks
+//!    [`FsEngine::admit`] first, under the engine lock and before it changes anything. The
+//!    engine samples the free space of its storage (`statvfs`) at most every
+//!    [`SAMPLE_INTERVAL`] or [`SAMPLE_BYTES`] of admitted data and counts what it admitted
+//!    since. Below the *headroom* (room for the container bytes still buffered, a checkpoint
+//!    of the dirty pages and the namespace, and a margin) the request fails with ENOSPC, and
+//!    the engine refuses such requests until the free space is back above the headroom plus
+//!    [`RESUME_MARGIN_BYTES`] (sampled again at most every [`REFUSING_SAMPLE_INTERVAL`]).
+//!    Reads, fsync, unlink, truncate, rename and attribute changes are never refused.
+//! 2. **The reserve.** `fs/reserve` holds [`RESERVE_BYTES`] of allocated space while there is
+//!    room. When an fsync or a checkpoint finds the disk full anyway (another program filled
+//!    it), the reserve is released and the operation tried again (a container write that
+//!    failed is written again whole, at the same place), so acknowledged writes still become
+//!    durable. The reserve is taken back once there is room.
+//! 3. **Checkpoints wait.** A checkpoint due while there is no room for it is put off (the
+//!    journal holds the changes until there is).
+//!
+//! Not guaranteed: a request admitted just before another program takes the last free bytes
+//! can still find the disk full half way; the face then stops (every request fails with EIO
+//! until it is mounted again, and recovery replays the journal), as after any failed write.
+
+use std::time::{Duration, Instant};
+
+use onecopy_core::pages::PAGE_BYTES;
+use onecopy_core::storage::Storage;
+
+use super::{FsEngine, State};
+use crate::error::{FsError, Result};
+use crate::options::CHUNK_BYTES_MAX;
+
+/// Free space is sampled at most this often while requests are admitted...
+const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+/// ...or after this much admitted data, whichever comes first.
+const SAMPLE_BYTES: u64 = 16 << 20;
+/// While requests are refused, free space is sampled at most this often.
+const REFUSING_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+/// Room kept free besides buffered container bytes and a checkpoint: journal records of
+/// requests that are never refused, and a new container.
+const MARGIN_BYTES: u64 = 8 << 20;
+/// Requests resume once this much more than the headroom is free.
+const RESUME_MARGIN_BYTES: u64 = 4 << 20;
+/// Bytes of `fs/reserve`.
+pub const RESERVE_BYTES: u64 = 8 << 20;
+/// Bytes a container writer buffers before it writes (the core's write buffer) plus the
+/// largest chunk one append adds to it.
+const BUFFERED_BYTES_MAX: u64 = (1 << 20) + CHUNK_BYTES_MAX;
+/// Bytes every request is counted for besides its data (its journal record, roughly).
+pub(crate) const REQUEST_OVERHEAD_BYTES: u64 = 4 << 10;
+const RESERVE_FILE: &str = "reserve";
+
+const _: () = assert!(RESERVE_BYTES <= MARGIN_BYTES);
+const _: () = assert!(SAMPLE_BYTES >= RESERVE_BYTES);
+
+/// Free space as the engine sees it (`onecopy fs stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SpaceStats {
+    /// Free bytes at the last sample, when the storage can tell.
+    pub free_bytes_sampled: Option<u64>,
+    /// Requests that add data are refused (ENOSPC) until there is room.
+    pub writes_refused: bool,
+    /// Requests refused for lack of room since open.
+    pub refused_requests: u64,
+    /// `fs/reserve` holds room for the commits that make data durable.
+    pub reserve_held: bool,
+}
+
+/// The engine's view of the free space; see the module documentation.
+#[derive(Debug, Default)]
+pub(crate) struct SpaceGuard {
+    /// Free bytes at the last sample (`None`: the storage cannot tell, nothing is refused).
+    sampled_free: Option<u64>,
+    sampled_at: Option<Instant>,
+    /// Bytes admitted since the sample.
+    admitted_since: u64,
+    /// Requests are refused until room comes back.
+    refusing: bool,
+    /// `fs/reserve` exists.
+    reserve_held: bool,
+    /// Requests refused since open.
+    refused: u64,
+    /// Bytes of the namespace at the last checkpoint (a checkpoint writes it whole).
+    pub(crate) namespace_bytes: u64,
+}
+
+impl SpaceGuard {
+    pub(crate) fn new(reserve_held: bool) -> SpaceGuard {
+        SpaceGuard {
+            reserve_held,
+            ..SpaceGuard::default()
+        }
+    }
+
+    pub(crate) fn stats(&self) -> SpaceStats {
+        SpaceStats {
+            free_bytes_sampled: self.sampled_free,
+            writes_refused: self.refusing,
+            refused_requests: self.refused,
+            reserve_held: self.reserve_held,
+        }
+    }
+}
+
+impl FsEngine {
+    /// Admits a request that adds `bytes` of data, or refuses it with ENOSPC when the disk
+    /// has no room for it and what it makes the engine write (see the module documentation).
+    pub(crate) fn admit(&self, state: &mut State, bytes: u64) -> Result<()> {
+        let bytes = bytes + REQUEST_OVERHEAD_BYTES;
+        let space = &state.space;
+        let due = match space.sampled_at {
+            None => true,
+            Some(at) if space.refusing => at.elapsed() >= REFUSING_SAMPLE_INTERVAL,
+            Some(at) => at.elapsed() >= SAMPLE_INTERVAL || space.admitted_since >= SAMPLE_BYTES,
+        };
+        if due {
+            self.sample_space(state)?;
+        }
+        let Some(free) = state.space.sampled_free else {
+            return Ok(());
+        };
+        let estimate = free.saturating_sub(state.space.admitted_since);
+        let headroom = headroom(state);
+        let space = &mut state.space;
+        if space.refusing && estimate >= headroom + RESUME_MARGIN_BYTES {
+            space.refusing = false;
+        }
+        if !space.refusing && estimate < headroom.saturating_add(bytes) {
+            space.refusing = true;
+        }
+        if space.refusing {
+            space.refused += 1;
+            return Err(FsError::Core(no_space(format!(
+                "{} free in {}, {} needed for the data buffered and a checkpoint; writes \
+                 resume once there is room (remove files and run `onecopy fs compact`, or \
+                 free space on that disk)",
+                onecopy_core::units::format_size(estimate),
+                self.storage().describe(),
+                onecopy_core::units::format_size(headroom + bytes)
+            ))));
+        }
+        space.admitted_since += bytes;
+        Ok(())
+    }
+
+    fn sample_space(&self, state: &mut State) -> Result<()> {
+        let free = self.storage().available_bytes()?;
+        state.space.sampled_free = free;
+        state.space.sampled_at = Some(Instant::now());
+        state.space.admitted_since = 0;
+        if let Some(free) = free {
+            // The reserve is taken back once there is room for it beyond the headroom.
+            if !state.space.reserve_held
+                && state.journal.is_some()
+                && free >= headroom(state) + RESUME_MARGIN_BYTES + RESERVE_BYTES
+            {
+                state.space.reserve_held = create_reserve(self.storage().as_ref()).is_ok();
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `operation`; if it finds the disk full and the reserve is held, releases the
+    /// reserve and runs it once more. For the writes that must go through: fsync, and the
+    /// checkpoints that commit what was acknowledged.
+    pub(crate) fn with_reserve<T>(
+        &self,
+        state: &mut State,
+        mut operation: impl FnMut(&Self, &mut State) -> Result<T>,
+    ) -> Result<T> {
+        match operation(self, state) {
+            Err(error) if is_full(&error) && self.release_reserve(state)? => {
+                state.space.refusing = true;
+                operation(self, state)
+            }
+            other => other,
+        }
+    }
+
+    /// Releases `fs/reserve`; true when it was held.
+    fn release_reserve(&self, state: &mut State) -> Result<bool> {
+        if !state.space.reserve_held {
+            return Ok(false);
+        }
+        release_reserve_file(self.storage().as_ref())?;
+        state.space.reserve_held = false;
+        state.space.sampled_at = None;
+        Ok(true)
+    }
+
+    /// Whether a checkpoint has room now: the dirty pages, the namespace and a new journal's
+    /// first pages. Without room, the reserve is released for it.
+    pub(crate) fn room_for_checkpoint(&self, state: &mut State) -> Result<bool> {
+        let Some(free) = self.storage().available_bytes()? else {
+            return Ok(true);
+        };
+        let needed = checkpoint_bytes(state);
+        if free >= needed {
+            return Ok(true);
+        }
+        Ok(self.release_reserve(state)?
+            && self.storage().available_bytes()?.unwrap_or(u64::MAX) >= needed)
+    }
+
+    /// Bytes a compaction may copy now: the free space beyond the headroom (everything when
+    /// the storage cannot tell). On a full disk it is 0, so a compaction retires only the
+    /// containers that hold no live chunk, which gives room back without taking any.
+    pub(crate) fn room_for_copies(&self, state: &State) -> Result<u64> {
+        Ok(match self.storage().available_bytes()? {
+            Some(free) => free.saturating_sub(headroom(state)),
+            None => u64::MAX,
+        })
+    }
+
+    /// Creates `fs/reserve` when the storage knows its free space and has room (best
+    /// effort: without room the engine runs without a reserve until there is).
+    pub(crate) fn hold_reserve(&self, state: &mut State) -> Result<()> {
+        if state.space.reserve_held || self.storage().available_bytes()?.is_none() {
+            return Ok(());
+        }
+        state.space.reserve_held = create_reserve(self.storage().as_ref()).is_ok();
+        Ok(())
+    }
+}
+
+/// What a checkpoint writes: the dirty pages, the namespace (twice: a manifest is written
+/// beside the other) and a margin for a new journal's first pages.
+fn checkpoint_bytes(state: &State) -> u64 {
+    (state.pages.dirty_page_count() as u64 + 64) * PAGE_BYTES as u64
+        + 2 * state.space.namespace_bytes
+}
+
+/// Room the engine keeps free besides new data.
+fn headroom(state: &State) -> u64 {
+    checkpoint_bytes(state) + BUFFERED_BYTES_MAX + MARGIN_BYTES
+}
+
+/// A full-disk error (ENOSPC), which the kernel passes on as ENOSPC.
+fn no_space(context: String) -> onecopy_core::Error {
+    onecopy_core::Error::io(context, std::io::Error::from_raw_os_error(libc::ENOSPC))
+}
+
+/// True when `error` is a full disk.
+pub(crate) fn is_full(error: &FsError) -> bool {
+    match error {
+        FsError::Core(error) => onecopy_core::storage::is_full(error),
+        _ => false,
+    }
+}
+
+/// Creates `fs/reserve` with [`RESERVE_BYTES`] of written (allocated) bytes.
+fn create_reserve(storage: &dyn Storage) -> Result<()> {
+    let file = storage.open(RESERVE_FILE, true)?;
+    let zeros = vec![0u8; 1 << 20];
+    let result = (0..RESERVE_BYTES / zeros.len() as u64)
+        .try_for_each(|index| file.write_at(index * zeros.len() as u64, &zeros))
+        .and_then(|()| file.sync_data());
+    if result.is_err() {
+        drop(file);
+        storage.remove(RESERVE_FILE)?;
+    }
+    Ok(result?)
+}
+
+/// Removes `fs/reserve` from `storage`; true when it existed.
+pub(crate) fn release_reserve_file(storage: &dyn Storage) -> Result<bool> {
+    if !storage.exists(RESERVE_FILE)? {
+        return Ok(false);
+    }
+    storage.remove(RESERVE_FILE)?;
+    storage.sync_directory("")?;
+    Ok(true)
+}
+
+/// Whether the face in `storage` holds its reserve.
+pub(crate) fn reserve_exists(storage: &dyn Storage) -> Result<bool> {
+    Ok(storage.exists(RESERVE_FILE)?)
+}
