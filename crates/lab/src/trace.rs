@@ -13,6 +13,7 @@
 //! read as a sector). Each request is split into *blocks* of its granularity, each with an
 //! address (in blocks of that size) and a digest.
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -186,6 +187,61 @@ pub fn parse_trace(text: &str, path: &Path) -> Result<Vec<TraceRecord>> {
         }
     }
     Ok(records)
+}
+
+/// One block access of a trace, with dense address and content numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access {
+    pub operation: Operation,
+    /// Dense number of the block address.
+    pub address: u64,
+    /// Dense number of the content digest.
+    pub content: u64,
+    /// The first 8 bytes of the digest, to make the synthetic block.
+    pub digest_prefix: u64,
+}
+
+/// A trace as block accesses.
+#[derive(Clone, Debug)]
+pub struct Accesses {
+    pub accesses: Vec<Access>,
+    pub block_bytes: u32,
+    pub distinct_addresses: u64,
+    pub distinct_contents: u64,
+}
+
+/// Splits requests into block accesses and numbers addresses and digests densely.
+pub fn accesses_of(records: &[TraceRecord]) -> Result<Accesses> {
+    let Some(first) = records.first() else {
+        return Err(LabError::InvalidOption("the trace has no records".into()));
+    };
+    let granularity = first.granularity;
+    let mut addresses: HashMap<u64, u64> = HashMap::new();
+    let mut contents: HashMap<Digest, u64> = HashMap::new();
+    let mut accesses = Vec::new();
+    for record in records {
+        if record.granularity != granularity {
+            return Err(LabError::InvalidOption(
+                "the trace mixes per-page and per-sector digests".into(),
+            ));
+        }
+        for (address, digest) in record.blocks() {
+            let next_address = addresses.len() as u64;
+            let next_content = contents.len() as u64;
+            accesses.push(Access {
+                operation: record.operation,
+                address: *addresses.entry(address).or_insert(next_address),
+                content: *contents.entry(*digest).or_insert(next_content),
+                digest_prefix: u64::from_le_bytes(digest[..8].try_into().expect("8 bytes")),
+            });
+        }
+    }
+    Ok(Accesses {
+        accesses,
+        block_bytes: granularity.block_bytes(),
+        distinct_addresses: addresses.len() as u64,
+        distinct_contents: contents.len() as u64,
+    })
 }
 
 #[cfg(test)]

@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::plot::{AxisScale, BarPanel, BarSeries, Figure, Panel};
 use crate::results::{number_cell, write_text, CsvTable};
+use crate::trace::{accesses_of, Access};
 use crate::trace::{Operation, TraceRecord};
-use crate::trace_replay::{accesses_of, Access};
 
 /// Contents with more copies than this are left out of the static similarity (paper 4 §2).
 pub const COPIES_CAP: u64 = 1000;

@@ -11,8 +11,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use onecopy_core::index::cache::CachePolicy;
+use onecopy_lab::trace::accesses_of;
 use onecopy_lab::trace::{read_trace, Granularity, Operation};
-use onecopy_lab::trace_replay::{accesses_of, simulate, Addressing};
+use onecopy_lab::trace_replay::{simulate, Addressing};
 
 const EXCERPT_NAME: &str = "fiu-mail-day1-excerpt.trace";
 const EXCERPT: &str = "shared/traces/fiu-mail-day1-excerpt.trace";
