@@ -33,8 +33,9 @@ pub const LIVE_WINDOW_MAX: u32 = 1 << 16;
 pub const SEGMENT_INDEX_EXPECTED_ENTRIES: u64 = 1 << 16;
 /// Logical bytes a restore assembles at once (per window) by default.
 pub const RESTORE_WINDOW_BYTES_DEFAULT: usize = 32 << 20;
-/// Smallest space reserve by default; it grows to an eighth of the catalog's size.
-pub const RESERVE_BYTES_MIN: u64 = 8 << 20;
+/// Smallest space reserve by default; it grows with the catalog (see
+/// [`crate::store::reserve_bytes`]).
+pub const RESERVE_BYTES_MIN: u64 = 1 << 20;
 
 /// How new backups are deduplicated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -239,7 +240,7 @@ pub struct RuntimeOptions {
     /// The segment index's cache and filter.
     pub index: IndexOptions,
     /// Smallest space reserve kept for the commits that free space (see
-    /// [`crate::store`], which keeps it); it grows to an eighth of the catalog's size.
+    /// [`crate::store`], which keeps it); it grows with the catalog.
     pub reserve_bytes_min: u64,
 }
 

@@ -301,14 +301,19 @@ pub(crate) fn read_stream(
         if offset >= end {
             break;
         }
-        let (raw_bytes, storage, name) = match source {
-            ChunkSource::Zero { raw_bytes } => (raw_bytes, ChunkStorage::Zero, None),
+        let (raw_bytes, storage, name, record) = match source {
+            ChunkSource::Zero { raw_bytes } => (raw_bytes, ChunkStorage::Zero, None, None),
             ChunkSource::Stored { segment, index } => {
                 let record = cache.get(view, segment)?;
                 let chunk = record.chunks.get(index as usize).ok_or_else(|| {
                     BackupError::corrupt(format!("segment {segment}"), format!("no chunk {index}"))
                 })?;
-                (chunk.raw_bytes, chunk.storage, Some((segment, index)))
+                (
+                    chunk.raw_bytes,
+                    chunk.storage,
+                    Some((segment, index)),
+                    Some(record),
+                )
             }
         };
         let chunk_end = offset + raw_bytes as u64;
@@ -316,9 +321,9 @@ pub(crate) fn read_stream(
             offset = chunk_end;
             continue;
         }
-        let location = match storage {
+        let place = match storage {
             ChunkStorage::Zero => None,
-            ChunkStorage::Stored(location) => Some(location),
+            ChunkStorage::Stored(place) => Some(place),
             ChunkStorage::Removed | ChunkStorage::Lost => {
                 let (segment, index) = name.expect("only stored sources have these");
                 return Err(BackupError::Lost {
@@ -329,8 +334,10 @@ pub(crate) fn read_stream(
         };
         buffer.clear();
         buffer.resize(raw_bytes as usize, 0);
-        if let Some(location) = location {
-            store.containers.read_chunk(&location, &mut buffer)?;
+        if let (Some(place), Some(record)) = (place, record) {
+            let frame = crate::frames::read_frame(&store.containers, record.frame(place))?;
+            let within = place.within as usize;
+            buffer.copy_from_slice(&frame[within..within + raw_bytes as usize]);
         }
         let from = start.saturating_sub(offset) as usize;
         let to = (end.min(chunk_end) - offset) as usize;
