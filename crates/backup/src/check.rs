@@ -51,7 +51,7 @@ use crate::inspection::{
 };
 use crate::losses::{self, load_losses, LostRange};
 use crate::recipe::{ChunkReference, Recipe};
-use crate::resolve::{resolve, ChunkSource, SegmentCache};
+use crate::resolve::{locate, resolve, ChunkBytes, ChunkSource, SegmentCache};
 use crate::segment::{
     ChunkStorage, ContainerKind, SegmentContainer, SegmentHead, SegmentId, SegmentRecord,
     SegmentState, CONTAINERS, SEGMENTS, SEGMENT_HEADS,
@@ -309,6 +309,7 @@ impl BackupStore {
                 ));
             }
         }
+        let borrows = crate::repair::borrow_counts(records.values());
         for (&id, record) in &records {
             if !heads.contains_key(&id) {
                 derived.push(format!("segment {id} has a record but no head"));
@@ -329,13 +330,45 @@ impl BackupStore {
                 );
             }
             for (index, chunk) in record.chunks.iter().enumerate() {
-                let counted = counts.direct.get(&(id, index as u32)).copied().unwrap_or(0);
+                let key = (id, index as u32);
+                let counted = counts.direct.get(&key).copied().unwrap_or(0)
+                    + borrows.get(&key).copied().unwrap_or(0);
+                if let ChunkStorage::Borrowed {
+                    segment,
+                    index: target,
+                } = chunk.storage
+                {
+                    let held = records.get(&segment).and_then(|lender| {
+                        lender.chunks.get(target as usize).map(|lent| {
+                            matches!(lent.storage, ChunkStorage::Stored(_) | ChunkStorage::Lost)
+                        })
+                    });
+                    if held != Some(true) {
+                        inspection.push(
+                            Finding::new(
+                                FindingKind::Damage,
+                                format!("chunk {index} of segment {id}"),
+                                format!(
+                                    "it borrows chunk {target} of segment {segment}, which does \
+                                     not hold its bytes"
+                                ),
+                            )
+                            .with_lost(
+                                counts
+                                    .users_of(id)
+                                    .iter()
+                                    .map(|label| format!("{label}: chunk {index} of segment {id}")),
+                            ),
+                            Problem::Unrepairable,
+                        );
+                    }
+                }
                 let wrong = chunk.direct_references < counted
                     || (chunk.direct_references > counted && counts.complete);
                 if wrong {
                     derived.push(format!(
                         "chunk {index} of segment {id}: {} direct references recorded, \
-                         {counted} in archival recipes",
+                         {counted} in archival recipes and borrowing chunks",
                         chunk.direct_references
                     ));
                 }
@@ -830,27 +863,16 @@ fn check_backup(
         let raw_bytes = match *source {
             ChunkSource::Zero { raw_bytes } => raw_bytes as u64,
             ChunkSource::Stored { segment, index } => {
-                let record = cache.get(read, segment)?;
-                let chunk = record.chunks.get(index as usize).ok_or_else(|| {
-                    BackupError::corrupt(format!("segment {segment}"), format!("no chunk {index}"))
-                })?;
-                match chunk.storage {
-                    ChunkStorage::Removed => {
-                        return Err(BackupError::corrupt(
-                            format!("segment {segment}"),
-                            format!("chunk {index} was removed but is still referenced"),
-                        )
-                        .into())
-                    }
-                    ChunkStorage::Lost => lost.push(LostRange {
+                let (located, raw_bytes) = locate(read, cache, segment, index)?;
+                if located == ChunkBytes::Lost {
+                    lost.push(LostRange {
                         start: bytes,
-                        end: bytes + chunk.raw_bytes as u64,
+                        end: bytes + raw_bytes as u64,
                         segment,
                         index,
-                    }),
-                    ChunkStorage::Zero | ChunkStorage::Stored(_) => {}
+                    });
                 }
-                chunk.raw_bytes as u64
+                raw_bytes as u64
             }
         };
         bytes += raw_bytes;

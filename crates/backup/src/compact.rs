@@ -221,14 +221,23 @@ impl BackupStore {
         let mut dropped = Vec::new();
         for planned in batch {
             let record = crate::store::load_container(&read, planned.id)?;
-            rewrite_container(self, &read, &mut changes, &mut state, planned.id, &record)?;
+            let rewritten =
+                rewrite_container(self, &read, &mut changes, &mut state, planned.id, &record)?;
             dropped.push(planned.id);
-            if planned.bytes_after == 0 {
+            // What the rewritten container takes (frames compressed again may differ from the
+            // plan's estimate).
+            let bytes_after = match rewritten {
+                Some(new_id) => changes.containers[&new_id]
+                    .as_ref()
+                    .map_or(0, |container| container.bytes),
+                None => 0,
+            };
+            if bytes_after == 0 {
                 report.containers_removed += 1;
             } else {
                 report.containers_rewritten += 1;
             }
-            report.reclaimed_bytes += planned.bytes - planned.bytes_after;
+            report.reclaimed_bytes += planned.bytes.saturating_sub(bytes_after);
         }
         drop(read);
         self.release_reserve()?;

@@ -88,6 +88,11 @@ pub struct InlineReport {
     pub seal_seconds: f64,
     /// Frames the new segments' chunks were compressed in.
     pub frames: u64,
+    /// Chunks of new segments that borrow a chunk an earlier new segment of this backup
+    /// stores, instead of being stored again.
+    pub borrowed_chunks: u64,
+    /// Their raw bytes.
+    pub borrowed_bytes: u64,
     /// Segments of the series' previous backup placed in the stream as they are, for runs of
     /// files the files cache found unchanged (nothing read, compared or written).
     pub placed_segments: u64,
@@ -356,6 +361,8 @@ pub(crate) fn run(
         },
         pending: HashMap::new(),
         open: None,
+        lenders: HashMap::new(),
+        borrows: HashMap::new(),
     };
     let (sender, receiver) = bounded::<Result<Batch>>(QUEUE_BATCHES);
     // Consumed batches go back to the chunker to be filled again: fresh multi-megabyte
@@ -407,6 +414,18 @@ pub(crate) fn run(
     let sealed = Instant::now();
     writer.seal_open(store)?;
     writer.outcome.report.seal_seconds = sealed.elapsed().as_secs_f64();
+    // A lent chunk counts its borrowers among its direct references.
+    let positions: HashMap<SegmentId, usize> = writer
+        .outcome
+        .new_segments
+        .iter()
+        .enumerate()
+        .map(|(position, (id, _))| (*id, position))
+        .collect();
+    for ((segment, index), count) in std::mem::take(&mut writer.borrows) {
+        let (_, record) = &mut writer.outcome.new_segments[positions[&segment]];
+        record.chunks[index as usize].direct_references += count;
+    }
     let mut outcome = writer.outcome;
     outcome.report.seconds = started.elapsed().as_secs_f64();
     Ok(outcome)
@@ -437,6 +456,11 @@ struct PathState {
     /// does not yet, so the usual confirmation would reject them).
     pending: HashMap<Fingerprint, SegmentId>,
     open: Option<(ContainerWriter, Vec<SegmentId>)>,
+    /// The stored chunks of this backup's new segments so far, by fingerprint: a chunk of a
+    /// later new segment with the same fingerprint borrows it instead of being stored again.
+    lenders: HashMap<Fingerprint, (SegmentId, u32)>,
+    /// Borrowers of each lent chunk, added to its direct references at the end.
+    borrows: HashMap<(SegmentId, u32), u32>,
 }
 
 impl PathState {
@@ -527,8 +551,32 @@ impl PathState {
 
         let start = Instant::now();
         let level = store.state.options.compression_level;
-        // The new segments' non-null chunks, in frames; all frames of the batch are
-        // compressed in one parallel pass.
+        // Chunks of new segments that an earlier new segment of this backup stores borrow it
+        // (finer inline deduplication); the others are stored, in frames. All frames of the
+        // batch are compressed in one parallel pass.
+        let mut lent: HashMap<usize, (SegmentId, u32)> = HashMap::new();
+        for decision in decisions.iter().filter(|decision| decision.new) {
+            let mut own = Vec::new();
+            for chunk in decision.chunks.clone() {
+                if hashed[chunk].zero {
+                    continue;
+                }
+                match self.lenders.get(&hashed[chunk].fingerprint) {
+                    Some(&lender) => {
+                        lent.insert(chunk, lender);
+                        *self.borrows.entry(lender).or_insert(0) += 1;
+                    }
+                    None => own.push(chunk),
+                }
+            }
+            // Only earlier segments lend: a repeat inside one segment is compressed in its
+            // frame instead.
+            for chunk in own {
+                self.lenders
+                    .entry(hashed[chunk].fingerprint)
+                    .or_insert((decision.id, (chunk - decision.chunks.start) as u32));
+            }
+        }
         let plans: Vec<Vec<usize>> = decisions
             .iter()
             .filter(|decision| decision.new)
@@ -536,7 +584,7 @@ impl PathState {
                 let stored = decision
                     .chunks
                     .clone()
-                    .filter(|&chunk| !hashed[chunk].zero)
+                    .filter(|&chunk| !hashed[chunk].zero && !lent.contains_key(&chunk))
                     .map(|chunk| (chunk as u32, slices[chunk].len() as u32));
                 plan_frames(stored)
                     .into_iter()
@@ -610,6 +658,7 @@ impl PathState {
                 &hashed,
                 range,
                 segment_frames,
+                &lent,
                 fingerprint,
                 id,
             )?;
@@ -652,6 +701,7 @@ impl PathState {
         hashed: &[HashedChunk],
         range: std::ops::Range<usize>,
         frames: Vec<EncodedFrame>,
+        lent: &HashMap<usize, (SegmentId, u32)>,
         fingerprint: Fingerprint,
         id: SegmentId,
     ) -> Result<SegmentRecord> {
@@ -668,7 +718,14 @@ impl PathState {
             .map(|chunk| SegmentChunk {
                 fingerprint: hashed[chunk].fingerprint,
                 raw_bytes: slices[chunk].len() as u32,
-                storage: ChunkStorage::Zero,
+                storage: match lent.get(&chunk) {
+                    Some(&(segment, index)) => {
+                        self.outcome.report.borrowed_chunks += 1;
+                        self.outcome.report.borrowed_bytes += slices[chunk].len() as u64;
+                        ChunkStorage::Borrowed { segment, index }
+                    }
+                    None => ChunkStorage::Zero,
+                },
                 direct_references: 0,
             })
             .collect();
@@ -697,8 +754,11 @@ impl PathState {
         }
         assert!(
             range.clone().all(|chunk| hashed[chunk].zero
-                || matches!(chunks[chunk - range.start].storage, ChunkStorage::Stored(_))),
-            "every non-null chunk is in a frame"
+                || matches!(
+                    chunks[chunk - range.start].storage,
+                    ChunkStorage::Stored(_) | ChunkStorage::Borrowed { .. }
+                )),
+            "every non-null chunk is in a frame or borrowed"
         );
         if container.is_some() {
             self.open.as_mut().expect("open").1.push(id);

@@ -191,11 +191,14 @@ impl BackupStore {
                 recorded.max(counted)
             }
         };
+        let borrows = borrow_counts(records.values());
         for (&id, record) in &records {
             let mut fixed = record.clone();
             for (index, chunk) in fixed.chunks.iter_mut().enumerate() {
-                if matches!(chunk.storage, ChunkStorage::Stored(_) | ChunkStorage::Lost) {
-                    let counted = counts.direct.get(&(id, index as u32)).copied().unwrap_or(0);
+                if chunk.storage.is_held() {
+                    let key = (id, index as u32);
+                    let counted = counts.direct.get(&key).copied().unwrap_or(0)
+                        + borrows.get(&key).copied().unwrap_or(0);
                     chunk.direct_references = settle(chunk.direct_references, counted);
                 }
             }
@@ -426,10 +429,16 @@ impl BackupStore {
             })
             .collect();
         dropped.sort_unstable();
-        for outcome in outcomes.values() {
-            for &(segment, _) in &outcome.lost {
-                state.damaged_segments.insert(segment);
-            }
+        let all_lost: BTreeSet<(SegmentId, u32)> = outcomes
+            .values()
+            .flat_map(|outcome| outcome.lost.iter().copied())
+            .collect();
+        for &(segment, _) in &all_lost {
+            state.damaged_segments.insert(segment);
+        }
+        // A segment borrowing a lost chunk reads it lost too: never deduplicated against.
+        for (borrower, _) in borrowers_of(&read, &all_lost)? {
+            state.damaged_segments.insert(borrower.0);
         }
         drop(read);
         self.release_reserve()?;
@@ -708,14 +717,21 @@ impl BackupStore {
             lost_chunks.values().flatten().copied().collect();
         let mut lines_by_container: BTreeMap<ContainerId, Vec<String>> = BTreeMap::new();
         if !all_lost.is_empty() {
-            let owner: HashMap<(SegmentId, u32), ContainerId> = lost_chunks
+            let mut owner: HashMap<(SegmentId, u32), ContainerId> = lost_chunks
                 .iter()
                 .flat_map(|(&container, chunks)| {
                     chunks.iter().map(move |&chunk| (chunk, container))
                 })
                 .collect();
-            let damaged_segments: BTreeSet<SegmentId> =
+            let mut damaged_segments: BTreeSet<SegmentId> =
                 all_lost.iter().map(|&(segment, _)| segment).collect();
+            // Chunks borrowing a lost chunk are lost with it, in its container's finding.
+            for (borrower, lender) in borrowers_of(&read, &all_lost)? {
+                if let Some(&container) = owner.get(&lender) {
+                    owner.insert(borrower, container);
+                    damaged_segments.insert(borrower.0);
+                }
+            }
             for (_, bytes) in read.list(SERIES)? {
                 let Ok(series) = serde_json::from_slice::<SeriesRecord>(&bytes) else {
                     continue;
@@ -920,4 +936,46 @@ pub(crate) fn check_damaged_catalog(
     report.findings.insert(0, finding);
     report.repaired = true;
     Ok(report)
+}
+
+/// How many borrowed chunks of `records` name each (segment, index): direct references that
+/// segment records, not recipes, hold.
+pub(crate) fn borrow_counts<'a>(
+    records: impl IntoIterator<Item = &'a SegmentRecord>,
+) -> HashMap<(SegmentId, u32), u32> {
+    let mut counts = HashMap::new();
+    for record in records {
+        for target in record.borrowed() {
+            *counts.entry(target).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+/// The chunks that borrow one of `lent`, as (borrower, lender), each (segment, index).
+fn borrowers_of(
+    view: &impl CatalogView,
+    lent: &BTreeSet<(SegmentId, u32)>,
+) -> Result<Vec<((SegmentId, u32), (SegmentId, u32))>> {
+    let mut found = Vec::new();
+    if lent.is_empty() {
+        return Ok(found);
+    }
+    for (id, bytes) in view.range_id(SEGMENTS, 0, u64::MAX)? {
+        let Ok(record) = SegmentRecord::decode(&bytes, id) else {
+            continue;
+        };
+        for (index, chunk) in record.chunks.iter().enumerate() {
+            if let ChunkStorage::Borrowed {
+                segment,
+                index: target,
+            } = chunk.storage
+            {
+                if lent.contains(&(segment, target)) {
+                    found.push(((id, index as u32), (segment, target)));
+                }
+            }
+        }
+    }
+    Ok(found)
 }

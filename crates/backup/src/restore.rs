@@ -47,8 +47,7 @@ use crate::error::escape_path;
 use crate::error::{BackupError, Result};
 use crate::losses;
 use crate::recipe::Recipe;
-use crate::resolve::{resolve, ChunkSource, ResolveReport, SegmentCache};
-use crate::segment::ChunkStorage;
+use crate::resolve::{locate, resolve, ChunkBytes, ChunkSource, ResolveReport, SegmentCache};
 use crate::series::{find_backup, BackupState, SourceKind};
 use crate::series::{load_series, BackupRecord};
 use crate::store::BackupStore;
@@ -676,46 +675,32 @@ impl WindowPlanner {
                     raw_bytes
                 }
                 ChunkSource::Stored { segment, index } => {
-                    let record = reader.cache.get(reader.view, segment)?;
-                    let chunk = record.chunks.get(index as usize).ok_or_else(|| {
-                        BackupError::corrupt(
-                            format!("segment {segment}"),
-                            format!("no chunk {index}"),
-                        )
-                    })?;
-                    match chunk.storage {
-                        ChunkStorage::Zero => window.zero_bytes += chunk.raw_bytes as u64,
-                        ChunkStorage::Stored(place) => {
-                            let frame = *record.frame(place);
-                            by_container
-                                .entry(frame.container)
-                                .or_default()
-                                .entry(frame.offset)
-                                .or_insert_with(|| (frame, Vec::new()))
-                                .1
-                                .push(Piece {
-                                    within: place.within as usize,
-                                    length: chunk.raw_bytes as usize,
-                                    window_offset: window.bytes,
-                                })
+                    let (bytes, raw_bytes) =
+                        locate(reader.view, &mut reader.cache, segment, index)?;
+                    match bytes {
+                        ChunkBytes::Zero => window.zero_bytes += raw_bytes as u64,
+                        ChunkBytes::Frame { frame, within } => by_container
+                            .entry(frame.container)
+                            .or_default()
+                            .entry(frame.offset)
+                            .or_insert_with(|| (frame, Vec::new()))
+                            .1
+                            .push(Piece {
+                                within: within as usize,
+                                length: raw_bytes as usize,
+                                window_offset: window.bytes,
+                            }),
+                        ChunkBytes::Lost if reader.skip_lost => {
+                            window.zero_bytes += raw_bytes as u64
                         }
-                        ChunkStorage::Removed => {
-                            return Err(BackupError::corrupt(
-                                format!("segment {segment}"),
-                                format!("chunk {index} is referenced but was removed"),
-                            ))
-                        }
-                        ChunkStorage::Lost if reader.skip_lost => {
-                            window.zero_bytes += chunk.raw_bytes as u64
-                        }
-                        ChunkStorage::Lost => {
+                        ChunkBytes::Lost => {
                             return Err(BackupError::Lost {
                                 what: format!("chunk {index} of segment {segment}"),
                                 detail: "its bytes were damaged".to_string(),
                             })
                         }
                     }
-                    chunk.raw_bytes
+                    raw_bytes
                 }
             };
             window.bytes += raw_bytes as usize;

@@ -41,11 +41,13 @@
 //! record:    "SEG3" | fingerprint [32] | state u8 | container+1 varint (0 = none) |
 //!            frame count varint | frame* | chunk count varint | chunk*
 //! frame:     offset varint | stored bytes varint | raw bytes varint | flags varint | crc u32
-//! chunk:     kind u8 (0 zero, 1 stored next, 2 removed, 3 lost, 4 stored placed) |
-//!            raw bytes varint |
+//! chunk:     kind u8 (0 zero, 1 stored next, 2 removed, 3 lost, 4 stored placed,
+//!            5 borrowed) | raw bytes varint |
 //!            [stored: fingerprint [32] | direct references varint]
 //!            [stored placed: frame varint | within varint]
 //!            [lost: fingerprint [32] | direct references varint]
+//!            [borrowed: fingerprint [32] | direct references varint | segment varint |
+//!             index varint]
 //! container: "CNT1" | kind u8 (1 shared, 2 archival) | timestamp u64 | bytes u64 |
 //!            segment count u32 | segment id u64*
 //! ```
@@ -161,6 +163,22 @@ pub enum ChunkStorage {
     /// Its stored bytes were damaged and no intact copy was found; a repair recorded the loss
     /// ([`crate::losses`]). Referenced like a stored chunk; every read of it fails.
     Lost,
+    /// Not stored here: the same bytes are chunk `index` of segment `segment`, a stored (or
+    /// lost) chunk of another segment written earlier by the same backup (finer inline
+    /// deduplication). That chunk counts this one among its direct references, so it stays
+    /// while this one does. Referenced like a stored chunk.
+    Borrowed { segment: SegmentId, index: u32 },
+}
+
+impl ChunkStorage {
+    /// True for a chunk whose bytes can be read (or whose loss is recorded): stored, lost or
+    /// borrowed, what a recipe may reference.
+    pub fn is_held(&self) -> bool {
+        matches!(
+            self,
+            ChunkStorage::Stored(_) | ChunkStorage::Lost | ChunkStorage::Borrowed { .. }
+        )
+    }
 }
 
 /// One chunk of a segment.
@@ -247,6 +265,14 @@ impl SegmentRecord {
                     encoder.fingerprint(&chunk.fingerprint);
                     encoder.varint(chunk.direct_references.into());
                 }
+                ChunkStorage::Borrowed { segment, index } => {
+                    encoder.u8(5);
+                    encoder.varint(chunk.raw_bytes.into());
+                    encoder.fingerprint(&chunk.fingerprint);
+                    encoder.varint(chunk.direct_references.into());
+                    encoder.varint(segment);
+                    encoder.varint(index.into());
+                }
             }
         }
         encoder.finish()
@@ -322,6 +348,15 @@ impl SegmentRecord {
                     let fingerprint = decoder.fingerprint()?;
                     (ChunkStorage::Lost, fingerprint, decoder.varint_u32()?)
                 }
+                5 => {
+                    let fingerprint = decoder.fingerprint()?;
+                    let direct_references = decoder.varint_u32()?;
+                    let storage = ChunkStorage::Borrowed {
+                        segment: decoder.varint()?,
+                        index: decoder.varint_u32()?,
+                    };
+                    (storage, fingerprint, direct_references)
+                }
                 _ => return decoder.invalid(format!("unknown chunk kind {kind}")),
             };
             chunks.push(SegmentChunk {
@@ -396,12 +431,18 @@ impl SegmentRecord {
         frames_raw != self.stored_raw_bytes()
     }
 
-    /// True when no chunk is stored or lost any more: nothing can reference the segment.
+    /// True when no chunk is stored, lost or borrowed any more: nothing can reference the
+    /// segment.
     pub fn is_empty(&self) -> bool {
-        !self
-            .chunks
-            .iter()
-            .any(|chunk| matches!(chunk.storage, ChunkStorage::Stored(_) | ChunkStorage::Lost))
+        !self.chunks.iter().any(|chunk| chunk.storage.is_held())
+    }
+
+    /// The chunks this segment borrows, as (target segment, target index).
+    pub fn borrowed(&self) -> impl Iterator<Item = (SegmentId, u32)> + '_ {
+        self.chunks.iter().filter_map(|chunk| match chunk.storage {
+            ChunkStorage::Borrowed { segment, index } => Some((segment, index)),
+            _ => None,
+        })
     }
 
     /// True when some chunk is stored (the segment needs a container).
@@ -527,6 +568,15 @@ mod tests {
                 },
                 stored(8, 5000, 1, 0),
                 SegmentChunk {
+                    fingerprint: Fingerprint([9; 32]),
+                    raw_bytes: 600,
+                    storage: ChunkStorage::Borrowed {
+                        segment: 77,
+                        index: 3,
+                    },
+                    direct_references: 1,
+                },
+                SegmentChunk {
                     fingerprint: Fingerprint::ZERO,
                     raw_bytes: 8192,
                     storage: ChunkStorage::Zero,
@@ -551,9 +601,10 @@ mod tests {
         assert_eq!(SegmentRecord::decode(&encoded, 1).unwrap(), record);
         assert_eq!(record.frame_chunks()[0].len(), 2);
         assert!(record.has_garbage());
+        assert_eq!(record.borrowed().collect::<Vec<_>>(), vec![(77, 3)]);
         // A zero or removed chunk's fingerprint is not kept.
         let mut forgetful = record.clone();
-        forgetful.chunks[4].fingerprint = Fingerprint([2; 32]);
+        forgetful.chunks[5].fingerprint = Fingerprint([2; 32]);
         forgetful.chunks[2].fingerprint = Fingerprint([4; 32]);
         assert_eq!(forgetful.encode(), encoded);
         // A chunk that does not lie inside its frame is refused.

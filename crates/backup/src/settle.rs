@@ -85,7 +85,11 @@ pub(crate) fn plan_settlement(
     };
     let mut evacuate = BTreeSet::new();
     let mut moved = BTreeSet::new();
-    for &segment in candidates {
+    // Highest id first: a chunk borrows only from a segment with a lower id (written earlier
+    // by the same backup), so every borrower is settled before its lender, and a lender
+    // whose chunk a settled borrower released joins the candidates in time.
+    let mut pending = candidates.clone();
+    while let Some(segment) = pending.pop_last() {
         let Some(head) = changes.head(view, segment)? else {
             continue;
         };
@@ -95,6 +99,7 @@ pub(crate) fn plan_settlement(
         }
         let record = changes.record_mut(view, segment)?;
         let mut removed_any = false;
+        let mut released = Vec::new();
         for index in 0..record.chunks.len() {
             let footprint = record.chunk_footprint(index);
             let chunk = &mut record.chunks[index];
@@ -107,9 +112,38 @@ pub(crate) fn plan_settlement(
                 }
                 // A lost chunk nothing references any more is simply gone.
                 (ChunkStorage::Lost, 0) => chunk.storage = ChunkStorage::Removed,
+                // A borrowed one gives its lender's chunk back.
+                (
+                    ChunkStorage::Borrowed {
+                        segment: lender,
+                        index,
+                    },
+                    0,
+                ) => {
+                    assert!(lender < segment, "chunks borrow from earlier segments");
+                    chunk.storage = ChunkStorage::Removed;
+                    released.push((lender, index));
+                }
                 _ => {}
             }
         }
+        for (lender, index) in released {
+            let lent = changes
+                .record_mut(view, lender)?
+                .chunks
+                .get_mut(index as usize)
+                .ok_or_else(|| {
+                    BackupError::corrupt(format!("segment {lender}"), format!("no chunk {index}"))
+                })?;
+            lent.direct_references = lent.direct_references.checked_sub(1).ok_or_else(|| {
+                BackupError::corrupt(
+                    format!("chunk {index} of segment {lender}"),
+                    "lent to a chunk it does not count",
+                )
+            })?;
+            pending.insert(lender);
+        }
+        let record = changes.record_mut(view, segment)?;
         let empty = record.is_empty();
         let has_stored = record.has_stored();
         let container = record.container;

@@ -9,8 +9,7 @@ use onecopy_core::container::ContainerId;
 use parking_lot::Mutex;
 
 use crate::error::{BackupError, Result};
-use crate::resolve::{resolve, ChunkSource, SegmentCache};
-use crate::segment::ChunkStorage;
+use crate::resolve::{locate, resolve, ChunkBytes, ChunkSource, SegmentCache};
 use crate::series::{load_series, BackupRecord};
 use crate::store::BackupStore;
 
@@ -176,31 +175,20 @@ impl ChunkReader {
         let ChunkSource::Stored { segment, index } = source else {
             return Ok(None);
         };
-        let record = {
+        let (bytes, _) = {
             let read = store.catalog.read()?;
-            self.segments.lock().get(&read, segment)?
+            locate(&read, &mut self.segments.lock(), segment, index)?
         };
-        let chunk = record.chunks.get(index as usize).ok_or_else(|| {
-            BackupError::corrupt(format!("segment {segment}"), format!("no chunk {index}"))
-        })?;
-        let place = match chunk.storage {
-            ChunkStorage::Zero => return Ok(None),
-            ChunkStorage::Stored(place) => place,
-            ChunkStorage::Removed => {
-                return Err(BackupError::corrupt(
-                    format!("segment {segment}"),
-                    format!("chunk {index} is referenced but was removed"),
-                ))
-            }
-            ChunkStorage::Lost => {
+        let (location, within) = match bytes {
+            ChunkBytes::Zero => return Ok(None),
+            ChunkBytes::Frame { frame, within } => (frame, within as usize),
+            ChunkBytes::Lost => {
                 return Err(BackupError::Lost {
                     what: format!("chunk {index} of segment {segment}"),
                     detail: "its bytes were damaged".to_string(),
                 })
             }
         };
-        let location = *record.frame(place);
-        let within = place.within as usize;
         let key = (location.container, location.offset);
         if let Some(cached) = self.cache.lock().chunks.get(&key) {
             return Ok(Some((Arc::clone(cached), within)));

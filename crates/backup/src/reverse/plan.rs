@@ -29,6 +29,8 @@ pub struct ReversePlan {
     /// Chunks that become (or stay) indirect references to the successor.
     pub indirect_chunks: u64,
     pub direct_chunks: u64,
+    /// Segments the successor holds too, mapped to it without reading their records.
+    pub shared_segments: u64,
     pub settlement: Settlement,
     pub plan_seconds: f64,
     /// Catalog serial the plan was made at; executing it later is refused.
@@ -113,6 +115,7 @@ impl BackupStore {
         };
         let mut changes = Changes::default();
         let mut candidates = BTreeSet::new();
+        let mut shared_segments = 0u64;
         let mut entries = Vec::with_capacity(recipe.chunk_count() as usize);
         let what = format!("backup {series}@{version}");
         match &recipe {
@@ -121,6 +124,7 @@ impl BackupStore {
                     changes.release_live_reference(&read, reference.segment, &what)?;
                     if let Some(&start) = successor_starts.get(&reference.segment) {
                         // Still shared by the successor: nothing settles, nothing is read.
+                        shared_segments += 1;
                         entries.extend((0..reference.chunk_count as u64).map(|index| {
                             ChunkReference::Indirect {
                                 ordinal: start + index,
@@ -141,7 +145,9 @@ impl BackupStore {
                                 ))
                             }
                             // A lost chunk the successor stores intact heals here.
-                            ChunkStorage::Stored(_) | ChunkStorage::Lost => {
+                            ChunkStorage::Stored(_)
+                            | ChunkStorage::Lost
+                            | ChunkStorage::Borrowed { .. } => {
                                 match following.get(&chunk.fingerprint) {
                                     Some(&ordinal) => ChunkReference::Indirect { ordinal },
                                     None => {
@@ -195,6 +201,7 @@ impl BackupStore {
             zero_chunks: 0,
             indirect_chunks: 0,
             direct_chunks: 0,
+            shared_segments,
             settlement: Settlement::default(),
             plan_seconds: 0.0,
             serial: self.state.serial,
@@ -241,8 +248,12 @@ fn successor_fingerprints(
         let chunk = record.chunks.get(index as usize).ok_or_else(|| {
             BackupError::corrupt(format!("segment {segment}"), format!("no chunk {index}"))
         })?;
-        // Only stored chunks keep a fingerprint; a backup's chunks are all stored or zero.
-        if matches!(chunk.storage, ChunkStorage::Stored(_)) {
+        // Chunks that read (stored, or borrowed from a stored one); zero chunks keep no
+        // fingerprint.
+        if matches!(
+            chunk.storage,
+            ChunkStorage::Stored(_) | ChunkStorage::Borrowed { .. }
+        ) {
             following.entry(chunk.fingerprint).or_insert(ordinal);
         }
         Ok(())
