@@ -10,9 +10,10 @@
 //! reserve            room kept for the catalog commit that frees space on a full disk
 //! ```
 //!
-//! **Opening** verifies the catalog's page checksums (a verified copy in memory, which
-//! read-only opens keep and read from), so a damaged catalog is an error naming it rather than
-//! wrong records. The segment index is derived data (module `segment_index`): when it does
+//! **Opening** an unencrypted store verifies the catalog's page checksums (a verified copy in
+//! memory, which read-only opens keep and read from), so a damaged catalog is an error naming
+//! it rather than wrong records; an encrypted store's catalog is opened in place, since every
+//! block it reads is authenticated. The segment index is derived data (module `segment_index`): when it does
 //! not open or verify, a writable open throws it away and rebuilds it from the catalog, a
 //! read-only open goes on without it, and either says so in [`BackupStore::take_notices`].
 //!
