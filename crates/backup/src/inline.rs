@@ -52,6 +52,10 @@ const BATCH_BYTES: usize = 1 << 20;
 /// Batches queued between the chunker and the rest of the path (bounds memory to about
 /// `QUEUE_BATCHES x max(BATCH_BYTES, segment maximum)`).
 const QUEUE_BATCHES: usize = 4;
+/// Most stored chunks a backup lends to later segments (2 GiB of 4 KiB chunks): the map of
+/// lenders takes memory for every chunk it holds, so it stops growing here and a larger
+/// backup's later chunks borrow only from its first ones.
+const LENDERS_MAX: usize = 1 << 19;
 /// Chunks per rayon task when fingerprinting and compressing.
 const CHUNKS_PER_TASK: usize = 32;
 
@@ -572,6 +576,9 @@ impl PathState {
             // Only earlier segments lend: a repeat inside one segment is compressed in its
             // frame instead.
             for chunk in own {
+                if self.lenders.len() >= LENDERS_MAX {
+                    break;
+                }
                 self.lenders
                     .entry(hashed[chunk].fingerprint)
                     .or_insert((decision.id, (chunk - decision.chunks.start) as u32));

@@ -952,11 +952,14 @@ pub(crate) fn borrow_counts<'a>(
     counts
 }
 
-/// The chunks that borrow one of `lent`, as (borrower, lender), each (segment, index).
+/// A chunk of a segment: (segment, index).
+type ChunkAt = (SegmentId, u32);
+
+/// The chunks that borrow one of `lent`, as (borrower, lender).
 fn borrowers_of(
     view: &impl CatalogView,
-    lent: &BTreeSet<(SegmentId, u32)>,
-) -> Result<Vec<((SegmentId, u32), (SegmentId, u32))>> {
+    lent: &BTreeSet<ChunkAt>,
+) -> Result<Vec<(ChunkAt, ChunkAt)>> {
     let mut found = Vec::new();
     if lent.is_empty() {
         return Ok(found);

@@ -56,7 +56,7 @@ use crate::segment_index::SegmentIndex;
 pub(crate) const STORE: NamedTable = NamedTable("store");
 pub(crate) const STATE_KEY: &str = "state";
 /// Format of the backup store's records.
-pub const STORE_FORMAT: u32 = 1;
+pub const STORE_FORMAT: u32 = 2;
 /// The catalog's file.
 pub const CATALOG_FILE: &str = "catalog.redb";
 /// The directory of the containers.
