@@ -134,6 +134,7 @@ impl Changes {
             !record.has_stored(),
             "a segment with stored chunks stays in its container"
         );
+        record.frames.clear();
         let Some(container) = record.container.take() else {
             return Ok(None);
         };

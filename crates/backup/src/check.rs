@@ -46,12 +46,12 @@ use rayon::prelude::*;
 use crate::error::{BackupError, Result};
 pub use crate::inspection::FACE;
 use crate::inspection::{
-    container_object, face_path, record_header_differs, verify_chunk, ContainerVerdict, Inspection,
-    PlacedChunk, Problem, ReferenceCounts,
+    container_object, face_path, record_header_differs, verify_frame, ContainerVerdict, Inspection,
+    PlacedFrame, Problem, ReferenceCounts,
 };
 use crate::losses::{self, load_losses, LostRange};
 use crate::recipe::{ChunkReference, Recipe};
-use crate::resolve::{resolve, ChunkSource, SegmentCache};
+use crate::resolve::{locate, resolve, ChunkBytes, ChunkSource, SegmentCache};
 use crate::segment::{
     ChunkStorage, ContainerKind, SegmentContainer, SegmentHead, SegmentId, SegmentRecord,
     SegmentState, CONTAINERS, SEGMENTS, SEGMENT_HEADS,
@@ -94,6 +94,19 @@ impl BackupStore {
     pub fn check_at(storage: Arc<dyn Storage>, options: CheckOptions) -> Result<FaceReport> {
         if !storage.exists(CATALOG_FILE)? {
             return missing_catalog_report(&storage);
+        }
+        if storage.authenticates_reads() {
+            // Opening reads such a catalog page by page; a check reads and verifies all of it.
+            match onecopy_core::catalog::Catalog::open_verified_copy(&storage, CATALOG_FILE) {
+                Ok(_) | Err(CoreError::Limit(_)) => {}
+                Err(error) => {
+                    let error = BackupError::from(error);
+                    if is_catalog_damage(&error) {
+                        return crate::repair::check_damaged_catalog(storage, options, error);
+                    }
+                    return Err(error);
+                }
+            }
         }
         let opened = BackupStore::open(
             Arc::clone(&storage),
@@ -296,6 +309,7 @@ impl BackupStore {
                 ));
             }
         }
+        let borrows = crate::repair::borrow_counts(records.values());
         for (&id, record) in &records {
             if !heads.contains_key(&id) {
                 derived.push(format!("segment {id} has a record but no head"));
@@ -316,27 +330,57 @@ impl BackupStore {
                 );
             }
             for (index, chunk) in record.chunks.iter().enumerate() {
-                let counted = counts.direct.get(&(id, index as u32)).copied().unwrap_or(0);
+                let key = (id, index as u32);
+                let counted = counts.direct.get(&key).copied().unwrap_or(0)
+                    + borrows.get(&key).copied().unwrap_or(0);
+                if let ChunkStorage::Borrowed {
+                    segment,
+                    index: target,
+                } = chunk.storage
+                {
+                    let held = records.get(&segment).and_then(|lender| {
+                        lender.chunks.get(target as usize).map(|lent| {
+                            matches!(lent.storage, ChunkStorage::Stored(_) | ChunkStorage::Lost)
+                        })
+                    });
+                    if held != Some(true) {
+                        inspection.push(
+                            Finding::new(
+                                FindingKind::Damage,
+                                format!("chunk {index} of segment {id}"),
+                                format!(
+                                    "it borrows chunk {target} of segment {segment}, which does \
+                                     not hold its bytes"
+                                ),
+                            )
+                            .with_lost(
+                                counts
+                                    .users_of(id)
+                                    .iter()
+                                    .map(|label| format!("{label}: chunk {index} of segment {id}")),
+                            ),
+                            Problem::Unrepairable,
+                        );
+                    }
+                }
                 let wrong = chunk.direct_references < counted
                     || (chunk.direct_references > counted && counts.complete);
                 if wrong {
                     derived.push(format!(
                         "chunk {index} of segment {id}: {} direct references recorded, \
-                         {counted} in archival recipes",
+                         {counted} in archival recipes and borrowing chunks",
                         chunk.direct_references
                     ));
                 }
-                if let ChunkStorage::Stored(location) = chunk.storage {
+            }
+            if let Some(container) = record.container {
+                let frames = PlacedFrame::of_segment(id, record, self.state.options.fingerprint);
+                if !frames.is_empty() {
                     inspection
                         .placed
-                        .entry(location.container)
+                        .entry(container)
                         .or_default()
-                        .push(PlacedChunk {
-                            segment: id,
-                            index: index as u32,
-                            fingerprint: chunk.fingerprint,
-                            location,
-                        });
+                        .extend(frames);
                 }
             }
         }
@@ -420,7 +464,7 @@ impl BackupStore {
             .par_iter()
             .map(|&id| {
                 let record = inspection.container_records.get(&id);
-                let chunks = &inspection.placed[&id];
+                let frames = &inspection.placed[&id];
                 (
                     id,
                     verify_container(
@@ -428,7 +472,7 @@ impl BackupStore {
                         algorithm,
                         id,
                         record,
-                        chunks,
+                        frames,
                         options.read_data,
                     ),
                 )
@@ -819,27 +863,16 @@ fn check_backup(
         let raw_bytes = match *source {
             ChunkSource::Zero { raw_bytes } => raw_bytes as u64,
             ChunkSource::Stored { segment, index } => {
-                let record = cache.get(read, segment)?;
-                let chunk = record.chunks.get(index as usize).ok_or_else(|| {
-                    BackupError::corrupt(format!("segment {segment}"), format!("no chunk {index}"))
-                })?;
-                match chunk.storage {
-                    ChunkStorage::Removed => {
-                        return Err(BackupError::corrupt(
-                            format!("segment {segment}"),
-                            format!("chunk {index} was removed but is still referenced"),
-                        )
-                        .into())
-                    }
-                    ChunkStorage::Lost => lost.push(LostRange {
+                let (located, raw_bytes) = locate(read, cache, segment, index)?;
+                if located == ChunkBytes::Lost {
+                    lost.push(LostRange {
                         start: bytes,
-                        end: bytes + chunk.raw_bytes as u64,
+                        end: bytes + raw_bytes as u64,
                         segment,
                         index,
-                    }),
-                    ChunkStorage::Zero | ChunkStorage::Stored(_) => {}
+                    });
                 }
-                chunk.raw_bytes as u64
+                raw_bytes as u64
             }
         };
         bytes += raw_bytes;
@@ -863,14 +896,14 @@ fn check_backup(
     })
 }
 
-/// Steps 4 and 5 for one container: `chunks` are the stored chunks segment records place in
-/// it; `record` its catalog record, if it has one.
+/// Steps 4 and 5 for one container: `frames` are the frames holding stored chunks that
+/// segment records place in it; `record` its catalog record, if it has one.
 pub(crate) fn verify_container(
     containers: &ContainerStore,
     algorithm: FingerprintAlgorithm,
     id: ContainerId,
     record: Option<&SegmentContainer>,
-    chunks: &[PlacedChunk],
+    frames: &[PlacedFrame],
     read_data: bool,
 ) -> Result<ContainerVerdict> {
     let mut verdict = ContainerVerdict::default();
@@ -931,29 +964,32 @@ pub(crate) fn verify_container(
                 .map(|chunk| (chunk.location.offset, chunk))
                 .collect();
             let placed: std::collections::HashSet<u32> =
-                chunks.iter().map(|chunk| chunk.location.offset).collect();
-            // Chunks no record references any more (removed, not yet compacted): their record
-            // headers and bytes are compared with the trailer below.
+                frames.iter().map(|frame| frame.location.offset).collect();
+            // Frames no record references any more (all their chunks removed, not yet
+            // compacted): their record headers and bytes are compared with the trailer below.
             unreferenced = contents
                 .chunks
                 .iter()
                 .filter(|stored| !placed.contains(&stored.location.offset))
-                .map(|stored| PlacedChunk {
+                .map(|stored| PlacedFrame {
                     segment: 0,
-                    index: 0,
-                    fingerprint: stored.fingerprint,
                     location: stored.location,
+                    fingerprint: Some(stored.fingerprint),
+                    chunks: Vec::new(),
                 })
                 .collect();
             let mut differing = Vec::new();
-            for chunk in chunks {
-                let matches = by_offset.get(&chunk.location.offset).is_some_and(|stored| {
-                    stored.fingerprint == chunk.fingerprint && stored.location == chunk.location
+            for frame in frames {
+                let matches = by_offset.get(&frame.location.offset).is_some_and(|stored| {
+                    frame
+                        .fingerprint
+                        .is_none_or(|fingerprint| stored.fingerprint == fingerprint)
+                        && stored.location == frame.location
                 });
                 if !matches {
                     differing.push(format!(
-                        "chunk {} of segment {} (offset {})",
-                        chunk.index, chunk.segment, chunk.location.offset
+                        "a frame of segment {} (offset {})",
+                        frame.segment, frame.location.offset
                     ));
                 }
             }
@@ -972,25 +1008,30 @@ pub(crate) fn verify_container(
     let mut data = vec![0u8; length as usize];
     file.read_at(0, &mut data)?;
     let mut headers_differing = Vec::new();
-    for chunk in chunks {
-        match verify_chunk(&data, chunk, algorithm) {
-            Ok(raw_bytes) => {
-                verdict.chunks_verified += 1;
-                verdict.bytes_verified += raw_bytes;
+    for frame in frames {
+        match verify_frame(&data, frame, algorithm) {
+            Ok(_) => {
+                verdict.chunks_verified += frame.chunks.len() as u64;
+                verdict.bytes_verified += frame
+                    .chunks
+                    .iter()
+                    .map(|&(_, _, _, raw_bytes)| raw_bytes as u64)
+                    .sum::<u64>();
             }
             Err(detail) => {
-                verdict.damaged.insert(
-                    (chunk.segment, chunk.index),
-                    (chunk.location.offset, detail),
-                );
+                for &(index, ..) in &frame.chunks {
+                    verdict.damaged.insert(
+                        (frame.segment, index),
+                        (frame.location.offset, detail.clone()),
+                    );
+                }
             }
         }
-        if let Some(fields) = record_header_differs(&data, chunk) {
+        if let Some(fields) = record_header_differs(&data, frame) {
             headers_differing.push(format!(
-                "chunk {} of segment {} (record header at offset {}: {fields})",
-                chunk.index,
-                chunk.segment,
-                chunk.location.header_offset()
+                "a frame of segment {} (record header at offset {}: {fields})",
+                frame.segment,
+                frame.location.header_offset()
             ));
         }
     }
@@ -1001,13 +1042,13 @@ pub(crate) fn verify_container(
         ));
     }
     let mut garbage_damaged = Vec::new();
-    for chunk in &unreferenced {
-        let start = chunk.location.offset as usize;
+    for frame in &unreferenced {
+        let start = frame.location.offset as usize;
         let intact = data
-            .get(start..start + chunk.location.stored_bytes as usize)
-            .is_some_and(|stored| codec::verify(&chunk.location, stored).is_ok());
-        if !intact || record_header_differs(&data, chunk).is_some() {
-            garbage_damaged.push(format!("offset {}", chunk.location.offset));
+            .get(start..start + frame.location.stored_bytes as usize)
+            .is_some_and(|stored| codec::verify(&frame.location, stored).is_ok());
+        if !intact || record_header_differs(&data, frame).is_some() {
+            garbage_damaged.push(format!("offset {}", frame.location.offset));
         }
     }
     if !garbage_damaged.is_empty() {

@@ -6,17 +6,19 @@
 //! without them. Compaction does that, from the catalog alone:
 //!
 //! 1. **plan** (pure, [`BackupStore::plan_compact`]): for every container, the size it would
-//!    have rewritten with only its referenced chunks ([`sealed_container_bytes`], exact: the
-//!    format's fixed sizes); a container larger than that holds garbage, and the difference
-//!    is what compaction frees. Nothing is read but catalog records, so a deletion can say
-//!    exactly what a compaction would free ([`crate::DeleteReport::compactable_bytes`]).
+//!    have rewritten with only its referenced chunks ([`sealed_container_bytes`]): exact for
+//!    frames that keep all their chunks (copied as they are), estimated for frames that lost
+//!    some (their stored size in proportion to the raw bytes kept: they are compressed
+//!    again); a container larger than that holds garbage, and the difference is what
+//!    compaction frees. Nothing is read but catalog records, so a deletion can say what a
+//!    compaction would free ([`crate::DeleteReport::compactable_bytes`]).
 //! 2. **execute** ([`BackupStore::compact`]): containers are rewritten in batches of at most
 //!    [`COMPACT_BATCH_BYTES`] of new containers; each batch is synced, committed (with the
 //!    reserve released) and its old containers removed before the next starts, so compaction
 //!    needs room for one batch at most, and a crash leaves only what recovery removes.
 //!
-//! Every copied chunk is checked against its CRC (a damaged chunk stops compaction with an
-//! error pointing at `onecopy check --repair`, instead of being copied).
+//! Every copied or decoded frame is checked against its CRC (a damaged frame stops compaction
+//! with an error pointing at `onecopy check --repair`, instead of being copied).
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -25,12 +27,13 @@ use onecopy_core::catalog::CatalogView;
 use onecopy_core::container::format::{
     FOOTER_BYTES, HEADER_BYTES, TRAILER_ENTRY_BYTES, TRAILER_TAIL_BYTES,
 };
-use onecopy_core::container::{ChunkHeader, ContainerId, CHUNK_HEADER_BYTES};
+use onecopy_core::container::{ContainerId, CHUNK_HEADER_BYTES};
 use serde::Serialize;
 
 use crate::changes::Changes;
 use crate::error::Result;
-use crate::segment::{ChunkStorage, SegmentContainer, SegmentId, CONTAINERS};
+use crate::frames::{read_stored_frames, repack, whole_frame};
+use crate::segment::{SegmentContainer, CONTAINERS};
 use crate::store::{load_segment, now_unix_ns, BackupStore, StoreState};
 
 /// New container bytes written per compaction commit.
@@ -85,30 +88,40 @@ pub struct CompactReport {
     pub seconds: f64,
 }
 
-/// The chunks of container `id` that segment records reference, with where they are now:
-/// (segment, chunk index, header).
-pub(crate) fn referenced_chunks(
+/// What container `id` keeps once compacted: the stored size of each frame holding a
+/// referenced chunk (estimated for frames that lost chunks, see the module documentation),
+/// and the number of referenced chunks.
+pub(crate) fn referenced_frames(
     view: &impl CatalogView,
     record: &SegmentContainer,
     id: ContainerId,
-) -> Result<Vec<(SegmentId, usize, ChunkHeader, u32)>> {
-    let mut chunks = Vec::new();
+) -> Result<(Vec<u32>, u64)> {
+    let mut frames = Vec::new();
+    let mut chunk_count = 0u64;
     for &segment in &record.segments {
         let segment_record = load_segment(view, segment)?;
-        for (index, chunk) in segment_record.chunks.iter().enumerate() {
-            if let ChunkStorage::Stored(location) = chunk.storage {
-                if location.container == id {
-                    chunks.push((
-                        segment,
-                        index,
-                        location.header(chunk.fingerprint),
-                        location.offset,
-                    ));
-                }
+        if segment_record.container != Some(id) {
+            continue;
+        }
+        for (number, chunks) in segment_record.frame_chunks().iter().enumerate() {
+            if chunks.is_empty() {
+                continue;
+            }
+            chunk_count += chunks.len() as u64;
+            let frame = segment_record.frames[number];
+            if whole_frame(&segment_record, number as u32).is_some() {
+                frames.push(frame.stored_bytes);
+            } else {
+                let kept: u64 = chunks
+                    .iter()
+                    .map(|&(index, _)| segment_record.chunks[index as usize].raw_bytes as u64)
+                    .sum();
+                let estimate = frame.stored_bytes as u64 * kept / (frame.raw_bytes as u64).max(1);
+                frames.push(estimate.max(1) as u32);
             }
         }
     }
-    Ok(chunks)
+    Ok((frames, chunk_count))
 }
 
 /// Plans compaction of `only` (every container when `None`).
@@ -134,11 +147,11 @@ pub(crate) fn plan_compact(
     };
     for (id, bytes) in records {
         let record = SegmentContainer::decode(&bytes, id)?;
-        let chunks = referenced_chunks(view, &record, id)?;
-        let bytes_after = if chunks.is_empty() {
+        let (frames, chunk_count) = referenced_frames(view, &record, id)?;
+        let bytes_after = if frames.is_empty() {
             0
         } else {
-            sealed_container_bytes(chunks.iter().map(|(_, _, header, _)| header.stored_bytes))
+            sealed_container_bytes(frames)
         };
         if record.bytes > bytes_after {
             plan.reclaimable_bytes += record.bytes - bytes_after;
@@ -147,7 +160,7 @@ pub(crate) fn plan_compact(
                 id,
                 bytes: record.bytes,
                 bytes_after,
-                referenced_chunks: chunks.len() as u64,
+                referenced_chunks: chunk_count,
             });
         }
     }
@@ -208,14 +221,23 @@ impl BackupStore {
         let mut dropped = Vec::new();
         for planned in batch {
             let record = crate::store::load_container(&read, planned.id)?;
-            rewrite_container(self, &read, &mut changes, &mut state, planned.id, &record)?;
+            let rewritten =
+                rewrite_container(self, &read, &mut changes, &mut state, planned.id, &record)?;
             dropped.push(planned.id);
-            if planned.bytes_after == 0 {
+            // What the rewritten container takes (frames compressed again may differ from the
+            // plan's estimate).
+            let bytes_after = match rewritten {
+                Some(new_id) => changes.containers[&new_id]
+                    .as_ref()
+                    .map_or(0, |container| container.bytes),
+                None => 0,
+            };
+            if bytes_after == 0 {
                 report.containers_removed += 1;
             } else {
                 report.containers_rewritten += 1;
             }
-            report.reclaimed_bytes += planned.bytes - planned.bytes_after;
+            report.reclaimed_bytes += planned.bytes.saturating_sub(bytes_after);
         }
         drop(read);
         self.release_reserve()?;
@@ -240,33 +262,43 @@ pub(crate) fn rewrite_container(
     record: &SegmentContainer,
 ) -> Result<Option<ContainerId>> {
     changes.containers.insert(id, None);
-    let chunks = referenced_chunks(view, record, id)?;
-    if chunks.is_empty() {
-        // Its segments keep only lost or null chunks: they need no container any more.
-        for &segment in &record.segments {
-            let segment_record = changes.record_mut(view, segment)?;
-            if segment_record.container == Some(id) {
-                segment_record.container = None;
-            }
-        }
-        return Ok(None);
-    }
-    let new_id = state.container_id_next;
-    state.container_id_next += 1;
-    let mut writer = store
-        .containers
-        .create(new_id, now_unix_ns() / 1_000_000_000)?;
-    let file = store.containers.file(id)?;
-    let mut stored = Vec::new();
-    for (segment, index, header, offset) in chunks {
-        stored.resize(header.stored_bytes as usize, 0);
-        file.read_at(offset as u64, &mut stored)?;
-        // append_stored checks the CRC: damage stops the rewrite instead of being copied.
-        let moved = writer.append_stored(header, &stored)?;
+    let mut writer = None;
+    for &segment in &record.segments {
         let segment_record = changes.record_mut(view, segment)?;
-        segment_record.chunks[index].storage = ChunkStorage::Stored(moved);
-        segment_record.container = Some(new_id);
+        if segment_record.container != Some(id) {
+            continue;
+        }
+        if !segment_record.has_stored() {
+            // Only lost, removed or null chunks: the segment needs no container any more.
+            segment_record.container = None;
+            segment_record.frames.clear();
+            continue;
+        }
+        let stored = read_stored_frames(&store.containers, segment_record)?;
+        if writer.is_none() {
+            let new_id = state.container_id_next;
+            state.container_id_next += 1;
+            writer = Some(
+                store
+                    .containers
+                    .create(new_id, now_unix_ns() / 1_000_000_000)?,
+            );
+        }
+        let writer = writer.as_mut().expect("created above");
+        // The checksum of every frame copied or decoded is checked: damage stops the rewrite
+        // instead of being copied.
+        repack(
+            segment_record,
+            &stored,
+            writer,
+            store.state.options.fingerprint,
+            store.state.options.compression_level,
+        )?;
     }
+    let Some(writer) = writer else {
+        return Ok(None);
+    };
+    let new_id = writer.id();
     let sealed = writer.seal(record.timestamp)?;
     changes.containers.insert(
         new_id,

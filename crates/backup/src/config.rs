@@ -31,10 +31,14 @@ pub const LIVE_WINDOW_MAX: u32 = 1 << 16;
 /// segments (the filter grows beyond, see `onecopy_core::index`). The index's own default,
 /// a million entries, persists a 1.2 MiB filter even in a store of one small backup.
 pub const SEGMENT_INDEX_EXPECTED_ENTRIES: u64 = 1 << 16;
-/// Logical bytes a restore assembles at once (per window) by default.
-pub const RESTORE_WINDOW_BYTES_DEFAULT: usize = 32 << 20;
-/// Smallest space reserve by default; it grows to an eighth of the catalog's size.
-pub const RESERVE_BYTES_MIN: u64 = 8 << 20;
+/// Logical bytes a restore assembles at once (per window) by default. Up to four windows are
+/// in memory at once (one assembled, two queued for the writer, one being written), with the
+/// frames read for one, so the window sets a restore's memory (docs/BENCHMARKS.md, "Figures
+/// the design refers to").
+pub const RESTORE_WINDOW_BYTES_DEFAULT: usize = 8 << 20;
+/// Smallest space reserve by default; it grows with the catalog (see
+/// [`crate::store::reserve_bytes`]).
+pub const RESERVE_BYTES_MIN: u64 = 1 << 20;
 
 /// How new backups are deduplicated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -239,7 +243,7 @@ pub struct RuntimeOptions {
     /// The segment index's cache and filter.
     pub index: IndexOptions,
     /// Smallest space reserve kept for the commits that free space (see
-    /// [`crate::store`], which keeps it); it grows to an eighth of the catalog's size.
+    /// [`crate::store`], which keeps it); it grows with the catalog.
     pub reserve_bytes_min: u64,
 }
 

@@ -24,7 +24,6 @@ use crate::error::{BackupError, Result};
 use crate::files_cache::{FilesReport, PreviousBackup, RACY_NANOSECONDS};
 use crate::inline::{self, InlineReport, PartedSource, Progress, WholeStream};
 use crate::recipe::Recipe;
-use crate::reuse::PredecessorChunks;
 use crate::reverse::ReverseReport;
 use crate::segment::{SegmentHead, SegmentState, CONTAINERS, SEGMENTS, SEGMENT_HEADS};
 use crate::series::{
@@ -357,22 +356,7 @@ impl BackupStore {
                 }
             };
         let walk_seconds = walk_started.elapsed().as_secs_f64();
-        // Reusing stored forms only saves work when chunks are compressed; conventional mode
-        // finds every such chunk inline already. The map is loaded by the inline phase when
-        // the first new segment needs it: a backup of unchanged files never does.
-        let reuse = self.state.options.compression_level.is_some()
-            && self.state.options.mode == DedupMode::Revdedup;
-        let load_predecessor = |store: &BackupStore| -> Result<Option<PredecessorChunks>> {
-            if !reuse {
-                return Ok(None);
-            }
-            let predecessor = PredecessorChunks::load(&store.catalog.read()?, &series_record)?;
-            if let Some(predecessor) = &predecessor {
-                predecessor.advise(&store.containers);
-            }
-            Ok(predecessor)
-        };
-        let outcome = inline::run(self, reader.as_mut(), options.progress, load_predecessor)?;
+        let outcome = inline::run(self, reader.as_mut(), options.progress)?;
         drop(reader);
         let mut files = None;
         let (tree, warnings, entries) = match capture {

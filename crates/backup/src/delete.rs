@@ -35,6 +35,7 @@ use crate::changes::Changes;
 use crate::compact::plan_compact;
 use crate::config::DeleteMethod;
 use crate::error::{BackupError, Result};
+use crate::frames::repack;
 use crate::recipe::{ChunkReference, Recipe};
 use crate::retention::{plan_retention, KeptBackup, RetentionPolicy};
 use crate::segment::{ChunkStorage, SegmentContainer, CONTAINERS};
@@ -167,7 +168,7 @@ impl BackupStore {
                 let starts = recipe.live_starts();
                 let mut rewritten = Vec::with_capacity(entries.len());
                 for entry in entries {
-                    let ChunkReference::Indirect { raw_bytes, ordinal } = entry else {
+                    let ChunkReference::Indirect { ordinal } = entry else {
                         rewritten.push(entry);
                         continue;
                     };
@@ -192,8 +193,8 @@ impl BackupStore {
                                 None
                             }
                             ChunkReference::Direct { segment, index, .. } => Some((segment, index)),
-                            ChunkReference::Indirect { ordinal, .. } => {
-                                rewritten.push(ChunkReference::Indirect { raw_bytes, ordinal });
+                            ChunkReference::Indirect { ordinal } => {
+                                rewritten.push(ChunkReference::Indirect { ordinal });
                                 None
                             }
                         },
@@ -204,6 +205,7 @@ impl BackupStore {
                             .chunks
                             .get_mut(index as usize)
                             .ok_or_else(missing)?;
+                        let raw_bytes = chunk.raw_bytes;
                         if matches!(chunk.storage, ChunkStorage::Zero) {
                             rewritten.push(ChunkReference::Zero { raw_bytes });
                         } else {
@@ -420,23 +422,34 @@ impl BackupStore {
             report.containers_scanned += 1;
             report.scanned_bytes += length;
             let contents = self.containers.read_contents(id)?;
-            let mut live = Vec::new();
+            // The frames the segment records place here and that still hold stored chunks;
+            // the container is rewritten when it holds anything else.
+            let mut segments = Vec::new();
+            let mut live_frames = 0usize;
+            let mut garbage = false;
             for &segment in &record.segments {
                 let segment_record = load_segment(&read, segment)?;
-                for (index, chunk) in segment_record.chunks.iter().enumerate() {
-                    if let ChunkStorage::Stored(location) = chunk.storage {
-                        live.push((segment, index, chunk.fingerprint, location));
-                    }
+                if segment_record.container != Some(id) {
+                    continue;
                 }
+                let used = segment_record.frame_chunks();
+                live_frames += used.iter().filter(|chunks| !chunks.is_empty()).count();
+                garbage |= segment_record.has_garbage();
+                segments.push((segment, used));
             }
-            if live.len() == contents.chunks.len() {
+            if live_frames == contents.chunks.len() && !garbage {
                 continue;
             }
             report.reclaimed_bytes += record.bytes;
             dropped.push(id);
             changes.containers.insert(id, None);
-            if live.is_empty() {
+            if live_frames == 0 {
                 report.containers_removed += 1;
+                for (segment, _) in segments {
+                    let segment_record = changes.record_mut(&read, segment)?;
+                    segment_record.container = None;
+                    segment_record.frames.clear();
+                }
                 continue;
             }
             report.containers_rewritten += 1;
@@ -445,21 +458,37 @@ impl BackupStore {
             let mut writer = self
                 .containers
                 .create(new_id, now_unix_ns() / 1_000_000_000)?;
-            for (segment, index, fingerprint, location) in live {
-                let start = location.offset as usize;
-                let stored = data
-                    .get(start..start + location.stored_bytes as usize)
-                    .ok_or_else(|| {
-                        BackupError::corrupt(
-                            format!("container {id:016x}"),
-                            "a chunk lies past its end",
-                        )
-                    })?;
-                let header = location.header(fingerprint);
-                let moved = writer.append_stored(header, stored)?;
+            for (segment, used) in segments {
                 let segment_record = changes.record_mut(&read, segment)?;
-                segment_record.chunks[index].storage = ChunkStorage::Stored(moved);
-                segment_record.container = Some(new_id);
+                if !segment_record.has_stored() {
+                    segment_record.container = None;
+                    segment_record.frames.clear();
+                    continue;
+                }
+                let mut stored = Vec::with_capacity(used.len());
+                for (frame, chunks) in segment_record.frames.iter().zip(&used) {
+                    if chunks.is_empty() {
+                        stored.push(None);
+                        continue;
+                    }
+                    let start = frame.offset as usize;
+                    let bytes = data
+                        .get(start..start + frame.stored_bytes as usize)
+                        .ok_or_else(|| {
+                            BackupError::corrupt(
+                                format!("container {id:016x}"),
+                                "a frame lies past its end",
+                            )
+                        })?;
+                    stored.push(Some(bytes.to_vec()));
+                }
+                repack(
+                    segment_record,
+                    &stored,
+                    &mut writer,
+                    self.state.options.fingerprint,
+                    self.state.options.compression_level,
+                )?;
             }
             let sealed = writer.seal(record.timestamp)?;
             report.reclaimed_bytes -= sealed.bytes;

@@ -12,11 +12,12 @@
 //!    segment's fingerprint is the hash of its chunk fingerprints;
 //! 3. **index lookup**: a segment already stored (the index names it and its catalog head
 //!    confirms it is shared) gains a reference; nothing is written;
-//! 4. **compress** (all cores): the non-null chunks of new segments are compressed with zstd
-//!    (kept as they are unless that saves an eighth), except chunks the series' newest backup
-//!    already stores, whose stored form is read back instead ([`crate::reuse`]);
-//! 5. **container append**: a new segment goes whole into the open container, which is sealed
-//!    (time stamp 0: shared) when the segment would overflow it; new segments enter the index.
+//! 4. **compress** (all cores): the non-null chunks of new segments are grouped into frames
+//!    of up to 128 KiB ([`crate::frames`]), each compressed with zstd (kept as it is unless that
+//!    saves an eighth);
+//! 5. **container append**: a new segment's frames go into the open container, which is
+//!    sealed (time stamp 0: shared) when the segment would overflow it; new segments enter
+//!    the index.
 //!
 //! Nothing becomes reachable here: the caller makes the containers durable (sealing syncs
 //! them), checkpoints the index, and only then commits the recipe ([`crate::create`]). In
@@ -30,7 +31,7 @@ use std::time::Instant;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use onecopy_core::chunking::{ChunkerSpec, READ_BUFFER_BYTES_DEFAULT};
 use onecopy_core::container::{
-    codec, is_zero, ChunkLocation, ContainerId, ContainerWriter, Encoded, CHUNK_HEADER_BYTES,
+    codec, is_zero, ContainerId, ContainerWriter, Encoded, CHUNK_HEADER_BYTES,
 };
 use onecopy_core::fingerprint::{Fingerprint, FingerprintAlgorithm};
 use rayon::prelude::*;
@@ -38,11 +39,11 @@ use serde::Serialize;
 
 use crate::config::DedupMode;
 use crate::error::{BackupError, Result};
+use crate::frames::{frame_fingerprint, plan_frames};
 use crate::recipe::SegmentReference;
-use crate::reuse::PredecessorChunks;
 use crate::segment::{
-    ChunkStorage, ContainerKind, SegmentChunk, SegmentContainer, SegmentId, SegmentRecord,
-    SegmentState,
+    ChunkPlace, ChunkStorage, ContainerKind, SegmentChunk, SegmentContainer, SegmentId,
+    SegmentRecord, SegmentState,
 };
 use crate::store::{BackupStore, StoreState};
 
@@ -51,6 +52,10 @@ const BATCH_BYTES: usize = 1 << 20;
 /// Batches queued between the chunker and the rest of the path (bounds memory to about
 /// `QUEUE_BATCHES x max(BATCH_BYTES, segment maximum)`).
 const QUEUE_BATCHES: usize = 4;
+/// Most stored chunks a backup lends to later segments (2 GiB of 4 KiB chunks): the map of
+/// lenders takes memory for every chunk it holds, so it stops growing here and a larger
+/// backup's later chunks borrow only from its first ones.
+const LENDERS_MAX: usize = 1 << 19;
 /// Chunks per rayon task when fingerprinting and compressing.
 const CHUNKS_PER_TASK: usize = 32;
 
@@ -85,17 +90,13 @@ pub struct InlineReport {
     pub write_seconds: f64,
     /// Sealing (and so syncing) the last container, after the stream ended.
     pub seal_seconds: f64,
-    /// Chunks of new segments whose stored form was reused from the predecessor.
-    pub reused_chunks: u64,
-    /// Their raw bytes (not compressed again).
-    pub reused_raw_bytes: u64,
-    /// Bytes read from the predecessor's containers for them.
-    pub reuse_read_bytes: u64,
-    /// Chunks in the predecessor map.
-    pub predecessor_chunks: u64,
-    /// Time spent loading the predecessor map, when the first new segment needed it
-    /// (overlaps the chunker).
-    pub predecessor_seconds: f64,
+    /// Frames the new segments' chunks were compressed in.
+    pub frames: u64,
+    /// Chunks of new segments that borrow a chunk an earlier new segment of this backup
+    /// stores, instead of being stored again.
+    pub borrowed_chunks: u64,
+    /// Their raw bytes.
+    pub borrowed_bytes: u64,
     /// Segments of the series' previous backup placed in the stream as they are, for runs of
     /// files the files cache found unchanged (nothing read, compared or written).
     pub placed_segments: u64,
@@ -335,21 +336,19 @@ impl Cutter {
     }
 }
 
-/// Stored form of a chunk of a new segment.
-enum StoredForm {
-    /// A null chunk: never written.
-    Zero,
-    Stored(Encoded),
+/// A frame of a new segment, compressed: its chunks (positions in the batch), its raw bytes
+/// and how they are stored.
+struct EncodedFrame {
+    chunks: Vec<usize>,
+    raw: Vec<u8>,
+    encoded: Encoded,
 }
 
-/// Runs the inline phase over `source`. `load_predecessor` builds the map of chunks whose
-/// stored form can be reused; it runs when the first new segment needs it (a backup of
-/// unchanged files has none), while the chunker thread goes on reading the source.
+/// Runs the inline phase over `source`.
 pub(crate) fn run(
     store: &mut BackupStore,
     source: &mut dyn PartedSource,
     progress: Option<Progress>,
-    load_predecessor: impl FnOnce(&BackupStore) -> Result<Option<PredecessorChunks>>,
 ) -> Result<InlineOutcome> {
     store.assert_recovered();
     let started = Instant::now();
@@ -366,7 +365,8 @@ pub(crate) fn run(
         },
         pending: HashMap::new(),
         open: None,
-        predecessor: None,
+        lenders: HashMap::new(),
+        borrows: HashMap::new(),
     };
     let (sender, receiver) = bounded::<Result<Batch>>(QUEUE_BATCHES);
     // Consumed batches go back to the chunker to be filled again: fresh multi-megabyte
@@ -393,14 +393,9 @@ pub(crate) fn run(
             }
             cutter.busy
         });
-        let mut load_predecessor = Some(load_predecessor);
         let mut consumed = Ok(());
         for batch in receiver.iter() {
-            let step = batch.and_then(|batch| {
-                writer
-                    .add_batch(store, &batch, &mut load_predecessor)
-                    .map(|()| batch)
-            });
+            let step = batch.and_then(|batch| writer.add_batch(store, &batch).map(|()| batch));
             match step {
                 // A full recycling queue only means the chunker has buffers enough.
                 Ok(batch) => drop(recycle_sender.try_send(batch)),
@@ -423,6 +418,18 @@ pub(crate) fn run(
     let sealed = Instant::now();
     writer.seal_open(store)?;
     writer.outcome.report.seal_seconds = sealed.elapsed().as_secs_f64();
+    // A lent chunk counts its borrowers among its direct references.
+    let positions: HashMap<SegmentId, usize> = writer
+        .outcome
+        .new_segments
+        .iter()
+        .enumerate()
+        .map(|(position, (id, _))| (*id, position))
+        .collect();
+    for ((segment, index), count) in std::mem::take(&mut writer.borrows) {
+        let (_, record) = &mut writer.outcome.new_segments[positions[&segment]];
+        record.chunks[index as usize].direct_references += count;
+    }
     let mut outcome = writer.outcome;
     outcome.report.seconds = started.elapsed().as_secs_f64();
     Ok(outcome)
@@ -453,19 +460,15 @@ struct PathState {
     /// does not yet, so the usual confirmation would reject them).
     pending: HashMap<Fingerprint, SegmentId>,
     open: Option<(ContainerWriter, Vec<SegmentId>)>,
-    /// Stored chunks of the series' newest backup, whose stored form can be reused.
-    predecessor: Option<PredecessorChunks>,
+    /// The stored chunks of this backup's new segments so far, by fingerprint: a chunk of a
+    /// later new segment with the same fingerprint borrows it instead of being stored again.
+    lenders: HashMap<Fingerprint, (SegmentId, u32)>,
+    /// Borrowers of each lent chunk, added to its direct references at the end.
+    borrows: HashMap<(SegmentId, u32), u32>,
 }
 
 impl PathState {
-    fn add_batch(
-        &mut self,
-        store: &mut BackupStore,
-        batch: &Batch,
-        load_predecessor: &mut Option<
-            impl FnOnce(&BackupStore) -> Result<Option<PredecessorChunks>>,
-        >,
-    ) -> Result<()> {
+    fn add_batch(&mut self, store: &mut BackupStore, batch: &Batch) -> Result<()> {
         let algorithm: FingerprintAlgorithm = store.state.options.fingerprint;
         let mut slices = Vec::new();
         let mut offset = 0usize;
@@ -552,57 +555,69 @@ impl PathState {
 
         let start = Instant::now();
         let level = store.state.options.compression_level;
-        let new_chunks: Vec<usize> = decisions
+        // Chunks of new segments that an earlier new segment of this backup stores borrow it
+        // (finer inline deduplication); the others are stored, in frames. All frames of the
+        // batch are compressed in one parallel pass.
+        let mut lent: HashMap<usize, (SegmentId, u32)> = HashMap::new();
+        for decision in decisions.iter().filter(|decision| decision.new) {
+            let mut own = Vec::new();
+            for chunk in decision.chunks.clone() {
+                if hashed[chunk].zero {
+                    continue;
+                }
+                match self.lenders.get(&hashed[chunk].fingerprint) {
+                    Some(&lender) => {
+                        lent.insert(chunk, lender);
+                        *self.borrows.entry(lender).or_insert(0) += 1;
+                    }
+                    None => own.push(chunk),
+                }
+            }
+            // Only earlier segments lend: a repeat inside one segment is compressed in its
+            // frame instead.
+            for chunk in own {
+                if self.lenders.len() >= LENDERS_MAX {
+                    break;
+                }
+                self.lenders
+                    .entry(hashed[chunk].fingerprint)
+                    .or_insert((decision.id, (chunk - decision.chunks.start) as u32));
+            }
+        }
+        let plans: Vec<Vec<usize>> = decisions
             .iter()
             .filter(|decision| decision.new)
-            .flat_map(|decision| decision.chunks.clone())
+            .flat_map(|decision| {
+                let stored = decision
+                    .chunks
+                    .clone()
+                    .filter(|&chunk| !hashed[chunk].zero && !lent.contains_key(&chunk))
+                    .map(|chunk| (chunk as u32, slices[chunk].len() as u32));
+                plan_frames(stored)
+                    .into_iter()
+                    .map(|frame| frame.into_iter().map(|chunk| chunk as usize).collect())
+            })
             .collect();
-        if !new_chunks.is_empty() {
-            if let Some(load) = load_predecessor.take() {
-                let loaded = Instant::now();
-                self.predecessor = load(store)?;
-                let report = &mut self.outcome.report;
-                report.predecessor_chunks =
-                    self.predecessor.as_ref().map_or(0, |map| map.len() as u64);
-                report.predecessor_seconds = loaded.elapsed().as_secs_f64();
-            }
-        }
-        // Chunks the predecessor stores: their stored form is read back, not recomputed.
-        let mut prepared: Vec<Option<StoredForm>> = (0..new_chunks.len()).map(|_| None).collect();
-        if let Some(predecessor) = &self.predecessor {
-            let wanted: Vec<(usize, ChunkLocation)> = new_chunks
-                .iter()
-                .enumerate()
-                .filter(|(_, &chunk)| !hashed[chunk].zero)
-                .filter_map(|(position, &chunk)| {
-                    predecessor
-                        .get(&hashed[chunk].fingerprint, slices[chunk].len())
-                        .map(|location| (position, location))
-                })
-                .collect();
-            let (reused, read_bytes) = PredecessorChunks::read(&store.containers, &wanted);
-            self.outcome.report.reuse_read_bytes += read_bytes;
-            for (position, form) in reused {
-                let Some(form) = form else { continue };
-                self.outcome.report.reused_chunks += 1;
-                self.outcome.report.reused_raw_bytes += slices[new_chunks[position]].len() as u64;
-                prepared[position] = Some(StoredForm::Stored(form));
-            }
-        }
-        let forms: Vec<StoredForm> = prepared
+        let frames: Vec<EncodedFrame> = plans
             .into_par_iter()
-            .zip(new_chunks.par_iter())
-            .with_min_len(CHUNKS_PER_TASK)
-            .map(|(ready, &chunk)| match ready {
-                Some(form) => Ok(form),
-                None if hashed[chunk].zero => Ok(StoredForm::Zero),
-                None => Ok(StoredForm::Stored(codec::encode(slices[chunk], level)?)),
+            .map(|chunks| {
+                let mut raw =
+                    Vec::with_capacity(chunks.iter().map(|&chunk| slices[chunk].len()).sum());
+                for &chunk in &chunks {
+                    raw.extend_from_slice(slices[chunk]);
+                }
+                let encoded = codec::encode(&raw, level)?;
+                Ok(EncodedFrame {
+                    chunks,
+                    raw,
+                    encoded,
+                })
             })
             .collect::<Result<_>>()?;
         self.outcome.report.compress_seconds += start.elapsed().as_secs_f64();
 
         let start = Instant::now();
-        let mut forms = forms.into_iter();
+        let mut frames = frames.into_iter().peekable();
         let mut placed = batch.placed.iter().peekable();
         for (position, decision) in decisions.into_iter().enumerate() {
             while let Some((_, reference)) = placed.next_if(|(before, _)| *before == position) {
@@ -640,13 +655,17 @@ impl PathState {
                 continue;
             }
             report.segments_new += 1;
-            let segment_forms: Vec<StoredForm> = forms.by_ref().take(range.len()).collect();
+            let mut segment_frames = Vec::new();
+            while let Some(frame) = frames.next_if(|frame| range.contains(&frame.chunks[0])) {
+                segment_frames.push(frame);
+            }
             let record = self.store_segment(
                 store,
                 &slices,
                 &hashed,
                 range,
-                &segment_forms,
+                segment_frames,
+                &lent,
                 fingerprint,
                 id,
             )?;
@@ -688,51 +707,66 @@ impl PathState {
         slices: &[&[u8]],
         hashed: &[HashedChunk],
         range: std::ops::Range<usize>,
-        forms: &[StoredForm],
+        frames: Vec<EncodedFrame>,
+        lent: &HashMap<usize, (SegmentId, u32)>,
         fingerprint: Fingerprint,
         id: SegmentId,
     ) -> Result<SegmentRecord> {
-        assert_eq!(forms.len(), range.len());
-        let footprint: u64 = range
-            .clone()
-            .zip(forms)
-            .map(|(chunk, form)| match form {
-                StoredForm::Zero => 0,
-                StoredForm::Stored(encoded) => {
-                    (encoded.stored(slices[chunk]).len() + CHUNK_HEADER_BYTES) as u64
-                }
-            })
+        let footprint: u64 = frames
+            .iter()
+            .map(|frame| (frame.encoded.stored(&frame.raw).len() + CHUNK_HEADER_BYTES) as u64)
             .sum();
         let mut container = None;
         if footprint > 0 {
             container = Some(self.room_for(store, footprint)?);
         }
-        let mut chunks = Vec::with_capacity(range.len());
-        for (chunk, form) in range.zip(forms) {
-            let data = slices[chunk];
-            let encoded = match form {
-                StoredForm::Zero => {
-                    chunks.push(SegmentChunk {
-                        fingerprint: hashed[chunk].fingerprint,
-                        raw_bytes: data.len() as u32,
-                        storage: ChunkStorage::Zero,
-                        direct_references: 0,
-                    });
-                    continue;
-                }
-                StoredForm::Stored(encoded) => encoded,
-            };
-            let (writer, _) = self.open.as_mut().expect("room_for opened a container");
-            let location = writer.append_encoded(&hashed[chunk].fingerprint, data, encoded)?;
-            self.outcome.report.new_raw_bytes += data.len() as u64;
-            self.outcome.report.new_stored_bytes += location.footprint_bytes();
-            chunks.push(SegmentChunk {
+        let mut chunks: Vec<SegmentChunk> = range
+            .clone()
+            .map(|chunk| SegmentChunk {
                 fingerprint: hashed[chunk].fingerprint,
-                raw_bytes: data.len() as u32,
-                storage: ChunkStorage::Stored(location),
+                raw_bytes: slices[chunk].len() as u32,
+                storage: match lent.get(&chunk) {
+                    Some(&(segment, index)) => {
+                        self.outcome.report.borrowed_chunks += 1;
+                        self.outcome.report.borrowed_bytes += slices[chunk].len() as u64;
+                        ChunkStorage::Borrowed { segment, index }
+                    }
+                    None => ChunkStorage::Zero,
+                },
                 direct_references: 0,
-            });
+            })
+            .collect();
+        let algorithm = store.state.options.fingerprint;
+        let mut locations = Vec::with_capacity(frames.len());
+        for frame in frames {
+            let (writer, _) = self.open.as_mut().expect("room_for opened a container");
+            let frame_print = frame_fingerprint(
+                algorithm,
+                frame.chunks.iter().map(|&chunk| &hashed[chunk].fingerprint),
+            );
+            let location = writer.append_encoded(&frame_print, &frame.raw, &frame.encoded)?;
+            self.outcome.report.frames += 1;
+            self.outcome.report.new_raw_bytes += frame.raw.len() as u64;
+            self.outcome.report.new_stored_bytes += location.footprint_bytes();
+            let mut within = 0u32;
+            for &chunk in &frame.chunks {
+                assert!(!hashed[chunk].zero, "null chunks are not stored");
+                chunks[chunk - range.start].storage = ChunkStorage::Stored(ChunkPlace {
+                    frame: locations.len() as u32,
+                    within,
+                });
+                within += slices[chunk].len() as u32;
+            }
+            locations.push(location);
         }
+        assert!(
+            range.clone().all(|chunk| hashed[chunk].zero
+                || matches!(
+                    chunks[chunk - range.start].storage,
+                    ChunkStorage::Stored(_) | ChunkStorage::Borrowed { .. }
+                )),
+            "every non-null chunk is in a frame or borrowed"
+        );
         if container.is_some() {
             self.open.as_mut().expect("open").1.push(id);
         }
@@ -740,6 +774,7 @@ impl PathState {
             fingerprint,
             state: SegmentState::Shared,
             container,
+            frames: locations,
             chunks,
         })
     }

@@ -12,7 +12,8 @@ use onecopy_core::container::{
 use onecopy_core::fingerprint::{Fingerprint, FingerprintAlgorithm};
 use onecopy_core::Error as CoreError;
 
-use crate::segment::{SegmentContainer, SegmentId};
+use crate::frames::{frame_fingerprint, whole_frame};
+use crate::segment::{SegmentContainer, SegmentId, SegmentRecord};
 use crate::series::BackupId;
 
 /// The face's name in reports.
@@ -45,13 +46,46 @@ pub(crate) enum Problem {
     Recorded,
 }
 
-/// A stored chunk a segment record places in a container.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PlacedChunk {
+/// A frame a segment record places in a container, with the stored chunks it holds.
+#[derive(Clone, Debug)]
+pub(crate) struct PlacedFrame {
     pub segment: SegmentId,
-    pub index: u32,
-    pub fingerprint: Fingerprint,
     pub location: ChunkLocation,
+    /// The fingerprint its record header carries, when every byte of the frame is a stored
+    /// chunk's (the fingerprints of chunks removed since it was written are not recorded).
+    pub fingerprint: Option<Fingerprint>,
+    /// Its stored chunks: (index, fingerprint, offset in the frame, raw bytes).
+    pub chunks: Vec<(u32, Fingerprint, u32, u32)>,
+}
+
+impl PlacedFrame {
+    /// The frames of `record` (segment `segment`) that hold stored chunks.
+    pub fn of_segment(
+        segment: SegmentId,
+        record: &SegmentRecord,
+        algorithm: FingerprintAlgorithm,
+    ) -> Vec<PlacedFrame> {
+        record
+            .frame_chunks()
+            .into_iter()
+            .enumerate()
+            .filter(|(_, chunks)| !chunks.is_empty())
+            .map(|(number, chunks)| PlacedFrame {
+                segment,
+                location: record.frames[number],
+                fingerprint: whole_frame(record, number as u32).map(|whole| {
+                    frame_fingerprint(algorithm, whole.iter().map(|(_, fingerprint)| fingerprint))
+                }),
+                chunks: chunks
+                    .into_iter()
+                    .map(|(index, place)| {
+                        let chunk = &record.chunks[index as usize];
+                        (index, chunk.fingerprint, place.within, chunk.raw_bytes)
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
 }
 
 /// What the check found wrong with one container.
@@ -62,7 +96,8 @@ pub(crate) struct ContainerVerdict {
     /// Damage to the file's structure (size, header, trailer, record headers): the chunks
     /// may be intact, but the container must be rewritten.
     pub structure: Vec<String>,
-    /// Chunks whose bytes are damaged, with what is wrong.
+    /// Chunks whose bytes are damaged (every stored chunk of a damaged frame), with the
+    /// frame's offset and what is wrong.
     pub damaged: BTreeMap<(SegmentId, u32), (u32, String)>,
     /// The time stamp in the trailer, when it reads.
     pub trailer_timestamp: Option<u64>,
@@ -82,8 +117,8 @@ pub(crate) struct Inspection {
     pub checked: BTreeMap<String, u64>,
     /// Damaged containers, by id.
     pub containers: BTreeMap<ContainerId, ContainerVerdict>,
-    /// Stored chunks by container, from the segment records.
-    pub placed: HashMap<ContainerId, Vec<PlacedChunk>>,
+    /// Frames holding stored chunks, by container, from the segment records.
+    pub placed: HashMap<ContainerId, Vec<PlacedFrame>>,
     /// The container records that decode.
     pub container_records: HashMap<ContainerId, SegmentContainer>,
     /// False when some recipe could not be read: counts from the recipes are then lower
@@ -144,27 +179,31 @@ impl ReferenceCounts {
     }
 }
 
-/// The fields of `chunk`'s record header in `data` that differ from the catalog, if any.
-pub(crate) fn record_header_differs(data: &[u8], chunk: &PlacedChunk) -> Option<String> {
-    let start = chunk.location.header_offset() as usize;
+/// The fields of `frame`'s record header in `data` that differ from the catalog, if any (its
+/// fingerprint only when the catalog knows it).
+pub(crate) fn record_header_differs(data: &[u8], frame: &PlacedFrame) -> Option<String> {
+    let start = frame.location.header_offset() as usize;
     let Some(bytes) = data.get(start..start + CHUNK_HEADER_BYTES) else {
         return Some("past the end of the file".to_string());
     };
     let Some(header) = ChunkHeader::parse(bytes) else {
         return Some("the header's own checksum".to_string());
     };
-    let differing = header.differences(&chunk.location.header(chunk.fingerprint));
+    let expected = frame
+        .location
+        .header(frame.fingerprint.unwrap_or(header.fingerprint));
+    let differing = header.differences(&expected);
     (!differing.is_empty()).then(|| differing.join(", "))
 }
 
-/// Checks one chunk's stored bytes in `data` (CRC, decompression, fingerprint); returns its
-/// raw size or what is wrong.
-pub(crate) fn verify_chunk(
+/// Checks one frame's stored bytes in `data` (CRC, decompression) and the fingerprint of each
+/// of its stored chunks; returns the raw bytes of its chunks, or what is wrong.
+pub(crate) fn verify_frame(
     data: &[u8],
-    chunk: &PlacedChunk,
+    frame: &PlacedFrame,
     algorithm: FingerprintAlgorithm,
-) -> std::result::Result<u64, String> {
-    let location = chunk.location;
+) -> std::result::Result<Vec<u8>, String> {
+    let location = frame.location;
     let start = location.offset as usize;
     let Some(stored) = data.get(start..start + location.stored_bytes as usize) else {
         return Err("its bytes lie past the end of the file".to_string());
@@ -173,8 +212,13 @@ pub(crate) fn verify_chunk(
         CoreError::Corrupt { detail, .. } => detail,
         other => other.to_string(),
     })?;
-    if algorithm.hash(&raw) != chunk.fingerprint {
-        return Err("its bytes do not have the recorded fingerprint".to_string());
+    for &(index, fingerprint, within, raw_bytes) in &frame.chunks {
+        let bytes = &raw[within as usize..(within + raw_bytes) as usize];
+        if algorithm.hash(bytes) != fingerprint {
+            return Err(format!(
+                "chunk {index}'s bytes do not have the recorded fingerprint"
+            ));
+        }
     }
-    Ok(raw.len() as u64)
+    Ok(raw)
 }

@@ -20,8 +20,8 @@
 //!   in use ([`settle`]). Deleting a backup drops its stamped containers without reading them
 //!   ([`delete`]); mark and sweep is the baseline.
 //! - Null chunks are never stored and are regenerated on restore ([`restore`]).
-//! - Chunks of new segments that the series' newest backup already stores are not compressed
-//!   again: their stored form is read back ([`reuse`]).
+//! - A segment's stored chunks are compressed together in **frames** of up to 128 KiB, one
+//!   container record each ([`segment`], `frames`).
 //! - The **files cache**: a directory backup does not read the files unchanged since the
 //!   series' previous backup (same path, size, mtime, ctime, inode and device); chunk and
 //!   segment boundaries follow file boundaries, so it places that backup's segments holding
@@ -101,6 +101,7 @@ pub mod create;
 pub mod delete;
 pub mod error;
 pub mod files_cache;
+mod frames;
 pub mod inline;
 mod inspection;
 pub mod losses;
@@ -110,7 +111,6 @@ pub mod repair;
 pub mod resolve;
 pub mod restore;
 pub mod retention;
-pub mod reuse;
 pub mod reverse;
 pub mod segment;
 mod segment_index;

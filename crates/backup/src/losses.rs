@@ -2,7 +2,7 @@
 //!
 //! When `check --repair` finds a stored chunk whose bytes fail their checks (or whose
 //! container is gone) and no other container stores a chunk with the same fingerprint, it
-//! marks the chunk **lost** in its segment record ([`ChunkStorage::Lost`]): the chunk keeps
+//! marks the chunk **lost** in its segment record ([`crate::segment::ChunkStorage::Lost`]): the chunk keeps
 //! its fingerprint and references, the damaged bytes are no longer pointed at, and the
 //! segment joins the store state's damaged segments, which inline deduplication never
 //! matches. The repair also writes a [`LossRecord`] in catalog table `losses`: which object
@@ -32,8 +32,8 @@ use onecopy_core::catalog::{CatalogView, CatalogWrite, IdTable};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{BackupError, Result};
-use crate::resolve::{ChunkSource, SegmentCache};
-use crate::segment::{ChunkStorage, SegmentId};
+use crate::resolve::{locate, ChunkBytes, ChunkSource, SegmentCache};
+use crate::segment::SegmentId;
 use crate::series::{BackupRecord, SourceKind};
 use crate::store::BackupStore;
 use crate::tree::{EntryKind, Tree, TreeEntry};
@@ -114,19 +114,16 @@ pub(crate) fn stream_losses(
         let raw_bytes = match source {
             ChunkSource::Zero { raw_bytes } => raw_bytes,
             ChunkSource::Stored { segment, index } => {
-                let record = cache.get(view, segment)?;
-                let chunk = record.chunks.get(index as usize).ok_or_else(|| {
-                    BackupError::corrupt(format!("segment {segment}"), format!("no chunk {index}"))
-                })?;
-                if chunk.storage == ChunkStorage::Lost {
+                let (bytes, raw_bytes) = locate(view, cache, segment, index)?;
+                if bytes == ChunkBytes::Lost {
                     lost.push(LostRange {
                         start: offset,
-                        end: offset + chunk.raw_bytes as u64,
+                        end: offset + raw_bytes as u64,
                         segment,
                         index,
                     });
                 }
-                chunk.raw_bytes
+                raw_bytes
             }
         };
         offset += raw_bytes as u64;
@@ -301,14 +298,11 @@ pub(crate) fn read_stream(
         if offset >= end {
             break;
         }
-        let (raw_bytes, storage, name) = match source {
-            ChunkSource::Zero { raw_bytes } => (raw_bytes, ChunkStorage::Zero, None),
+        let (bytes, raw_bytes, name) = match source {
+            ChunkSource::Zero { raw_bytes } => (ChunkBytes::Zero, raw_bytes, None),
             ChunkSource::Stored { segment, index } => {
-                let record = cache.get(view, segment)?;
-                let chunk = record.chunks.get(index as usize).ok_or_else(|| {
-                    BackupError::corrupt(format!("segment {segment}"), format!("no chunk {index}"))
-                })?;
-                (chunk.raw_bytes, chunk.storage, Some((segment, index)))
+                let (bytes, raw_bytes) = locate(view, &mut cache, segment, index)?;
+                (bytes, raw_bytes, Some((segment, index)))
             }
         };
         let chunk_end = offset + raw_bytes as u64;
@@ -316,21 +310,22 @@ pub(crate) fn read_stream(
             offset = chunk_end;
             continue;
         }
-        let location = match storage {
-            ChunkStorage::Zero => None,
-            ChunkStorage::Stored(location) => Some(location),
-            ChunkStorage::Removed | ChunkStorage::Lost => {
-                let (segment, index) = name.expect("only stored sources have these");
+        buffer.clear();
+        buffer.resize(raw_bytes as usize, 0);
+        match bytes {
+            ChunkBytes::Zero => {}
+            ChunkBytes::Frame { frame, within } => {
+                let raw = crate::frames::read_frame(&store.containers, &frame)?;
+                let within = within as usize;
+                buffer.copy_from_slice(&raw[within..within + raw_bytes as usize]);
+            }
+            ChunkBytes::Lost => {
+                let (segment, index) = name.expect("only stored sources are lost");
                 return Err(BackupError::Lost {
                     what: format!("chunk {index} of segment {segment}"),
                     detail: "its bytes are not stored".to_string(),
                 });
             }
-        };
-        buffer.clear();
-        buffer.resize(raw_bytes as usize, 0);
-        if let Some(location) = location {
-            store.containers.read_chunk(&location, &mut buffer)?;
         }
         let from = start.saturating_sub(offset) as usize;
         let to = (end.min(chunk_end) - offset) as usize;

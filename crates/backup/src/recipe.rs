@@ -21,14 +21,18 @@
 //! live entry:      segment id varint | chunk count varint | raw bytes varint
 //! archival entry:  0 u8 | raw bytes varint                                  (zero)
 //!                  1 u8 | raw bytes varint | segment id varint | index varint (direct)
-//!                  2 u8 | raw bytes varint | ordinal step zigzag varint     (indirect)
+//!                  2 u8 | ordinal step zigzag varint                         (indirect)
+//!                  3 u8 | count varint | ordinal step zigzag varint          (indirect run)
 //! ```
 //!
 //! `varint` is unsigned LEB128 ([`crate::codec`]). An indirect reference stores its ordinal
 //! as the step from the ordinal the previous indirect reference of the part would be followed
-//! by (the first one's predecessor is taken as -1), zigzag-encoded: runs of chunks that also
-//! follow each other in the next backup, which reverse deduplication mostly finds, cost 1
-//! byte each.
+//! by (the first one's predecessor is taken as -1), zigzag-encoded. A run stands for `count`
+//! (2 or more) indirect references whose ordinals follow each other, the first one stored as a
+//! step: reverse deduplication mostly finds runs of chunks that also follow each other in the
+//! next backup (every chunk of a segment both backups hold), so an unchanged backup's archival
+//! recipe costs a few bytes per segment. An indirect reference keeps no size: the chunk it
+//! resolves to has one. The entry count of a part counts references, runs expanded.
 
 use onecopy_core::catalog::{CatalogView, CatalogWrite, IdTable};
 
@@ -66,19 +70,9 @@ pub enum ChunkReference {
         segment: SegmentId,
         index: u32,
     },
-    /// The chunk with this ordinal in the following backup of the series.
-    Indirect { raw_bytes: u32, ordinal: u64 },
-}
-
-impl ChunkReference {
-    /// Bytes of the chunk.
-    pub fn raw_bytes(&self) -> u32 {
-        match *self {
-            ChunkReference::Zero { raw_bytes }
-            | ChunkReference::Direct { raw_bytes, .. }
-            | ChunkReference::Indirect { raw_bytes, .. } => raw_bytes,
-        }
-    }
+    /// The chunk with this ordinal in the following backup of the series (its size is that
+    /// chunk's).
+    Indirect { ordinal: u64 },
 }
 
 /// A whole recipe in memory.
@@ -101,14 +95,6 @@ impl Recipe {
         match self {
             Recipe::Live(entries) => entries.iter().map(|entry| entry.chunk_count as u64).sum(),
             Recipe::Archival(entries) => entries.len() as u64,
-        }
-    }
-
-    /// Bytes of the backup's stream.
-    pub fn raw_bytes(&self) -> u64 {
-        match self {
-            Recipe::Live(entries) => entries.iter().map(|entry| entry.raw_bytes).sum(),
-            Recipe::Archival(entries) => entries.iter().map(|entry| entry.raw_bytes() as u64).sum(),
         }
     }
 
@@ -143,8 +129,11 @@ impl Recipe {
                     let mut encoder = Encoder::with_capacity(part.len() * 4 + 16);
                     header(&mut encoder, KIND_ARCHIVAL, part.len());
                     let mut expected_ordinal = 0u64;
-                    for entry in part {
-                        match *entry {
+                    let mut at = 0;
+                    while at < part.len() {
+                        let entry = part[at];
+                        at += 1;
+                        match entry {
                             ChunkReference::Zero { raw_bytes } => {
                                 encoder.u8(0);
                                 encoder.varint(raw_bytes.into());
@@ -159,11 +148,25 @@ impl Recipe {
                                 encoder.varint(segment);
                                 encoder.varint(index.into());
                             }
-                            ChunkReference::Indirect { raw_bytes, ordinal } => {
-                                encoder.u8(2);
-                                encoder.varint(raw_bytes.into());
+                            ChunkReference::Indirect { ordinal } => {
+                                let mut count = 1u64;
+                                while at < part.len()
+                                    && part[at]
+                                        == (ChunkReference::Indirect {
+                                            ordinal: ordinal.wrapping_add(count),
+                                        })
+                                {
+                                    count += 1;
+                                    at += 1;
+                                }
+                                if count == 1 {
+                                    encoder.u8(2);
+                                } else {
+                                    encoder.u8(3);
+                                    encoder.varint(count);
+                                }
                                 encoder.varint(zigzag(ordinal.wrapping_sub(expected_ordinal)));
-                                expected_ordinal = ordinal.wrapping_add(1);
+                                expected_ordinal = ordinal.wrapping_add(count);
                             }
                         }
                     }
@@ -288,23 +291,36 @@ fn decode_part(
         }
         KIND_ARCHIVAL => {
             let mut expected_ordinal = 0u64;
-            for _ in 0..count {
+            let mut decoded = 0usize;
+            while decoded < count {
                 let tag = decoder.u8()?;
-                let raw_bytes = decoder.varint_u32()?;
-                archival.push(match tag {
-                    0 => ChunkReference::Zero { raw_bytes },
-                    1 => ChunkReference::Direct {
-                        raw_bytes,
+                match tag {
+                    0 => archival.push(ChunkReference::Zero {
+                        raw_bytes: decoder.varint_u32()?,
+                    }),
+                    1 => archival.push(ChunkReference::Direct {
+                        raw_bytes: decoder.varint_u32()?,
                         segment: decoder.varint()?,
                         index: decoder.varint_u32()?,
-                    },
-                    2 => {
+                    }),
+                    2 | 3 => {
+                        let run = if tag == 3 { decoder.varint()? } else { 1 };
+                        if run == 0 || (tag == 3 && run < 2) || run > (count - decoded) as u64 {
+                            return decoder.invalid(format!(
+                                "a run of {run} references where {} are left",
+                                count - decoded
+                            ));
+                        }
                         let ordinal = expected_ordinal.wrapping_add(unzigzag(decoder.varint()?));
-                        expected_ordinal = ordinal.wrapping_add(1);
-                        ChunkReference::Indirect { raw_bytes, ordinal }
+                        archival.extend((0..run).map(|step| ChunkReference::Indirect {
+                            ordinal: ordinal.wrapping_add(step),
+                        }));
+                        expected_ordinal = ordinal.wrapping_add(run);
+                        decoded += run as usize - 1;
                     }
                     _ => return decoder.invalid(format!("unknown reference tag {tag}")),
-                });
+                }
+                decoded += 1;
             }
         }
         _ => return decoder.invalid(format!("unknown recipe kind {kind}")),
@@ -354,10 +370,10 @@ mod tests {
                 segment: 9,
                 index: 2,
             },
-            ChunkReference::Indirect {
-                raw_bytes: 3000,
-                ordinal: 77,
-            },
+            ChunkReference::Indirect { ordinal: 77 },
+            ChunkReference::Indirect { ordinal: 78 },
+            ChunkReference::Indirect { ordinal: 79 },
+            ChunkReference::Indirect { ordinal: 3 },
         ]);
         for recipe in [live, archival] {
             let parts = recipe.encode_parts();
@@ -407,10 +423,7 @@ mod tests {
         ];
         let mut entries: Vec<ChunkReference> = ordinals
             .iter()
-            .map(|&ordinal| ChunkReference::Indirect {
-                raw_bytes: 4096,
-                ordinal,
-            })
+            .map(|&ordinal| ChunkReference::Indirect { ordinal })
             .collect();
         entries.insert(3, ChunkReference::Zero { raw_bytes: 1 });
         entries.insert(
@@ -441,18 +454,36 @@ mod tests {
         }]);
         assert_eq!(decode_one(&live.encode_parts()[0]).unwrap(), live);
 
-        // A run of consecutive ordinals of 4 KiB chunks: tag, 2-byte size, 1-byte step.
-        let run = Recipe::Archival(
-            (1000..2000)
-                .map(|ordinal| ChunkReference::Indirect {
-                    raw_bytes: 4096,
-                    ordinal,
-                })
+        // Runs of consecutive ordinals cost a few bytes each, whatever their length, and do
+        // not cross parts; a single reference costs a tag and a step.
+        let runs = Recipe::Archival(
+            (1000..1000 + PART_ENTRIES_MAX as u64 + 3000)
+                .chain([5, 70_000, 70_001])
+                .map(|ordinal| ChunkReference::Indirect { ordinal })
                 .collect(),
         );
-        let parts = run.encode_parts();
-        assert!(parts[0].len() <= 1000 * 4 + 16, "{} bytes", parts[0].len());
-        assert_eq!(decode_one(&parts[0]).unwrap(), run);
+        let parts = runs.encode_parts();
+        assert_eq!(parts.len(), 2);
+        assert!(parts.iter().all(|part| part.len() <= 40), "{parts:?}");
+        let mut decoded = Vec::new();
+        for part in &parts {
+            let Recipe::Archival(entries) = decode_one(part).unwrap() else {
+                panic!("an archival part");
+            };
+            decoded.extend(entries);
+        }
+        assert_eq!(Recipe::Archival(decoded), runs);
+        // A run longer than the part's count says, or of one reference, is refused.
+        for (run, count) in [(5u64, 4u32), (1, 1)] {
+            let mut lying = Encoder::default();
+            lying.raw(MAGIC);
+            lying.u8(KIND_ARCHIVAL);
+            lying.u32(count);
+            lying.u8(3);
+            lying.varint(run);
+            lying.varint(0);
+            assert!(decode_one(&lying.finish()).is_err(), "run {run} in {count}");
+        }
     }
 
     /// Goal: ordinals of a live recipe map to the right segment and index.

@@ -13,11 +13,12 @@
 //!    them; backup records their series forgot are listed again, and series records that do
 //!    not decode are rebuilt from their backups' records. When some recipe cannot be read, no
 //!    count is lowered (a leak is better than releasing a chunk a backup may need);
-//! 3. every damaged container is rewritten: each chunk a segment record places in it is read
-//!    and verified (CRC, decompression, fingerprint); intact chunks are copied, a damaged one
-//!    is replaced by an intact copy with the same fingerprint stored anywhere else in the
-//!    store, and otherwise marked lost ([`crate::losses`]). New containers are synced, the
-//!    catalog commits, then the old files go;
+//! 3. every damaged container is rewritten: each frame a segment record places in it is read
+//!    and verified (CRC, decompression, the fingerprint of each stored chunk); intact frames
+//!    are copied (or, holding removed chunks, written again from their stored ones), and each
+//!    chunk of a damaged frame is replaced by an intact copy with the same fingerprint stored
+//!    anywhere else in the store, and otherwise marked lost ([`crate::losses`]). New
+//!    containers are synced, the catalog commits, then the old files go;
 //! 4. what is lost is mapped to backups and files and recorded in the catalog (table
 //!    `losses`), with damage nothing can rebuild (an unreadable recipe, say), so that later
 //!    checks report it as lost rather than as new damage;
@@ -31,14 +32,15 @@ use std::sync::Arc;
 
 use onecopy_core::catalog::CatalogView;
 use onecopy_core::check::{CheckOptions, FaceReport, Finding, FindingKind};
-use onecopy_core::container::{ContainerId, ContainerWriter};
+use onecopy_core::container::{ChunkLocation, ContainerId, ContainerWriter};
 use onecopy_core::fingerprint::Fingerprint;
 use onecopy_core::storage::Storage;
 
 use crate::changes::Changes;
 use crate::error::{BackupError, Result};
+use crate::frames::FrameWriter;
 use crate::inspection::{
-    face_path, verify_chunk, Inspection, PlacedChunk, Problem, ReferenceCounts, FACE,
+    face_path, verify_frame, Inspection, PlacedFrame, Problem, ReferenceCounts, FACE,
 };
 use crate::losses::{self, put_losses, LossRecord};
 use crate::recipe::{ChunkReference, Recipe};
@@ -49,6 +51,16 @@ use crate::segment::{
 };
 use crate::series::{BackupId, BackupRecord, SeriesRecord, BACKUPS, SERIES};
 use crate::store::{now_unix_ns, BackupStore, CATALOG_FILE};
+
+/// Where a stored chunk is, for finding intact copies of damaged ones.
+#[derive(Clone, Copy, Debug)]
+struct ChunkCopy {
+    segment: SegmentId,
+    index: u32,
+    frame: ChunkLocation,
+    within: u32,
+    raw_bytes: u32,
+}
 
 /// What the rewrite of one damaged container did.
 #[derive(Default)]
@@ -179,11 +191,14 @@ impl BackupStore {
                 recorded.max(counted)
             }
         };
+        let borrows = borrow_counts(records.values());
         for (&id, record) in &records {
             let mut fixed = record.clone();
             for (index, chunk) in fixed.chunks.iter_mut().enumerate() {
-                if matches!(chunk.storage, ChunkStorage::Stored(_) | ChunkStorage::Lost) {
-                    let counted = counts.direct.get(&(id, index as u32)).copied().unwrap_or(0);
+                if chunk.storage.is_held() {
+                    let key = (id, index as u32);
+                    let counted = counts.direct.get(&key).copied().unwrap_or(0)
+                        + borrows.get(&key).copied().unwrap_or(0);
                     chunk.direct_references = settle(chunk.direct_references, counted);
                 }
             }
@@ -357,32 +372,32 @@ impl BackupStore {
         }
         let algorithm = self.state.options.fingerprint;
         let read = self.catalog.read()?;
-        // Where each damaged container's chunks are now (step 2 may have committed, but it
-        // never moves chunks).
-        let mut placed: HashMap<ContainerId, Vec<PlacedChunk>> = HashMap::new();
-        let mut by_fingerprint: HashMap<Fingerprint, Vec<PlacedChunk>> = HashMap::new();
+        // The segments placing frames in each damaged container now (step 2 may have
+        // committed, but it never moves chunks), and where every stored chunk is.
+        let mut placed: HashMap<ContainerId, Vec<SegmentId>> = HashMap::new();
+        let mut by_fingerprint: HashMap<Fingerprint, Vec<ChunkCopy>> = HashMap::new();
         for (id, bytes) in read.range_id(SEGMENTS, 0, u64::MAX)? {
             let Ok(record) = SegmentRecord::decode(&bytes, id) else {
                 continue;
             };
+            let Some(container) = record.container else {
+                continue;
+            };
+            if damaged.contains(&container) && !record.frames.is_empty() {
+                placed.entry(container).or_default().push(id);
+            }
             for (index, chunk) in record.chunks.iter().enumerate() {
-                if let ChunkStorage::Stored(location) = chunk.storage {
-                    let placed_chunk = PlacedChunk {
-                        segment: id,
-                        index: index as u32,
-                        fingerprint: chunk.fingerprint,
-                        location,
-                    };
-                    if damaged.contains(&location.container) {
-                        placed
-                            .entry(location.container)
-                            .or_default()
-                            .push(placed_chunk);
-                    }
+                if let ChunkStorage::Stored(place) = chunk.storage {
                     by_fingerprint
                         .entry(chunk.fingerprint)
                         .or_default()
-                        .push(placed_chunk);
+                        .push(ChunkCopy {
+                            segment: id,
+                            index: index as u32,
+                            frame: *record.frame(place),
+                            within: place.within,
+                            raw_bytes: chunk.raw_bytes,
+                        });
                 }
             }
         }
@@ -390,7 +405,7 @@ impl BackupStore {
         let mut state = self.state.clone();
         let mut outcomes: BTreeMap<ContainerId, Rewritten> = BTreeMap::new();
         for &id in &damaged {
-            let chunks = placed.remove(&id).unwrap_or_default();
+            let segments = placed.remove(&id).unwrap_or_default();
             let record = crate::store::load_container(&read, id).ok();
             let outcome = self.rewrite_container(
                 &read,
@@ -398,7 +413,7 @@ impl BackupStore {
                 &mut state,
                 id,
                 record.as_ref(),
-                &chunks,
+                &segments,
                 &by_fingerprint,
                 algorithm,
             )?;
@@ -414,10 +429,16 @@ impl BackupStore {
             })
             .collect();
         dropped.sort_unstable();
-        for outcome in outcomes.values() {
-            for &(segment, _) in &outcome.lost {
-                state.damaged_segments.insert(segment);
-            }
+        let all_lost: BTreeSet<(SegmentId, u32)> = outcomes
+            .values()
+            .flat_map(|outcome| outcome.lost.iter().copied())
+            .collect();
+        for &(segment, _) in &all_lost {
+            state.damaged_segments.insert(segment);
+        }
+        // A segment borrowing a lost chunk reads it lost too: never deduplicated against.
+        for (borrower, _) in borrowers_of(&read, &all_lost)? {
+            state.damaged_segments.insert(borrower.0);
         }
         drop(read);
         self.release_reserve()?;
@@ -469,8 +490,8 @@ impl BackupStore {
         Ok(lost_chunks)
     }
 
-    /// Rewrites container `id` from `chunks` (the stored chunks segment records place in
-    /// it): see step 3 of the module documentation.
+    /// Rewrites container `id` from the frames `placing` segments place in it: see step 3 of
+    /// the module documentation.
     #[allow(clippy::too_many_arguments)]
     fn rewrite_container(
         &self,
@@ -479,8 +500,8 @@ impl BackupStore {
         state: &mut crate::store::StoreState,
         id: ContainerId,
         record: Option<&SegmentContainer>,
-        chunks: &[PlacedChunk],
-        by_fingerprint: &HashMap<Fingerprint, Vec<PlacedChunk>>,
+        placing: &[SegmentId],
+        by_fingerprint: &HashMap<Fingerprint, Vec<ChunkCopy>>,
         algorithm: onecopy_core::fingerprint::FingerprintAlgorithm,
     ) -> Result<Rewritten> {
         let mut outcome = Rewritten::default();
@@ -502,27 +523,77 @@ impl BackupStore {
             },
             |record| record.kind,
         );
+        let level = self.state.options.compression_level;
         let mut writer: Option<ContainerWriter> = None;
         let mut kept_segments: BTreeSet<SegmentId> = BTreeSet::new();
         let mut segments: BTreeSet<SegmentId> = BTreeSet::new();
-        for chunk in chunks {
-            segments.insert(chunk.segment);
-            let own = data.as_deref().and_then(|data| {
-                verify_chunk(data, chunk, algorithm).ok().map(|_| {
-                    let start = chunk.location.offset as usize;
-                    data[start..start + chunk.location.stored_bytes as usize].to_vec()
-                })
-            });
-            let source = match own {
-                Some(stored) => Some((*chunk, stored)),
-                None => self.intact_copy(chunk, by_fingerprint, algorithm),
-            };
-            let Some((from, stored)) = source else {
-                outcome.lost.push((chunk.segment, chunk.index));
-                let segment_record = changes.record_mut(view, chunk.segment)?;
-                segment_record.chunks[chunk.index as usize].storage = ChunkStorage::Lost;
+        for &segment in placing {
+            segments.insert(segment);
+            let Ok(segment_record) = changes.record_mut(view, segment) else {
                 continue;
             };
+            let mut segment_record = segment_record.clone();
+            let frames = PlacedFrame::of_segment(segment, &segment_record, algorithm);
+            // Each frame: its stored bytes when they verify, its chunks' bytes otherwise
+            // (from the frame when it decodes, else from intact copies elsewhere).
+            enum Recovered {
+                Whole(Vec<u8>),
+                Chunks(Vec<(u32, Fingerprint, Option<Vec<u8>>)>),
+            }
+            let mut recovered = Vec::with_capacity(frames.len());
+            for frame in &frames {
+                let own = data
+                    .as_deref()
+                    .and_then(|data| verify_frame(data, frame, algorithm).ok());
+                if let (Some(_), Some(data), Some(_)) = (&own, &data, frame.fingerprint) {
+                    let start = frame.location.offset as usize;
+                    let stored = data[start..start + frame.location.stored_bytes as usize].to_vec();
+                    outcome.copied += frame.chunks.len() as u64;
+                    recovered.push((frame, Recovered::Whole(stored)));
+                    continue;
+                }
+                let mut chunks = Vec::with_capacity(frame.chunks.len());
+                for &(index, fingerprint, within, raw_bytes) in &frame.chunks {
+                    let bytes = match &own {
+                        Some(raw) => {
+                            outcome.copied += 1;
+                            Some(raw[within as usize..(within + raw_bytes) as usize].to_vec())
+                        }
+                        None => match self.intact_copy(
+                            fingerprint,
+                            &frame.location,
+                            by_fingerprint,
+                            algorithm,
+                        ) {
+                            Some((from, bytes)) => {
+                                outcome.redirected.push(format!(
+                                    "chunk {index} of segment {segment} from chunk {} of segment {} in container {:016x}",
+                                    from.index, from.segment, from.frame.container
+                                ));
+                                Some(bytes)
+                            }
+                            None => None,
+                        },
+                    };
+                    chunks.push((index, fingerprint, bytes));
+                }
+                recovered.push((frame, Recovered::Chunks(chunks)));
+            }
+            for (_, recovered) in &recovered {
+                if let Recovered::Chunks(chunks) = recovered {
+                    for (index, _, bytes) in chunks {
+                        if bytes.is_none() {
+                            outcome.lost.push((segment, *index));
+                            segment_record.chunks[*index as usize].storage = ChunkStorage::Lost;
+                        }
+                    }
+                }
+            }
+            if !segment_record.has_stored() {
+                segment_record.frames.clear();
+                *changes.record_mut(view, segment)? = segment_record;
+                continue;
+            }
             if writer.is_none() {
                 let new_id = state.container_id_next;
                 state.container_id_next += 1;
@@ -532,22 +603,32 @@ impl BackupStore {
                 );
                 outcome.new_id = Some(new_id);
             }
-            let header = from.location.header(chunk.fingerprint);
-            let location = writer
-                .as_mut()
-                .expect("created above")
-                .append_stored(header, &stored)?;
-            if from.location == chunk.location {
-                outcome.copied += 1;
-            } else {
-                outcome.redirected.push(format!(
-                    "chunk {} of segment {} from chunk {} of segment {} in container {:016x}",
-                    chunk.index, chunk.segment, from.index, from.segment, from.location.container
-                ));
+            let mut frame_writer =
+                FrameWriter::new(writer.as_mut().expect("created above"), algorithm, level);
+            for (frame, recovered) in recovered {
+                match recovered {
+                    Recovered::Whole(stored) => {
+                        let chunks: Vec<(u32, Fingerprint, u32)> = frame
+                            .chunks
+                            .iter()
+                            .map(|&(index, fingerprint, _, raw_bytes)| {
+                                (index, fingerprint, raw_bytes)
+                            })
+                            .collect();
+                        frame_writer.copy(&frame.location, &stored, &chunks)?;
+                    }
+                    Recovered::Chunks(chunks) => {
+                        for (index, fingerprint, bytes) in chunks {
+                            if let Some(bytes) = bytes {
+                                frame_writer.push(index, fingerprint, bytes)?;
+                            }
+                        }
+                    }
+                }
             }
-            let segment_record = changes.record_mut(view, chunk.segment)?;
-            segment_record.chunks[chunk.index as usize].storage = ChunkStorage::Stored(location);
-            kept_segments.insert(chunk.segment);
+            frame_writer.finish(&mut segment_record)?;
+            *changes.record_mut(view, segment)? = segment_record;
+            kept_segments.insert(segment);
         }
         if let Some(record) = record {
             segments.extend(record.segments.iter().copied());
@@ -590,33 +671,29 @@ impl BackupStore {
         Some(data)
     }
 
-    /// An intact copy of `chunk` (same fingerprint) stored elsewhere, verified (a copy in
-    /// another damaged container serves if its own bytes are intact), with its stored bytes.
+    /// The bytes of an intact copy of a chunk with this fingerprint stored in a frame other
+    /// than `not_in`, verified (a copy in another damaged container serves if its own frame is
+    /// intact).
     fn intact_copy(
         &self,
-        chunk: &PlacedChunk,
-        by_fingerprint: &HashMap<Fingerprint, Vec<PlacedChunk>>,
+        fingerprint: Fingerprint,
+        not_in: &ChunkLocation,
+        by_fingerprint: &HashMap<Fingerprint, Vec<ChunkCopy>>,
         algorithm: onecopy_core::fingerprint::FingerprintAlgorithm,
-    ) -> Option<(PlacedChunk, Vec<u8>)> {
-        for candidate in by_fingerprint.get(&chunk.fingerprint)? {
-            if candidate.location == chunk.location {
+    ) -> Option<(ChunkCopy, Vec<u8>)> {
+        for candidate in by_fingerprint.get(&fingerprint)? {
+            if candidate.frame == *not_in {
                 continue;
             }
-            let Ok(file) = self.containers.file(candidate.location.container) else {
+            let Ok(raw) = crate::frames::read_frame(&self.containers, &candidate.frame) else {
                 continue;
             };
-            let mut stored = vec![0u8; candidate.location.stored_bytes as usize];
-            if file
-                .read_at(candidate.location.offset as u64, &mut stored)
-                .is_err()
-            {
+            let start = candidate.within as usize;
+            let Some(bytes) = raw.get(start..start + candidate.raw_bytes as usize) else {
                 continue;
-            }
-            // Checked as a chunk at offset 0 of its own bytes.
-            let mut alone = *candidate;
-            alone.location.offset = 0;
-            if verify_chunk(&stored, &alone, algorithm).is_ok() {
-                return Some((*candidate, stored));
+            };
+            if algorithm.hash(bytes) == fingerprint {
+                return Some((*candidate, bytes.to_vec()));
             }
         }
         None
@@ -640,14 +717,21 @@ impl BackupStore {
             lost_chunks.values().flatten().copied().collect();
         let mut lines_by_container: BTreeMap<ContainerId, Vec<String>> = BTreeMap::new();
         if !all_lost.is_empty() {
-            let owner: HashMap<(SegmentId, u32), ContainerId> = lost_chunks
+            let mut owner: HashMap<(SegmentId, u32), ContainerId> = lost_chunks
                 .iter()
                 .flat_map(|(&container, chunks)| {
                     chunks.iter().map(move |&chunk| (chunk, container))
                 })
                 .collect();
-            let damaged_segments: BTreeSet<SegmentId> =
+            let mut damaged_segments: BTreeSet<SegmentId> =
                 all_lost.iter().map(|&(segment, _)| segment).collect();
+            // Chunks borrowing a lost chunk are lost with it, in its container's finding.
+            for (borrower, lender) in borrowers_of(&read, &all_lost)? {
+                if let Some(&container) = owner.get(&lender) {
+                    owner.insert(borrower, container);
+                    damaged_segments.insert(borrower.0);
+                }
+            }
             for (_, bytes) in read.list(SERIES)? {
                 let Ok(series) = serde_json::from_slice::<SeriesRecord>(&bytes) else {
                     continue;
@@ -852,4 +936,49 @@ pub(crate) fn check_damaged_catalog(
     report.findings.insert(0, finding);
     report.repaired = true;
     Ok(report)
+}
+
+/// How many borrowed chunks of `records` name each (segment, index): direct references that
+/// segment records, not recipes, hold.
+pub(crate) fn borrow_counts<'a>(
+    records: impl IntoIterator<Item = &'a SegmentRecord>,
+) -> HashMap<(SegmentId, u32), u32> {
+    let mut counts = HashMap::new();
+    for record in records {
+        for target in record.borrowed() {
+            *counts.entry(target).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+/// A chunk of a segment: (segment, index).
+type ChunkAt = (SegmentId, u32);
+
+/// The chunks that borrow one of `lent`, as (borrower, lender).
+fn borrowers_of(
+    view: &impl CatalogView,
+    lent: &BTreeSet<ChunkAt>,
+) -> Result<Vec<(ChunkAt, ChunkAt)>> {
+    let mut found = Vec::new();
+    if lent.is_empty() {
+        return Ok(found);
+    }
+    for (id, bytes) in view.range_id(SEGMENTS, 0, u64::MAX)? {
+        let Ok(record) = SegmentRecord::decode(&bytes, id) else {
+            continue;
+        };
+        for (index, chunk) in record.chunks.iter().enumerate() {
+            if let ChunkStorage::Borrowed {
+                segment,
+                index: target,
+            } = chunk.storage
+            {
+                if lent.contains(&(segment, target)) {
+                    found.push(((id, index as u32), (segment, target)));
+                }
+            }
+        }
+    }
+    Ok(found)
 }

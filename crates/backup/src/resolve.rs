@@ -10,10 +10,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use onecopy_core::catalog::CatalogView;
+use onecopy_core::container::ChunkLocation;
 
 use crate::error::{BackupError, Result};
 use crate::recipe::{ChunkReference, Recipe};
-use crate::segment::{SegmentId, SegmentRecord};
+use crate::segment::{ChunkStorage, SegmentId, SegmentRecord};
 use crate::series::{load_backup, BackupRecord, SeriesRecord};
 use crate::store::load_segment;
 
@@ -161,4 +162,69 @@ impl Default for SegmentCache {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Where the bytes of a stored chunk are ([`locate`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ChunkBytes {
+    /// A null chunk: zeros.
+    Zero,
+    /// In frame `frame`, from raw byte `within`.
+    Frame { frame: ChunkLocation, within: u32 },
+    /// Recorded as lost by a repair (its own bytes, or those of the chunk it borrows).
+    Lost,
+}
+
+/// Where chunk `index` of `segment` reads from, and its size: its own frame, or the frame of
+/// the chunk it borrows. A removed chunk, or a borrowed one whose lender does not hold it, is
+/// corruption.
+pub(crate) fn locate(
+    view: &impl CatalogView,
+    cache: &mut SegmentCache,
+    segment: SegmentId,
+    index: u32,
+) -> Result<(ChunkBytes, u32)> {
+    let record = cache.get(view, segment)?;
+    let chunk = *record.chunks.get(index as usize).ok_or_else(|| {
+        BackupError::corrupt(format!("segment {segment}"), format!("no chunk {index}"))
+    })?;
+    let bytes = match chunk.storage {
+        ChunkStorage::Zero => ChunkBytes::Zero,
+        ChunkStorage::Stored(place) => ChunkBytes::Frame {
+            frame: *record.frame(place),
+            within: place.within,
+        },
+        ChunkStorage::Lost => ChunkBytes::Lost,
+        ChunkStorage::Removed => {
+            return Err(BackupError::corrupt(
+                format!("segment {segment}"),
+                format!("chunk {index} is referenced but was removed"),
+            ))
+        }
+        ChunkStorage::Borrowed {
+            segment: lender,
+            index: lent,
+        } => {
+            let lender_record = cache.get(view, lender)?;
+            let lent_chunk = lender_record.chunks.get(lent as usize);
+            match lent_chunk.map(|lent_chunk| (lent_chunk.storage, lent_chunk.raw_bytes)) {
+                Some((ChunkStorage::Stored(place), raw_bytes)) if raw_bytes == chunk.raw_bytes => {
+                    ChunkBytes::Frame {
+                        frame: *lender_record.frame(place),
+                        within: place.within,
+                    }
+                }
+                Some((ChunkStorage::Lost, _)) => ChunkBytes::Lost,
+                _ => {
+                    return Err(BackupError::corrupt(
+                        format!("chunk {index} of segment {segment}"),
+                        format!(
+                            "it borrows chunk {lent} of segment {lender}, which does not hold it"
+                        ),
+                    ))
+                }
+            }
+        }
+    };
+    Ok((bytes, chunk.raw_bytes))
 }

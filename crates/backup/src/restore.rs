@@ -29,7 +29,7 @@
 //! [`RuntimeOptions::restore_window_bytes`]: crate::config::RuntimeOptions::restore_window_bytes
 //! [`RuntimeOptions::read_threads`]: crate::config::RuntimeOptions::read_threads
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -46,9 +46,9 @@ use serde::Serialize;
 use crate::error::escape_path;
 use crate::error::{BackupError, Result};
 use crate::losses;
-use crate::resolve::{resolve, ChunkSource, ResolveReport, SegmentCache};
-use crate::segment::ChunkStorage;
-use crate::series::{find_backup, SourceKind};
+use crate::recipe::Recipe;
+use crate::resolve::{locate, resolve, ChunkBytes, ChunkSource, ResolveReport, SegmentCache};
+use crate::series::{find_backup, BackupState, SourceKind};
 use crate::series::{load_series, BackupRecord};
 use crate::store::BackupStore;
 use crate::tree::apply::{ApplyOptions, ApplyReport, TreeApplier};
@@ -122,8 +122,18 @@ struct SpanRead {
     container: ContainerId,
     start: u64,
     end: u64,
-    /// (location, offset in the window).
-    chunks: Vec<(ChunkLocation, usize)>,
+    /// The frames read, each with the pieces of it the window takes.
+    frames: Vec<(ChunkLocation, Vec<Piece>)>,
+}
+
+/// Bytes of a decoded frame that go into a window.
+#[derive(Clone, Copy, Debug)]
+struct Piece {
+    /// Where they start in the frame's raw bytes.
+    within: usize,
+    length: usize,
+    /// Where they go in the window.
+    window_offset: usize,
 }
 
 /// A planned window of the stream.
@@ -176,6 +186,7 @@ impl BackupStore {
             store: self,
             view: &read,
             sources: &sources,
+            marks: stream_marks(&read, &backup)?,
             cache,
             skip_lost: false,
         };
@@ -383,6 +394,7 @@ impl BackupStore {
             store: self,
             view: read,
             sources: &sources,
+            marks: stream_marks(read, backup)?,
             cache: SegmentCache::new(),
             skip_lost: false,
         };
@@ -472,6 +484,10 @@ struct StreamReader<'a, V: CatalogView> {
     store: &'a BackupStore,
     view: &'a V,
     sources: &'a [ChunkSource],
+    /// Where whole segments of a live recipe start, as (chunk position, stream offset), so
+    /// that reading part of the stream (the tree, chosen files) skips what comes before it
+    /// without reading the segment records of every chunk there ([`stream_marks`]).
+    marks: Vec<(usize, u64)>,
     cache: SegmentCache,
     /// Lost chunks read as zeros instead of failing: only when the sink drops their bytes.
     skip_lost: bool,
@@ -606,7 +622,14 @@ impl WindowPlanner {
             let Some(&(start, end)) = self.ranges.get(self.range_index) else {
                 return Ok(None);
             };
-            // Skip whole chunks before `start`.
+            // Skip whole segments, then whole chunks, before `start`.
+            let marks = &reader.marks;
+            let before = marks.partition_point(|&(_, offset)| offset <= start);
+            if let Some(&(position, offset)) = before.checked_sub(1).map(|at| &marks[at]) {
+                if position > self.position {
+                    (self.position, self.offset) = (position, offset);
+                }
+            }
             while self.position < sources.len() && self.offset < start {
                 let bytes = chunk_bytes(reader, sources[self.position])? as u64;
                 if self.offset + bytes > start {
@@ -639,7 +662,9 @@ impl WindowPlanner {
             reads: Vec::new(),
             zero_bytes: 0,
         };
-        let mut by_container: HashMap<ContainerId, Vec<(ChunkLocation, usize)>> = HashMap::new();
+        // The frames the window's chunks are in, by container and frame offset.
+        let mut by_container: HashMap<ContainerId, BTreeMap<u32, (ChunkLocation, Vec<Piece>)>> =
+            HashMap::new();
         while self.position < sources.len() && window.bytes < self.window_bytes && self.offset < end
         {
             self.last_chunk = Some((self.position, self.offset));
@@ -650,36 +675,32 @@ impl WindowPlanner {
                     raw_bytes
                 }
                 ChunkSource::Stored { segment, index } => {
-                    let record = reader.cache.get(reader.view, segment)?;
-                    let chunk = record.chunks.get(index as usize).ok_or_else(|| {
-                        BackupError::corrupt(
-                            format!("segment {segment}"),
-                            format!("no chunk {index}"),
-                        )
-                    })?;
-                    match chunk.storage {
-                        ChunkStorage::Zero => window.zero_bytes += chunk.raw_bytes as u64,
-                        ChunkStorage::Stored(location) => by_container
-                            .entry(location.container)
+                    let (bytes, raw_bytes) =
+                        locate(reader.view, &mut reader.cache, segment, index)?;
+                    match bytes {
+                        ChunkBytes::Zero => window.zero_bytes += raw_bytes as u64,
+                        ChunkBytes::Frame { frame, within } => by_container
+                            .entry(frame.container)
                             .or_default()
-                            .push((location, window.bytes)),
-                        ChunkStorage::Removed => {
-                            return Err(BackupError::corrupt(
-                                format!("segment {segment}"),
-                                format!("chunk {index} is referenced but was removed"),
-                            ))
+                            .entry(frame.offset)
+                            .or_insert_with(|| (frame, Vec::new()))
+                            .1
+                            .push(Piece {
+                                within: within as usize,
+                                length: raw_bytes as usize,
+                                window_offset: window.bytes,
+                            }),
+                        ChunkBytes::Lost if reader.skip_lost => {
+                            window.zero_bytes += raw_bytes as u64
                         }
-                        ChunkStorage::Lost if reader.skip_lost => {
-                            window.zero_bytes += chunk.raw_bytes as u64
-                        }
-                        ChunkStorage::Lost => {
+                        ChunkBytes::Lost => {
                             return Err(BackupError::Lost {
                                 what: format!("chunk {index} of segment {segment}"),
                                 detail: "its bytes were damaged".to_string(),
                             })
                         }
                     }
-                    chunk.raw_bytes
+                    raw_bytes
                 }
             };
             window.bytes += raw_bytes as usize;
@@ -688,33 +709,52 @@ impl WindowPlanner {
         }
         let mut containers: Vec<_> = by_container.into_iter().collect();
         containers.sort_unstable_by_key(|(id, _)| *id);
-        for (container, mut chunks) in containers {
-            chunks.sort_unstable_by_key(|(location, _)| location.offset);
+        for (container, frames) in containers {
             let mut current: Option<SpanRead> = None;
-            for (location, window_offset) in chunks {
-                let chunk_start = location.header_offset();
-                let chunk_end = location.offset as u64 + location.stored_bytes as u64;
+            for (_, (location, pieces)) in frames {
+                let frame_start = location.header_offset();
+                let frame_end = location.offset as u64 + location.stored_bytes as u64;
                 if let Some(span) = current.as_mut() {
-                    let joinable = chunk_start <= span.end + READ_GAP_BYTES_MAX
-                        && chunk_end - span.start <= READ_BYTES_MAX;
+                    let joinable = frame_start <= span.end + READ_GAP_BYTES_MAX
+                        && frame_end - span.start <= READ_BYTES_MAX;
                     if joinable {
-                        span.end = span.end.max(chunk_end);
-                        span.chunks.push((location, window_offset));
+                        span.end = span.end.max(frame_end);
+                        span.frames.push((location, pieces));
                         continue;
                     }
                     window.reads.push(current.take().expect("present"));
                 }
                 current = Some(SpanRead {
                     container,
-                    start: chunk_start,
-                    end: chunk_end,
-                    chunks: vec![(location, window_offset)],
+                    start: frame_start,
+                    end: frame_end,
+                    frames: vec![(location, pieces)],
                 });
             }
             window.reads.extend(current);
         }
         Ok(Some(window))
     }
+}
+
+/// The start of every segment of `backup`'s recipe when it is live, as (chunk position,
+/// stream offset) in stream order; nothing for an archival recipe, whose chunk sizes are in
+/// the segment records only.
+fn stream_marks(view: &impl CatalogView, backup: &BackupRecord) -> Result<Vec<(usize, u64)>> {
+    if backup.state != BackupState::Live {
+        return Ok(Vec::new());
+    }
+    let Recipe::Live(entries) = Recipe::load(view, backup.id, backup.recipe_parts)? else {
+        return Ok(Vec::new());
+    };
+    let mut marks = Vec::with_capacity(entries.len());
+    let (mut position, mut offset) = (0usize, 0u64);
+    for entry in entries {
+        marks.push((position, offset));
+        position += entry.chunk_count as usize;
+        offset += entry.raw_bytes;
+    }
+    Ok(marks)
 }
 
 fn chunk_bytes<V: CatalogView>(
@@ -753,7 +793,7 @@ fn read_window(
     let mut buffer = vec![0u8; window.bytes];
     for span in pieces {
         let mut from = 0;
-        for (offset, length) in span.chunks {
+        for (offset, length) in span.pieces {
             buffer[offset..offset + length].copy_from_slice(&span.raw[from..from + length]);
             from += length;
         }
@@ -772,37 +812,46 @@ fn read_window(
     Ok(buffer)
 }
 
-/// The raw bytes of a span's chunks, one after the other, and where each goes in the window
+/// The raw bytes of a span's pieces, one after the other, and where each goes in the window
 /// (offset, length): one allocation per span rather than one per chunk.
 struct DecodedSpan {
-    chunks: Vec<(usize, usize)>,
+    pieces: Vec<(usize, usize)>,
     raw: Vec<u8>,
 }
 
-/// Reads one span and decodes its chunks (CRC checked, decompressed).
+/// Reads one span and decodes its frames (CRC checked, decompressed), keeping the pieces the
+/// window takes.
 fn read_span(containers: &ContainerStore, span: &SpanRead) -> Result<DecodedSpan> {
     let file = containers.file(span.container)?;
     let mut bytes = vec![0u8; (span.end - span.start) as usize];
     file.read_at(span.start, &mut bytes)?;
     let raw_total: usize = span
-        .chunks
+        .frames
         .iter()
-        .map(|(location, _)| location.raw_bytes as usize)
+        .flat_map(|(_, pieces)| pieces.iter().map(|piece| piece.length))
         .sum();
     let mut decoded = DecodedSpan {
-        chunks: Vec::with_capacity(span.chunks.len()),
-        raw: vec![0u8; raw_total],
+        pieces: Vec::new(),
+        raw: Vec::with_capacity(raw_total),
     };
-    let mut into = 0;
-    for &(location, window_offset) in &span.chunks {
+    let mut frame_raw = Vec::new();
+    for (location, pieces) in &span.frames {
         let from = (location.offset as u64 - span.start) as usize;
         let stored = &bytes[from..from + location.stored_bytes as usize];
-        let length = location.raw_bytes as usize;
-        codec::decode(&location, stored, &mut decoded.raw[into..into + length])?;
-        decoded.chunks.push((window_offset, length));
-        into += length;
+        frame_raw.resize(location.raw_bytes as usize, 0);
+        codec::decode(location, stored, &mut frame_raw)?;
+        for piece in pieces {
+            decoded
+                .raw
+                .extend_from_slice(&frame_raw[piece.within..piece.within + piece.length]);
+            decoded.pieces.push((piece.window_offset, piece.length));
+        }
     }
-    assert_eq!(into, raw_total, "the span's chunks fill its buffer");
+    assert_eq!(
+        decoded.raw.len(),
+        raw_total,
+        "the span's pieces fill its buffer"
+    );
     Ok(decoded)
 }
 

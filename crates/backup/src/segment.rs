@@ -6,9 +6,21 @@
 //!
 //! - a **head** (`segment_heads`, small, rewritten often): fingerprint, state, and the
 //!   *segment reference count* — occurrences of the segment in live recipes;
-//! - a **record** (`segments`): fingerprint, state, container, and one entry per chunk with its
-//!   fingerprint, size, where it is stored, and its *chunk reference count* — archival recipes
-//!   holding a direct reference to it.
+//! - a **record** (`segments`): fingerprint, state, container, the segment's **frames**, and
+//!   one entry per chunk with its fingerprint, size, where it is stored, and its *chunk
+//!   reference count* — archival recipes holding a direct reference to it.
+//!
+//! **Frames.** A segment's stored chunks are not compressed one by one: consecutive stored
+//! chunks, up to [`FRAME_RAW_BYTES_MAX`] together, are compressed as one **frame**, one record
+//! of the container (the core container format; the record header's fingerprint is the hash
+//! of the frame's chunk fingerprints, in order). A chunk is read by decoding its frame and
+//! taking its bytes at its offset in the frame (`within`). Compressing 128 KiB instead of
+//! 4 KiB finds the redundancy between the small files a segment holds, and one record header
+//! per frame instead of per chunk saves its 108 bytes (header and trailer entry) per chunk. A
+//! removed chunk's bytes stay in its frame until the segment is repackaged (settling,
+//! compaction, repair), which writes frames again from the stored chunks: a frame all of whose
+//! bytes are still stored chunks is copied as it is, any other is rebuilt from them and
+//! compressed again.
 //!
 //! States: a **shared** segment is in a shared container (timestamp 0), complete, and in the
 //! segment index, so new backups may deduplicate against it. When its reference count drops
@@ -26,17 +38,23 @@
 //!
 //! ```text
 //! head:      fingerprint [32] | state u8 | live references u32
-//! record:    "SEG2" | fingerprint [32] | state u8 | container+1 varint (0 = none) |
-//!            chunk count varint | chunk*
-//! chunk:     kind u8 (0 zero, 1 stored, 2 removed, 3 lost) | raw bytes varint |
-//!            [stored: fingerprint [32] | direct references varint | offset varint |
-//!             stored bytes varint | flags varint | crc u32]
+//! record:    "SEG3" | fingerprint [32] | state u8 | container+1 varint (0 = none) |
+//!            frame count varint | frame* | chunk count varint | chunk*
+//! frame:     offset varint | stored bytes varint | raw bytes varint | flags varint | crc u32
+//! chunk:     kind u8 (0 zero, 1 stored next, 2 removed, 3 lost, 4 stored placed,
+//!            5 borrowed) | raw bytes varint |
+//!            [stored: fingerprint [32] | direct references varint]
+//!            [stored placed: frame varint | within varint]
 //!            [lost: fingerprint [32] | direct references varint]
+//!            [borrowed: fingerprint [32] | direct references varint | segment varint |
+//!             index varint]
 //! container: "CNT1" | kind u8 (1 shared, 2 archival) | timestamp u64 | bytes u64 |
 //!            segment count u32 | segment id u64*
 //! ```
 //!
-//! `varint` is unsigned LEB128 ([`crate::codec`]). A zero or removed chunk keeps only its
+//! `varint` is unsigned LEB128 ([`crate::codec`]). A *stored next* chunk lies in the frame of
+//! the stored chunk before it, right after it (the common case: no bytes for its place); a
+//! *stored placed* chunk names its frame and offset. A zero or removed chunk keeps only its
 //! size: nothing looks its fingerprint up (reverse deduplication matches stored chunks, and
 //! a removed chunk can never be referenced directly), and after reverse deduplication most
 //! chunks of a series are removed ones, so they are most of the catalog: 2-3 bytes each,
@@ -62,7 +80,10 @@ pub(crate) const SEGMENTS: IdTable = IdTable("segments");
 pub(crate) const CONTAINERS: IdTable = IdTable("containers");
 
 /// Magic of segment records.
-const SEGMENT_MAGIC: &[u8; 4] = b"SEG2";
+const SEGMENT_MAGIC: &[u8; 4] = b"SEG3";
+/// Most raw bytes of one frame (a chunk larger than this is a frame of its own).
+pub const FRAME_RAW_BYTES_MAX: usize = 128 << 10;
+const _: () = assert!(FRAME_RAW_BYTES_MAX <= onecopy_core::container::CHUNK_BYTES_MAX as usize);
 
 /// Whether a segment may still be deduplicated against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,18 +144,41 @@ impl SegmentHead {
     }
 }
 
+/// Where a stored chunk's bytes are: in frame `frame` of its segment, from raw byte `within`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkPlace {
+    pub frame: u32,
+    pub within: u32,
+}
+
 /// Where a chunk of a segment is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChunkStorage {
     /// A null chunk: never stored.
     Zero,
-    /// In the segment's container.
-    Stored(ChunkLocation),
+    /// In a frame of the segment's container.
+    Stored(ChunkPlace),
     /// Removed by reverse deduplication or deletion; nothing may reference it directly.
     Removed,
     /// Its stored bytes were damaged and no intact copy was found; a repair recorded the loss
     /// ([`crate::losses`]). Referenced like a stored chunk; every read of it fails.
     Lost,
+    /// Not stored here: the same bytes are chunk `index` of segment `segment`, a stored (or
+    /// lost) chunk of another segment written earlier by the same backup (finer inline
+    /// deduplication). That chunk counts this one among its direct references, so it stays
+    /// while this one does. Referenced like a stored chunk.
+    Borrowed { segment: SegmentId, index: u32 },
+}
+
+impl ChunkStorage {
+    /// True for a chunk whose bytes can be read (or whose loss is recorded): stored, lost or
+    /// borrowed, what a recipe may reference.
+    pub fn is_held(&self) -> bool {
+        matches!(
+            self,
+            ChunkStorage::Stored(_) | ChunkStorage::Lost | ChunkStorage::Borrowed { .. }
+        )
+    }
 }
 
 /// One chunk of a segment.
@@ -155,17 +199,32 @@ pub struct SegmentRecord {
     pub fingerprint: Fingerprint,
     pub state: SegmentState,
     pub container: Option<ContainerId>,
+    /// The frames of the segment in `container`: each a container record whose raw bytes
+    /// hold stored chunks (and, until the segment is repackaged, removed ones).
+    pub frames: Vec<ChunkLocation>,
     pub chunks: Vec<SegmentChunk>,
 }
 
 impl SegmentRecord {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut encoder = Encoder::with_capacity(64 + self.chunks.len() * 8);
+        let mut encoder =
+            Encoder::with_capacity(64 + self.frames.len() * 16 + self.chunks.len() * 36);
         encoder.raw(SEGMENT_MAGIC);
         encoder.fingerprint(&self.fingerprint);
         encoder.u8(self.state.code());
         encoder.varint(self.container.map_or(0, |id| id + 1));
+        encoder.varint(self.frames.len() as u64);
+        for frame in &self.frames {
+            assert_eq!(Some(frame.container), self.container);
+            encoder.varint(frame.offset.into());
+            encoder.varint(frame.stored_bytes.into());
+            encoder.varint(frame.raw_bytes.into());
+            encoder.varint(frame.flags.into());
+            encoder.u32(frame.checksum);
+        }
         encoder.varint(self.chunks.len() as u64);
+        // Where a stored chunk lies when it follows the previous stored chunk in its frame.
+        let mut next_place: Option<ChunkPlace> = None;
         for chunk in &self.chunks {
             match chunk.storage {
                 ChunkStorage::Zero | ChunkStorage::Removed => {
@@ -180,22 +239,39 @@ impl SegmentRecord {
                     });
                     encoder.varint(chunk.raw_bytes.into());
                 }
-                ChunkStorage::Stored(location) => {
-                    assert_eq!(Some(location.container), self.container);
-                    encoder.u8(1);
+                ChunkStorage::Stored(place) => {
+                    let frame = &self.frames[place.frame as usize];
+                    assert!(
+                        place.within as u64 + chunk.raw_bytes as u64 <= frame.raw_bytes as u64,
+                        "a chunk lies inside its frame"
+                    );
+                    let follows = next_place == Some(place);
+                    encoder.u8(if follows { 1 } else { 4 });
                     encoder.varint(chunk.raw_bytes.into());
                     encoder.fingerprint(&chunk.fingerprint);
                     encoder.varint(chunk.direct_references.into());
-                    encoder.varint(location.offset.into());
-                    encoder.varint(location.stored_bytes.into());
-                    encoder.varint(location.flags.into());
-                    encoder.u32(location.checksum);
+                    if !follows {
+                        encoder.varint(place.frame.into());
+                        encoder.varint(place.within.into());
+                    }
+                    next_place = Some(ChunkPlace {
+                        frame: place.frame,
+                        within: place.within + chunk.raw_bytes,
+                    });
                 }
                 ChunkStorage::Lost => {
                     encoder.u8(3);
                     encoder.varint(chunk.raw_bytes.into());
                     encoder.fingerprint(&chunk.fingerprint);
                     encoder.varint(chunk.direct_references.into());
+                }
+                ChunkStorage::Borrowed { segment, index } => {
+                    encoder.u8(5);
+                    encoder.varint(chunk.raw_bytes.into());
+                    encoder.fingerprint(&chunk.fingerprint);
+                    encoder.varint(chunk.direct_references.into());
+                    encoder.varint(segment);
+                    encoder.varint(index.into());
                 }
             }
         }
@@ -213,35 +289,73 @@ impl SegmentRecord {
         let code = decoder.u8()?;
         let state = SegmentState::decode(&decoder, code)?;
         let container = decoder.varint()?.checked_sub(1);
+        let frame_count = decoder.varint()?;
+        if frame_count > 0 && container.is_none() {
+            return decoder.invalid("frames without a container");
+        }
+        let mut frames = Vec::with_capacity(frame_count.min(1 << 16) as usize);
+        for _ in 0..frame_count {
+            frames.push(ChunkLocation {
+                container: container.unwrap_or_default(),
+                offset: decoder.varint_u32()?,
+                stored_bytes: decoder.varint_u32()?,
+                raw_bytes: decoder.varint_u32()?,
+                flags: decoder.varint_u32()?,
+                checksum: decoder.u32()?,
+            });
+        }
         let count = decoder.varint()?;
         let mut chunks = Vec::with_capacity(count.min(1 << 20) as usize);
+        let mut next_place: Option<ChunkPlace> = None;
         for _ in 0..count {
             let kind = decoder.u8()?;
             let raw_bytes = decoder.varint_u32()?;
-            let (storage, fingerprint, direct_references) = match (kind, container) {
-                (0, _) => (ChunkStorage::Zero, Fingerprint::ZERO, 0),
-                (2, _) => (ChunkStorage::Removed, Fingerprint::ZERO, 0),
-                (1, Some(container)) => {
+            let (storage, fingerprint, direct_references) = match kind {
+                0 => (ChunkStorage::Zero, Fingerprint::ZERO, 0),
+                2 => (ChunkStorage::Removed, Fingerprint::ZERO, 0),
+                1 | 4 => {
                     let fingerprint = decoder.fingerprint()?;
                     let direct_references = decoder.varint_u32()?;
-                    let location = ChunkLocation {
-                        container,
-                        offset: decoder.varint_u32()?,
-                        stored_bytes: decoder.varint_u32()?,
-                        raw_bytes,
-                        flags: decoder.varint_u32()?,
-                        checksum: decoder.u32()?,
+                    let place = if kind == 4 {
+                        ChunkPlace {
+                            frame: decoder.varint_u32()?,
+                            within: decoder.varint_u32()?,
+                        }
+                    } else {
+                        match next_place {
+                            Some(place) => place,
+                            None => {
+                                return decoder.invalid("a stored chunk with no frame before it")
+                            }
+                        }
                     };
-                    (
-                        ChunkStorage::Stored(location),
-                        fingerprint,
-                        direct_references,
-                    )
+                    let fits = frames.get(place.frame as usize).is_some_and(|frame| {
+                        place.within as u64 + raw_bytes as u64 <= frame.raw_bytes as u64
+                    });
+                    if !fits {
+                        return decoder.invalid(format!(
+                            "a stored chunk at {} of frame {} does not lie inside a frame",
+                            place.within, place.frame
+                        ));
+                    }
+                    next_place = Some(ChunkPlace {
+                        frame: place.frame,
+                        within: place.within + raw_bytes,
+                    });
+                    (ChunkStorage::Stored(place), fingerprint, direct_references)
                 }
-                (1, None) => return decoder.invalid("a stored chunk without a container"),
-                (3, _) => {
+                3 => {
                     let fingerprint = decoder.fingerprint()?;
                     (ChunkStorage::Lost, fingerprint, decoder.varint_u32()?)
+                }
+                5 => {
+                    let fingerprint = decoder.fingerprint()?;
+                    let direct_references = decoder.varint_u32()?;
+                    let storage = ChunkStorage::Borrowed {
+                        segment: decoder.varint()?,
+                        index: decoder.varint_u32()?,
+                    };
+                    (storage, fingerprint, direct_references)
                 }
                 _ => return decoder.invalid(format!("unknown chunk kind {kind}")),
             };
@@ -257,8 +371,25 @@ impl SegmentRecord {
             fingerprint,
             state,
             container,
+            frames,
             chunks,
         })
+    }
+
+    /// The frame holding a stored chunk at `place`.
+    pub fn frame(&self, place: ChunkPlace) -> &ChunkLocation {
+        &self.frames[place.frame as usize]
+    }
+
+    /// The stored chunks of each frame, as (chunk index, place), in frame order.
+    pub fn frame_chunks(&self) -> Vec<Vec<(u32, ChunkPlace)>> {
+        let mut by_frame = vec![Vec::new(); self.frames.len()];
+        for (index, chunk) in self.chunks.iter().enumerate() {
+            if let ChunkStorage::Stored(place) = chunk.storage {
+                by_frame[place.frame as usize].push((index as u32, place));
+            }
+        }
+        by_frame
     }
 
     /// Bytes of the segment's stream.
@@ -266,23 +397,52 @@ impl SegmentRecord {
         self.chunks.iter().map(|chunk| chunk.raw_bytes as u64).sum()
     }
 
-    /// Bytes the segment occupies in its container (stored chunks, headers included).
+    /// Bytes the segment occupies in its container (its frames, headers included).
     pub fn stored_bytes(&self) -> u64 {
+        self.frames.iter().map(ChunkLocation::footprint_bytes).sum()
+    }
+
+    /// Raw bytes of stored chunks in the segment's frames: with [`SegmentRecord::stored_bytes`],
+    /// what repackaging the segment keeps.
+    pub fn stored_raw_bytes(&self) -> u64 {
         self.chunks
             .iter()
-            .filter_map(|chunk| match chunk.storage {
-                ChunkStorage::Stored(location) => Some(location.footprint_bytes()),
-                _ => None,
-            })
+            .filter(|chunk| matches!(chunk.storage, ChunkStorage::Stored(_)))
+            .map(|chunk| chunk.raw_bytes as u64)
             .sum()
     }
 
-    /// True when no chunk is stored or lost any more: nothing can reference the segment.
+    /// The container bytes chunk `index` takes: its share of its frame's footprint (frames
+    /// compress their chunks together, so a chunk's own stored size is not known). Zero for a
+    /// chunk that is not stored.
+    pub fn chunk_footprint(&self, index: usize) -> u64 {
+        let chunk = &self.chunks[index];
+        let ChunkStorage::Stored(place) = chunk.storage else {
+            return 0;
+        };
+        let frame = self.frame(place);
+        frame.footprint_bytes() * chunk.raw_bytes as u64 / (frame.raw_bytes as u64).max(1)
+    }
+
+    /// True when some frame holds bytes of chunks that are no longer stored (removed or lost
+    /// since it was written): repackaging the segment rebuilds it.
+    pub fn has_garbage(&self) -> bool {
+        let frames_raw: u64 = self.frames.iter().map(|frame| frame.raw_bytes as u64).sum();
+        frames_raw != self.stored_raw_bytes()
+    }
+
+    /// True when no chunk is stored, lost or borrowed any more: nothing can reference the
+    /// segment.
     pub fn is_empty(&self) -> bool {
-        !self
-            .chunks
-            .iter()
-            .any(|chunk| matches!(chunk.storage, ChunkStorage::Stored(_) | ChunkStorage::Lost))
+        !self.chunks.iter().any(|chunk| chunk.storage.is_held())
+    }
+
+    /// The chunks this segment borrows, as (target segment, target index).
+    pub fn borrowed(&self) -> impl Iterator<Item = (SegmentId, u32)> + '_ {
+        self.chunks.iter().filter_map(|chunk| match chunk.storage {
+            ChunkStorage::Borrowed { segment, index } => Some((segment, index)),
+            _ => None,
+        })
     }
 
     /// True when some chunk is stored (the segment needs a container).
@@ -373,27 +533,48 @@ impl SegmentContainer {
 mod tests {
     use super::*;
 
-    /// Goal: records of every chunk kind round-trip; heads and containers too.
+    /// Goal: records of every chunk kind round-trip, stored chunks that follow each other in
+    /// a frame and ones placed anywhere; heads and containers too.
     #[test]
     fn records_round_trip() {
-        let location = ChunkLocation {
+        let frame = |offset: u32, raw_bytes: u32| ChunkLocation {
             container: 5,
-            offset: 112,
+            offset,
             stored_bytes: 900,
-            raw_bytes: 4000,
+            raw_bytes,
             flags: 1,
             checksum: 0xdead,
+        };
+        let stored = |byte: u8, raw_bytes: u32, frame: u32, within: u32| SegmentChunk {
+            fingerprint: Fingerprint([byte; 32]),
+            raw_bytes,
+            storage: ChunkStorage::Stored(ChunkPlace { frame, within }),
+            direct_references: byte as u32,
         };
         let record = SegmentRecord {
             fingerprint: Fingerprint([3; 32]),
             state: SegmentState::Archival,
             container: Some(5),
+            frames: vec![frame(112, 9000), frame(2000, 5000)],
             chunks: vec![
+                stored(1, 4000, 0, 0),
+                stored(7, 3000, 0, 4000),
+                // A removed chunk's bytes (2000 at 7000) are still in frame 0.
                 SegmentChunk {
-                    fingerprint: Fingerprint([1; 32]),
-                    raw_bytes: 4000,
-                    storage: ChunkStorage::Stored(location),
-                    direct_references: 2,
+                    fingerprint: Fingerprint::ZERO,
+                    raw_bytes: 2000,
+                    storage: ChunkStorage::Removed,
+                    direct_references: 0,
+                },
+                stored(8, 5000, 1, 0),
+                SegmentChunk {
+                    fingerprint: Fingerprint([9; 32]),
+                    raw_bytes: 600,
+                    storage: ChunkStorage::Borrowed {
+                        segment: 77,
+                        index: 3,
+                    },
+                    direct_references: 1,
                 },
                 SegmentChunk {
                     fingerprint: Fingerprint::ZERO,
@@ -418,11 +599,35 @@ mod tests {
         let encoded = record.encode();
         assert_eq!(&encoded[..4], SEGMENT_MAGIC);
         assert_eq!(SegmentRecord::decode(&encoded, 1).unwrap(), record);
+        assert_eq!(record.frame_chunks()[0].len(), 2);
+        assert!(record.has_garbage());
+        assert_eq!(record.borrowed().collect::<Vec<_>>(), vec![(77, 3)]);
         // A zero or removed chunk's fingerprint is not kept.
         let mut forgetful = record.clone();
-        forgetful.chunks[1].fingerprint = Fingerprint([2; 32]);
+        forgetful.chunks[5].fingerprint = Fingerprint([2; 32]);
         forgetful.chunks[2].fingerprint = Fingerprint([4; 32]);
         assert_eq!(forgetful.encode(), encoded);
+        // A chunk that does not lie inside its frame is refused.
+        for (raw_bytes, within) in [(20u64, 0u64), (10, 1)] {
+            let mut outside = Encoder::default();
+            outside.raw(SEGMENT_MAGIC);
+            outside.fingerprint(&Fingerprint([3; 32]));
+            outside.u8(SegmentState::Shared.code());
+            outside.varint(6);
+            outside.varint(1);
+            for field in [112, 900, 10, 1] {
+                outside.varint(field);
+            }
+            outside.u32(0xdead);
+            outside.varint(1);
+            outside.u8(4);
+            outside.varint(raw_bytes);
+            outside.fingerprint(&Fingerprint([1; 32]));
+            outside.varint(0);
+            outside.varint(0);
+            outside.varint(within);
+            assert!(SegmentRecord::decode(&outside.finish(), 1).is_err());
+        }
         // Only `SEG2` records are read: a record under another magic (`SEG1`, a format that
         // was never released) is refused, checksum intact or not.
         // Here: a well-formed `SEG1` record of no chunks and no container.
@@ -437,6 +642,7 @@ mod tests {
             fingerprint: Fingerprint([5; 32]),
             state: SegmentState::Archival,
             container: None,
+            frames: Vec::new(),
             chunks: vec![record.chunks[2]],
         };
         assert_eq!(SegmentRecord::decode(&empty.encode(), 2).unwrap(), empty);

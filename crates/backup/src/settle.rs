@@ -17,22 +17,24 @@
 //! never read again by later reverse deduplications. A container whose last segment dies is
 //! dropped without being read: that is deletion by time stamp.
 //!
-//! **Execution** ([`copy_segments`]) copies the planned segments' stored chunks (no
-//! recompression) into new containers, reading several source containers in parallel and
-//! asking the kernel to prefetch the next ones, and records the new locations in the plan's
-//! [`Changes`]. Sealing syncs every new container before the caller commits.
+//! **Execution** ([`copy_segments`]) copies the planned segments' frames into new
+//! containers ([`crate::frames::repack`]: whole frames as they are, frames that lost chunks
+//! rebuilt from the stored ones and compressed again), reading several source containers in
+//! parallel and asking the kernel to prefetch the next ones, and records the new locations in
+//! the plan's [`Changes`]. Sealing syncs every new container before the caller commits.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use onecopy_core::catalog::CatalogView;
-use onecopy_core::container::{ChunkHeader, ContainerId, ContainerWriter};
+use onecopy_core::container::{ContainerId, ContainerWriter};
 use onecopy_core::fingerprint::Fingerprint;
 use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::changes::Changes;
 use crate::error::{BackupError, Result};
+use crate::frames::{read_stored_frames, repack};
 use crate::segment::{ChunkStorage, ContainerKind, SegmentContainer, SegmentId, SegmentState};
 use crate::store::{now_unix_ns, BackupStore, StoreState};
 
@@ -61,7 +63,7 @@ pub struct Settlement {
     pub segments_archived: u64,
     pub segments_died: u64,
     pub chunks_removed: u64,
-    /// Container bytes of the removed chunks.
+    /// Container bytes of the removed chunks (their shares of their frames: estimated).
     pub removed_bytes: u64,
     pub copy_archival_bytes: u64,
     pub copy_shared_bytes: u64,
@@ -83,7 +85,11 @@ pub(crate) fn plan_settlement(
     };
     let mut evacuate = BTreeSet::new();
     let mut moved = BTreeSet::new();
-    for &segment in candidates {
+    // Highest id first: a chunk borrows only from a segment with a lower id (written earlier
+    // by the same backup), so every borrower is settled before its lender, and a lender
+    // whose chunk a settled borrower released joins the candidates in time.
+    let mut pending = candidates.clone();
+    while let Some(segment) = pending.pop_last() {
         let Some(head) = changes.head(view, segment)? else {
             continue;
         };
@@ -93,19 +99,51 @@ pub(crate) fn plan_settlement(
         }
         let record = changes.record_mut(view, segment)?;
         let mut removed_any = false;
-        for chunk in &mut record.chunks {
+        let mut released = Vec::new();
+        for index in 0..record.chunks.len() {
+            let footprint = record.chunk_footprint(index);
+            let chunk = &mut record.chunks[index];
             match (chunk.storage, chunk.direct_references) {
-                (ChunkStorage::Stored(location), 0) => {
+                (ChunkStorage::Stored(_), 0) => {
                     chunk.storage = ChunkStorage::Removed;
                     settlement.chunks_removed += 1;
-                    settlement.removed_bytes += location.footprint_bytes();
+                    settlement.removed_bytes += footprint;
                     removed_any = true;
                 }
                 // A lost chunk nothing references any more is simply gone.
                 (ChunkStorage::Lost, 0) => chunk.storage = ChunkStorage::Removed,
+                // A borrowed one gives its lender's chunk back.
+                (
+                    ChunkStorage::Borrowed {
+                        segment: lender,
+                        index,
+                    },
+                    0,
+                ) => {
+                    assert!(lender < segment, "chunks borrow from earlier segments");
+                    chunk.storage = ChunkStorage::Removed;
+                    released.push((lender, index));
+                }
                 _ => {}
             }
         }
+        for (lender, index) in released {
+            let lent = changes
+                .record_mut(view, lender)?
+                .chunks
+                .get_mut(index as usize)
+                .ok_or_else(|| {
+                    BackupError::corrupt(format!("segment {lender}"), format!("no chunk {index}"))
+                })?;
+            lent.direct_references = lent.direct_references.checked_sub(1).ok_or_else(|| {
+                BackupError::corrupt(
+                    format!("chunk {index} of segment {lender}"),
+                    "lent to a chunk it does not count",
+                )
+            })?;
+            pending.insert(lender);
+        }
+        let record = changes.record_mut(view, segment)?;
         let empty = record.is_empty();
         let has_stored = record.has_stored();
         let container = record.container;
@@ -220,62 +258,32 @@ fn copy_segments(
                 }
             }
         }
-        // Read the stored bytes of every planned segment of the batch in parallel.
-        let jobs: Vec<(&SegmentMove, Vec<(u32, ChunkHeader)>)> = batch
+        // Read the frames of every planned segment of the batch in parallel.
+        let jobs: Vec<&SegmentMove> = batch
             .iter()
             .flat_map(|id| by_source[id].iter())
+            .copied()
+            .collect();
+        let containers = &store.containers;
+        let loaded: Vec<Vec<Option<Vec<u8>>>> = jobs
+            .par_iter()
             .map(|planned| {
                 let record = changes.records[&planned.segment]
                     .as_ref()
                     .expect("moved segments live");
-                let chunks = record
-                    .chunks
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(index, chunk)| match chunk.storage {
-                        ChunkStorage::Stored(location) => {
-                            Some((index as u32, location.header(chunk.fingerprint)))
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                (*planned, chunks)
-            })
-            .collect();
-        let containers = &store.containers;
-        let loaded: Vec<Vec<Vec<u8>>> = jobs
-            .par_iter()
-            .map(|(planned, chunks)| {
-                let record = changes.records[&planned.segment]
-                    .as_ref()
-                    .expect("moved segments live");
-                let file = containers.file(planned.from)?;
-                chunks
-                    .iter()
-                    .map(|&(index, header)| {
-                        let ChunkStorage::Stored(location) = record.chunks[index as usize].storage
-                        else {
-                            unreachable!("listed as stored");
-                        };
-                        let mut stored = vec![0u8; header.stored_bytes as usize];
-                        file.read_at(location.offset as u64, &mut stored)?;
-                        Ok(stored)
-                    })
-                    .collect::<Result<Vec<_>>>()
+                read_stored_frames(containers, record)
             })
             .collect::<Result<_>>()?;
         report.containers_read += batch.len() as u64;
-        for ((planned, chunks), stored) in jobs.into_iter().zip(loaded) {
+        for (planned, stored) in jobs.into_iter().zip(loaded) {
             let slot = match planned.kind {
                 ContainerKind::Shared => 0,
                 ContainerKind::Archival => 1,
             };
-            let footprint: u64 = chunks
-                .iter()
-                .map(|(_, header)| {
-                    header.stored_bytes as u64 + onecopy_core::container::CHUNK_HEADER_BYTES as u64
-                })
-                .sum();
+            let footprint: u64 = changes.records[&planned.segment]
+                .as_ref()
+                .expect("moved segments live")
+                .stored_bytes();
             report.read_bytes += footprint;
             let needs_new = writers[slot].as_ref().is_some_and(|open| {
                 open.writer.chunk_count() > 0
@@ -301,18 +309,18 @@ fn copy_segments(
                 });
             }
             let open = writers[slot].as_mut().expect("opened");
-            let container = open.writer.id();
             let record = changes
                 .records
                 .get_mut(&planned.segment)
                 .and_then(Option::as_mut)
                 .expect("moved segments live");
-            for ((index, header), bytes) in chunks.iter().zip(stored) {
-                let location = open.writer.append_stored(*header, &bytes)?;
-                report.written_bytes += location.footprint_bytes();
-                record.chunks[*index as usize].storage = ChunkStorage::Stored(location);
-            }
-            record.container = Some(container);
+            report.written_bytes += repack(
+                record,
+                &stored,
+                &mut open.writer,
+                store.state.options.fingerprint,
+                store.state.options.compression_level,
+            )?;
             open.segments.push(planned.segment);
         }
     }

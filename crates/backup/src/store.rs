@@ -10,9 +10,10 @@
 //! reserve            room kept for the catalog commit that frees space on a full disk
 //! ```
 //!
-//! **Opening** verifies the catalog's page checksums (a verified copy in memory, which
-//! read-only opens keep and read from), so a damaged catalog is an error naming it rather than
-//! wrong records. The segment index is derived data (module `segment_index`): when it does
+//! **Opening** an unencrypted store verifies the catalog's page checksums (a verified copy in
+//! memory, which read-only opens keep and read from), so a damaged catalog is an error naming
+//! it rather than wrong records; an encrypted store's catalog is opened in place, since every
+//! block it reads is authenticated. The segment index is derived data (module `segment_index`): when it does
 //! not open or verify, a writable open throws it away and rebuilds it from the catalog, a
 //! read-only open goes on without it, and either says so in [`BackupStore::take_notices`].
 //!
@@ -55,20 +56,21 @@ use crate::segment_index::SegmentIndex;
 pub(crate) const STORE: NamedTable = NamedTable("store");
 pub(crate) const STATE_KEY: &str = "state";
 /// Format of the backup store's records.
-pub const STORE_FORMAT: u32 = 1;
+pub const STORE_FORMAT: u32 = 2;
 /// The catalog's file.
 pub const CATALOG_FILE: &str = "catalog.redb";
 /// The directory of the containers.
 pub const CONTAINERS_DIRECTORY: &str = "containers";
 
 /// How each file of the store is kept when the store is sealed
-/// ([`onecopy_core::storage::SealedStorage`]): the catalog, which redb rewrites in place and
-/// whose header must survive a torn write, in the paired layout (with the new catalog a store
-/// is created in, `catalog.redb.new`); everything else (containers written once, the derived
-/// segment index, the reserve) in the single layout.
+/// ([`onecopy_core::storage::SealedStorage`]): the catalog (with the new catalog a store is
+/// created in, `catalog.redb.new`) in the paged layout, since redb writes its pages
+/// copy-on-write and rewrites only its header in place, which must survive a torn write;
+/// everything else (containers written once, the derived segment index, the reserve) in the
+/// single layout.
 pub fn sealed_layout(name: &str) -> Layout {
     if name.starts_with(CATALOG_FILE) {
-        Layout::Paired
+        Layout::Paged
     } else {
         Layout::Single
     }
@@ -77,6 +79,20 @@ pub fn sealed_layout(name: &str) -> Layout {
 pub(crate) const RESERVE_FILE: &str = "reserve";
 /// Largest reserve.
 pub const RESERVE_BYTES_MAX: u64 = 256 << 20;
+/// Catalogs up to this size get a reserve as large as themselves.
+const RESERVE_WHOLE_CATALOG_BYTES_MAX: u64 = 8 << 20;
+
+/// The reserve for a catalog of `catalog_bytes`: room for a commit that rewrites every page of
+/// a catalog of up to 8 MiB (a small store's deletion may touch most of its records), an
+/// eighth of a larger one (a deletion touches the records of one backup, a small part of a
+/// large catalog), and at least `minimum`; at most [`RESERVE_BYTES_MAX`].
+pub fn reserve_bytes(catalog_bytes: u64, minimum: u64) -> u64 {
+    catalog_bytes
+        .min(RESERVE_WHOLE_CATALOG_BYTES_MAX)
+        .max(catalog_bytes / 8)
+        .max(minimum)
+        .min(RESERVE_BYTES_MAX)
+}
 
 /// Counters and options kept in the catalog.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -587,8 +603,7 @@ impl BackupStore {
 
     fn write_reserve(&self) -> Result<()> {
         let catalog_bytes = self.storage.open(CATALOG_FILE, false)?.len()?;
-        let minimum = self.runtime.reserve_bytes_min.min(RESERVE_BYTES_MAX);
-        let wanted = (catalog_bytes / 8).clamp(minimum, RESERVE_BYTES_MAX);
+        let wanted = reserve_bytes(catalog_bytes, self.runtime.reserve_bytes_min);
         if self.storage.exists(RESERVE_FILE)?
             && self.storage.open(RESERVE_FILE, false)?.len()? >= wanted
         {
@@ -646,6 +661,16 @@ fn create_catalog(storage: &Arc<dyn Storage>, options: &OpenOptions) -> Result<(
 /// itself; writable ones open the file once the copy verified. A catalog too large for a
 /// copy is opened unverified.
 fn open_catalog(storage: &Arc<dyn Storage>, read_only: bool) -> Result<Catalog> {
+    if storage.authenticates_reads() {
+        // Every page is authenticated as it is read (a sealed store): a damaged page is an
+        // error naming the catalog, never a wrong record, so the catalog is read page by page
+        // as commands need it instead of whole and verified first.
+        return Ok(if read_only {
+            Catalog::open_read_only(storage, CATALOG_FILE)?
+        } else {
+            Catalog::open(storage, CATALOG_FILE)?
+        });
+    }
     match Catalog::open_verified_copy(storage, CATALOG_FILE) {
         Ok(copy) if read_only => Ok(copy),
         Ok(_) => Ok(Catalog::open(storage, CATALOG_FILE)?),

@@ -194,10 +194,11 @@ fn damaged_chunk_becomes_a_recorded_loss() {
     }
 }
 
-/// Goal: a damaged chunk whose fingerprint is stored intact elsewhere is repaired from that
-/// copy and nothing is lost. Method: two series whose first segments differ in one byte
-/// late in the segment (so both store the unchanged first chunk); damage the first series'
-/// copy.
+/// Goal: the chunks of a damaged frame whose fingerprints are stored intact elsewhere are
+/// repaired from those copies, and only the others are lost: the loss names the bytes of the
+/// one chunk no other backup holds, the other series restores whole. Method: two series whose
+/// first segments differ in one byte (so both store the first segment's other chunks, in
+/// frames of their own); damage the first series' first frame.
 #[test]
 fn damaged_chunk_is_taken_from_a_copy() {
     let storage = simulated();
@@ -213,17 +214,37 @@ fn damaged_chunk_is_taken_from_a_copy() {
     flip_byte(&storage, &names[0], first.stored + 3, 0x08);
 
     let repaired = store.check(REPAIR).unwrap();
-    assert_eq!(repaired.status(), ExitStatus::Clean, "{repaired:#?}");
+    assert_eq!(repaired.status(), ExitStatus::DataLost, "{repaired:#?}");
+    let finding = repaired
+        .findings
+        .iter()
+        .find(|finding| {
+            finding
+                .repair
+                .as_deref()
+                .unwrap_or("")
+                .contains("intact copies")
+        })
+        .unwrap_or_else(|| panic!("chunks were taken from copies: {repaired:#?}"));
+    // Only the chunk holding byte 30,000 of `one` (chunks of at most 4 KiB) is lost.
+    assert_eq!(finding.lost.len(), 1, "{repaired:#?}");
+    let lost = &finding.lost[0];
+    assert!(lost.starts_with("backup one@1: bytes "), "{lost}");
+    let range: Vec<u64> = lost["backup one@1: bytes ".len()..]
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|part| !part.is_empty())
+        .take(2)
+        .map(|part| part.parse().unwrap())
+        .collect();
     assert!(
-        repaired.findings.iter().any(|finding| finding
-            .repair
-            .as_deref()
-            .unwrap_or("")
-            .contains("intact copies")),
-        "{repaired:#?}"
+        range[0] <= 30_000 && 30_000 <= range[1] && range[1] - range[0] < 4096,
+        "{lost}"
     );
-    assert!(store.check(READ_DATA).unwrap().findings.is_empty());
-    assert_eq!(restore_bytes(&store, "one", None), one);
+    assert_eq!(
+        store.check(READ_DATA).unwrap().status(),
+        ExitStatus::DataLost,
+        "later checks report the loss as lost"
+    );
     assert_eq!(restore_bytes(&store, "two", None), two);
 }
 

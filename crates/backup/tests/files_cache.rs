@@ -143,8 +143,10 @@ fn mtime(path: &Path) -> (i64, i64) {
     (metadata.mtime(), metadata.mtime_nsec())
 }
 
-/// Goal: a backup of an unchanged tree reads no file and restores byte-exact; the change
-/// summary calls every file unchanged; `force` reads every file again. Method: two backups
+/// Goal: a backup of an unchanged tree reads no file and restores byte-exact, and the
+/// reverse deduplication it triggers maps the older backup's segments to it without reading
+/// their records; the change summary calls every file unchanged; `force` reads every file
+/// again. Method: two backups
 /// of a settled tree counting the files read with the observer, then a forced third.
 #[test]
 fn unchanged_files_are_not_read() {
@@ -177,6 +179,21 @@ fn unchanged_files_are_not_read() {
     assert_eq!(summary.files_changed + summary.files_new, 0);
     assert_eq!(second.inline.segments_new, 0, "{:?}", second.inline);
     assert!(second.inline.placed_bytes >= files.bytes_kept);
+    // The first backup's reverse deduplication maps every segment the second holds too
+    // without reading its record (all but the tree's, which the directories' times may
+    // change), and leaves no direct reference to them.
+    assert_eq!(second.reverse.len(), 1);
+    let plan = &second.reverse[0].plan;
+    assert!(
+        plan.shared_segments + 1 >= first.inline.segments,
+        "{} of {} segments mapped",
+        plan.shared_segments,
+        first.inline.segments
+    );
+    assert_eq!(
+        plan.settlement.segments_archived + plan.settlement.segments_died,
+        { first.inline.segments - plan.shared_segments }
+    );
     assert_eq!(restored(&store, scratch.path(), 2), expected);
     assert_eq!(restored(&store, scratch.path(), 1), expected);
 

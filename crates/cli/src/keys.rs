@@ -204,7 +204,7 @@ pub fn create_first_key(
 /// Authenticates every block of the sealed backup store's catalog and segment index, and with
 /// `--read-data` of its containers too; a finding per file with blocks that fail.
 pub fn verify_sealed(
-    sealed: &SealedStorage,
+    sealed: &Arc<SealedStorage>,
     options: CheckOptions,
 ) -> anyhow::Result<Vec<Finding>> {
     // The face's lock and logs are not sealed: only the store's own files are listed.
@@ -230,13 +230,37 @@ pub fn verify_sealed(
                 continue;
             }
         };
-        if !report.unreadable_blocks.is_empty() {
+        let mut unreadable = report.unreadable_blocks;
+        if !unreadable.is_empty() && name.starts_with(onecopy_backup::store::CATALOG_FILE) {
+            // The catalog's pages are written copy-on-write: a block a crash tore belongs to
+            // no commit, which a verified copy (unreadable blocks as zeros) shows.
+            let storage: Arc<dyn Storage> = Arc::clone(sealed) as Arc<dyn Storage>;
+            if let Ok(copy) = onecopy_core::catalog::Catalog::open_verified_copy(&storage, &name) {
+                let unused = copy.unused_unreadable_blocks();
+                let (leftover, damaged): (Vec<u64>, Vec<u64>) =
+                    unreadable.iter().partition(|block| unused.contains(block));
+                if !leftover.is_empty() {
+                    findings.push(Finding::new(
+                        FindingKind::Leftover,
+                        format!("backup/{name}"),
+                        format!(
+                            "blocks {} (of 4 KiB) fail authentication but no committed page \
+                             uses them (writes a crash interrupted); later writes of those \
+                             pages replace them",
+                            block_list(&leftover)
+                        ),
+                    ));
+                }
+                unreadable = damaged;
+            }
+        }
+        if !unreadable.is_empty() {
             findings.push(Finding::new(
                 FindingKind::Damage,
                 format!("backup/{name}"),
                 format!(
                     "blocks {} (of 4 KiB) fail authentication: changed or damaged",
-                    block_list(&report.unreadable_blocks)
+                    block_list(&unreadable)
                 ),
             ));
         }

@@ -45,6 +45,11 @@ fn storage(directory: &std::path::Path, layout: Option<Layout>) -> Arc<dyn Stora
             SealingKey::from_bytes(&[9; 32]),
             |_| Layout::Paired,
         )),
+        Some(Layout::Paged) => Arc::new(SealedStorage::new(
+            inner,
+            SealingKey::from_bytes(&[9; 32]),
+            |_| Layout::Paged,
+        )),
     }
 }
 
@@ -75,6 +80,7 @@ fn bench(c: &mut Criterion<ThreadTime>) {
         ("write_read/plain", None),
         ("write_read/single", Some(Layout::Single)),
         ("write_read/paired", Some(Layout::Paired)),
+        ("write_read/paged", Some(Layout::Paged)),
     ] {
         let storage = storage(&memory.path().join(name.replace('/', "-")), layout);
         group.bench_function(name, |b| {

@@ -60,6 +60,12 @@ fn catalog_error(error: impl Into<redb::Error>) -> Error {
     Error::catalog("", error)
 }
 
+/// A verified copy is read in pieces of this size.
+const VERIFIED_READ_BYTES: usize = 1 << 20;
+/// The unit a storage that authenticates reads fails in ([`crate::storage::sealed::BLOCK_BYTES`]).
+const AUTHENTICATED_BLOCK_BYTES: usize = crate::storage::sealed::BLOCK_BYTES;
+const _: () = assert!(VERIFIED_READ_BYTES.is_multiple_of(AUTHENTICATED_BLOCK_BYTES));
+
 /// Largest catalog [`Catalog::open_verified_copy`] copies into memory.
 pub const VERIFIED_COPY_BYTES_MAX: u64 = 1 << 30;
 
@@ -69,6 +75,14 @@ pub struct Catalog {
     /// The file under `database`, for [`Catalog::read_ahead`] (`None` for a verified copy,
     /// which lives in memory).
     file: Option<Arc<dyn StorageFile>>,
+    /// Commits make their pages durable before the header names them (redb's two-phase
+    /// commit), for storages that authenticate reads: there a page torn by a crash reads as
+    /// an error, not as a checksum mismatch from which redb's one-phase recovery falls back to
+    /// the previous commit.
+    two_phase: bool,
+    /// A verified copy's blocks that failed authentication although no committed page uses
+    /// them ([`Catalog::open_verified_copy`]).
+    unused_unreadable_blocks: Vec<u64>,
 }
 
 /// How the catalog is open. Read-only opening exists because opening for writing costs disk
@@ -126,6 +140,8 @@ impl Catalog {
         let catalog = Catalog {
             database: Database::Writable(database),
             file: Some(file),
+            two_phase: storage.authenticates_reads(),
+            unused_unreadable_blocks: Vec::new(),
         };
         catalog.check_schema()?;
         Ok(catalog)
@@ -157,6 +173,8 @@ impl Catalog {
         let catalog = Catalog {
             database: Database::ReadOnly(database),
             file: Some(file),
+            two_phase: storage.authenticates_reads(),
+            unused_unreadable_blocks: Vec::new(),
         };
         catalog.check_schema()?;
         Ok(catalog)
@@ -172,6 +190,11 @@ impl Catalog {
     /// redb found; a missing file is [`Error::NotFound`]; a catalog larger than
     /// [`VERIFIED_COPY_BYTES_MAX`] is [`Error::Limit`]. Cost: one sequential read of the file
     /// and a check that grows linearly with its size (docs/BENCHMARKS.md).
+    ///
+    /// On a storage that authenticates reads, blocks that fail authentication are copied as
+    /// zeros: a page a committed tree uses then fails redb's checksum (the catalog is
+    /// damaged), while a block no commit uses (a write a crash interrupted) is harmless;
+    /// [`Catalog::unused_unreadable_blocks`] lists those of a copy that verified.
     pub fn open_verified_copy(storage: &Arc<dyn Storage>, name: &str) -> Result<Catalog> {
         let file = storage.open(name, false)?;
         let length = file.len()?;
@@ -188,7 +211,27 @@ impl Catalog {
             return Err(Error::corrupt(what(), "the file is empty"));
         }
         let mut bytes = vec![0u8; length as usize];
-        file.read_at(0, &mut bytes)?;
+        let mut unreadable = Vec::new();
+        for (piece, range) in bytes.chunks_mut(VERIFIED_READ_BYTES).enumerate() {
+            let at = (piece * VERIFIED_READ_BYTES) as u64;
+            match file.read_at(at, range) {
+                Ok(()) => {}
+                Err(Error::Corrupt { .. }) if storage.authenticates_reads() => {
+                    for (block, content) in range.chunks_mut(AUTHENTICATED_BLOCK_BYTES).enumerate()
+                    {
+                        let offset = at + (block * AUTHENTICATED_BLOCK_BYTES) as u64;
+                        if let Err(error) = file.read_at(offset, content) {
+                            if !matches!(error, Error::Corrupt { .. }) {
+                                return Err(error);
+                            }
+                            content.fill(0);
+                            unreadable.push(offset / AUTHENTICATED_BLOCK_BYTES as u64);
+                        }
+                    }
+                }
+                Err(error) => return Err(error),
+            }
+        }
         drop(file);
         let backend = MemoryBackend {
             bytes: parking_lot::RwLock::new(bytes),
@@ -214,6 +257,8 @@ impl Catalog {
         let catalog = Catalog {
             database: Database::VerifiedCopy(database),
             file: None,
+            two_phase: false,
+            unused_unreadable_blocks: unreadable,
         };
         // The schema table is part of the verified trees; a catalog without one was never
         // initialised.
@@ -248,6 +293,13 @@ impl Catalog {
         !matches!(self.database, Database::Writable(_))
     }
 
+    /// Blocks (of [`crate::storage::sealed::BLOCK_BYTES`]) of a verified copy's file that
+    /// failed authentication although no committed page uses them: writes a crash
+    /// interrupted, which later writes of those pages replace.
+    pub fn unused_unreadable_blocks(&self) -> &[u64] {
+        &self.unused_unreadable_blocks
+    }
+
     /// True when the catalog is a verified copy ([`Catalog::open_verified_copy`]).
     pub fn is_verified_copy(&self) -> bool {
         matches!(self.database, Database::VerifiedCopy(_))
@@ -261,6 +313,12 @@ impl Catalog {
             Database::ReadOnly(database) => database.begin_read(),
         }
         .map_err(catalog_error)
+    }
+
+    fn begin_write(&self) -> Result<redb::WriteTransaction> {
+        let mut transaction = self.writable()?.begin_write().map_err(catalog_error)?;
+        transaction.set_two_phase_commit(self.two_phase);
+        Ok(transaction)
     }
 
     fn writable(&self) -> Result<&redb::Database> {
@@ -293,7 +351,7 @@ impl Catalog {
             ))),
             Some(_) => Ok(()),
             None => {
-                let transaction = self.writable()?.begin_write().map_err(catalog_error)?;
+                let transaction = self.begin_write()?;
                 {
                     let mut meta = transaction.open_table(META).map_err(catalog_error)?;
                     meta.insert("schema_version", SCHEMA_VERSION)
@@ -315,7 +373,7 @@ impl Catalog {
     /// [`commit`](CatalogWrite::commit). One write transaction runs at a time.
     pub fn write(&self) -> Result<CatalogWrite> {
         Ok(CatalogWrite {
-            transaction: self.writable()?.begin_write().map_err(catalog_error)?,
+            transaction: self.begin_write()?,
         })
     }
 
@@ -374,7 +432,7 @@ impl Catalog {
                 .map_err(|error| Error::catalog("compacting the catalog", error))?;
         }
         let after = length(&self.file)?;
-        let transaction = self.writable()?.begin_write().map_err(catalog_error)?;
+        let transaction = self.begin_write()?;
         transaction
             .open_table(META)
             .map_err(catalog_error)?
@@ -1076,19 +1134,47 @@ mod tests {
     /// holds exactly the state of a committed transaction, at least the last one that returned.
     #[test]
     fn crash_recovers_committed_state() {
+        for sealed in [false, true] {
+            crash_recovers_committed_state_on(sealed);
+        }
+    }
+
+    /// The storage a test catalog lives in: `simulated` itself, or sealed over it in the paged
+    /// layout the backup store's catalog uses.
+    fn catalog_storage(simulated: &SimulatedStorage, sealed: bool) -> Arc<dyn Storage> {
+        let inner: Arc<dyn Storage> = Arc::new(simulated.clone());
+        if sealed {
+            Arc::new(crate::storage::SealedStorage::new(
+                inner,
+                crate::storage::SealingKey::from_bytes(&[5; 32]),
+                |_| crate::storage::Layout::Paged,
+            ))
+        } else {
+            inner
+        }
+    }
+
+    /// Goal of [`crash_recovers_committed_state`], on plain or sealed storage. On sealed
+    /// storage every block torn by the crash must be one no commit uses: a verified copy (torn
+    /// blocks as zeros) opens, and a writable open reads every record.
+    fn crash_recovers_committed_state_on(sealed: bool) {
         let commits = 8u64;
         let total_syncs = {
             let storage = SimulatedStorage::new();
-            run_commits(&storage, commits, &mut 0);
+            run_commits(&catalog_storage(&storage, sealed), commits, &mut 0);
             storage.sync_count()
         };
         for crash_at in 1..=total_syncs {
             let storage = SimulatedStorage::new();
             storage.crash_after_syncs(crash_at);
             let mut completed = 0;
-            run_commits(&storage, commits, &mut completed);
-            let after: Arc<dyn Storage> =
-                Arc::new(storage.crash(CrashMode::Torn { seed: crash_at }));
+            run_commits(&catalog_storage(&storage, sealed), commits, &mut completed);
+            let after = catalog_storage(&storage.crash(CrashMode::Torn { seed: crash_at }), sealed);
+            if sealed && completed > 0 {
+                Catalog::open_verified_copy(&after, "catalog.redb").unwrap_or_else(|error| {
+                    panic!("crash at sync {crash_at}: a committed page was torn: {error}")
+                });
+            }
             // Half the rounds open read-only: after a crash that falls back to a writable
             // open, which repairs the catalog.
             let opened = if crash_at % 2 == 0 {
@@ -1098,7 +1184,7 @@ mod tests {
             };
             let Ok(catalog) = opened else {
                 // Only acceptable if not even the creation finished.
-                assert_eq!(completed, 0, "crash at sync {crash_at}");
+                assert_eq!(completed, 0, "sealed {sealed}, crash at sync {crash_at}");
                 continue;
             };
             let read = catalog.read().unwrap();
@@ -1116,7 +1202,29 @@ mod tests {
                 .unwrap()
                 .into_iter()
                 .collect();
-            assert_eq!(actual, expected, "crash at sync {crash_at}");
+            assert_eq!(
+                actual, expected,
+                "sealed {sealed}, crash at sync {crash_at}"
+            );
+            drop(read);
+            drop(catalog);
+            // A writable open after the read-only one (which may have repaired nothing), then
+            // more commits: torn blocks are free pages that later writes replace.
+            let catalog = Catalog::open(&after, "catalog.redb").unwrap();
+            let mut write = catalog.write().unwrap();
+            for id in 100..140u64 {
+                write.put_id(NUMBERS, id, &[id as u8; 700]).unwrap();
+            }
+            write.commit().unwrap();
+            assert_eq!(
+                catalog
+                    .read()
+                    .unwrap()
+                    .range_id(NUMBERS, 100, 140)
+                    .unwrap()
+                    .len(),
+                40
+            );
         }
     }
 
@@ -1354,9 +1462,8 @@ mod tests {
         model
     }
 
-    fn run_commits(storage: &SimulatedStorage, commits: u64, completed: &mut u64) {
-        let shared: Arc<dyn Storage> = Arc::new(storage.clone());
-        let Ok(catalog) = Catalog::open(&shared, "catalog.redb") else {
+    fn run_commits(shared: &Arc<dyn Storage>, commits: u64, completed: &mut u64) {
+        let Ok(catalog) = Catalog::open(shared, "catalog.redb") else {
             return;
         };
         for r in 1..=commits {

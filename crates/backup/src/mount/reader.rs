@@ -1,5 +1,6 @@
 //! Reads of a backup's stream by offset, for the mounted view: only the chunks a read
-//! overlaps are read, each checked against its CRC, and the last ones read are kept.
+//! overlaps are read, each frame holding them checked against its CRC and decoded, and the
+//! last frames decoded are kept.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -8,13 +9,12 @@ use onecopy_core::container::ContainerId;
 use parking_lot::Mutex;
 
 use crate::error::{BackupError, Result};
-use crate::resolve::{resolve, ChunkSource, SegmentCache};
-use crate::segment::ChunkStorage;
+use crate::resolve::{locate, resolve, ChunkBytes, ChunkSource, SegmentCache};
 use crate::series::{load_series, BackupRecord};
 use crate::store::BackupStore;
 
-/// Decoded chunks the cache keeps at most, in bytes (a few of the kernel's read-ahead
-/// windows; chunks average 4 KiB and are at most a few hundred KiB).
+/// Decoded frames the cache keeps at most, in bytes (a few of the kernel's read-ahead
+/// windows; frames are at most 128 KiB, or one larger chunk).
 pub const CHUNK_CACHE_BYTES_MAX: usize = 32 << 20;
 
 /// A backup's chunks in stream order, with each chunk's stream offset.
@@ -74,10 +74,10 @@ impl StreamMap {
     }
 }
 
-/// Key of a cached chunk: where its stored bytes lie.
+/// Key of a cached frame: where its stored bytes lie.
 type ChunkKey = (ContainerId, u32);
 
-/// Reads stream ranges through a small cache of decoded chunks, shared by every request
+/// Reads stream ranges through a small cache of decoded frames, shared by every request
 /// thread.
 pub struct ChunkReader {
     cache: Mutex<ChunkCache>,
@@ -153,10 +153,11 @@ impl ChunkReader {
             let chunk_end = stream.starts[position + 1];
             let (from, to) = (start.max(chunk_start), end.min(chunk_end));
             if from < to {
-                if let Some(chunk) = self.chunk(store, stream.sources[position])? {
-                    let within = (from - chunk_start) as usize..(to - chunk_start) as usize;
+                if let Some((frame, at)) = self.chunk(store, stream.sources[position])? {
+                    let within =
+                        at + (from - chunk_start) as usize..at + (to - chunk_start) as usize;
                     data[(from - start) as usize..(to - start) as usize]
-                        .copy_from_slice(&chunk[within]);
+                        .copy_from_slice(&frame[within]);
                 }
             }
             position += 1;
@@ -164,28 +165,24 @@ impl ChunkReader {
         Ok(data)
     }
 
-    /// The raw bytes of one chunk; `None` for a null chunk (zeros, never stored).
-    fn chunk(&self, store: &BackupStore, source: ChunkSource) -> Result<Option<Arc<Vec<u8>>>> {
+    /// The decoded frame holding one chunk and where the chunk starts in it; `None` for a
+    /// null chunk (zeros, never stored).
+    fn chunk(
+        &self,
+        store: &BackupStore,
+        source: ChunkSource,
+    ) -> Result<Option<(Arc<Vec<u8>>, usize)>> {
         let ChunkSource::Stored { segment, index } = source else {
             return Ok(None);
         };
-        let record = {
+        let (bytes, _) = {
             let read = store.catalog.read()?;
-            self.segments.lock().get(&read, segment)?
+            locate(&read, &mut self.segments.lock(), segment, index)?
         };
-        let chunk = record.chunks.get(index as usize).ok_or_else(|| {
-            BackupError::corrupt(format!("segment {segment}"), format!("no chunk {index}"))
-        })?;
-        let location = match chunk.storage {
-            ChunkStorage::Zero => return Ok(None),
-            ChunkStorage::Stored(location) => location,
-            ChunkStorage::Removed => {
-                return Err(BackupError::corrupt(
-                    format!("segment {segment}"),
-                    format!("chunk {index} is referenced but was removed"),
-                ))
-            }
-            ChunkStorage::Lost => {
+        let (location, within) = match bytes {
+            ChunkBytes::Zero => return Ok(None),
+            ChunkBytes::Frame { frame, within } => (frame, within as usize),
+            ChunkBytes::Lost => {
                 return Err(BackupError::Lost {
                     what: format!("chunk {index} of segment {segment}"),
                     detail: "its bytes were damaged".to_string(),
@@ -194,12 +191,10 @@ impl ChunkReader {
         };
         let key = (location.container, location.offset);
         if let Some(cached) = self.cache.lock().chunks.get(&key) {
-            return Ok(Some(Arc::clone(cached)));
+            return Ok(Some((Arc::clone(cached), within)));
         }
-        let mut raw = vec![0u8; location.raw_bytes as usize];
-        store.containers.read_chunk(&location, &mut raw)?;
-        let raw = Arc::new(raw);
+        let raw = Arc::new(crate::frames::read_frame(&store.containers, &location)?);
         self.cache.lock().insert(key, Arc::clone(&raw));
-        Ok(Some(raw))
+        Ok(Some((raw, within)))
     }
 }

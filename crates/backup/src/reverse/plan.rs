@@ -1,8 +1,9 @@
 //! Planning a reverse deduplication; see the [module documentation](super).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Instant;
 
+use onecopy_core::catalog::CatalogView;
 use onecopy_core::fingerprint::Fingerprint;
 use serde::Serialize;
 
@@ -10,8 +11,8 @@ use crate::changes::Changes;
 use crate::error::{BackupError, Result};
 use crate::recipe::{ChunkReference, Recipe};
 use crate::resolve::{resolve, ChunkSource, SegmentCache};
-use crate::segment::ChunkStorage;
-use crate::series::{load_backup, load_series, BackupState};
+use crate::segment::{ChunkStorage, SegmentId};
+use crate::series::{load_backup, load_series, BackupRecord, BackupState, SeriesRecord};
 use crate::settle::{plan_settlement, Settlement};
 use crate::store::BackupStore;
 
@@ -28,6 +29,8 @@ pub struct ReversePlan {
     /// Chunks that become (or stay) indirect references to the successor.
     pub indirect_chunks: u64,
     pub direct_chunks: u64,
+    /// Segments the successor holds too, mapped to it without reading their records.
+    pub shared_segments: u64,
     pub settlement: Settlement,
     pub plan_seconds: f64,
     /// Catalog serial the plan was made at; executing it later is refused.
@@ -82,35 +85,53 @@ impl BackupStore {
                 ))
             })?;
         let successor = load_backup(&read, successor_id)?;
+        let recipe = Recipe::load(&read, backup.id, backup.recipe_parts)?;
 
-        // The successor's chunk fingerprints, first ordinal of each.
-        let (successor_sources, _) = resolve(&read, &series_record, &successor)?;
-        let mut cache = SegmentCache::new();
-        let mut following: HashMap<Fingerprint, u64> =
-            HashMap::with_capacity(successor_sources.len());
-        for (ordinal, source) in successor_sources.iter().enumerate() {
-            if let ChunkSource::Stored { segment, index } = *source {
-                let record = cache.get(&read, segment)?;
-                let chunk = record.chunks.get(index as usize).ok_or_else(|| {
-                    BackupError::corrupt(format!("segment {segment}"), format!("no chunk {index}"))
-                })?;
-                // Only stored chunks keep a fingerprint; a backup's chunks are all stored or zero.
-                if matches!(chunk.storage, ChunkStorage::Stored(_)) {
-                    following.entry(chunk.fingerprint).or_insert(ordinal as u64);
-                }
+        // A segment both backups hold (unchanged data, placed by the files cache or found
+        // inline) maps chunk by chunk to its place in the successor without reading its
+        // record: the first ordinal of each segment of a live successor.
+        let successor_recipe = Recipe::load(&read, successor.id, successor.recipe_parts)?;
+        let mut successor_starts: HashMap<SegmentId, u64> = HashMap::new();
+        if let Recipe::Live(entries) = &successor_recipe {
+            let mut ordinal = 0u64;
+            for entry in entries {
+                successor_starts.entry(entry.segment).or_insert(ordinal);
+                ordinal += entry.chunk_count as u64;
             }
         }
-        drop(cache);
-
-        let recipe = Recipe::load(&read, backup.id, backup.recipe_parts)?;
+        let own: HashSet<SegmentId> = match &recipe {
+            Recipe::Live(references) => references.iter().map(|entry| entry.segment).collect(),
+            Recipe::Archival(_) => HashSet::new(),
+        };
+        let all_shared = matches!(&recipe, Recipe::Live(references)
+            if references.iter().all(|entry| successor_starts.contains_key(&entry.segment)));
+        // The other chunks are looked up by fingerprint among the successor's chunks, except
+        // those of segments the backup holds itself: a chunk found only there is a duplicate
+        // within the backup, which stays a direct reference.
+        let following = if all_shared {
+            HashMap::new()
+        } else {
+            successor_fingerprints(&read, &series_record, &successor, &successor_recipe, &own)?
+        };
         let mut changes = Changes::default();
         let mut candidates = BTreeSet::new();
+        let mut shared_segments = 0u64;
         let mut entries = Vec::with_capacity(recipe.chunk_count() as usize);
         let what = format!("backup {series}@{version}");
         match &recipe {
             Recipe::Live(references) => {
                 for reference in references {
                     changes.release_live_reference(&read, reference.segment, &what)?;
+                    if let Some(&start) = successor_starts.get(&reference.segment) {
+                        // Still shared by the successor: nothing settles, nothing is read.
+                        shared_segments += 1;
+                        entries.extend((0..reference.chunk_count as u64).map(|index| {
+                            ChunkReference::Indirect {
+                                ordinal: start + index,
+                            }
+                        }));
+                        continue;
+                    }
                     candidates.insert(reference.segment);
                     let record = changes.record_mut(&read, reference.segment)?;
                     for (index, chunk) in record.chunks.iter_mut().enumerate() {
@@ -124,19 +145,21 @@ impl BackupStore {
                                 ))
                             }
                             // A lost chunk the successor stores intact heals here.
-                            ChunkStorage::Stored(_) | ChunkStorage::Lost => match following
-                                .get(&chunk.fingerprint)
-                            {
-                                Some(&ordinal) => ChunkReference::Indirect { raw_bytes, ordinal },
-                                None => {
-                                    chunk.direct_references += 1;
-                                    ChunkReference::Direct {
-                                        raw_bytes,
-                                        segment: reference.segment,
-                                        index: index as u32,
+                            ChunkStorage::Stored(_)
+                            | ChunkStorage::Lost
+                            | ChunkStorage::Borrowed { .. } => {
+                                match following.get(&chunk.fingerprint) {
+                                    Some(&ordinal) => ChunkReference::Indirect { ordinal },
+                                    None => {
+                                        chunk.direct_references += 1;
+                                        ChunkReference::Direct {
+                                            raw_bytes,
+                                            segment: reference.segment,
+                                            index: index as u32,
+                                        }
                                     }
                                 }
-                            },
+                            }
                         });
                     }
                 }
@@ -145,12 +168,7 @@ impl BackupStore {
                 // Its successor was deleted while it was the newest: only direct references
                 // (and zeros) are left; re-check them against the new successor.
                 for &reference in references {
-                    let ChunkReference::Direct {
-                        raw_bytes,
-                        segment,
-                        index,
-                    } = reference
-                    else {
+                    let ChunkReference::Direct { segment, index, .. } = reference else {
                         entries.push(reference);
                         continue;
                     };
@@ -167,7 +185,7 @@ impl BackupStore {
                                 BackupError::corrupt(&what, format!("chunk {index} of segment {segment} has no direct reference"))
                             })?;
                             candidates.insert(segment);
-                            entries.push(ChunkReference::Indirect { raw_bytes, ordinal });
+                            entries.push(ChunkReference::Indirect { ordinal });
                         }
                         None => entries.push(reference),
                     }
@@ -183,6 +201,7 @@ impl BackupStore {
             zero_chunks: 0,
             indirect_chunks: 0,
             direct_chunks: 0,
+            shared_segments,
             settlement: Settlement::default(),
             plan_seconds: 0.0,
             serial: self.state.serial,
@@ -211,4 +230,56 @@ impl BackupStore {
         plan.plan_seconds = started.elapsed().as_secs_f64();
         Ok(plan)
     }
+}
+
+/// The fingerprints of the successor's stored chunks, with the first ordinal of each, leaving
+/// out the chunks of the segments in `skipped`.
+fn successor_fingerprints(
+    read: &impl CatalogView,
+    series: &SeriesRecord,
+    successor: &BackupRecord,
+    successor_recipe: &Recipe,
+    skipped: &HashSet<SegmentId>,
+) -> Result<HashMap<Fingerprint, u64>> {
+    let mut cache = SegmentCache::new();
+    let mut following = HashMap::new();
+    let mut add = |ordinal: u64, segment: SegmentId, index: u32| -> Result<()> {
+        let record = cache.get(read, segment)?;
+        let chunk = record.chunks.get(index as usize).ok_or_else(|| {
+            BackupError::corrupt(format!("segment {segment}"), format!("no chunk {index}"))
+        })?;
+        // Chunks that read (stored, or borrowed from a stored one); zero chunks keep no
+        // fingerprint.
+        if matches!(
+            chunk.storage,
+            ChunkStorage::Stored(_) | ChunkStorage::Borrowed { .. }
+        ) {
+            following.entry(chunk.fingerprint).or_insert(ordinal);
+        }
+        Ok(())
+    };
+    match successor_recipe {
+        Recipe::Live(entries) => {
+            let mut ordinal = 0u64;
+            for entry in entries {
+                if !skipped.contains(&entry.segment) {
+                    for index in 0..entry.chunk_count {
+                        add(ordinal + index as u64, entry.segment, index)?;
+                    }
+                }
+                ordinal += entry.chunk_count as u64;
+            }
+        }
+        Recipe::Archival(_) => {
+            let (sources, _) = resolve(read, series, successor)?;
+            for (ordinal, source) in sources.iter().enumerate() {
+                if let ChunkSource::Stored { segment, index } = *source {
+                    if !skipped.contains(&segment) {
+                        add(ordinal as u64, segment, index)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(following)
 }

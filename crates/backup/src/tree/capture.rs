@@ -733,7 +733,7 @@ impl<'a> TreeReader<'a> {
             in_part: false,
         };
         // The disk starts on the first files while the caller prepares the rest of the
-        // backup (the predecessor's chunk map, the pipeline).
+        // backup (the pipeline).
         reader.read_ahead();
         Ok(reader)
     }

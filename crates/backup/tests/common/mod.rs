@@ -127,12 +127,15 @@ impl Random {
     }
 }
 
-/// A first "image" of `bytes` with a zero region in the middle.
+/// A first "image" of `bytes` with a zero region in the middle and its first eighth repeated
+/// near the end (so that new segments borrow chunks of earlier ones).
 pub fn first_image(random: &mut Random, bytes: usize) -> Vec<u8> {
     let mut image = vec![0u8; bytes];
     random.fill(&mut image);
     let hole = bytes / 3;
     image[hole..hole + bytes / 8].fill(0);
+    let repeat = bytes / 4 * 3;
+    image.copy_within(..bytes / 8, repeat);
     image
 }
 

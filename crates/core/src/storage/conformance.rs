@@ -81,14 +81,13 @@ fn local_storage_conforms() {
     });
 }
 
-/// Goal: sealed storage, in both layouts, meets every contract of the suite.
+/// Goal: sealed storage, in the single and paired layouts, meets every contract of the
+/// suite. (The paged layout rounds lengths up to whole blocks, which the suite's exact
+/// lengths do not allow; `sealed::tests` cover it.)
 #[test]
 fn sealed_storage_conforms() {
-    for layout in [Layout::Single, Layout::Paired] {
-        let policy: sealed::LayoutPolicy = match layout {
-            Layout::Single => |_| Layout::Single,
-            Layout::Paired => |_| Layout::Paired,
-        };
+    let policies: [sealed::LayoutPolicy; 2] = [|_| Layout::Single, |_| Layout::Paired];
+    for policy in policies {
         run_all(&|| {
             Arc::new(SealedStorage::new(
                 Arc::new(SimulatedStorage::new()),

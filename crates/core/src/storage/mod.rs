@@ -71,6 +71,14 @@ pub trait Storage: Send + Sync + Debug {
     fn available_bytes(&self) -> Result<Option<u64>> {
         Ok(None)
     }
+
+    /// True when every read either returns exactly the bytes last written there (durably or
+    /// by this process) or fails: damage is an error, never a wrong value
+    /// ([`SealedStorage`]). Readers that otherwise verify a whole file before trusting any of
+    /// it (the backup store's catalog) can then read it page by page.
+    fn authenticates_reads(&self) -> bool {
+        false
+    }
 }
 
 /// True when `error` says the media is full (ENOSPC, a quota, a file too large).

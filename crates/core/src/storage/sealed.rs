@@ -5,9 +5,10 @@
 //! Layout of a sealed file (integers little-endian):
 //!
 //! ```text
-//! header (64 B)   magic "OCSEAL01" | layout u32 (1 single, 2 paired) | block bytes u32 |
-//!                 file id [16] | nonce [12] | zeros [4] | tag [16]
-//! block*          one slot (single layout) or two slots (paired layout) per 4 KiB of content
+//! header (64 B)   magic "OCSEAL01" | layout u32 (1 single, 2 paired, 3 paged) |
+//!                 block bytes u32 | file id [16] | nonce [12] | zeros [4] | tag [16]
+//! block*          one slot (single layout) or two slots (paired layout) per 4 KiB of content;
+//!                 paged layout: two slots for block 0, one for every other block
 //! slot (4136 B)   generation u64 | used u32 | nonce [12] | ciphertext [4096] | tag [16]
 //! ```
 //!
@@ -31,6 +32,14 @@
 //!   is an error, not its previous content. `verify_file` reports every written slot that
 //!   fails. Blocks at the end of a paired file whose slots all fail are an interrupted growth
 //!   and are not part of the file.
+//! - **Paged layout** (a database that writes whole pages copy-on-write and rewrites only its
+//!   first page in place: the catalog): block 0 is paired, every other block single, so the
+//!   file takes about its content's size instead of twice. The content is whole blocks (a
+//!   length is rounded up to one), so the length is known from the file's size without
+//!   reading its last block. A write torn by a crash fails authentication and reads as an
+//!   error; the database never reads such a block, because it makes a commit's pages durable
+//!   before its header names them (two-phase commit). `verify_file` reports them; the
+//!   database's own check tells whether a committed page uses them.
 //! - What sealing does not hide or detect: names and approximate sizes of files; a whole file
 //!   replaced by an older sealed version of itself (a rollback), which the layers above
 //!   detect only where they keep serials.
@@ -78,6 +87,8 @@ pub enum Layout {
     Single,
     /// Two slots per block, written alternately.
     Paired,
+    /// Block 0 paired, every other block single; the content is whole blocks.
+    Paged,
 }
 
 impl Layout {
@@ -85,6 +96,7 @@ impl Layout {
         match self {
             Layout::Single => 1,
             Layout::Paired => 2,
+            Layout::Paged => 3,
         }
     }
 
@@ -92,20 +104,56 @@ impl Layout {
         match code {
             1 => Some(Layout::Single),
             2 => Some(Layout::Paired),
+            3 => Some(Layout::Paged),
             _ => None,
         }
     }
 
-    fn copies(self) -> usize {
+    /// True when block `index` has two slots.
+    fn is_paired(self, index: u64) -> bool {
         match self {
-            Layout::Single => 1,
-            Layout::Paired => 2,
+            Layout::Single => false,
+            Layout::Paired => true,
+            Layout::Paged => index == 0,
         }
     }
 
-    /// Physical bytes of one block.
-    fn stride(self) -> u64 {
-        (self.copies() * SLOT_BYTES) as u64
+    /// Slots of block `index`.
+    fn copies(self, index: u64) -> usize {
+        if self.is_paired(index) {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Physical offset of block `index` from the end of the file header.
+    fn block_start(self, index: u64) -> u64 {
+        let slot = SLOT_BYTES as u64;
+        match self {
+            Layout::Single => index * slot,
+            Layout::Paired => index * 2 * slot,
+            Layout::Paged if index == 0 => 0,
+            Layout::Paged => (index + 1) * slot,
+        }
+    }
+
+    /// Blocks whose slots all fit in `bytes` after the file header.
+    fn blocks_in(self, bytes: u64) -> u64 {
+        let slot = SLOT_BYTES as u64;
+        match self {
+            Layout::Single => bytes / slot,
+            Layout::Paired => bytes / (2 * slot),
+            Layout::Paged => (bytes / slot).saturating_sub(1),
+        }
+    }
+
+    /// Physical bytes of the largest block.
+    fn stride_max(self) -> usize {
+        match self {
+            Layout::Single => SLOT_BYTES,
+            Layout::Paired | Layout::Paged => 2 * SLOT_BYTES,
+        }
     }
 }
 
@@ -262,6 +310,10 @@ impl Storage for SealedStorage {
             .inner
             .available_bytes()?
             .map(|bytes| bytes / SLOT_BYTES as u64 * BLOCK_BYTES as u64))
+    }
+
+    fn authenticates_reads(&self) -> bool {
+        true
     }
 }
 
@@ -452,19 +504,21 @@ impl SealedFile {
     }
 
     fn block_offset(keys: &FileKeys, index: u64) -> u64 {
-        HEADER_BYTES as u64 + index * keys.layout.stride()
+        HEADER_BYTES as u64 + keys.layout.block_start(index)
     }
 
     /// Blocks whose slots are all on the media.
     fn blocks_present(&self, keys: &FileKeys) -> Result<u64> {
         let physical = self.inner.len()?;
-        Ok(physical.saturating_sub(HEADER_BYTES as u64) / keys.layout.stride())
+        Ok(keys
+            .layout
+            .blocks_in(physical.saturating_sub(HEADER_BYTES as u64)))
     }
 
-    /// Opens the block whose slots are `raw` (one stride) in place, leaving its content in
+    /// Opens the block whose slots are `raw` (all its slots) in place, leaving its content in
     /// the returned copy's ciphertext bytes; `None` when no slot authenticates.
     fn open_block(keys: &FileKeys, index: u64, raw: &mut [u8]) -> Option<OpenedBlock> {
-        let mut order: Vec<(u64, usize)> = (0..keys.layout.copies())
+        let mut order: Vec<(u64, usize)> = (0..keys.layout.copies(index))
             .map(|copy| (u64_at(raw, copy * SLOT_BYTES), copy))
             .collect();
         // The claimed generation is authenticated: try the newest claim first.
@@ -503,8 +557,10 @@ impl SealedFile {
         &raw[start..start + BLOCK_BYTES]
     }
 
-    /// Reads and opens block `index` (which must be present).
+    /// Reads and opens block `index` (which must be present) into `raw`, which is at least
+    /// the layout's largest block.
     fn read_block(&self, keys: &FileKeys, index: u64, raw: &mut [u8]) -> Result<OpenedBlock> {
+        let raw = &mut raw[..keys.layout.copies(index) * SLOT_BYTES];
         self.inner.read_at(Self::block_offset(keys, index), raw)?;
         Self::open_block(keys, index, raw).ok_or_else(|| self.unreadable(keys, index))
     }
@@ -523,12 +579,15 @@ impl SealedFile {
     fn length(&self, keys: Option<&FileKeys>) -> Result<u64> {
         let Some(keys) = keys else { return Ok(0) };
         let mut blocks = self.blocks_present(keys)?;
-        let mut raw = vec![0u8; keys.layout.stride() as usize];
+        if keys.layout == Layout::Paged {
+            return Ok(blocks * BLOCK_BYTES as u64);
+        }
+        let mut raw = vec![0u8; keys.layout.stride_max()];
         while blocks > 0 {
             let last = blocks - 1;
-            self.inner
-                .read_at(Self::block_offset(keys, last), &mut raw)?;
-            match Self::open_block(keys, last, &mut raw) {
+            let raw = &mut raw[..keys.layout.copies(last) * SLOT_BYTES];
+            self.inner.read_at(Self::block_offset(keys, last), raw)?;
+            match Self::open_block(keys, last, raw) {
                 Some(block) => return Ok(last * BLOCK_BYTES as u64 + block.used as u64),
                 // An interrupted growth of a paired file (see the module documentation).
                 None if keys.layout == Layout::Paired => blocks -= 1,
@@ -547,7 +606,10 @@ impl SealedFile {
     fn write_locked(&self, keys: &FileKeys, offset: u64, data: &[u8]) -> Result<()> {
         let length = self.length(Some(keys))?;
         let end = offset + data.len() as u64;
-        let new_length = length.max(end);
+        let mut new_length = length.max(end);
+        if keys.layout == Layout::Paged {
+            new_length = new_length.next_multiple_of(BLOCK_BYTES as u64);
+        }
         let start = offset.min(length);
         if start == end {
             return Ok(());
@@ -559,7 +621,7 @@ impl SealedFile {
         let present = present.min(length.div_ceil(block));
         let first = start / block;
         let last = (end - 1) / block;
-        let stride = keys.layout.stride() as usize;
+        let stride = keys.layout.stride_max();
         let mut raw = vec![0u8; stride];
         let mut slot = vec![0u8; SLOT_BYTES];
         let mut nonces = NoncePool::default();
@@ -577,8 +639,9 @@ impl SealedFile {
             let covered_end = end.min(block_start + block);
             let covers_all =
                 covered_start == block_start && covered_end >= block_start + used as u64;
+            let paired = keys.layout.is_paired(index);
             let (generation, copy) = if index < present {
-                let needs_old = !covers_all || keys.layout == Layout::Paired;
+                let needs_old = !covers_all || paired;
                 if needs_old {
                     let old = self.read_block(keys, index, &mut raw)?;
                     if !covers_all {
@@ -591,11 +654,7 @@ impl SealedFile {
             } else {
                 (1, 0)
             };
-            let copy = if keys.layout == Layout::Single {
-                0
-            } else {
-                copy
-            };
+            let copy = if paired { copy } else { 0 };
             // The written part: zeros before `offset` (a gap), then `data`.
             if covered_end > covered_start {
                 let within = (covered_start - block_start) as usize;
@@ -616,10 +675,10 @@ impl SealedFile {
             seal_slot(keys, index, generation, used, &mut slot, nonces.next()?);
             let block_offset = Self::block_offset(keys, index);
             out.push(block_offset + (copy * SLOT_BYTES) as u64, &slot)?;
-            if index < present && keys.layout == Layout::Paired {
+            if index < present && paired {
                 self.state.rewritten.lock().insert(index, copy);
             }
-            if index >= present && keys.layout == Layout::Paired {
+            if index >= present && paired {
                 // A new paired block's second slot holds nothing yet.
                 out.push(block_offset + SLOT_BYTES as u64, &[0u8; SLOT_BYTES])?;
             }
@@ -637,19 +696,18 @@ impl SealedFile {
             blocks,
             ..SealedFileReport::default()
         };
-        let stride = keys.layout.stride() as usize;
-        let mut raw = vec![0u8; stride];
+        let mut raw = vec![0u8; keys.layout.stride_max()];
         for index in 0..blocks {
-            self.inner
-                .read_at(Self::block_offset(keys, index), &mut raw)?;
-            match Self::open_block(keys, index, &mut raw) {
+            let raw = &mut raw[..keys.layout.copies(index) * SLOT_BYTES];
+            self.inner.read_at(Self::block_offset(keys, index), raw)?;
+            match Self::open_block(keys, index, raw) {
                 None => report.unreadable_blocks.push(index),
-                Some(block) if keys.layout == Layout::Paired => {
+                Some(block) if keys.layout.is_paired(index) => {
                     let other = 1 - block.copy;
                     let written = raw[other * SLOT_BYTES..(other + 1) * SLOT_BYTES]
                         .iter()
                         .any(|&byte| byte != 0);
-                    if written && Self::open_slot(keys, index, &mut raw, other).is_none() {
+                    if written && Self::open_slot(keys, index, raw, other).is_none() {
                         report.damaged_copies.push(index);
                     }
                 }
@@ -681,13 +739,12 @@ impl StorageFile for SealedFile {
         let block = BLOCK_BYTES as u64;
         let first = offset / block;
         let last = (end - 1) / block;
-        let stride = keys.layout.stride() as usize;
-        let mut raw = vec![0u8; (last - first + 1) as usize * stride];
-        self.inner
-            .read_at(Self::block_offset(keys, first), &mut raw)?;
+        let physical_start = Self::block_offset(keys, first);
+        let mut raw = vec![0u8; (Self::block_offset(keys, last + 1) - physical_start) as usize];
+        self.inner.read_at(physical_start, &mut raw)?;
         for index in first..=last {
-            let at = (index - first) as usize * stride;
-            let block_raw = &mut raw[at..at + stride];
+            let at = (Self::block_offset(keys, index) - physical_start) as usize;
+            let block_raw = &mut raw[at..at + keys.layout.copies(index) * SLOT_BYTES];
             let opened = Self::open_block(keys, index, block_raw)
                 .ok_or_else(|| self.unreadable(keys, index))?;
             let content = Self::content(block_raw, &opened);
@@ -731,23 +788,30 @@ impl StorageFile for SealedFile {
         let block = BLOCK_BYTES as u64;
         let blocks = length.div_ceil(block);
         if !length.is_multiple_of(block) {
-            // The new last block is resealed with its shorter length before the rest is cut.
+            // The new last block is resealed with its shorter length (paged layout: with zeros
+            // after it) before the rest is cut.
             let last = blocks - 1;
-            let mut raw = vec![0u8; keys.layout.stride() as usize];
+            let mut raw = vec![0u8; keys.layout.stride_max()];
             let old = self.read_block(keys, last, &mut raw)?;
             let keep = (length - last * block) as usize;
-            let (generation, copy) = match keys.layout {
-                Layout::Single => (0, 0),
-                Layout::Paired => (old.generation + 1, 1 - old.copy),
+            let (generation, copy) = if keys.layout.is_paired(last) {
+                (old.generation + 1, 1 - old.copy)
+            } else {
+                (0, 0)
             };
             let mut slot = vec![0u8; SLOT_BYTES];
             slot[SLOT_PREFIX_BYTES..SLOT_PREFIX_BYTES + keep]
                 .copy_from_slice(&Self::content(&raw, &old)[..keep]);
+            let used = if keys.layout == Layout::Paged {
+                BLOCK_BYTES
+            } else {
+                keep
+            };
             seal_slot(
                 keys,
                 last,
                 generation,
-                keep,
+                used,
                 &mut slot,
                 NoncePool::default().next()?,
             );
@@ -755,7 +819,7 @@ impl StorageFile for SealedFile {
                 Self::block_offset(keys, last) + (copy * SLOT_BYTES) as u64,
                 &slot,
             )?;
-            if keys.layout == Layout::Paired {
+            if keys.layout.is_paired(last) {
                 self.state.rewritten.lock().insert(last, copy);
             }
         }

@@ -151,7 +151,7 @@ pub struct BackupMeasure {
     /// Sealing the last container, which waits for the disk to take every container.
     #[serde(default)]
     pub seal_seconds: f64,
-    /// Encoding (compression, or the stored form reused from the predecessor) of new chunks.
+    /// Encoding (compression, in frames) of new chunks.
     #[serde(default)]
     pub compress_seconds: f64,
     #[serde(default)]

@@ -13,7 +13,8 @@ pub fn print_create(report: &CreateReport) {
         report.seconds
     );
     println!(
-        "  inline   {:.2} s ({}): {} segments, {} new ({} stored), {} duplicate ({}), {} null",
+        "  inline   {:.2} s ({}): {} segments, {} new ({} stored, {} borrowed within the \
+         backup), {} duplicate ({}), {} null",
         inline.seconds + report.walk_seconds + report.commit_seconds,
         format_rate(
             inline.logical_bytes as f64 / (inline.seconds + report.commit_seconds).max(1e-9)
@@ -21,6 +22,7 @@ pub fn print_create(report: &CreateReport) {
         inline.segments,
         inline.segments_new,
         format_size(inline.new_stored_bytes),
+        format_size(inline.borrowed_bytes),
         inline.segments_duplicate,
         format_size(inline.duplicate_bytes),
         format_size(inline.zero_bytes)

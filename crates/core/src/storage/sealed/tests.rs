@@ -15,6 +15,19 @@ fn paired(_: &str) -> Layout {
     Layout::Paired
 }
 
+fn paged(_: &str) -> Layout {
+    Layout::Paged
+}
+
+/// The content length a file of `length` bytes has in `layout`.
+fn stored_length(layout: Layout, length: usize) -> usize {
+    if layout == Layout::Paged {
+        length.next_multiple_of(BLOCK_BYTES)
+    } else {
+        length
+    }
+}
+
 fn sealed(inner: &Arc<SimulatedStorage>, policy: LayoutPolicy) -> SealedStorage {
     SealedStorage::new(Arc::clone(inner) as Arc<dyn Storage>, key(7), policy)
 }
@@ -33,11 +46,12 @@ fn pattern(seed: u64, length: usize) -> Vec<u8> {
 }
 
 /// Goal: random writes, truncations and growths read back exactly as a plain byte vector
-/// would, in both layouts and through two handles. Method: a seeded sequence of operations
-/// against the model, reading the whole file after each.
+/// would (padded with zeros to whole blocks in the paged layout), in every layout and through
+/// two handles. Method: a seeded sequence of operations against the model, reading the whole
+/// file after each.
 #[test]
 fn random_operations_match_a_byte_vector() {
-    for policy in [single as LayoutPolicy, paired] {
+    for policy in [single as LayoutPolicy, paired, paged] {
         for seed in 0..6u64 {
             let inner = Arc::new(SimulatedStorage::new());
             let storage = sealed(&inner, policy);
@@ -57,6 +71,7 @@ fn random_operations_match_a_byte_vector() {
                         let length = draw(30_000);
                         file.set_len(length).unwrap();
                         model.resize(length as usize, 0);
+                        model.resize(stored_length(policy(""), model.len()), 0);
                     }
                     _ => {
                         let offset = draw(40_000);
@@ -69,6 +84,7 @@ fn random_operations_match_a_byte_vector() {
                             model.resize(end, 0);
                         }
                         model[offset as usize..offset as usize + length].copy_from_slice(&data);
+                        model.resize(stored_length(policy(""), model.len()), 0);
                     }
                 }
                 assert_eq!(
@@ -97,16 +113,17 @@ fn random_operations_match_a_byte_vector() {
 /// slot prefixes, a sample of the rest), flip it, reopen, read everything, flip it back.
 #[test]
 fn every_flipped_byte_is_an_error_or_right_content() {
-    for policy in [single as LayoutPolicy, paired] {
+    for policy in [single as LayoutPolicy, paired, paged] {
         let inner = Arc::new(SimulatedStorage::new());
         let storage = sealed(&inner, policy);
         let content = pattern(3, 3 * BLOCK_BYTES - 100);
         let file = storage.open("dir/file", true).unwrap();
         file.write_at(0, &content).unwrap();
-        // A second version of the first block, so the paired layout has both slots written.
+        // A second version of the first block, so a paired block has both slots written.
         file.write_at(5, b"second").unwrap();
         let mut expected = content.clone();
         expected[5..11].copy_from_slice(b"second");
+        expected.resize(stored_length(policy(""), expected.len()), 0);
         file.sync_data().unwrap();
         drop(file);
         let raw = inner.open("dir/file", false).unwrap();
@@ -114,6 +131,7 @@ fn every_flipped_byte_is_an_error_or_right_content() {
         let mut errors = 0;
         for position in 0..physical {
             let within_slot = (position.saturating_sub(HEADER_BYTES as u64)) % SLOT_BYTES as u64;
+            // Every layout's blocks start at whole slots after the header.
             let probe = position < HEADER_BYTES as u64
                 || within_slot < SLOT_PREFIX_BYTES as u64 + 4
                 || within_slot >= (SLOT_BYTES - TAG_BYTES - 2) as u64
@@ -130,7 +148,7 @@ fn every_flipped_byte_is_an_error_or_right_content() {
                 file.read_at(0, &mut all)?;
                 Ok(all)
             });
-            let last_block_start = HEADER_BYTES as u64 + 2 * policy("").stride();
+            let last_block_start = HEADER_BYTES as u64 + policy("").block_start(2);
             match outcome {
                 // The paired layout's rule for an interrupted growth: a last block none of
                 // whose slots authenticates is not part of the file (the catalog above
@@ -197,6 +215,47 @@ fn paired_blocks_survive_torn_writes() {
         }
     }
     assert!(seen_old > 0, "torn crashes were simulated");
+}
+
+/// Goal: in the paged layout, block 0 is written atomically across a crash (old or new
+/// content, never an error) and every other block reads as its old or new content or fails
+/// authentication, never as anything else; the file's length is whole blocks and survives.
+/// Method: a synced version, an unsynced rewrite of three blocks, torn crashes over many seeds.
+#[test]
+fn paged_files_keep_block_zero_atomic() {
+    let old = pattern(1, 3 * BLOCK_BYTES);
+    let new = pattern(2, 3 * BLOCK_BYTES);
+    let (mut errors, mut seen_old) = (0, 0);
+    for seed in 0..40 {
+        let inner = Arc::new(SimulatedStorage::new());
+        let storage = sealed(&inner, paged);
+        let file = storage.open("catalog", true).unwrap();
+        file.write_at(0, &old).unwrap();
+        file.sync_data().unwrap();
+        inner.sync_directory("").unwrap();
+        file.write_at(0, &new).unwrap();
+        let after = Arc::new(inner.crash(CrashMode::Torn { seed }));
+        let reopened = sealed(&after, paged);
+        let file = reopened.open("catalog", false).unwrap();
+        assert_eq!(file.len().unwrap(), old.len() as u64);
+        for index in 0..3 {
+            let range = index * BLOCK_BYTES..(index + 1) * BLOCK_BYTES;
+            let mut block = vec![0u8; BLOCK_BYTES];
+            match file.read_at(range.start as u64, &mut block) {
+                Ok(()) => {
+                    let is_old = block == old[range.clone()];
+                    assert!(is_old || block == new[range], "seed {seed} block {index}");
+                    seen_old += usize::from(is_old);
+                }
+                Err(error) => {
+                    assert!(index > 0, "seed {seed}: block 0 is paired: {error}");
+                    assert!(error.is_corrupt(), "{error}");
+                    errors += 1;
+                }
+            }
+        }
+    }
+    assert!(seen_old > 0 && errors > 0, "torn crashes were simulated");
 }
 
 /// Goal: files sealed with another key, slots moved to another block and plain files are
