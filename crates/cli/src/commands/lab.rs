@@ -139,7 +139,7 @@ pub struct Paper1Args {
     #[arg(long, value_name = "N")]
     pub files: Option<u64>,
     /// Names of the tree workload's file set; a quarter of them are created and a quarter
-    /// deleted [default: 100000, quick: 10000].
+    /// deleted [default: 300000, quick: 10000].
     #[arg(long, value_name = "N")]
     pub tree_files: Option<u64>,
     /// Appends of the journal workload [default: 20000, quick: 1000].
