@@ -142,13 +142,13 @@ pub struct Paper1Args {
     /// deleted [default: 300000, quick: 10000].
     #[arg(long, value_name = "N")]
     pub tree_files: Option<u64>,
-    /// Appends of the journal workload [default: 20000, quick: 1000].
+    /// Appends of the journal workload [default: 40000, quick: 1000].
     #[arg(long, value_name = "N")]
     pub appends: Option<u64>,
-    /// Appends of the data-journal workload [default: 5000, quick: 1000].
+    /// Appends of the data-journal workload [default: 20000, quick: 1000].
     #[arg(long, value_name = "N")]
     pub data_journal_appends: Option<u64>,
-    /// Iterations of each file-server thread [default: 40, quick: 10].
+    /// Iterations of each file-server thread [default: 160, quick: 10].
     #[arg(long, value_name = "N")]
     pub fileserver_iterations: Option<u64>,
     /// Empty files of Table 5.1 [default: 1000000 as in the paper, quick: 100000].

@@ -324,16 +324,16 @@ impl Scale {
             tree_depth: 1.3,
             tree_threads: 4,
             tree_operations: 75_000,
-            journal_appends: 20_000,
+            journal_appends: 40_000,
             journal_fsync_every: 100,
-            data_journal_files: 250,
+            data_journal_files: 1_000,
             data_journal_threads: 4,
-            data_journal_appends: 5_000,
+            data_journal_appends: 20_000,
             data_journal_fsync_every: 10,
             fileserver_files: 400,
             fileserver_mean_blocks: 32,
             fileserver_threads: 8,
-            fileserver_iterations: 40,
+            fileserver_iterations: 160,
             duplicate_fraction: 0.25,
             copy_flush_bytes: 4 << 20,
             copy_all_hints: false,
@@ -1007,13 +1007,13 @@ fn run_once(
     let outcome = match workload {
         Workload::Metadata => {
             let directory = mount.join("files");
-            let created =
+            let (created, thread_seconds) =
                 create_empty_files(&directory, scale.metadata_files, scale.metadata_threads)?;
             Outcome {
                 operations: created,
                 data_bytes: 0,
                 kinds: Vec::new(),
-                driver_thread_seconds: 0.0,
+                driver_thread_seconds: thread_seconds,
             }
         }
         Workload::Tree => {

@@ -125,15 +125,17 @@ fn copy_file(input: &mut fs::File, target: &Path, buffer: &mut [u8]) -> Result<u
 }
 
 /// Creates `count` empty files in `directory` from `threads` threads (names `t{thread}-{n}`),
-/// each created and closed (paper 1 §5.4.2: 16 threads, 1.5 M files, one directory).
-pub fn create_empty_files(directory: &Path, count: u64, threads: usize) -> Result<u64> {
+/// each created and closed (paper 1 §5.4.2: 16 threads, 1.5 M files, one directory). Returns
+/// the files created and the processor seconds of the threads.
+pub fn create_empty_files(directory: &Path, count: u64, threads: usize) -> Result<(u64, f64)> {
     assert!(threads > 0, "at least one thread");
     create_directory(directory)?;
     let per_thread = count.div_ceil(threads as u64);
-    let results: Vec<Result<u64>> = std::thread::scope(|scope| {
+    let results: Vec<Result<(u64, f64)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|thread| {
-                scope.spawn(move || -> Result<u64> {
+                scope.spawn(move || -> Result<(u64, f64)> {
+                    let cpu_before = thread_seconds();
                     let first = thread as u64 * per_thread;
                     let last = (first + per_thread).min(count);
                     for index in first..last {
@@ -141,7 +143,7 @@ pub fn create_empty_files(directory: &Path, count: u64, threads: usize) -> Resul
                         fs::File::create(&path)
                             .context_io(|| format!("creating {}", path.display()))?;
                     }
-                    Ok(last.saturating_sub(first))
+                    Ok((last.saturating_sub(first), thread_seconds() - cpu_before))
                 })
             })
             .collect();
@@ -150,12 +152,14 @@ pub fn create_empty_files(directory: &Path, count: u64, threads: usize) -> Resul
             .map(|handle| handle.join().expect("a create thread panicked"))
             .collect()
     });
-    let mut created = 0;
+    let (mut created, mut cpu) = (0, 0.0);
     for result in results {
-        created += result?;
+        let (files, seconds) = result?;
+        created += files;
+        cpu += seconds;
     }
     assert_eq!(created, count);
-    Ok(created)
+    Ok((created, cpu))
 }
 
 /// Appends `appends` blocks from `source` to the file at `path`, calling `fsync` after every
@@ -805,7 +809,7 @@ mod tests {
     fn create_and_append_drivers_count_their_work() {
         let directory = tempfile::tempdir().unwrap();
         let files = directory.path().join("files");
-        assert_eq!(create_empty_files(&files, 103, 4).unwrap(), 103);
+        assert_eq!(create_empty_files(&files, 103, 4).unwrap().0, 103);
         assert_eq!(fs::read_dir(&files).unwrap().count(), 103);
         let log = directory.path().join("log");
         let mut source = BlockSource::new(3, 0.5);
