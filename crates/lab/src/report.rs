@@ -189,7 +189,7 @@ const KNOWN_FIGURES: &[KnownFigure] = &[
     },
     KnownFigure {
         part: "paper1",
-        file: "paper1-fileserver.svg",
+        file: "paper1-file-server.svg",
         caption: "Figs. 5.7-5.8: filebench's fileserver, ops/s and CPU per operation without \
                   hints, with hints, and with hints and deferred deduplication (the paper's NILFS2 \
                   with dedup-on-GC)",
@@ -1155,7 +1155,7 @@ fn paper1_copy(results: &Value) -> Vec<Comparison> {
 fn paper1_fileserver(results: &Value) -> Vec<Comparison> {
     let mut rows = paper1_ratios(
         results,
-        "fileserver",
+        "file-server",
         "speed-up with hints (Fig. 5.7)",
         "on",
         "operations_per_second",
@@ -1168,12 +1168,12 @@ fn paper1_fileserver(results: &Value) -> Vec<Comparison> {
             }
         },
     );
-    rows.extend(paper1_cpu_rows(results, "fileserver", "on", |_| {
+    rows.extend(paper1_cpu_rows(results, "file-server", "on", |_| {
         "0.88x-0.90x (10-12% fewer cycles)".to_string()
     }));
     rows.extend(paper1_ratios(
         results,
-        "fileserver",
+        "file-server",
         "speed-up with hints and deferred dedup (Fig. 5.8)",
         "deferred",
         "operations_per_second",
@@ -1188,23 +1188,23 @@ fn paper1_fileserver(results: &Value) -> Vec<Comparison> {
             }
         },
     ));
-    rows.extend(paper1_cpu_rows(results, "fileserver", "deferred", |_| {
+    rows.extend(paper1_cpu_rows(results, "file-server", "deferred", |_| {
         "about 1x (NILFS2 serialises writes)".to_string()
     }));
-    rows.push(paper1_space_row(results, "fileserver", "+6.3% (ext3)"));
+    rows.push(paper1_space_row(results, "file-server", "+6.3% (ext3)"));
     rows.push(paper1_dedup_row(
         results,
-        "fileserver",
+        "file-server",
         "deferred",
         "not measured (GC ran hourly)",
     ));
     let pass = mean(
         list(results, "runs")
             .iter()
-            .filter(|run| text(run, "workload") == "fileserver")
+            .filter(|run| text(run, "workload") == "file-server")
             .filter_map(|run| number(run, "deferred_pass.seconds")),
     );
-    let run = paper1_mean(results, "fileserver", None, "deferred", "elapsed_seconds");
+    let run = paper1_mean(results, "file-server", None, "deferred", "elapsed_seconds");
     rows.push(row(
         "deferred pass against the run it follows, mean over latencies",
         "not measured",

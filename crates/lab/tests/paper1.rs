@@ -138,7 +138,7 @@ fn workloads_run_and_deferred_pass_deduplicates() {
     for figure in [
         "paper1-tree.svg",
         "paper1-data-journal.svg",
-        "paper1-fileserver.svg",
+        "paper1-file-server.svg",
     ] {
         assert!(
             written.iter().any(|path| path.ends_with(figure)),

@@ -69,7 +69,7 @@ fn paper1_rows_come_from_results() {
                           { "name": "delete", "operations": 1000, "seconds": 4.0 }] })
     };
     let server = |hints: bool, deferred: bool, ops: f64| {
-        let mut run = json!({ "workload": "fileserver", "policy": "lru", "latency_ns": 10_000u64,
+        let mut run = json!({ "workload": "file-server", "policy": "lru", "latency_ns": 10_000u64,
                               "hints": hints, "deferred": deferred, "operations": 1000,
                               "operations_per_second": ops, "cpu": cpu(1.0),
                               "dedup_ratio": 1.0, "stored_bytes": 100, "elapsed_seconds": 3.0 });
@@ -92,7 +92,7 @@ fn paper1_rows_come_from_results() {
     for figure in [
         "paper1-uniqueness.svg",
         "paper1-tree.svg",
-        "paper1-fileserver.svg",
+        "paper1-file-server.svg",
     ] {
         write(&directory.path().join("paper1").join(figure), "<svg/>");
     }

@@ -113,7 +113,7 @@ pub struct Paper1Args {
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
     /// What to run, comma separated: uniqueness (Table 5.1), metadata, tree, journal,
-    /// data-journal, copy, fileserver [default: all].
+    /// data-journal, copy, file-server [default: all].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub workloads: Vec<String>,
     /// Injected on-disk index latencies, comma separated [default: 10us,100us,500us,1ms,10ms].

@@ -111,7 +111,7 @@ impl Workload {
             Workload::Journal => "journal",
             Workload::DataJournal => "data-journal",
             Workload::Copy => "copy",
-            Workload::FileServer => "fileserver",
+            Workload::FileServer => "file-server",
         }
     }
 
