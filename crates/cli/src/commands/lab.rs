@@ -157,7 +157,7 @@ pub struct Paper1Args {
     /// Copy runs with hints on use every hint source, not only prefetch as in paper 1.
     #[arg(long)]
     pub copy_all_hints: bool,
-    /// Only redraw the figures and summary from the results.json in --out.
+    /// Only redraw the figures, summary.md and results.csv from the results.json in --out.
     #[arg(long)]
     pub replot: bool,
 }
@@ -458,6 +458,9 @@ fn run_trace(args: &TraceArgs) -> anyhow::Result<()> {
 fn run_paper1(args: &Paper1Args) -> anyhow::Result<()> {
     if args.replot {
         let results = paper1::read_results(&args.out.join("results.json"))?;
+        let table = args.out.join("results.csv");
+        paper1::results_table(&results.runs).write(&table)?;
+        println!("{}", table.display());
         for path in paper1::figures::write_figures(&args.out, &results)? {
             println!("{}", path.display());
         }
