@@ -2,10 +2,12 @@
 //!
 //! - [`mount`]: a real kernel file system on an onecopy volume inside one process (engine,
 //!   NBD server, nbdfuse, loop device, mkfs, mount), torn down in order whatever happens;
+//! - [`cpu`]: processor time of the process, a thread and a child, for CPU per operation;
 //! - [`results`]: `results.json` / `results.csv` writing and a snapshot of the host's load;
 //! - [`plot`]: SVG figures (grouped bars, lines, axes, legends) with no dependencies;
-//! - [`paper1`]: paper 1 §5, file-system hints for inline deduplication (metadata, journal
-//!   and copy workloads at injected index latencies, LRU and ARC, hints on and off);
+//! - [`paper1`]: paper 1 §5, file-system hints for inline deduplication (metadata, directory
+//!   tree, journal, data journal, copy and file-server workloads at injected index latencies,
+//!   LRU and ARC, hints on and off, deferred deduplication; the uniqueness of metadata);
 //! - [`paper2`]: paper 2 §4, RevDedup against conventional deduplication on synthetic and
 //!   real backup series, and [`paper2::peers`]: restic and borg run on the same series.
 //! - [`paper3`]: paper 3 §5, selective offline deduplication on the file system face
@@ -26,6 +28,7 @@
 //! lab` command only parses arguments and prints progress. [`report`] gathers the figures of
 //! every experiment's output directory in one page, the paper's numbers beside ours.
 
+pub mod cpu;
 pub mod error;
 pub mod mount;
 pub mod paper1;

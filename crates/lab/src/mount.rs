@@ -77,6 +77,35 @@ impl FileSystemOptions {
             mount_options: String::new(),
         }
     }
+
+    /// ext3 (no extents, no flex_bg; the kernel's ext4 driver mounts it), otherwise as
+    /// [`FileSystemOptions::ext4`]: paper 1's file system.
+    pub fn ext3() -> FileSystemOptions {
+        FileSystemOptions {
+            mkfs_program: "mkfs.ext3".into(),
+            ..FileSystemOptions::ext4()
+        }
+    }
+
+    /// The same file system with exactly `inodes` inodes instead of one per 8 KiB.
+    pub fn with_inodes(mut self, inodes: u64) -> FileSystemOptions {
+        let position = self
+            .mkfs_arguments
+            .iter()
+            .position(|argument| argument == "-i")
+            .expect("the ext options set an inode ratio");
+        self.mkfs_arguments.splice(
+            position..position + 2,
+            ["-N".to_string(), inodes.to_string()],
+        );
+        self
+    }
+
+    /// The same file system mounted with `options` (`mount -o`), e.g. `data=journal`.
+    pub fn with_mount_options(mut self, options: &str) -> FileSystemOptions {
+        self.mount_options = options.to_string();
+        self
+    }
 }
 
 /// Everything a testbed is built from.
@@ -298,6 +327,23 @@ impl Testbed {
     /// The engine serving the volume.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
+    }
+
+    /// The process id of nbdfuse, the NBD client (for its processor time).
+    pub fn nbdfuse_pid(&self) -> Option<u32> {
+        self.nbdfuse.as_ref().map(Child::id)
+    }
+
+    /// Reads `out.len()` bytes of the volume at `offset` from the engine (what a client
+    /// reading the device would get once the file system is synced).
+    pub fn read_volume(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+        let id = self
+            .engine
+            .volume_id(VOLUME_NAME)
+            .map_err(|error| LabError::engine("finding the lab volume", error))?;
+        self.engine
+            .read(id, offset, out)
+            .map_err(|error| LabError::engine(format!("reading the volume at {offset}"), error))
     }
 
     /// Statistics of the volume and the engine now.

@@ -213,9 +213,17 @@ impl Engine {
         &self.config
     }
 
-    /// The options of this run.
+    /// The options of this run, as the engine was opened with them.
     pub fn runtime(&self) -> &RuntimeOptions {
         &self.runtime
+    }
+
+    /// Sets the latency injected into on-disk index reads from now on (experiments inject it
+    /// only while they measure, so that preparing a run does not wait for it).
+    pub fn set_index_latency_ns(&self, latency_ns: u64) -> Result<()> {
+        let mut state = self.state.lock();
+        state.chunks.index().set_latency_ns(latency_ns)?;
+        Ok(())
     }
 
     /// Where the block face lives.

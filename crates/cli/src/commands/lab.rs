@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use onecopy_core::index::cache::CachePolicy;
 use onecopy_core::units::{parse_duration_ns, parse_size};
-use onecopy_lab::paper1::{self, Paper1Options, Scale, Workload, PAPER_LATENCIES_NS};
+use onecopy_lab::paper1::{
+    self, Paper1Options, Scale, UniquenessScale, Workload, PAPER_LATENCIES_NS,
+};
 use onecopy_lab::paper2::peers::Tool;
 use onecopy_lab::paper2::{self, Dataset, Paper2Options};
 use onecopy_lab::peers::{self, PeerDataset, PeersOptions};
@@ -110,25 +111,28 @@ pub struct Paper1Args {
     /// Directory for results.json, results.csv, summary.md and the SVG figures.
     #[arg(long, value_name = "DIR", default_value = "lab-results/paper1")]
     pub out: PathBuf,
-    /// Small scale and two latencies (100us, 1ms): a smoke test of a few minutes.
+    /// Small scale, two latencies (100us, 1ms), one run per cell: a smoke test of a few
+    /// minutes.
     #[arg(long)]
     pub quick: bool,
     /// Where each run's temporary repository and mount point are made [default: the system
     /// temporary directory]; a tmpfs here removes the host disk from the measurement.
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
-    /// Workloads to run, comma separated: metadata, journal, copy [default: all].
+    /// What to run, comma separated: uniqueness (Table 5.1), metadata, tree, journal,
+    /// data-journal, copy, file-server [default: all].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub workloads: Vec<String>,
     /// Injected on-disk index latencies, comma separated [default: 10us,100us,500us,1ms,10ms].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub latencies: Vec<String>,
-    /// Index cache policies, comma separated [default: lru,arc].
+    /// Index cache policies of every workload, comma separated [default: the paper's: lru
+    /// and arc for metadata, lru for the others].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub policies: Vec<String>,
-    /// Runs of every cell of the matrix.
-    #[arg(long, default_value_t = 1)]
-    pub repetitions: u32,
+    /// Runs of every cell of the matrix [default: 3 as in the paper, quick: 1].
+    #[arg(long)]
+    pub repetitions: Option<u32>,
     /// Memory budget of the index entry cache [default: 256KiB, quick: 32KiB].
     #[arg(long, value_name = "SIZE")]
     pub index_cache: Option<String>,
@@ -141,13 +145,26 @@ pub struct Paper1Args {
     /// Empty files of the metadata workload [default: 100000, quick: 10000].
     #[arg(long, value_name = "N")]
     pub files: Option<u64>,
-    /// Appends of the journal workload [default: 20000, quick: 1000].
+    /// Names of the tree workload's file set; a quarter of them are created and a quarter
+    /// deleted [default: 300000, quick: 10000].
+    #[arg(long, value_name = "N")]
+    pub tree_files: Option<u64>,
+    /// Appends of the journal workload [default: 40000, quick: 1000].
     #[arg(long, value_name = "N")]
     pub appends: Option<u64>,
+    /// Appends of the data-journal workload [default: 20000, quick: 1000].
+    #[arg(long, value_name = "N")]
+    pub data_journal_appends: Option<u64>,
+    /// Iterations of each file-server thread [default: 160, quick: 10].
+    #[arg(long, value_name = "N")]
+    pub fileserver_iterations: Option<u64>,
+    /// Empty files of Table 5.1 [default: 1000000 as in the paper, quick: 100000].
+    #[arg(long, value_name = "N")]
+    pub uniqueness_files: Option<u64>,
     /// Copy runs with hints on use every hint source, not only prefetch as in paper 1.
     #[arg(long)]
     pub copy_all_hints: bool,
-    /// Only redraw the figures and summary from the results.json in --out.
+    /// Only redraw the figures, summary.md and results.csv from the results.json in --out.
     #[arg(long)]
     pub replot: bool,
 }
@@ -449,19 +466,23 @@ fn run_trace(args: &TraceArgs) -> anyhow::Result<()> {
 fn run_paper1(args: &Paper1Args) -> anyhow::Result<()> {
     if args.replot {
         let results = paper1::read_results(&args.out.join("results.json"))?;
-        for path in paper1::figures::write_figures(&args.out, &results.runs)? {
+        let table = args.out.join("results.csv");
+        paper1::results_table(&results.runs).write(&table)?;
+        println!("{}", table.display());
+        for path in paper1::figures::write_figures(&args.out, &results)? {
             println!("{}", path.display());
         }
         return Ok(());
     }
     let options = paper1_options(args)?;
     eprintln!(
-        "paper 1: {} runs, results in {}",
-        options.workloads.len()
-            * options.latencies_ns.len()
-            * options.policies.len()
-            * 2
-            * options.repetitions as usize,
+        "paper 1: {}{} runs, results in {}",
+        if options.uniqueness.is_some() {
+            "Table 5.1, then "
+        } else {
+            ""
+        },
+        options.run_count(),
         options.output_directory.display()
     );
     let written = paper1::run_experiment(&options, &mut |line| eprintln!("{line}"))
@@ -472,11 +493,19 @@ fn run_paper1(args: &Paper1Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The name of Table 5.1 in `--workloads`.
+const UNIQUENESS: &str = "uniqueness";
+
 fn paper1_options(args: &Paper1Args) -> anyhow::Result<Paper1Options> {
     let mut scale = if args.quick {
         Scale::quick()
     } else {
         Scale::full()
+    };
+    let mut uniqueness = if args.quick {
+        UniquenessScale::quick()
+    } else {
+        UniquenessScale::full()
     };
     if let Some(size) = &args.index_cache {
         scale.index_cache_bytes = parse_size(size)?;
@@ -490,17 +519,37 @@ fn paper1_options(args: &Paper1Args) -> anyhow::Result<Paper1Options> {
     if let Some(files) = args.files {
         scale.metadata_files = files;
     }
-    scale.copy_all_hints = args.copy_all_hints;
+    if let Some(files) = args.tree_files {
+        scale.tree_files = files;
+        scale.tree_operations = files / 4;
+    }
     if let Some(appends) = args.appends {
         scale.journal_appends = appends;
     }
-    let workloads = if args.workloads.is_empty() {
-        Workload::ALL.to_vec()
+    if let Some(appends) = args.data_journal_appends {
+        scale.data_journal_appends = appends;
+    }
+    if let Some(iterations) = args.fileserver_iterations {
+        scale.fileserver_iterations = iterations;
+    }
+    if let Some(files) = args.uniqueness_files {
+        uniqueness.files = files;
+    }
+    scale.copy_all_hints = args.copy_all_hints;
+    let (workloads, run_uniqueness) = if args.workloads.is_empty() {
+        (Workload::ALL.to_vec(), true)
     } else {
-        args.workloads
+        let workloads = args
+            .workloads
             .iter()
+            .filter(|name| !name.eq_ignore_ascii_case(UNIQUENESS))
             .map(|name| name.parse())
-            .collect::<Result<_, _>>()?
+            .collect::<Result<_, _>>()?;
+        let run_uniqueness = args
+            .workloads
+            .iter()
+            .any(|name| name.eq_ignore_ascii_case(UNIQUENESS));
+        (workloads, run_uniqueness)
     };
     let latencies_ns = if !args.latencies.is_empty() {
         args.latencies
@@ -513,12 +562,14 @@ fn paper1_options(args: &Paper1Args) -> anyhow::Result<Paper1Options> {
         PAPER_LATENCIES_NS.to_vec()
     };
     let policies = if args.policies.is_empty() {
-        vec![CachePolicy::Lru, CachePolicy::Arc]
+        None
     } else {
-        args.policies
-            .iter()
-            .map(|name| name.parse())
-            .collect::<Result<_, _>>()?
+        Some(
+            args.policies
+                .iter()
+                .map(|name| name.parse())
+                .collect::<Result<_, _>>()?,
+        )
     };
     Ok(Paper1Options {
         output_directory: args.out.clone(),
@@ -526,8 +577,9 @@ fn paper1_options(args: &Paper1Args) -> anyhow::Result<Paper1Options> {
         workloads,
         latencies_ns,
         policies,
-        repetitions: args.repetitions,
+        repetitions: args.repetitions.unwrap_or(if args.quick { 1 } else { 3 }),
         scale,
+        uniqueness: run_uniqueness.then_some(uniqueness),
     })
 }
 
