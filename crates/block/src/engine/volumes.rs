@@ -89,6 +89,8 @@ pub struct EngineStats {
     pub index: IndexCounters,
     pub index_entries: u64,
     pub content_cache: crate::cache::ContentCacheStats,
+    /// Dynamic replica retrieval and selective duplication.
+    pub replicas: crate::replicas::ReplicaStats,
     pub memory: MemoryStats,
 }
 
@@ -419,6 +421,7 @@ impl Engine {
             index: index_counters,
             index_entries,
             content_cache,
+            replicas: self.replicas.stats(),
             memory,
         }
     }

@@ -16,8 +16,9 @@
 //!   content lookup with the digest it needs.
 //!
 //! The replays run on models ([`disk`], [`replay`]) because this machine's virtual disk has no
-//! head to move; [`workload`] says what the synthetic days take from the excerpt and what from
-//! the paper. The cache costs are measured on this machine.
+//! head to move, with the block engine's own read planner, ARC of days and duplication plan
+//! ([`onecopy_block::replicas`]); [`workload`] says what the synthetic days take from the
+//! excerpt and what from the paper. The cache costs are measured on this machine.
 
 pub mod disk;
 pub mod overhead;
@@ -555,9 +556,12 @@ fn summary_text(results: &Paper4Results) -> String {
     let _ = writeln!(
         text,
         "The synthetic days are generated (`paper4::workload`): the excerpt's share of reads, \
-         runs of sequential requests, places, gaps and repeated writes, with paper 4's copies \
-         per block read (2.5) and day-to-day overlap (45%); the excerpt is 23 seconds, and \
-         duplication needs days.\n"
+         runs of sequential requests, places, gaps (within and between runs) and repeated \
+         writes, with paper 4's copies per block read (2.5) and day-to-day overlap (45%), and \
+         a tenth of each day's new runs reading copies placed earlier (one mail read from \
+         another mailbox); the excerpt is 23 seconds, and duplication needs days. Replica \
+         retrieval and selective duplication run the block engine's planner (`hdd` profile: \
+         the copy nearest the head), ARC of days and duplication plan.\n"
     );
     let _ = writeln!(
         text,

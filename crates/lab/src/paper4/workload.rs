@@ -18,15 +18,17 @@
 //! 1. From the excerpt: the fraction of reads (89%), the runs of sequential requests (85% of
 //!    requests follow the previous one; run lengths are resampled from the excerpt's), where
 //!    runs start on the disk (the excerpt's run starts, moved by up to
-//!    [`START_JITTER_SECTORS`]), the gaps between requests (resampled, so bursts stay bursts),
+//!    [`START_JITTER_SECTORS`]), the gaps between requests (resampled apart within a run and
+//!    between runs: the requests of a run come microseconds apart, runs milliseconds apart),
 //!    and the share of writes whose content is already on the disk (27%).
 //! 2. From paper 4: the content read on one day overlaps what was accessed the day before by
 //!    45% for mail (Fig. 4), popular content staying popular; blocks read have on average
-//!    [`DISK_COPIES_MEAN`] copies on the disk (the workload static similarity of Fig. 3),
+//!    about [`DISK_COPIES_MEAN`] copies on the disk (the workload static similarity of Fig. 3),
 //!    whole runs of blocks placed where the excerpt's runs start (the mailbox files lie in the
-//!    file system's used area), as copies of one mail in many mailbox files are; and some content
-//!    is read through several of its copies ([`SHARED_READ_FRACTION`], tuned to §4.1's 10%
-//!    more hits of a content cache on mail).
+//!    file system's used area), as copies of one mail in many mailbox files are; and some of
+//!    the runs a day reads are such copies ([`COPY_READ_FRACTION`], tuned to §4.1's 10% more
+//!    hits of a content cache on mail): the same content read at another address, as one mail
+//!    is read from several mailboxes.
 //! 3. A day has 16 busy hours, in which the requests come, and 8 idle ones, in which
 //!    selective duplication runs (the diurnal pattern of §2.3).
 
@@ -53,12 +55,10 @@ pub const COPIES_PER_COPIED_EXTENT: f64 = 2.0;
 pub const DAY_OVERLAP: f64 = 0.45;
 /// How far a synthetic run's start may lie from the excerpt's run start it is modelled on.
 pub const START_JITTER_SECTORS: u64 = 1 << 17;
-/// Share of the blocks first read in a run whose content another block read lately holds too
-/// (one mail read from several mailboxes): chosen so that a content-addressed cache gets about
-/// 10% more read hits than a sector-addressed one, paper 4's figure for mail (§4.1).
-pub const SHARED_READ_FRACTION: f64 = 0.1;
-/// Contents remembered for [`SHARED_READ_FRACTION`].
-const RECENT_CONTENTS: usize = 1 << 16;
+/// Share of a day's new runs that are copies placed earlier (one mail read from another
+/// mailbox): chosen so that a content-addressed cache gets about 10% more read hits than a
+/// sector-addressed one, paper 4's figure for mail (§4.1).
+pub const COPY_READ_FRACTION: f64 = 0.1;
 /// Times a day's extent is accessed on average.
 pub const ACCESSES_PER_EXTENT: f64 = 2.0;
 /// Busy part of a day; the rest is idle.
@@ -186,8 +186,11 @@ pub struct ExcerptStatistics {
     pub run_lengths: Vec<u64>,
     /// First sector of each run.
     pub run_starts: Vec<u64>,
-    /// Gaps between requests, in nanoseconds.
+    /// Gaps between requests, in nanoseconds: all, before a request that continues a run,
+    /// and before one that starts a run.
     pub gaps_ns: Vec<u64>,
+    pub gaps_within_runs_ns: Vec<u64>,
+    pub gaps_between_runs_ns: Vec<u64>,
     /// Share of written blocks whose content was seen before.
     pub write_duplicate_fraction: f64,
     /// The highest sector touched, plus one block.
@@ -231,10 +234,23 @@ impl ExcerptStatistics {
             length += 1;
         }
         run_lengths.push(length);
-        let gaps_ns = requests
+        let gaps_ns: Vec<u64> = requests
             .windows(2)
             .map(|pair| pair[1].arrival_ns.saturating_sub(pair[0].arrival_ns))
             .collect();
+        let (mut gaps_within_runs_ns, mut gaps_between_runs_ns) = (Vec::new(), Vec::new());
+        for (pair, &gap) in requests.windows(2).zip(&gaps_ns) {
+            if pair[0].sector + BLOCK_SECTORS == pair[1].sector {
+                gaps_within_runs_ns.push(gap);
+            } else {
+                gaps_between_runs_ns.push(gap);
+            }
+        }
+        for gaps in [&mut gaps_within_runs_ns, &mut gaps_between_runs_ns] {
+            if gaps.is_empty() {
+                gaps.push(0);
+            }
+        }
         let mut seen = std::collections::HashSet::new();
         let (mut writes, mut duplicate_writes) = (0u64, 0u64);
         for request in requests {
@@ -249,6 +265,8 @@ impl ExcerptStatistics {
             run_lengths,
             run_starts,
             gaps_ns,
+            gaps_within_runs_ns,
+            gaps_between_runs_ns,
             write_duplicate_fraction: duplicate_writes as f64 / writes.max(1) as f64,
             span_sectors: requests
                 .iter()
@@ -274,34 +292,20 @@ struct DiskContent {
     /// What each block decided so far held before the first request: the replay's
     /// [`Workload::initial`].
     initial: Vec<(u64, u64)>,
-    /// Contents decided lately, for blocks that hold content read elsewhere too.
-    recent: Vec<u64>,
+    /// Copies placed so far, for runs that read content at another address.
+    copy_extents: Vec<Extent>,
     next_content: u64,
     span_sectors: u64,
 }
 
 impl DiskContent {
-    /// The content of the block at `sector`, deciding it when not decided yet: new content,
-    /// or ([`SHARED_READ_FRACTION`]) content decided lately for another block.
-    fn content(&mut self, sector: u64, random: &mut Random) -> u64 {
+    /// The content of the block at `sector`, deciding it (new content) when not decided yet.
+    fn content(&mut self, sector: u64) -> u64 {
         if let Some(&content) = self.content_of.get(&sector) {
             return content;
         }
-        let content = if !self.recent.is_empty() && random.unit() < SHARED_READ_FRACTION {
-            // Not remembered again: content that was shared once is no likelier to be shared
-            // next than any other.
-            self.recent[random.below(self.recent.len() as u64) as usize]
-        } else {
-            let content = self.next_content;
-            self.next_content += 1;
-            if self.recent.len() < RECENT_CONTENTS {
-                self.recent.push(content);
-            } else {
-                let slot = random.below(RECENT_CONTENTS as u64) as usize;
-                self.recent[slot] = content;
-            }
-            content
-        };
+        let content = self.next_content;
+        self.next_content += 1;
         self.content_of.insert(sector, content);
         self.initial.push((sector, content));
         content
@@ -323,7 +327,7 @@ impl DiskContent {
             .map(|block| {
                 let sector = extent.start + block * BLOCK_SECTORS;
                 let fresh = !self.content_of.contains_key(&sector);
-                let content = self.content(sector, random);
+                let content = self.content(sector);
                 fresh.then_some(content)
             })
             .collect();
@@ -340,6 +344,7 @@ impl DiskContent {
             let start = place(random)
                 .start
                 .min(self.span_sectors - extent.blocks * BLOCK_SECTORS);
+            let mut placed = 0;
             for (block, content) in contents.iter().enumerate() {
                 let Some(content) = *content else { continue };
                 let sector = start + block as u64 * BLOCK_SECTORS;
@@ -348,7 +353,14 @@ impl DiskContent {
                 {
                     entry.insert(content);
                     self.initial.push((sector, content));
+                    placed += 1;
                 }
+            }
+            if placed == extent.blocks {
+                self.copy_extents.push(Extent {
+                    start,
+                    blocks: extent.blocks,
+                });
             }
         }
     }
@@ -367,7 +379,7 @@ pub fn synthesize(
     let mut disk = DiskContent {
         content_of: HashMap::new(),
         initial: Vec::new(),
-        recent: Vec::new(),
+        copy_extents: Vec::new(),
         next_content: 0,
         span_sectors: statistics.span_sectors,
     };
@@ -410,7 +422,9 @@ pub fn synthesize(
             .map(|(rank, extent)| (rank as f64 / extents.len() as f64, *extent))
             .collect();
         while ranked.len() < extents_per_day {
-            let extent = new_extent(&mut random);
+            let copy = (!disk.copy_extents.is_empty() && random.unit() < COPY_READ_FRACTION)
+                .then(|| disk.copy_extents[random.below(disk.copy_extents.len() as u64) as usize]);
+            let extent = copy.unwrap_or_else(|| new_extent(&mut random));
             disk.decide_extent(extent, &mut random, &mut new_extent);
             ranked.push((random.unit(), extent));
         }
@@ -438,12 +452,12 @@ pub fn synthesize(
                     if !disk.content_of.contains_key(&sector) {
                         // What the write replaces was on the disk before: decide it, so the
                         // replay knows it from the start.
-                        disk.content(sector, &mut random);
+                        disk.content(sector);
                     }
                     disk.content_of.insert(sector, content);
                     content
                 } else {
-                    disk.content(sector, &mut random)
+                    disk.content(sector)
                 };
                 if recent_contents.len() < 1 << 16 {
                     recent_contents.push(content);
@@ -451,8 +465,12 @@ pub fn synthesize(
                     let slot = random.below(recent_contents.len() as u64) as usize;
                     recent_contents[slot] = content;
                 }
-                let gap =
-                    statistics.gaps_ns[random.below(statistics.gaps_ns.len() as u64) as usize];
+                let gaps = if block == 0 {
+                    &statistics.gaps_between_runs_ns
+                } else {
+                    &statistics.gaps_within_runs_ns
+                };
+                let gap = gaps[random.below(gaps.len() as u64) as usize];
                 time_ns = (time_ns + gap).min(day_end_ns);
                 workload.requests.push(Request {
                     arrival_ns: time_ns,

@@ -99,6 +99,23 @@ impl<K: CacheKey> ArcCache<K> {
         }
     }
 
+    /// The resident entries as (key, value), in two lists: T2 (seen at least twice) and T1
+    /// (seen once lately), each most recently used first. Selective duplication reads an ARC
+    /// of days this way (paper 4 §3.4): its T2 holds the content used on several days.
+    pub fn entries_by_list(&self) -> (Vec<(K, u64)>, Vec<(K, u64)>) {
+        let slab = &self.residents.slab;
+        let entries = |list: &List| -> Vec<(K, u64)> {
+            list.indices(slab)
+                .into_iter()
+                .map(|index| {
+                    let entry = slab.item(index);
+                    (entry.key, entry.value)
+                })
+                .collect()
+        };
+        (entries(&self.t2), entries(&self.t1))
+    }
+
     /// Where `key` is: "T1", "T1 prefetched", "T2", "B1", "B2" or "absent" (tests).
     #[cfg(test)]
     pub(crate) fn place(&self, key: &K) -> &'static str {

@@ -277,6 +277,16 @@ impl<K: CacheKey> Cache<K> {
         dispatch!(self, cache => cache.residents.table.warm(key.prefix_u64()))
     }
 
+    /// For an ARC cache, its resident entries as (key, value) in two lists, T2 (seen at
+    /// least twice) and T1 ([`ArcCache::entries_by_list`]); `None` for the other policies.
+    #[allow(clippy::type_complexity)]
+    pub fn entries_by_list(&self) -> Option<(Vec<(K, u64)>, Vec<(K, u64)>)> {
+        match self {
+            Cache::Arc(cache) => Some(cache.entries_by_list()),
+            Cache::Lru(_) | Cache::Lfu(_) => None,
+        }
+    }
+
     /// The policy of this cache.
     pub fn policy(&self) -> CachePolicy {
         match self {
