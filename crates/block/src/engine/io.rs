@@ -484,6 +484,7 @@ impl Engine {
                 length: u64::from(read.location.raw_bytes),
             })
             .collect();
+        replicas.set_layout(state.chunks.state().container_id_next);
         let plan = plan_run(replicas.device(), &blocks);
         for ((read, alternatives), choice) in pending.iter_mut().zip(alternatives).zip(plan.choices)
         {

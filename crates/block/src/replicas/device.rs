@@ -8,9 +8,13 @@
 //! where the head goes, not a measurement of it. Scratch regions (selective duplication) are
 //! given positions spread evenly over that layout ([`region_positions`]).
 //!
-//! - `hdd`: the cost of a read is the distance from the head (the end of the last read or
-//!   write): on a disk the seek time grows with the distance, so the nearest copy is the
-//!   cheapest whatever the seek curve.
+//! - `hdd`: a read that starts where the head is (the end of the last read or write) costs
+//!   nothing to reach; any other costs a positioning time: the settle time and half a turn of
+//!   the platter (the mean rotational wait) plus a seek growing with the square root of the
+//!   distance over the *stroke* (the span the data occupies), up to a full stroke
+//!   ([`HDD_SETTLE_NS`], [`HDD_HALF_ROTATION_NS`], [`HDD_FULL_STROKE_NS`]: a 7200 rpm disk's
+//!   figures). So the nearest copy is the cheapest, and a copy that splits a run into two
+//!   requests pays for the second positioning.
 //! - `ssd`: there is no head; the cost is the reads in flight in the copy's region (the
 //!   position's [`SSD_REGION_BYTES`] span), so a read goes to the least busy region.
 //! - `none`: every block is read from its own copy (replica retrieval off).
@@ -23,6 +27,12 @@ use serde::{Deserialize, Serialize};
 use super::planner::DeviceModel;
 use onecopy_core::Error;
 
+/// The `hdd` profile's settle time: the cost of the shortest seek.
+pub const HDD_SETTLE_NS: u64 = 2_000_000;
+/// The `hdd` profile's mean rotational wait: half a turn at 7200 rpm.
+pub const HDD_HALF_ROTATION_NS: u64 = 4_166_667;
+/// The `hdd` profile's seek over the whole stroke.
+pub const HDD_FULL_STROKE_NS: u64 = 21_000_000;
 /// Span of one region of the `ssd` profile.
 pub const SSD_REGION_BYTES: u64 = 1 << 30;
 /// Regions whose reads in flight the `ssd` profile counts (positions wrap around them).
@@ -79,6 +89,8 @@ impl FromStr for DeviceProfile {
 pub struct DeviceState {
     profile: DeviceProfile,
     head: AtomicU64,
+    /// The span the `hdd` profile's seeks are measured against.
+    stroke: AtomicU64,
     in_flight: [AtomicU32; SSD_REGIONS],
 }
 
@@ -87,8 +99,25 @@ impl DeviceState {
         DeviceState {
             profile,
             head: AtomicU64::new(0),
+            stroke: AtomicU64::new(1),
             in_flight: std::array::from_fn(|_| AtomicU32::new(0)),
         }
+    }
+
+    /// Sets the span the data occupies, in the unit of positions: the `hdd` profile's stroke.
+    pub fn set_stroke(&self, stroke: u64) {
+        self.stroke.store(stroke.max(1), Ordering::Relaxed);
+    }
+
+    /// The `hdd` profile's cost of moving `distance` positions: see the module documentation.
+    pub fn positioning_ns(&self, distance: u64) -> u64 {
+        if distance == 0 {
+            return 0;
+        }
+        let stroke = self.stroke.load(Ordering::Relaxed).max(1);
+        let fraction = (distance as f64 / stroke as f64).min(1.0);
+        let seek = (HDD_FULL_STROKE_NS - HDD_SETTLE_NS) as f64 * fraction.sqrt();
+        HDD_SETTLE_NS + HDD_HALF_ROTATION_NS + seek as u64
     }
 
     pub fn profile(&self) -> DeviceProfile {
@@ -142,7 +171,10 @@ impl DeviceModel for DeviceState {
     fn read(&self, head: u64, position: u64, length: u64) -> (u64, u64) {
         match self.profile {
             DeviceProfile::None => (0, head),
-            DeviceProfile::Hdd => (head.abs_diff(position), position + length),
+            DeviceProfile::Hdd => (
+                self.positioning_ns(head.abs_diff(position)),
+                position + length,
+            ),
             DeviceProfile::Ssd => (
                 u64::from(self.in_flight[region(position)].load(Ordering::Relaxed)),
                 head,
@@ -168,9 +200,10 @@ mod tests {
     use super::*;
     use crate::replicas::planner::{plan_run, BlockCandidates};
 
-    /// Goal: the hdd profile reads the copy nearest the head, the ssd profile the least busy
-    /// region, `none` always the own copy; regions spread evenly. Method: two copies, the head
-    /// and the reads in flight set by hand.
+    /// Goal: the hdd profile reads the copy nearest the head and costs a jump at least a
+    /// settle and half a turn, the ssd profile the least busy region, `none` always the own
+    /// copy; regions spread evenly. Method: two copies, the head and the reads in flight set by
+    /// hand.
     #[test]
     fn profiles_choose_as_documented() {
         let block = [BlockCandidates {
@@ -178,8 +211,15 @@ mod tests {
             length: 4096,
         }];
         let hdd = DeviceState::new(DeviceProfile::Hdd);
+        hdd.set_stroke(16 * SSD_REGION_BYTES);
         hdd.moved_to(9 * SSD_REGION_BYTES);
         assert_eq!(plan_run(&hdd, &block).choices, vec![1]);
+        assert_eq!(hdd.positioning_ns(0), 0);
+        assert!(hdd.positioning_ns(1) >= HDD_SETTLE_NS + HDD_HALF_ROTATION_NS);
+        assert_eq!(
+            hdd.positioning_ns(16 * SSD_REGION_BYTES),
+            HDD_FULL_STROKE_NS + HDD_HALF_ROTATION_NS
+        );
         let ssd = DeviceState::new(DeviceProfile::Ssd);
         assert_eq!(
             plan_run(&ssd, &block).choices,

@@ -389,6 +389,13 @@ impl Replicas {
         location.container * self.container_bytes + u64::from(location.offset)
     }
 
+    /// Records the layout's span: containers up to `container_id_next` (the `hdd` profile's
+    /// stroke).
+    pub fn set_layout(&self, container_id_next: u64) {
+        self.device
+            .set_stroke(container_id_next.saturating_mul(self.container_bytes));
+    }
+
     /// The digest of content keys (for checking duplicates).
     pub fn key_algorithm(&self) -> FingerprintAlgorithm {
         self.key_algorithm

@@ -33,7 +33,7 @@ use crate::error::{LabError, Result};
 use crate::plot::{AxisScale, BarPanel, BarSeries, Figure, LinePanel, LineSeries, Panel};
 use crate::results::{number_cell, write_json, write_text, CsvTable, HostSnapshot};
 use replay::{replay, CacheMode, Duplication, ReplayOutcome, Techniques};
-use workload::{ExcerptStatistics, Workload};
+use workload::{ExcerptStatistics, Places, Workload};
 
 /// The paper's cache size for Table 3: 200 MB of 4 KiB pages.
 pub const CACHE_PAGES: usize = 50_000;
@@ -121,6 +121,9 @@ pub struct Paper4Results {
     pub quick: bool,
     pub trace: String,
     pub cache_pages: usize,
+    /// The mail server's reads in a busy day, at the excerpt's rate: what the paper's cache
+    /// size is measured against ([`small_cache_pages`]).
+    pub mail_reads_per_day: f64,
     pub duplicate_copies: u64,
     pub scratch_blocks: u64,
     pub workloads: Vec<WorkloadFacts>,
@@ -142,10 +145,23 @@ pub fn run(options: &Paper4Options) -> Result<Vec<PathBuf>> {
     let host_before = HostSnapshot::take();
     let excerpt = workload::excerpt(&options.trace)?;
     let statistics = ExcerptStatistics::of(&excerpt);
-    let synthetic = workload::synthesize(&statistics, options.days, options.requests_per_day, SEED);
+    let synthetic: Vec<Workload> = [Places::Runs, Places::Areas]
+        .into_iter()
+        .map(|places| {
+            workload::synthesize(
+                &statistics,
+                places,
+                options.days,
+                options.requests_per_day,
+                SEED,
+            )
+        })
+        .collect();
+    let mail_reads_per_day = mail_reads_per_day(&excerpt);
+    let workloads: Vec<&Workload> = std::iter::once(&excerpt).chain(&synthetic).collect();
     let mut runs = Vec::new();
-    for workload in [&excerpt, &synthetic] {
-        runs.extend(replays(workload));
+    for workload in &workloads {
+        runs.extend(replays(workload, mail_reads_per_day));
     }
     let overhead = overhead::measure(&options.overhead_pages, options.overhead_operations);
     let results = Paper4Results {
@@ -158,7 +174,8 @@ pub fn run(options: &Paper4Options) -> Result<Vec<PathBuf>> {
         cache_pages: CACHE_PAGES,
         duplicate_copies: DUPLICATE_COPIES,
         scratch_blocks: SCRATCH_BLOCKS,
-        workloads: [&excerpt, &synthetic].into_iter().map(facts).collect(),
+        mail_reads_per_day,
+        workloads: workloads.iter().map(|workload| facts(workload)).collect(),
         runs,
         overhead,
         host_before,
@@ -200,8 +217,39 @@ fn facts(workload: &Workload) -> WorkloadFacts {
     }
 }
 
+/// The mail server's reads in a busy day ([`workload::BUSY_NS`]) at the excerpt's rate.
+fn mail_reads_per_day(excerpt: &Workload) -> f64 {
+    let reads = excerpt
+        .requests
+        .iter()
+        .filter(|request| !request.write)
+        .count();
+    let span_ns = excerpt
+        .requests
+        .last()
+        .map_or(0, |last| last.arrival_ns)
+        .max(1);
+    reads as f64 / span_ns as f64 * workload::BUSY_NS as f64
+}
+
+/// The paper's 200 MB cache scaled to a synthetic day: the synthetic day reads a small part of
+/// what the mail server reads in a day (its rate in the excerpt over 16 busy hours), and the
+/// cache is that part of 200 MB, so that it holds as much of a day's reads as the paper's did.
+pub fn small_cache_pages(workload: &Workload, mail_reads_per_day: f64) -> usize {
+    let reads = workload
+        .requests
+        .iter()
+        .filter(|request| !request.write)
+        .count();
+    let reads_per_day = reads as f64 / f64::from(workload.days.max(1));
+    ((CACHE_PAGES as f64 * reads_per_day / mail_reads_per_day.max(1.0)).round() as usize).max(1)
+}
+
+/// The suffix of setups run with the [`small_cache_pages`].
+pub const SMALL_CACHE: &str = ", small cache";
+
 /// The setups of Figs. 10, 11 and Table 3 on one workload.
-fn replays(workload: &Workload) -> Vec<Run> {
+fn replays(workload: &Workload, mail_reads_per_day: f64) -> Vec<Run> {
     let none = Techniques {
         cache: CacheMode::None,
         cache_pages: 0,
@@ -264,6 +312,28 @@ fn replays(workload: &Workload) -> Vec<Run> {
             },
         ));
     }
+    let mut setups: Vec<(String, Techniques)> = setups
+        .into_iter()
+        .map(|(name, techniques)| (name.to_string(), techniques))
+        .collect();
+    if workload.days > 1 {
+        // The cache setups again with the paper's cache scaled to the synthetic day.
+        let pages = small_cache_pages(workload, mail_reads_per_day);
+        let small: Vec<(String, Techniques)> = setups
+            .iter()
+            .filter(|(_, techniques)| techniques.cache != CacheMode::None)
+            .map(|(name, techniques)| {
+                (
+                    format!("{name}{SMALL_CACHE}"),
+                    Techniques {
+                        cache_pages: pages,
+                        ..*techniques
+                    },
+                )
+            })
+            .collect();
+        setups.extend(small);
+    }
     setups
         .into_iter()
         .map(|(setup, techniques)| {
@@ -280,7 +350,7 @@ fn replays(workload: &Workload) -> Vec<Run> {
             };
             Run {
                 workload: workload.name.clone(),
-                setup: setup.to_string(),
+                setup,
                 techniques,
                 median_read_ms: outcome.median_read_ms(),
                 mean_read_ms: outcome.mean_read_ms(),
@@ -363,7 +433,13 @@ fn table3_figure(results: &Paper4Results) -> Figure {
     for facts in &results.workloads {
         let runs: Vec<&Run> = TABLE3_SETUPS
             .iter()
-            .filter_map(|setup| find(&results.runs, &facts.name, setup))
+            .map(|setup| setup.to_string())
+            .chain(
+                TABLE3_SETUPS
+                    .iter()
+                    .map(|setup| format!("{setup}{SMALL_CACHE}")),
+            )
+            .filter_map(|setup| find(&results.runs, &facts.name, &setup))
             .collect();
         // One bar per setup, named in the legend: the setups' names are too long for the axis.
         figure.panels.push(Panel::Bars(BarPanel {
@@ -550,8 +626,22 @@ fn summary_text(results: &Paper4Results) -> String {
     let _ = writeln!(
         text,
         "Trace `{}`; cache {} pages (200 MB); selective duplication {} copies within {} \
-         scratch blocks.\n",
-        results.trace, results.cache_pages, results.duplicate_copies, results.scratch_blocks
+         scratch blocks. The mail server reads about {:.0} blocks in a busy day at the \
+         excerpt's rate; setups marked `{}` scale the paper's 200 MB by a synthetic day's \
+         reads against that: {}.\n",
+        results.trace,
+        results.cache_pages,
+        results.duplicate_copies,
+        results.scratch_blocks,
+        results.mail_reads_per_day,
+        SMALL_CACHE.trim_start_matches(", "),
+        results
+            .runs
+            .iter()
+            .filter(|run| run.setup == format!("vanilla, sector cache{SMALL_CACHE}"))
+            .map(|run| format!("{} pages for {}", run.techniques.cache_pages, run.workload))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let _ = writeln!(
         text,
@@ -566,17 +656,18 @@ fn summary_text(results: &Paper4Results) -> String {
     let _ = writeln!(
         text,
         "| workload | requests | reads | days | blocks known at start | copies per block read | \
-         read share | sequential share | mean run (blocks) | repeated writes | median gap (µs) |"
+         read share | sequential share | mean run (blocks) | immediate repeats | repeated writes | \
+         median gap (µs) |"
     );
     let _ = writeln!(
         text,
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     for facts in &results.workloads {
         let shape = &facts.shape;
         let _ = writeln!(
             text,
-            "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.1} | {:.2} | {:.0} |",
+            "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.1} | {:.3} | {:.2} | {:.0} |",
             facts.name,
             facts.requests,
             facts.reads,
@@ -586,6 +677,7 @@ fn summary_text(results: &Paper4Results) -> String {
             shape.read_fraction,
             shape.sequential_fraction,
             shape.mean_run_blocks,
+            shape.immediate_repeat_fraction,
             shape.write_duplicate_fraction,
             shape.median_gap_us
         );
@@ -594,15 +686,22 @@ fn summary_text(results: &Paper4Results) -> String {
     let _ = writeln!(
         text,
         "| workload | setup | read hits | disk reads | blocks they read | redirected | \
-         from duplicates | median ms | mean ms | total read s | change of total |"
+         from duplicates | median ms | mean ms | total read s | seek, rotation, transfer s | \
+         change of total |"
     );
     let _ = writeln!(
         text,
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     for run in &results.runs {
         let baseline = if run.techniques.cache == CacheMode::None {
             find(&results.runs, &run.workload, "vanilla")
+        } else if run.setup.ends_with(SMALL_CACHE) {
+            find(
+                &results.runs,
+                &run.workload,
+                &format!("vanilla, sector cache{SMALL_CACHE}"),
+            )
         } else {
             find(&results.runs, &run.workload, "vanilla, sector cache")
         };
@@ -611,7 +710,8 @@ fn summary_text(results: &Paper4Results) -> String {
         });
         let _ = writeln!(
             text,
-            "| {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {:+.1}% |",
+            "| {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {:.1}, {:.1}, {:.1} | \
+             {:+.1}% |",
             run.workload,
             run.setup,
             run.outcome.read_hits,
@@ -622,6 +722,9 @@ fn summary_text(results: &Paper4Results) -> String {
             run.median_read_ms,
             run.mean_read_ms,
             run.total_read_s,
+            run.outcome.read_seek_ns as f64 / 1e9,
+            run.outcome.read_rotation_ns as f64 / 1e9,
+            run.outcome.read_transfer_ns as f64 / 1e9,
             change
         );
     }

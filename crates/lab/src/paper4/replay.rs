@@ -14,11 +14,13 @@
 //! 2. **Dynamic replica retrieval** (§3.3): the blocks of the run that missed are planned
 //!    together by [`plan_run`]: for each, its own block, the other blocks holding its content
 //!    (the latest [`COPIES_PER_KEY`], as the engine's copy table keeps them) and its selective
-//!    duplicates; the planner takes the copy nearest the head, block by block, and keeps that
-//!    plan only when it moves the head less than reading in place. Without the technique every
+//!    duplicates; the planner costs each with the `hdd` profile (nothing to continue where the
+//!    head is, else a settle, half a turn and a seek growing with the distance), chooses block
+//!    by block, and keeps that plan only when it costs less than reading in place. Without the technique every
 //!    block is read in place.
 //! 3. **Disk requests**: the chosen blocks that lie next to each other on the disk go as one
-//!    request. All requests of one run are queued at the run's arrival, as the pieces of one
+//!    request. A read of the block just read (the FIU traces record some reads twice in a
+//!    row) is a request of its own, which the drive's buffer serves. All requests of one run are queued at the run's arrival, as the pieces of one
 //!    request are: a cache hit in the middle of a run splits it into two requests served back
 //!    to back (the second waits only for the hit block to pass under the head), never into two
 //!    that arrive apart. Paper 4's per-request disk I/O time is the service time of these
@@ -96,8 +98,12 @@ pub struct ReplayOutcome {
     pub redirected_reads: u64,
     /// Blocks read from a selective duplicate.
     pub duplicate_reads: u64,
-    /// Sum of the service times of disk reads: paper 4's total disk read I/O time (Table 3).
+    /// Sum of the service times of disk reads: paper 4's total disk read I/O time (Table 3),
+    /// and its parts: seeks, rotational waits, transfers.
     pub read_service_ns: u64,
+    pub read_seek_ns: u64,
+    pub read_rotation_ns: u64,
+    pub read_transfer_ns: u64,
     pub write_service_ns: u64,
     /// Sum of the response times (queue wait included) of all disk reads.
     pub read_response_ns: u64,
@@ -214,9 +220,11 @@ struct Replay<'a> {
     outcome: ReplayOutcome,
 }
 
-/// The lab's disk as the engine's `hdd` profile sees it: only where the head is.
+/// The lab's disk as the engine's `hdd` profile sees it: where the head is, and the disk's
+/// span as its stroke.
 fn planner_view(disk: &Disk) -> DeviceState {
     let device = DeviceState::new(DeviceProfile::Hdd);
+    device.set_stroke(super::disk::CAPACITY_SECTORS);
     device.moved_to(disk.head_sector());
     device
 }
@@ -312,6 +320,9 @@ impl Replay<'_> {
             outcome.disk_reads += 1;
             outcome.disk_read_blocks += blocks;
             outcome.read_service_ns += service.service_ns();
+            outcome.read_seek_ns += service.seek_ns;
+            outcome.read_rotation_ns += service.rotation_ns;
+            outcome.read_transfer_ns += service.transfer_ns;
             outcome.read_response_ns += service.end_ns() - run.arrival_ns;
             outcome.read_service_times_ns.push(service.service_ns());
             start = end;
@@ -401,6 +412,23 @@ pub fn replay(workload: &Workload, techniques: &Techniques) -> ReplayOutcome {
                     None => cache.insert(&key, request.content),
                 }
             }
+        }
+        let repeat = !request.write
+            && !run.write
+            && run
+                .blocks
+                .last()
+                .is_some_and(|&(sector, _, _)| sector == request.sector);
+        if repeat {
+            // The block just read, asked again: a request of its own after the run, which the
+            // drive's buffer serves when it reaches the disk (see [`super::disk`]).
+            state.dispatch(&mut run);
+            state.dispatch(&mut Run {
+                write: false,
+                arrival_ns: request.arrival_ns,
+                blocks: vec![(request.sector, request.content, hit)],
+            });
+            continue;
         }
         if !run.continues(request.write, request.sector) {
             state.dispatch(&mut run);

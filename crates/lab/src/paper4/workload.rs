@@ -31,6 +31,10 @@
 //!    is read from several mailboxes.
 //! 3. A day has 16 busy hours, in which the requests come, and 8 idle ones, in which
 //!    selective duplication runs (the diurnal pattern of §2.3).
+//! 4. Where runs start ([`Places`]): as in the excerpt, whose 23 seconds are dominated by one
+//!    process reading one mailbox file (87% of its requests in one 5 GB area), or spread over
+//!    the areas the excerpt touches, each equally likely, as a day of many mailboxes would be.
+//!    The lab replays both.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -49,7 +53,7 @@ pub const DISK_COPIES_MEAN: f64 = 2.5;
 /// chosen so that the blocks read have [`DISK_COPIES_MEAN`] copies on average, counted as
 /// paper 4 counts them (over the blocks read, so content with more copies, read through any
 /// of them, weighs more).
-pub const COPIED_EXTENT_FRACTION: f64 = 0.35;
+pub const COPIED_EXTENT_FRACTION: f64 = 0.7;
 pub const COPIES_PER_COPIED_EXTENT: f64 = 2.0;
 /// Share of one day's extents that the next day accesses again (paper 4 Fig. 4, mail: 45%).
 pub const DAY_OVERLAP: f64 = 0.45;
@@ -58,9 +62,23 @@ pub const START_JITTER_SECTORS: u64 = 1 << 17;
 /// Share of a day's new runs that are copies placed earlier (one mail read from another
 /// mailbox): chosen so that a content-addressed cache gets about 10% more read hits than a
 /// sector-addressed one, paper 4's figure for mail (§4.1).
-pub const COPY_READ_FRACTION: f64 = 0.1;
+pub const COPY_READ_FRACTION: f64 = 0.3;
 /// Times a day's extent is accessed on average.
 pub const ACCESSES_PER_EXTENT: f64 = 2.0;
+/// Where a synthetic day's runs start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Places {
+    /// Near the excerpt's run starts, each run as likely as in the excerpt: 87% of the mail
+    /// excerpt's requests lie in one 5 GB area (one process reading one mailbox file).
+    Runs,
+    /// Anywhere in the [`AREA_SECTORS`] areas the excerpt touches, each area equally likely:
+    /// a day of a mail server reads many mailboxes, not the excerpt's one.
+    Areas,
+}
+
+/// Size of one area of [`Places::Areas`]: 1 GiB.
+pub const AREA_SECTORS: u64 = 1 << 21;
 /// Busy part of a day; the rest is idle.
 pub const BUSY_NS: u64 = 16 * 3600 * 1_000_000_000;
 pub const DAY_NS: u64 = 24 * 3600 * 1_000_000_000;
@@ -170,6 +188,8 @@ pub fn excerpt(path: &Path) -> Result<Workload> {
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Shape {
     pub read_fraction: f64,
+    /// Share of requests for the block the previous request asked for.
+    pub immediate_repeat_fraction: f64,
     /// Share of requests that continue the one before (the next block, same operation or not).
     pub sequential_fraction: f64,
     pub mean_run_blocks: f64,
@@ -182,6 +202,8 @@ pub struct Shape {
 #[derive(Clone, Debug)]
 pub struct ExcerptStatistics {
     pub read_fraction: f64,
+    /// Share of requests for the block the previous request asked for.
+    pub immediate_repeat_fraction: f64,
     /// Lengths of the runs of sequential requests, in blocks.
     pub run_lengths: Vec<u64>,
     /// First sector of each run.
@@ -204,6 +226,7 @@ impl ExcerptStatistics {
         let requests = self.run_lengths.iter().sum::<u64>() as f64;
         Shape {
             read_fraction: self.read_fraction,
+            immediate_repeat_fraction: self.immediate_repeat_fraction,
             sequential_fraction: (requests - runs) / requests,
             mean_run_blocks: requests / runs,
             write_duplicate_fraction: self.write_duplicate_fraction,
@@ -220,10 +243,30 @@ impl ExcerptStatistics {
         let requests = &workload.requests;
         assert!(!requests.is_empty(), "a workload has requests");
         let reads = requests.iter().filter(|request| !request.write).count();
+        // A request for the block the previous one asked for (the FIU traces record some
+        // reads twice in a row) neither ends nor extends a run.
         let (mut run_lengths, mut run_starts) = (Vec::new(), Vec::new());
+        let (mut gaps_within_runs_ns, mut gaps_between_runs_ns) = (Vec::new(), Vec::new());
+        let mut immediate_repeats = 0u64;
         let mut length = 0;
-        for (index, request) in requests.iter().enumerate() {
-            let follows = index > 0 && requests[index - 1].sector + BLOCK_SECTORS == request.sector;
+        let mut previous: Option<&Request> = None;
+        for request in requests {
+            if let Some(previous) = previous {
+                if previous.sector == request.sector && previous.write == request.write {
+                    immediate_repeats += 1;
+                    continue;
+                }
+            }
+            let follows =
+                previous.is_some_and(|previous| previous.sector + BLOCK_SECTORS == request.sector);
+            if let Some(previous) = previous {
+                let gap = request.arrival_ns.saturating_sub(previous.arrival_ns);
+                if follows {
+                    gaps_within_runs_ns.push(gap);
+                } else {
+                    gaps_between_runs_ns.push(gap);
+                }
+            }
             if !follows {
                 if length > 0 {
                     run_lengths.push(length);
@@ -232,25 +275,18 @@ impl ExcerptStatistics {
                 length = 0;
             }
             length += 1;
+            previous = Some(request);
         }
         run_lengths.push(length);
-        let gaps_ns: Vec<u64> = requests
-            .windows(2)
-            .map(|pair| pair[1].arrival_ns.saturating_sub(pair[0].arrival_ns))
-            .collect();
-        let (mut gaps_within_runs_ns, mut gaps_between_runs_ns) = (Vec::new(), Vec::new());
-        for (pair, &gap) in requests.windows(2).zip(&gaps_ns) {
-            if pair[0].sector + BLOCK_SECTORS == pair[1].sector {
-                gaps_within_runs_ns.push(gap);
-            } else {
-                gaps_between_runs_ns.push(gap);
-            }
-        }
         for gaps in [&mut gaps_within_runs_ns, &mut gaps_between_runs_ns] {
             if gaps.is_empty() {
                 gaps.push(0);
             }
         }
+        let gaps_ns: Vec<u64> = requests
+            .windows(2)
+            .map(|pair| pair[1].arrival_ns.saturating_sub(pair[0].arrival_ns))
+            .collect();
         let mut seen = std::collections::HashSet::new();
         let (mut writes, mut duplicate_writes) = (0u64, 0u64);
         for request in requests {
@@ -262,6 +298,7 @@ impl ExcerptStatistics {
         }
         ExcerptStatistics {
             read_fraction: reads as f64 / requests.len() as f64,
+            immediate_repeat_fraction: immediate_repeats as f64 / requests.len() as f64,
             run_lengths,
             run_starts,
             gaps_ns,
@@ -370,11 +407,20 @@ impl DiskContent {
 /// of `statistics` (see the module documentation).
 pub fn synthesize(
     statistics: &ExcerptStatistics,
+    places: Places,
     days: u32,
     requests_per_day: u64,
     seed: u64,
 ) -> Workload {
     assert!(days > 0 && requests_per_day > 0);
+    // The areas the excerpt touches, each once.
+    let mut areas: Vec<u64> = statistics
+        .run_starts
+        .iter()
+        .map(|start| start / AREA_SECTORS)
+        .collect();
+    areas.sort_unstable();
+    areas.dedup();
     let mut random = Random::new(seed);
     let mut disk = DiskContent {
         content_of: HashMap::new(),
@@ -390,8 +436,15 @@ pub fn synthesize(
     let extents_per_day =
         ((requests_per_day as f64 / mean_run / ACCESSES_PER_EXTENT).ceil() as usize).max(1);
     let mut new_extent = |random: &mut Random| {
-        let template =
-            statistics.run_starts[random.below(statistics.run_starts.len() as u64) as usize];
+        let template = match places {
+            Places::Runs => {
+                statistics.run_starts[random.below(statistics.run_starts.len() as u64) as usize]
+            }
+            Places::Areas => {
+                let area = areas[random.below(areas.len() as u64) as usize];
+                area * AREA_SECTORS + random.below(AREA_SECTORS)
+            }
+        };
         let jitter = random.below(2 * START_JITTER_SECTORS / BLOCK_SECTORS) * BLOCK_SECTORS;
         let start = (template + jitter)
             .saturating_sub(START_JITTER_SECTORS)
@@ -406,7 +459,10 @@ pub fn synthesize(
         }
     };
     let mut workload = Workload {
-        name: format!("mail, {days} synthetic days"),
+        name: match places {
+            Places::Runs => format!("mail, {days} synthetic days"),
+            Places::Areas => format!("mail, {days} synthetic days, spread"),
+        },
         days,
         ..Workload::default()
     };
@@ -524,7 +580,7 @@ mod tests {
     #[test]
     fn synthetic_days_keep_the_statistics() {
         let statistics = ExcerptStatistics::of(&base());
-        let synthetic = synthesize(&statistics, 3, 20_000, 1);
+        let synthetic = synthesize(&statistics, Places::Runs, 3, 20_000, 1);
         let (want, got) = (
             statistics.shape(),
             ExcerptStatistics::of(&synthetic).shape(),

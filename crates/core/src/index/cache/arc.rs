@@ -414,6 +414,21 @@ mod tests {
         );
     }
 
+    /// Goal: `entries_by_list` lists T2 and T1 apart, each most recent first, with their
+    /// values. Method: four entries, two of them used twice.
+    #[test]
+    fn entries_by_list_shows_both_lists() {
+        let mut cache = ArcCache::new(4);
+        for n in 0..4 {
+            demand(&mut cache, n);
+        }
+        demand(&mut cache, 1);
+        demand(&mut cache, 3);
+        let (t2, t1) = cache.entries_by_list();
+        assert_eq!(t2, vec![(fingerprint(3), 3), (fingerprint(1), 1)]);
+        assert_eq!(t1, vec![(fingerprint(2), 2), (fingerprint(0), 0)]);
+    }
+
     /// Goal: paper 1 §4.4 rules 1 and 3: a prefetched entry enters T1 flagged, its first
     /// demand access keeps it in T1, the second moves it to T2.
     #[test]
