@@ -371,6 +371,9 @@ pub struct Paper4Args {
     /// Block requests of each synthetic day [default: 200000, quick: 40000].
     #[arg(long, value_name = "N")]
     pub requests_per_day: Option<u64>,
+    /// Scratch space of selective duplication, in 4 KiB blocks for all ten copies.
+    #[arg(long, value_name = "N", default_value_t = onecopy_lab::paper4::SCRATCH_BLOCKS)]
+    pub scratch_blocks: u64,
 }
 
 fn run_paper4(args: &Paper4Args) -> anyhow::Result<()> {
@@ -385,6 +388,7 @@ fn run_paper4(args: &Paper4Args) -> anyhow::Result<()> {
     if let Some(requests) = args.requests_per_day {
         options.requests_per_day = requests;
     }
+    options.scratch_blocks = args.scratch_blocks;
     for path in onecopy_lab::paper4::run(&options).context("running paper 4's replays")? {
         println!("wrote {}", path.display());
     }

@@ -54,6 +54,8 @@ pub struct Paper4Options {
     /// Synthetic days (paper 4 replays a week).
     pub days: u32,
     pub requests_per_day: u64,
+    /// Scratch space of selective duplication, in blocks for all copies.
+    pub scratch_blocks: u64,
     /// Cache sizes of Figs. 12 and 13, in pages, and operations timed at each.
     pub overhead_pages: Vec<usize>,
     pub overhead_operations: u64,
@@ -78,6 +80,7 @@ impl Paper4Options {
             quick,
             days,
             requests_per_day,
+            scratch_blocks: SCRATCH_BLOCKS,
             overhead_pages,
             overhead_operations,
         }
@@ -161,7 +164,11 @@ pub fn run(options: &Paper4Options) -> Result<Vec<PathBuf>> {
     let workloads: Vec<&Workload> = std::iter::once(&excerpt).chain(&synthetic).collect();
     let mut runs = Vec::new();
     for workload in &workloads {
-        runs.extend(replays(workload, mail_reads_per_day));
+        runs.extend(replays(
+            workload,
+            mail_reads_per_day,
+            options.scratch_blocks,
+        ));
     }
     let overhead = overhead::measure(&options.overhead_pages, options.overhead_operations);
     let results = Paper4Results {
@@ -173,7 +180,7 @@ pub fn run(options: &Paper4Options) -> Result<Vec<PathBuf>> {
             .unwrap_or_default(),
         cache_pages: CACHE_PAGES,
         duplicate_copies: DUPLICATE_COPIES,
-        scratch_blocks: SCRATCH_BLOCKS,
+        scratch_blocks: options.scratch_blocks,
         mail_reads_per_day,
         workloads: workloads.iter().map(|workload| facts(workload)).collect(),
         runs,
@@ -249,7 +256,7 @@ pub fn small_cache_pages(workload: &Workload, mail_reads_per_day: f64) -> usize 
 pub const SMALL_CACHE: &str = ", small cache";
 
 /// The setups of Figs. 10, 11 and Table 3 on one workload.
-fn replays(workload: &Workload, mail_reads_per_day: f64) -> Vec<Run> {
+fn replays(workload: &Workload, mail_reads_per_day: f64, scratch_blocks: u64) -> Vec<Run> {
     let none = Techniques {
         cache: CacheMode::None,
         cache_pages: 0,
@@ -258,7 +265,7 @@ fn replays(workload: &Workload, mail_reads_per_day: f64) -> Vec<Run> {
     };
     let duplication = Some(Duplication {
         copies: DUPLICATE_COPIES,
-        budget_blocks: SCRATCH_BLOCKS,
+        budget_blocks: scratch_blocks,
     });
     let retrieval = Techniques {
         replica_retrieval: true,
@@ -293,6 +300,13 @@ fn replays(workload: &Workload, mail_reads_per_day: f64) -> Vec<Run> {
             Techniques {
                 duplication,
                 ..retrieval
+            },
+        ));
+        setups.push((
+            "sector cache + replica retrieval",
+            Techniques {
+                replica_retrieval: true,
+                ..sector_cache
             },
         ));
         setups.push((
@@ -416,49 +430,74 @@ fn distribution_figure(
 }
 
 /// Setups of Table 3: the vanilla system, each technique added, and all three.
-pub const TABLE3_SETUPS: [&str; 5] = [
+pub const TABLE3_SETUPS: [&str; 6] = [
     "vanilla, sector cache",
     "content cache",
     "content cache + replica retrieval",
+    "sector cache + replica retrieval",
     "sector cache + replica retrieval + duplication",
     "I/O deduplication",
 ];
 
-/// Table 3 as bars: total disk read time of each setup, one panel per workload.
+/// Table 3 as bars: total disk read time of each setup, one panel per workload, one group of
+/// bars per cache size.
 fn table3_figure(results: &Paper4Results) -> Figure {
     let mut figure = Figure::new(
         "Table 3: total disk read time, vanilla against I/O deduplication (HDD model)",
         1,
     );
     for facts in &results.workloads {
-        let runs: Vec<&Run> = TABLE3_SETUPS
+        let mut categories = vec![format!("{} pages (200 MB)", results.cache_pages)];
+        let mut suffixes = vec![String::new()];
+        let small = find(
+            &results.runs,
+            &facts.name,
+            &format!("vanilla, sector cache{SMALL_CACHE}"),
+        );
+        if let Some(small) = small {
+            categories.push(format!(
+                "{} pages (scaled to the day)",
+                small.techniques.cache_pages
+            ));
+            suffixes.push(SMALL_CACHE.to_string());
+        }
+        let series = TABLE3_SETUPS
             .iter()
-            .map(|setup| setup.to_string())
-            .chain(
-                TABLE3_SETUPS
+            .filter(|setup| find(&results.runs, &facts.name, setup).is_some())
+            .map(|setup| BarSeries {
+                name: short_setup(setup).to_string(),
+                values: suffixes
                     .iter()
-                    .map(|setup| format!("{setup}{SMALL_CACHE}")),
-            )
-            .filter_map(|setup| find(&results.runs, &facts.name, &setup))
+                    .map(|suffix| {
+                        find(&results.runs, &facts.name, &format!("{setup}{suffix}"))
+                            .map_or(0.0, |run| round(run.total_read_s, 1))
+                    })
+                    .collect(),
+            })
             .collect();
         // One bar per setup, named in the legend: the setups' names are too long for the axis.
         figure.panels.push(Panel::Bars(BarPanel {
             title: facts.name.clone(),
-            x_label: String::new(),
+            x_label: "cache size".into(),
             y_label: "total disk read time (s, modelled)".into(),
             y_scale: AxisScale::Linear,
-            categories: vec![facts.name.clone()],
-            series: runs
-                .iter()
-                .map(|run| BarSeries {
-                    name: run.setup.clone(),
-                    values: vec![round(run.total_read_s, 1)],
-                })
-                .collect(),
+            categories,
+            series,
             value_labels: true,
         }));
     }
     figure
+}
+
+/// A setup's name short enough for two legend columns.
+fn short_setup(setup: &str) -> &str {
+    match setup {
+        "vanilla, sector cache" => "vanilla (sector cache)",
+        "content cache + replica retrieval" => "content + retrieval",
+        "sector cache + replica retrieval" => "sector + retrieval",
+        "sector cache + replica retrieval + duplication" => "sector + retr. + dupl.",
+        other => other,
+    }
 }
 
 /// One measure of an overhead point.
@@ -648,8 +687,11 @@ fn summary_text(results: &Paper4Results) -> String {
         "The synthetic days are generated (`paper4::workload`): the excerpt's share of reads, \
          runs of sequential requests, places, gaps (within and between runs) and repeated \
          writes, with paper 4's copies per block read (2.5) and day-to-day overlap (45%), and \
-         a tenth of each day's new runs reading copies placed earlier (one mail read from \
-         another mailbox); the excerpt is 23 seconds, and duplication needs days. Replica \
+         some of each day's new runs reading a copy of one of the day's runs (one mail read \
+         from another mailbox); the excerpt is 23 seconds, and duplication needs days. \
+         `spread` days start their runs anywhere in the 1 GiB areas the excerpt touches, each \
+         area equally likely, where the others follow the excerpt's runs (87% of them in one \
+         5 GB area). Replica \
          retrieval and selective duplication run the block engine's planner (`hdd` profile: \
          the copy nearest the head), ARC of days and duplication plan.\n"
     );
@@ -686,12 +728,12 @@ fn summary_text(results: &Paper4Results) -> String {
     let _ = writeln!(
         text,
         "| workload | setup | read hits | disk reads | blocks they read | redirected | \
-         from duplicates | median ms | mean ms | total read s | seek, rotation, transfer s | \
-         change of total |"
+         with duplicates | from duplicates | median ms | mean ms | total read s | \
+         seek, rotation, transfer s | change of total |"
     );
     let _ = writeln!(
         text,
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     for run in &results.runs {
         let baseline = if run.techniques.cache == CacheMode::None {
@@ -710,14 +752,15 @@ fn summary_text(results: &Paper4Results) -> String {
         });
         let _ = writeln!(
             text,
-            "| {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {:.1}, {:.1}, {:.1} | \
-             {:+.1}% |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {:.1}, {:.1}, \
+             {:.1} | {:+.1}% |",
             run.workload,
             run.setup,
             run.outcome.read_hits,
             run.outcome.disk_reads,
             run.outcome.disk_read_blocks,
             run.outcome.redirected_reads,
+            run.outcome.duplicated_blocks_read,
             run.outcome.duplicate_reads,
             run.median_read_ms,
             run.mean_read_ms,

@@ -98,6 +98,8 @@ pub struct ReplayOutcome {
     pub redirected_reads: u64,
     /// Blocks read from a selective duplicate.
     pub duplicate_reads: u64,
+    /// Blocks read from the disk whose content had selective duplicates, chosen or not.
+    pub duplicated_blocks_read: u64,
     /// Sum of the service times of disk reads: paper 4's total disk read I/O time (Table 3),
     /// and its parts: seeks, rotational waits, transfers.
     pub read_service_ns: u64,
@@ -300,6 +302,8 @@ impl Replay<'_> {
                         .get(&content)
                         .is_some_and(|sectors| sectors.contains(&position)),
             );
+            self.outcome.duplicated_blocks_read +=
+                u64::from(self.scratch.sectors_of.contains_key(&content));
             if let Some(popularity) = self.popularity.as_mut() {
                 popularity.note(NumberKey(content), sector);
             }

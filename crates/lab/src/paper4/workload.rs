@@ -59,8 +59,9 @@ pub const COPIES_PER_COPIED_EXTENT: f64 = 2.0;
 pub const DAY_OVERLAP: f64 = 0.45;
 /// How far a synthetic run's start may lie from the excerpt's run start it is modelled on.
 pub const START_JITTER_SECTORS: u64 = 1 << 17;
-/// Share of a day's new runs that are copies placed earlier (one mail read from another
-/// mailbox): chosen so that a content-addressed cache gets about 10% more read hits than a
+/// Share of a day's new runs drawn as a copy of one of the day's runs (one mail read from
+/// another mailbox the same day; the draw finds no copy for most runs, which are not copied):
+/// chosen so that a content-addressed cache gets about 10% more read hits than a
 /// sector-addressed one, paper 4's figure for mail (§4.1).
 pub const COPY_READ_FRACTION: f64 = 0.3;
 /// Times a day's extent is accessed on average.
@@ -329,8 +330,9 @@ struct DiskContent {
     /// What each block decided so far held before the first request: the replay's
     /// [`Workload::initial`].
     initial: Vec<(u64, u64)>,
-    /// Copies placed so far, for runs that read content at another address.
-    copy_extents: Vec<Extent>,
+    /// Copies placed so far, by the start of the extent they copy, for runs that read content
+    /// at another address.
+    copies_of: HashMap<u64, Vec<Extent>>,
     next_content: u64,
     span_sectors: u64,
 }
@@ -394,10 +396,13 @@ impl DiskContent {
                 }
             }
             if placed == extent.blocks {
-                self.copy_extents.push(Extent {
-                    start,
-                    blocks: extent.blocks,
-                });
+                self.copies_of
+                    .entry(extent.start)
+                    .or_default()
+                    .push(Extent {
+                        start,
+                        blocks: extent.blocks,
+                    });
             }
         }
     }
@@ -425,7 +430,7 @@ pub fn synthesize(
     let mut disk = DiskContent {
         content_of: HashMap::new(),
         initial: Vec::new(),
-        copy_extents: Vec::new(),
+        copies_of: HashMap::new(),
         next_content: 0,
         span_sectors: statistics.span_sectors,
     };
@@ -478,8 +483,15 @@ pub fn synthesize(
             .map(|(rank, extent)| (rank as f64 / extents.len() as f64, *extent))
             .collect();
         while ranked.len() < extents_per_day {
-            let copy = (!disk.copy_extents.is_empty() && random.unit() < COPY_READ_FRACTION)
-                .then(|| disk.copy_extents[random.below(disk.copy_extents.len() as u64) as usize]);
+            // A copy of one of the day's extents, when the draw finds one that has copies: the
+            // same mail read from another mailbox the same day.
+            let copy = (random.unit() < COPY_READ_FRACTION && !ranked.is_empty())
+                .then(|| {
+                    let original = ranked[random.below(ranked.len() as u64) as usize].1;
+                    let copies = disk.copies_of.get(&original.start)?;
+                    Some(copies[random.below(copies.len() as u64) as usize])
+                })
+                .flatten();
             let extent = copy.unwrap_or_else(|| new_extent(&mut random));
             disk.decide_extent(extent, &mut random, &mut new_extent);
             ranked.push((random.unit(), extent));
