@@ -15,7 +15,8 @@
 //! **Synthetic days** ([`synthesize`]) keep what the excerpt measures, and take from the paper
 //! what it cannot show:
 //!
-//! 1. From the excerpt: the fraction of reads (89%), the runs of sequential requests (85% of
+//! 1. From the excerpt: the fraction of reads (89%) on blocks apart from the written ones (an
+//!    extent is read or written, never both), the runs of sequential requests (85% of
 //!    requests follow the previous one; run lengths are resampled from the excerpt's), where
 //!    runs start on the disk (the excerpt's run starts, moved by up to
 //!    [`START_JITTER_SECTORS`]), the gaps between requests (resampled apart within a run and
@@ -321,6 +322,9 @@ impl ExcerptStatistics {
 struct Extent {
     start: u64,
     blocks: u64,
+    /// Written whenever drawn (else read): the excerpt's reads and writes touch different
+    /// blocks (6 of its 890 written blocks are read), so an extent keeps one role.
+    write: bool,
 }
 
 /// The disk's content, as far as the generator has decided it.
@@ -402,6 +406,7 @@ impl DiskContent {
                     .push(Extent {
                         start,
                         blocks: extent.blocks,
+                        write: false,
                     });
             }
         }
@@ -461,6 +466,7 @@ pub fn synthesize(
             blocks: blocks
                 .min((statistics.span_sectors - start) / BLOCK_SECTORS)
                 .max(1),
+            write: random.unit() >= statistics.read_fraction,
         }
     };
     let mut workload = Workload {
@@ -488,6 +494,9 @@ pub fn synthesize(
             let copy = (random.unit() < COPY_READ_FRACTION && !ranked.is_empty())
                 .then(|| {
                     let original = ranked[random.below(ranked.len() as u64) as usize].1;
+                    if original.write {
+                        return None;
+                    }
                     let copies = disk.copies_of.get(&original.start)?;
                     Some(copies[random.below(copies.len() as u64) as usize])
                 })
@@ -498,14 +507,26 @@ pub fn synthesize(
         }
         ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
         extents = ranked.into_iter().map(|(_, extent)| extent).collect();
+        // Read and written extents, each in order of popularity: a request is a write with
+        // the excerpt's share, and goes to the popular written extents.
+        let (written, read): (Vec<Extent>, Vec<Extent>) =
+            extents.iter().partition(|extent| extent.write);
         let mut time_ns = u64::from(day) * DAY_NS;
         let day_end_ns = time_ns + BUSY_NS;
-        let mut issued = 0;
+        let (mut issued, mut issued_writes) = (0u64, 0u64);
         while issued < requests_per_day {
+            // A write whenever the day's writes fall behind the excerpt's share: extents differ
+            // in length, so drawing the operation at random would let a long popular extent
+            // set the share.
+            let write = (issued_writes as f64) < (1.0 - statistics.read_fraction) * issued as f64;
+            let list = match (write, written.is_empty(), read.is_empty()) {
+                (true, false, _) | (false, _, true) => &written,
+                _ => &read,
+            };
             // Zipf-like popularity (exponent 1): rank r is drawn with weight 1/(r+1).
-            let rank = ((extents.len() as f64 + 1.0).powf(random.unit()) - 1.0) as usize;
-            let extent = extents[rank.min(extents.len() - 1)];
-            let write = random.unit() >= statistics.read_fraction;
+            let rank = ((list.len() as f64 + 1.0).powf(random.unit()) - 1.0) as usize;
+            let extent = list[rank.min(list.len() - 1)];
+            let write = extent.write;
             for block in 0..extent.blocks {
                 let sector = extent.start + block * BLOCK_SECTORS;
                 let content = if write {
@@ -547,6 +568,7 @@ pub fn synthesize(
                     content,
                 });
                 issued += 1;
+                issued_writes += u64::from(write);
             }
         }
     }
