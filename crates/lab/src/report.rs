@@ -318,12 +318,12 @@ const KNOWN_FIGURES: &[KnownFigure] = &[
         caption: "Table 3: total disk read time, the vanilla system (sector cache) against I/O \
                   deduplication (content cache, replica retrieval, selective duplication)",
         compare: paper4_table3,
-        why: "with the paper's 200 MB the cache holds most of a synthetic day (83% of reads \
-              hit a sector cache), so the content cache adds under 1% of hits, mostly inside \
-              runs (fewer blocks, no fewer positionings), and duplicates are rarely read from \
-              the disk; scaled to the day (small cache), the content cache loses hits to the \
-              written content it keeps; replica retrieval gives most of the gain \
-              (paper4/summary.md)",
+        why: "with the paper's 200 MB the cache holds most of a synthetic day (about 80% of \
+              reads hit a sector cache, where the paper calls mail cache-unfriendly), so the \
+              content cache adds 1-3% of hits, mostly inside runs (fewer blocks, hardly fewer \
+              positionings), and duplicates are almost never read from the disk; with the cache \
+              scaled to the day, duplication adds 1-2 points; replica retrieval gives most of \
+              the gain (docs/LAB.md)",
     },
     KnownFigure {
         part: "paper4",
@@ -1512,8 +1512,8 @@ const PAPER4_WHY: &str = "a model of the paper's disk replaces its disk, and the
                           are synthetic (the excerpt's statistics, the paper's duplication and \
                           day-to-day overlap); 87% of the excerpt's requests lie in one 5 GB \
                           area, where a block's own copy is nearer than any of ten regions \
-                          spread over the disk, and a fifth of the next day's disk reads find \
-                          their content duplicated (paper4/summary.md)";
+                          spread over the disk, and 12-18% of the disk reads find their \
+                          content duplicated (docs/LAB.md)";
 
 fn paper4_run<'a>(results: &'a Value, workload: &str, setup: &str) -> Option<&'a Value> {
     list(results, "runs")
