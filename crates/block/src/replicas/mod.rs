@@ -126,6 +126,8 @@ pub struct ReplicaStats {
     pub duplicate_bytes: u64,
     /// Duplicates dropped because their source chunk was freed.
     pub duplicates_dropped: u64,
+    /// Memory of the copy table, the duplicates' bookkeeping and the popularity of content.
+    pub memory_bytes: u64,
 }
 
 /// A chunk known to hold some content.
@@ -665,6 +667,21 @@ impl Replicas {
             stats.copy_table_keys = copies.keys.len() as u64;
             stats.copy_table_keys_limit = copies.keys.entries_limit() as u64;
         }
+        let copy_table = inner.copies.as_ref().map_or(0, |copies| {
+            copies.keys.memory_bytes()
+                + copies.slots.capacity() * std::mem::size_of::<([ChunkCopy; COPIES_PER_KEY], u8)>()
+                + copies.free.capacity() * 4
+        });
+        let duplicates = inner.duplicates.len()
+            * (std::mem::size_of::<(ContentKey, DuplicateSet)>()
+                + self.options.duplicate_copies as usize * std::mem::size_of::<Duplicate>());
+        stats.memory_bytes = (copy_table
+            + duplicates
+            + inner
+                .popularity
+                .as_ref()
+                .map_or(0, |popularity| popularity.memory_bytes()))
+            as u64;
         stats
     }
 }

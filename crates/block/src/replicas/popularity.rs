@@ -167,6 +167,14 @@ impl<K: CacheKey + Hash, S: Copy> Popularity<K, S> {
         ranked
     }
 
+    /// Memory held: the ARC of days, its entries, and today's counts.
+    pub fn memory_bytes(&self) -> usize {
+        self.days.memory_bytes()
+            + self.entries.capacity() * std::mem::size_of::<Option<DayEntry<S>>>()
+            + self.free.capacity() * 4
+            + self.today.capacity() * (std::mem::size_of::<(K, (u32, S))>() + 1)
+    }
+
     /// Forgets `key` (its content is gone from the device).
     pub fn forget(&mut self, key: &K) {
         self.today.remove(key);

@@ -35,8 +35,10 @@ pub enum LabCommand {
     /// the chunk size on the file system face (Fig. 3), and the I/O monitor's cost.
     Paper3(Paper3Args),
     /// Paper 4 §4.2-4.5: dynamic replica retrieval, selective duplication and all of I/O
-    /// deduplication by a timed replay of the FIU mail trace over a hard-disk model (Figs. 10,
-    /// 11, Table 3), and the content cache's lookup and insertion costs (Figs. 12, 13).
+    /// deduplication by a timed replay of the FIU mail trace and synthetic days over a
+    /// hard-disk model, with the block engine's read planner, ARC of days and duplication plan
+    /// (Figs. 10, 11, Table 3), and the content cache's lookup and insertion costs (Figs. 12,
+    /// 13).
     Paper4(Paper4Args),
     /// Paper 5 §5: repeated writes of small and large files with and without deduplication
     /// (Figs. 1-3) and the LFU index cache's size against hit rate and throughput (§3.6), on
