@@ -20,7 +20,7 @@
 //! 4. a flagged entry (prefetched, never used) that is evicted leaves no ghost.
 
 use super::table::{List, Slab, SlotTable};
-use super::{CacheKey, EntryCache, Residents};
+use super::{CacheKey, Entries, EntryCache, Residents};
 use crate::fingerprint::Fingerprint;
 
 const IN_T1: u32 = 1;
@@ -102,9 +102,9 @@ impl<K: CacheKey> ArcCache<K> {
     /// The resident entries as (key, value), in two lists: T2 (seen at least twice) and T1
     /// (seen once lately), each most recently used first. Selective duplication reads an ARC
     /// of days this way (paper 4 §3.4): its T2 holds the content used on several days.
-    pub fn entries_by_list(&self) -> (Vec<(K, u64)>, Vec<(K, u64)>) {
+    pub fn entries_by_list(&self) -> (Entries<K>, Entries<K>) {
         let slab = &self.residents.slab;
-        let entries = |list: &List| -> Vec<(K, u64)> {
+        let entries = |list: &List| -> Entries<K> {
             list.indices(slab)
                 .into_iter()
                 .map(|index| {
