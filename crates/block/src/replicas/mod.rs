@@ -70,6 +70,8 @@ use popularity::{Candidate, Popularity};
 pub const COPIES_PER_KEY: usize = 4;
 /// Directory of the scratch regions, in the block face's storage.
 pub const SCRATCH_DIRECTORY: &str = "scratch";
+/// Content keys whose popularity is tracked at the least.
+const POPULARITY_KEYS_MIN: usize = 1024;
 /// Value of a copy-table entry between its insertion and the assignment of its slot.
 const SLOT_PENDING: u64 = u64::MAX;
 
@@ -86,7 +88,8 @@ pub struct ReplicaOptions {
     pub duplicate_copies: u32,
     /// A duplication round runs in idle time at most this often (paper 4: daily).
     pub duplication_interval_seconds: u64,
-    /// Content keys whose popularity is tracked over days.
+    /// Content keys whose popularity is tracked over days, at most: four times what one
+    /// scratch region holds, within this bound (and today's reads, four times that).
     pub popularity_keys: usize,
 }
 
@@ -343,8 +346,14 @@ impl Replicas {
         };
         let duplicating = retrieval && options.scratch_bytes > 0 && options.duplicate_copies > 0;
         let popularity = duplicating.then(|| {
-            let keys = options.popularity_keys.max(1);
-            Popularity::new(keys, keys)
+            // Four times the content one region holds, as 4 KiB blocks: enough to rank, and a
+            // memory that follows the scratch budget.
+            let region_blocks = options.scratch_bytes / u64::from(options.duplicate_copies) / 4096;
+            let keys = (region_blocks.saturating_mul(4) as usize).clamp(
+                POPULARITY_KEYS_MIN,
+                options.popularity_keys.max(POPULARITY_KEYS_MIN),
+            );
+            Popularity::new(keys, keys.saturating_mul(4))
         });
         Replicas {
             device: DeviceState::new(options.device_profile),
