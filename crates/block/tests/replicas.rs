@@ -240,3 +240,47 @@ fn duplicates_serve_popular_blocks_and_never_confuse() {
         assert_eq!(read(&engine, volume, block), block_of(want));
     }
 }
+
+/// Goal: selective duplication runs by itself in idle time once its interval has passed.
+/// Method: popular reads, then the background thread with an interval of zero and a short
+/// idle threshold, polled until a round has run.
+#[test]
+fn idle_time_runs_a_duplication_round() {
+    let storage = SimulatedStorage::new();
+    let mut runtime = runtime(10 * 16 * BLOCK as u64);
+    runtime.idle_milliseconds = 100;
+    runtime.replicas.duplication_interval_seconds = 0;
+    let engine = Engine::open(
+        Arc::new(storage.clone()) as Arc<dyn Storage>,
+        Some(config()),
+        runtime,
+    )
+    .unwrap();
+    let volume = engine
+        .create_volume(
+            "disk",
+            64 * BLOCK as u64,
+            BLOCK as u32,
+            HintSettings::none(),
+        )
+        .unwrap()
+        .id;
+    for block in 0..40 {
+        write(&engine, volume, block, &block_of(block));
+    }
+    engine.flush().unwrap();
+    for block in 0..8 {
+        assert_eq!(read(&engine, volume, block), block_of(block));
+    }
+    let background = engine.start_background();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while engine.stats().replicas.duplication_rounds == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a round runs in idle time"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    drop(background);
+    assert!(engine.stats().replicas.duplicates > 0);
+}
