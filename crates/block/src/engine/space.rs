@@ -142,7 +142,7 @@ impl Engine {
         }
         if !state.space.refusing && estimate < headroom.saturating_add(bytes) {
             state.space.refusing = true;
-            // Duplicates are derived: their room goes back before a write is refused.
+            // Duplicates are derived: their room goes back at once, for the next sample.
             self.replicas.drop_all(self.storage().as_ref())?;
         }
         if state.space.refusing {
