@@ -68,6 +68,8 @@ use popularity::{Candidate, Popularity};
 
 /// Chunks the copy table lists per content key.
 pub const COPIES_PER_KEY: usize = 4;
+// The copy table counts a key's copies in a byte.
+const _: () = assert!(COPIES_PER_KEY <= u8::MAX as usize);
 /// Directory of the scratch regions, in the block face's storage.
 pub const SCRATCH_DIRECTORY: &str = "scratch";
 /// Content keys whose popularity is tracked at the least.
@@ -593,18 +595,19 @@ impl Replicas {
             if contents.is_empty() {
                 return Ok(());
             }
+            // Every region holds the same bytes, in the same order.
+            let mut buffer = Vec::new();
+            let mut offsets = Vec::with_capacity(contents.len());
+            for (_, _, bytes) in contents {
+                offsets.push(buffer.len() as u64);
+                buffer.extend_from_slice(bytes);
+            }
             for (region, &anchor) in positions.iter().enumerate() {
                 let name = format!("{SCRATCH_DIRECTORY}/{generation:016x}.{region:04}");
                 let file = storage.open(&name, true)?;
                 files.push(name);
-                let mut buffer = Vec::new();
-                let mut offsets = Vec::with_capacity(contents.len());
-                for (_, _, bytes) in contents {
-                    offsets.push(buffer.len() as u64);
-                    buffer.extend_from_slice(bytes);
-                }
                 file.write_at(0, &buffer)?;
-                for ((key, source, bytes), offset) in contents.iter().zip(offsets) {
+                for ((key, source, bytes), &offset) in contents.iter().zip(&offsets) {
                     sets.entry(*key)
                         .or_insert_with(|| DuplicateSet {
                             source: *source,
