@@ -52,7 +52,7 @@ const SLOT_PENDING: u64 = u64::MAX;
 const NAMES_PER_SLOT: usize = 4;
 
 /// The content key of a chunk: a collision-resistant digest of its bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ContentKey(pub Fingerprint);
 
 impl CacheKey for ContentKey {

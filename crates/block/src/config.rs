@@ -7,6 +7,8 @@ use onecopy_core::container::ContainerOptions;
 use onecopy_core::fingerprint::FingerprintAlgorithm;
 use onecopy_core::index::IndexOptions;
 
+use crate::replicas::ReplicaOptions;
+
 /// Settings chosen when the block face of a repository is first used; they shape what is
 /// stored and cannot change afterwards. Saved in `block/config.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -67,9 +69,12 @@ pub struct RuntimeOptions {
     pub checkpoint_journal_bytes: u64,
     /// A checkpoint starts once this many metadata pages are dirty.
     pub checkpoint_dirty_pages: usize,
-    /// Background work (deferred deduplication, checkpoints) waits for this many milliseconds
-    /// without requests before it runs.
+    /// Background work (deferred deduplication, checkpoints, selective duplication) waits
+    /// for this many milliseconds without requests before it runs.
     pub idle_milliseconds: u64,
+    /// Dynamic replica retrieval and selective duplication (paper 4 §3.3, §3.4).
+    #[serde(default)]
+    pub replicas: ReplicaOptions,
 }
 
 impl RuntimeOptions {
@@ -97,6 +102,7 @@ impl Default for RuntimeOptions {
             checkpoint_journal_bytes: 256 << 20,
             checkpoint_dirty_pages: 32768,
             idle_milliseconds: 2000,
+            replicas: ReplicaOptions::default(),
         }
     }
 }

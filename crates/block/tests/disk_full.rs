@@ -171,3 +171,63 @@ fn reserve_lets_a_flush_through_a_full_disk() {
         "the reserve is taken back"
     );
 }
+
+/// Goal: duplicates (derived data) give their room back when the disk fills: the engine
+/// drops them and removes their files when it starts refusing writes, every block still
+/// reads back, and a round on the full disk writes nothing. Method: 4 MiB read on two days
+/// and duplicated into ten regions, then another volume written until ENOSPC.
+#[test]
+fn duplicates_give_their_room_back_on_a_full_disk() {
+    use onecopy_block::replicas::device::DeviceProfile;
+    use onecopy_block::replicas::{ReplicaOptions, SCRATCH_DIRECTORY};
+
+    let storage = SimulatedStorage::new();
+    storage.set_capacity(Some(160 * MIB as u64));
+    let mut runtime = runtime();
+    runtime.replicas = ReplicaOptions {
+        device_profile: DeviceProfile::Hdd,
+        scratch_bytes: 10 * 4 * MIB as u64,
+        ..ReplicaOptions::default()
+    };
+    let engine = Engine::open_with(
+        Arc::new(storage.clone()) as Arc<dyn Storage>,
+        None,
+        runtime,
+        OpenMode::ReadWrite,
+    )
+    .unwrap();
+    let keep = engine
+        .create_volume("keep", 64 * MIB as u64, 4096, HintSettings::none())
+        .unwrap()
+        .id;
+    let filler = engine
+        .create_volume("filler", 256 * MIB as u64, 4096, HintSettings::none())
+        .unwrap()
+        .id;
+    let data = pattern(1000, 4 * MIB);
+    engine.write(keep, 0, &data, false).unwrap();
+    // Beyond the open container, so the reads go to the files.
+    engine
+        .write(keep, 8 * MIB as u64, &pattern(1001, 8 * MIB), false)
+        .unwrap();
+    engine.flush().unwrap();
+    let mut read = vec![0u8; 4 * MIB];
+    for _day in 0..2 {
+        for block in 0..1024u64 {
+            engine.read(keep, block * 4096, &mut read[..4096]).unwrap();
+        }
+        engine.duplicate_popular().unwrap();
+    }
+    assert!(engine.stats().replicas.duplicates > 0);
+    assert!(!storage.list(SCRATCH_DIRECTORY).unwrap().is_empty());
+
+    fill(&engine, filler, 0, 256);
+    let stats = engine.stats().replicas;
+    assert_eq!(stats.duplicates, 0, "{stats:?}");
+    assert!(storage.list(SCRATCH_DIRECTORY).unwrap().is_empty());
+    engine.read(keep, 0, &mut read).unwrap();
+    assert_eq!(read, data);
+    let round = engine.duplicate_popular().unwrap();
+    assert!(round.skipped_for_space, "{round:?}");
+    assert!(storage.list(SCRATCH_DIRECTORY).unwrap().is_empty());
+}

@@ -40,6 +40,24 @@ pub struct EngineArgs {
     /// Replacement policy of the content cache: arc, lru or lfu.
     #[arg(long, value_name = "POLICY", default_value = "arc")]
     pub content_cache_policy: String,
+    /// Device model of dynamic replica retrieval (paper 4): hdd reads the copy of a block's
+    /// content nearest the head, ssd the one in the least busy region, none always the
+    /// block's own copy.
+    #[arg(long, value_name = "PROFILE", default_value = "ssd")]
+    pub device_profile: String,
+    /// Memory of the copy table of replica retrieval (which chunks hold the same content).
+    #[arg(long, value_name = "SIZE", default_value = "4MiB")]
+    pub copy_table: String,
+    /// Scratch space for selective duplication (paper 4): copies of popular content made in
+    /// idle time, spread over the device (0 turns it off).
+    #[arg(long, value_name = "SIZE", default_value = "0")]
+    pub scratch_space: String,
+    /// Copies of each popular content selective duplication makes (scratch regions).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub duplicate_copies: u32,
+    /// Selective duplication runs in idle time at most this often.
+    #[arg(long, value_name = "DURATION", default_value = "86400s")]
+    pub duplication_interval: String,
 }
 
 impl EngineArgs {
@@ -55,6 +73,15 @@ impl EngineArgs {
         runtime.index.false_positive_rate = self.index_filter_false_positives;
         runtime.content_cache_bytes = parse_size(&self.content_cache)?;
         runtime.content_cache_policy = self.content_cache_policy.clone();
+        runtime.replicas.device_profile = self.device_profile.parse()?;
+        runtime.replicas.copy_table_bytes = parse_size(&self.copy_table)?;
+        runtime.replicas.scratch_bytes = parse_size(&self.scratch_space)?;
+        if self.duplicate_copies == 0 {
+            anyhow::bail!("--duplicate-copies must be at least 1");
+        }
+        runtime.replicas.duplicate_copies = self.duplicate_copies;
+        runtime.replicas.duplication_interval_seconds =
+            parse_duration_ns(&self.duplication_interval)? / 1_000_000_000;
         Ok(runtime)
     }
 }
@@ -68,6 +95,11 @@ impl Default for EngineArgs {
             index_filter_false_positives: onecopy_block::FILTER_FALSE_POSITIVE_RATE,
             content_cache: "64MiB".into(),
             content_cache_policy: "arc".into(),
+            device_profile: "ssd".into(),
+            copy_table: "4MiB".into(),
+            scratch_space: "0".into(),
+            duplicate_copies: 10,
+            duplication_interval: "86400s".into(),
         }
     }
 }

@@ -13,8 +13,9 @@
 //! - [`paper3`]: paper 3 §5, selective offline deduplication on the file system face
 //!   (Figs. 3, 9 to 11, 14 to 17 and Tables 4 and 6, on file systems mounted through FUSE);
 //! - [`paper4`]: paper 4 §4.2-4.5, dynamic replica retrieval, selective duplication and all
-//!   three techniques of I/O deduplication by a timed replay of the FIU mail trace over a
-//!   hard-disk model (Figs. 10, 11, Table 3), and the content cache's costs (Figs. 12, 13);
+//!   three techniques of I/O deduplication by a timed replay of the FIU mail trace and
+//!   synthetic days over a hard-disk model, run by the block engine's replica planner (Figs.
+//!   10, 11, Table 3), and the content cache's costs (Figs. 12, 13);
 //! - [`paper5`]: paper 5 §5, deduplication on flash: repeated writes of small and large files
 //!   with and without deduplication (Figs. 1-3) and the LFU index cache's size (§3.6) on the
 //!   block engine's flash mode;

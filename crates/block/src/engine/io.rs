@@ -19,6 +19,8 @@ use super::{map_entry, set_map_entry, Engine, EngineState, LOST_CHUNK};
 use crate::cache::ContentKey;
 use crate::changes::{BlockChange, RECORD_RELEASED_BLOCKS_MAX};
 use crate::hints::{decide_write, NoDedupReason, WriteDecision};
+use crate::replicas::planner::{plan_run, BlockCandidates};
+use crate::replicas::{Alternative, ChunkCopy};
 use crate::volume::{VolumeId, VolumeRecord, VOLUME_BLOCKS_MAX, VOLUME_ID_BITS, VOLUME_ID_MAX};
 
 /// Most blocks one block-status request examines; the protocol lets a reply cover less than
@@ -193,6 +195,28 @@ fn mapped_chunk(
     map_entry(&mut state.pages, map, block).map_err(|error| block_error(record, block, error))
 }
 
+/// The file of chunk copy `copy` when it is still live where the copy table says and its
+/// bytes are in a file (not in the write buffer or queue), with the size of the block's own
+/// chunk; `None` otherwise.
+fn live_copy_file(
+    state: &mut EngineState,
+    copy: &ChunkCopy,
+    own: &ChunkLocation,
+) -> Option<Arc<dyn StorageFile>> {
+    if copy.location.raw_bytes != own.raw_bytes {
+        return None;
+    }
+    let record = state.chunks.record(&mut state.pages, copy.chunk).ok()?;
+    if !record.in_use || record.location != copy.location {
+        return None;
+    }
+    if state.chunks.state().open_container == Some(copy.location.container) {
+        // Its bytes may still be buffered; the own copy is read instead.
+        return None;
+    }
+    state.chunks.containers().file(copy.location.container).ok()
+}
+
 /// The record of chunk `chunk`, which block `block` of `record` maps to.
 fn chunk_record(
     state: &mut EngineState,
@@ -222,10 +246,29 @@ fn block_error(record: &VolumeRecord, block: u64, error: impl Into<BlockError>) 
 struct PendingRead {
     file: Arc<dyn StorageFile>,
     location: ChunkLocation,
+    chunk: ChunkId,
     /// The block, and which part of it the request wants where.
     span: BlockSpan,
     /// The chunk's content key, when known; else it is digested once read, and the copy named.
     key: Option<ContentKey>,
+    /// Another copy of the content that the read planner chose (replica retrieval); the own
+    /// copy is read when it fails.
+    copy: Option<ChosenCopy>,
+}
+
+/// A copy chosen instead of a block's own chunk.
+struct ChosenCopy {
+    file: Arc<dyn StorageFile>,
+    kind: ChosenKind,
+    /// Its modelled position, for the device model.
+    position: u64,
+}
+
+enum ChosenKind {
+    /// Another chunk, checked live in the chunk table; read with its CRC.
+    Chunk(ChunkLocation),
+    /// A duplicate: its raw bytes, digested after reading and compared with the key.
+    Duplicate { offset: u64 },
 }
 
 impl Engine {
@@ -266,14 +309,70 @@ impl Engine {
                 block.resize(block_bytes, 0);
                 &mut block
             };
-            read_located(read.file.as_ref(), &read.location, target)
-                .map_err(|error| block_error(&record, span.block, error))?;
-            self.cache_read(read.key, &read.location, target);
+            let from_copy = read
+                .copy
+                .as_ref()
+                .is_some_and(|copy| self.read_chosen_copy(copy, read.key, target));
+            if !from_copy {
+                let position = self.replicas.position(&read.location);
+                self.replicas.device().read_started(position);
+                let result = read_located(read.file.as_ref(), &read.location, target);
+                self.replicas.device().read_done(position);
+                self.replicas
+                    .device()
+                    .moved_to(position + u64::from(read.location.stored_bytes));
+                result.map_err(|error| block_error(&record, span.block, error))?;
+            }
+            let key = self.cache_read(read.key, &read.location, target);
+            if read.key.is_none() {
+                if let Some(key) = key {
+                    // A copy named by its bytes: the copy table learns it too.
+                    self.replicas.note_named(
+                        key,
+                        ChunkCopy {
+                            chunk: read.chunk,
+                            location: read.location,
+                        },
+                    );
+                }
+            }
             if !whole {
                 out[span.in_request()].copy_from_slice(&block[span.in_block()]);
             }
         }
         Ok(())
+    }
+
+    /// Reads the copy the planner chose into `target`; false when it cannot be used (a read
+    /// error, or a duplicate whose bytes are not the content's), so the own copy is read.
+    fn read_chosen_copy(
+        &self,
+        copy: &ChosenCopy,
+        key: Option<ContentKey>,
+        target: &mut [u8],
+    ) -> bool {
+        let key = key.expect("copies are chosen only for content with a key");
+        let device = self.replicas.device();
+        device.read_started(copy.position);
+        let (usable, duplicate) = match copy.kind {
+            ChosenKind::Chunk(location) => (
+                read_located(copy.file.as_ref(), &location, target).is_ok(),
+                false,
+            ),
+            ChosenKind::Duplicate { offset } => (
+                copy.file.read_at(offset, target).is_ok()
+                    && ContentKey(self.replicas.key_algorithm().hash(target)) == key,
+                true,
+            ),
+        };
+        device.read_done(copy.position);
+        device.moved_to(copy.position + target.len() as u64);
+        if usable {
+            self.replicas.note_redirected(duplicate);
+        } else {
+            self.replicas.note_fallback(key, duplicate);
+        }
+        usable
     }
 
     /// Resolves every block of a read under the lock: zeros and cached or buffered blocks are
@@ -331,8 +430,10 @@ impl Engine {
                         pending.push(PendingRead {
                             file,
                             location,
+                            chunk,
                             span,
                             key,
+                            copy: None,
                         });
                         continue;
                     }
@@ -342,7 +443,78 @@ impl Engine {
                 out[span.in_request()].copy_from_slice(&scratch[span.in_block()]);
             }
         }
+        if self.replicas.retrieval_enabled() && !pending.is_empty() {
+            self.plan_copies(state, pending);
+        }
         Ok(())
+    }
+
+    /// Dynamic replica retrieval (see [`crate::replicas`]): chooses, for the blocks of one
+    /// read that go to the media, the copy of each that costs least under the device profile,
+    /// and checks every chosen chunk copy in the chunk table.
+    fn plan_copies(&self, state: &mut EngineState, pending: &mut [PendingRead]) {
+        let replicas = &self.replicas;
+        let alternatives: Vec<Vec<Alternative>> = pending
+            .iter()
+            .map(|read| match read.key {
+                Some(key) => replicas.alternatives(
+                    key,
+                    ChunkCopy {
+                        chunk: read.chunk,
+                        location: read.location,
+                    },
+                ),
+                None => Vec::new(),
+            })
+            .collect();
+        if alternatives.iter().all(Vec::is_empty) {
+            return;
+        }
+        let blocks: Vec<BlockCandidates> = pending
+            .iter()
+            .zip(&alternatives)
+            .map(|(read, alternatives)| BlockCandidates {
+                positions: std::iter::once(replicas.position(&read.location))
+                    .chain(
+                        alternatives
+                            .iter()
+                            .map(|alternative| replicas.alternative_position(alternative)),
+                    )
+                    .collect(),
+                length: u64::from(read.location.raw_bytes),
+            })
+            .collect();
+        replicas.set_layout(state.chunks.state().container_id_next);
+        let plan = plan_run(replicas.device(), &blocks);
+        for ((read, alternatives), choice) in pending.iter_mut().zip(alternatives).zip(plan.choices)
+        {
+            if choice == 0 {
+                continue;
+            }
+            let key = read.key.expect("alternatives come from a key");
+            let position = replicas.alternative_position(&alternatives[choice - 1]);
+            read.copy = match &alternatives[choice - 1] {
+                Alternative::Chunk(copy) => match live_copy_file(state, copy, &read.location) {
+                    Some(file) => Some(ChosenCopy {
+                        file,
+                        kind: ChosenKind::Chunk(copy.location),
+                        position,
+                    }),
+                    None => {
+                        replicas.stale_copy(key, copy.chunk);
+                        None
+                    }
+                },
+                Alternative::Duplicate(duplicate) => (duplicate.bytes == read.location.raw_bytes)
+                    .then(|| ChosenCopy {
+                        file: Arc::clone(&duplicate.file),
+                        kind: ChosenKind::Duplicate {
+                            offset: duplicate.offset,
+                        },
+                        position,
+                    }),
+            };
+        }
     }
 
     /// Writes `data` at `offset` of `volume`; with `fua` the data is durable on return.
@@ -495,7 +667,9 @@ impl Engine {
         }
         assert!(digests.next().is_none(), "every digest has its block");
         // A weak fingerprint is chosen to keep writes cheap (paper 5), so under one the write
-        // path adds no digest: the content cache names those copies at their first read.
+        // path adds no digest: the content cache names those copies at their first read. The
+        // copy table of replica retrieval takes the same keys; without the content cache,
+        // hinted writes stay undigested (paper 1's point) and their copies unlisted.
         if self.content_cache.enabled() && self.content_cache.fingerprints_are_keys() {
             self.key_plans(plans, record, writes);
         }
@@ -684,13 +858,26 @@ impl Engine {
         } else {
             state.counters.blocks_stored += 1;
         }
+        // A copy whose record does not carry its content key is named now, so its first read
+        // can hit, and listed in the copy table for replica retrieval; on a disk the head
+        // goes to a new chunk.
+        let named = content_key.filter(|_| self.content_cache.needs_name(fingerprint.is_some()));
+        let track_head = !outcome.deduplicated && self.replicas.device().tracks_head();
         if let Some(key) = content_key {
             self.content_cache.note_write(key);
-            // A copy whose record does not carry its content key is named now, so its first
-            // read can hit.
-            if self.content_cache.needs_name(fingerprint.is_some()) {
-                let location = state.chunks.record(&mut state.pages, outcome.id)?.location;
+        }
+        if named.is_some() || track_head {
+            let location = state.chunks.record(&mut state.pages, outcome.id)?.location;
+            self.replicas.note_appended(&location);
+            if let Some(key) = named {
                 self.content_cache.name(&location, key);
+                self.replicas.note_stored(
+                    key,
+                    ChunkCopy {
+                        chunk: outcome.id,
+                        location,
+                    },
+                );
             }
         }
         Ok(outcome.id)
@@ -724,9 +911,14 @@ impl Engine {
         if old_chunk != ZERO_CHUNK && old_chunk != LOST_CHUNK {
             // Storing first and releasing second keeps a rewrite of the same content from
             // freeing the chunk it is about to reference.
+            let freed_before = state.chunks.counters().chunks_freed;
             state
                 .chunks
                 .release(&mut state.pages, old_chunk, &mut state.chunk_changes)?;
+            if state.chunks.counters().chunks_freed != freed_before {
+                // Duplicates of a freed chunk's content are dropped with it.
+                self.replicas.chunk_freed(old_chunk);
+            }
             let EngineState {
                 chunk_changes,
                 changes,
@@ -937,7 +1129,9 @@ impl Engine {
                         .plan_read(&mut state.pages, chunk, &mut buffer)?
                     {
                         ChunkRead::File { file, location } => pending.push((file, location, key)),
-                        ChunkRead::Copied => self.cache_read(key, &chunk_record.location, &buffer),
+                        ChunkRead::Copied => {
+                            self.cache_read(key, &chunk_record.location, &buffer);
+                        }
                     }
                 }
             }
@@ -954,9 +1148,15 @@ impl Engine {
 impl Engine {
     /// Caches `data`, just read from the copy at `location`: under `key` when known, else
     /// under its digest, naming the copy so that its next read finds the entry.
-    fn cache_read(&self, key: Option<ContentKey>, location: &ChunkLocation, data: &[u8]) {
+    /// Returns the key, when known or digested.
+    fn cache_read(
+        &self,
+        key: Option<ContentKey>,
+        location: &ChunkLocation,
+        data: &[u8],
+    ) -> Option<ContentKey> {
         if !self.content_cache.enabled() {
-            return;
+            return key;
         }
         let key = key.unwrap_or_else(|| {
             let key = self.content_cache.key_of_bytes(data);
@@ -964,6 +1164,7 @@ impl Engine {
             key
         });
         self.content_cache.insert(key, data);
+        Some(key)
     }
 }
 

@@ -9,12 +9,16 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::error::Result;
-use onecopy_core::chunk_store::{unix_seconds, ChunkChange, ChunkId, Placement};
+use onecopy_core::chunk_store::{
+    read_located, unix_seconds, ChunkChange, ChunkId, ChunkRead, Placement,
+};
 use onecopy_core::gc::{self, CompactionOptions, CompactionPlan, CompactionReport};
 use onecopy_core::Error;
 
 use super::{map_entry, Engine, EngineState};
+use crate::cache::ContentKey;
 use crate::changes::BlockChange;
+pub use crate::replicas::DuplicationReport as DuplicationOutcome;
 use crate::volume::{VolumeId, VolumeRecord};
 
 use super::io::deferred_owner_parts;
@@ -22,6 +26,8 @@ use super::span::block_spans;
 
 /// Chunk ids examined per lock hold by deferred deduplication, so requests keep flowing.
 const DEDUP_BATCH_CHUNKS: u64 = 4096;
+/// Sources checked per lock hold by a duplication round.
+const DUPLICATION_BATCH_CHUNKS: usize = 1024;
 /// How often the background thread looks for idle time.
 const BACKGROUND_TICK: Duration = Duration::from_millis(250);
 
@@ -237,6 +243,95 @@ impl Engine {
         Ok(())
     }
 
+    /// Runs a round of selective duplication now (see [`crate::replicas`]): ends the day of
+    /// popularity, copies the most popular content into every scratch region within the
+    /// scratch budget, and replaces the previous duplicates. Reads its sources under the lock
+    /// in batches. Does nothing when selective duplication is off, and skips the copies when
+    /// the disk lacks room for them beside the engine's own headroom.
+    pub fn duplicate_popular(&self) -> Result<DuplicationOutcome> {
+        let (candidates, chosen) = self.replicas.plan_round();
+        let mut report = DuplicationOutcome {
+            candidates,
+            chosen: chosen.len() as u64,
+            ..DuplicationOutcome::default()
+        };
+        if !self.replicas.duplication_enabled() {
+            return Ok(report);
+        }
+        let copies = u64::from(self.replicas.options().duplicate_copies);
+        let needed: u64 = chosen
+            .iter()
+            .map(|choice| u64::from(choice.source.location.raw_bytes) * copies)
+            .sum();
+        if let Some(free) = self.storage().available_bytes()? {
+            if free < needed.saturating_add(super::space::DUPLICATION_HEADROOM_BYTES) {
+                report.skipped_for_space = true;
+                return Ok(report);
+            }
+        }
+        let key_algorithm = self.replicas.key_algorithm();
+        let mut contents = Vec::with_capacity(chosen.len());
+        let mut span = 0;
+        for batch in chosen.chunks(DUPLICATION_BATCH_CHUNKS) {
+            let mut files = Vec::new();
+            {
+                let mut guard = self.lock_usable()?;
+                let state = &mut *guard;
+                span = state.chunks.state().container_id_next
+                    * self.config().containers.container_bytes;
+                for choice in batch {
+                    let source = choice.source;
+                    let live = state
+                        .chunks
+                        .record(&mut state.pages, source.chunk)
+                        .is_ok_and(|record| record.in_use && record.location == source.location);
+                    if !live {
+                        report.stale_sources += 1;
+                        continue;
+                    }
+                    let mut bytes = vec![0u8; source.location.raw_bytes as usize];
+                    match state
+                        .chunks
+                        .plan_read(&mut state.pages, source.chunk, &mut bytes)?
+                    {
+                        ChunkRead::Copied => contents.push((choice.key, source, bytes)),
+                        ChunkRead::File { file, location } => {
+                            files.push((choice.key, source, file, location, bytes))
+                        }
+                    }
+                }
+            }
+            // Outside the lock: requests go on while the sources are read.
+            for (key, source, file, location, mut bytes) in files {
+                if read_located(file.as_ref(), &location, &mut bytes).is_ok() {
+                    contents.push((key, source, bytes));
+                } else {
+                    report.stale_sources += 1;
+                }
+            }
+        }
+        // A duplicate holds exactly its content's bytes: checked once here, and again at
+        // every read.
+        contents.retain(|(key, _, bytes)| {
+            let same = ContentKey(key_algorithm.hash(bytes)) == *key;
+            report.stale_sources += u64::from(!same);
+            same
+        });
+        report.duplicated = contents.len() as u64;
+        // Written in the order of their sources, so content read together lies together.
+        contents.sort_by_key(|(_, source, _)| (source.location.container, source.location.offset));
+        let contents: Vec<(ContentKey, ChunkId, Vec<u8>)> = contents
+            .into_iter()
+            .map(|(key, source, bytes)| (key, source.chunk, bytes))
+            .collect();
+        let (blocks, bytes) =
+            self.replicas
+                .install_generation(self.storage().as_ref(), span, &contents)?;
+        report.blocks_written = blocks;
+        report.bytes_written = bytes;
+        Ok(report)
+    }
+
     /// Plans (and unless `dry_run`, runs) container compaction.
     pub fn compact(
         &self,
@@ -325,6 +420,11 @@ impl Engine {
             schedule.deferred_blocks_seen = written;
             schedule.retry_at =
                 (too_recent > 0).then(|| now + Duration::from_secs(shortest.max(1)));
+        }
+        if self.replicas.duplication_due(self.opened) {
+            if let Err(error) = self.duplicate_popular() {
+                eprintln!("onecopy: selective duplication failed: {error}");
+            }
         }
         let mut state = self.state.lock();
         if state.failure.is_none()

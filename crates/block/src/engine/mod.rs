@@ -50,9 +50,10 @@ use crate::changes::{self, BlockChange};
 use crate::config::{BlockConfig, RuntimeOptions};
 use crate::hints::fs::MetadataMap;
 use crate::hints::{CopyDetector, NoDedupReason};
+use crate::replicas::Replicas;
 use crate::volume::{VolumeId, VolumeRecord};
 
-pub use maintenance::DedupReport;
+pub use maintenance::{DedupReport, DuplicationOutcome};
 pub use recovery::OpenMode;
 pub use volumes::{EngineStats, VolumeDeletion, VolumeStats};
 
@@ -174,6 +175,8 @@ pub struct Engine {
     salvaged_lost: std::collections::BTreeMap<VolumeId, std::collections::BTreeSet<u64>>,
     pub(crate) state: Mutex<EngineState>,
     pub(crate) content_cache: ContentCache,
+    /// Dynamic replica retrieval and selective duplication ([`crate::replicas`]).
+    pub(crate) replicas: Replicas,
     /// Container bytes appended under the lock, written after it is released
     /// ([`WriteBehind`]): by the request that appended them, or by the next FLUSH.
     write_behind: Arc<WriteBehind>,

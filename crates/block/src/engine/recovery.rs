@@ -49,6 +49,7 @@ use crate::cache::ContentCache;
 use crate::changes::{self, BlockChange};
 use crate::config::{BlockConfig, RuntimeOptions};
 use crate::hints::CopyDetector;
+use crate::replicas::Replicas;
 use crate::volume::{VolumeId, VOLUME_ID_MAX};
 
 /// How a block face is opened.
@@ -245,13 +246,25 @@ impl Engine {
                 .write_behind()
                 .expect("the block device's containers are written behind"),
         );
+        let content_cache = ContentCache::new(
+            runtime.content_cache_bytes,
+            &runtime.content_cache_policy,
+            config.fingerprint,
+        )?;
+        // Duplicates are derived and never trusted across runs: whatever scratch files a
+        // previous run left are removed.
+        if !read_only {
+            Replicas::remove_leftovers(storage.as_ref())?;
+        }
+        let replicas = Replicas::new(
+            runtime.replicas.clone(),
+            config.containers.container_bytes,
+            content_cache.key_algorithm(),
+        );
         let engine = Arc::new(Engine {
             write_behind,
-            content_cache: ContentCache::new(
-                runtime.content_cache_bytes,
-                &runtime.content_cache_policy,
-                config.fingerprint,
-            )?,
+            content_cache,
+            replicas,
             storage,
             config,
             runtime,

@@ -46,6 +46,9 @@ pub const RESERVE_BYTES: u64 = 16 << 20;
 const RESERVE_FILE: &str = "reserve";
 
 const _: () = assert!(RESERVE_BYTES <= MARGIN_BYTES);
+/// Room a round of selective duplication leaves free beyond its copies: duplicates are
+/// derived, and never take the room the engine's own writes and checkpoints need.
+pub(crate) const DUPLICATION_HEADROOM_BYTES: u64 = 4 * MARGIN_BYTES + RESERVE_BYTES;
 const _: () = assert!(SAMPLE_BYTES >= RESERVE_BYTES);
 
 /// Free space as the engine sees it ([`crate::EngineStats::space`]).
@@ -139,6 +142,8 @@ impl Engine {
         }
         if !state.space.refusing && estimate < headroom.saturating_add(bytes) {
             state.space.refusing = true;
+            // Duplicates are derived: their room goes back at once, for the next sample.
+            self.replicas.drop_all(self.storage().as_ref())?;
         }
         if state.space.refusing {
             state.space.writes_refused += 1;

@@ -63,6 +63,9 @@ pub struct MemoryStats {
     pub index_cache_bytes: u64,
     pub index_directory_bytes: u64,
     pub content_cache_bytes: u64,
+    /// The copy table, duplicates and popularity of replica retrieval and selective
+    /// duplication.
+    pub replicas_bytes: u64,
     pub total_bytes: u64,
     /// Memory that grows with the stored data (filter, index directory, page tables) per
     /// stored chunk; the caches are fixed budgets.
@@ -89,6 +92,8 @@ pub struct EngineStats {
     pub index: IndexCounters,
     pub index_entries: u64,
     pub content_cache: crate::cache::ContentCacheStats,
+    /// Dynamic replica retrieval and selective duplication.
+    pub replicas: crate::replicas::ReplicaStats,
     pub memory: MemoryStats,
 }
 
@@ -383,6 +388,7 @@ impl Engine {
         let index_counters = state.chunks.index().counters();
         let index_entries = state.chunks.index().len();
         let content_cache = self.content_cache.stats();
+        let replicas = self.replicas.stats();
         let pages_bytes = state.pages.memory_bytes();
         let store = state.chunks.state().clone();
         let mut memory = MemoryStats {
@@ -391,13 +397,15 @@ impl Engine {
             index_cache_bytes: index_memory.cache_bytes,
             index_directory_bytes: index_memory.directory_bytes,
             content_cache_bytes: content_cache.memory_bytes,
+            replicas_bytes: replicas.memory_bytes,
             ..MemoryStats::default()
         };
         memory.total_bytes = memory.metadata_pages_bytes
             + memory.index_filter_bytes
             + memory.index_cache_bytes
             + memory.index_directory_bytes
-            + memory.content_cache_bytes;
+            + memory.content_cache_bytes
+            + memory.replicas_bytes;
         memory.page_table_bytes = state.pages.table_bytes();
         memory.page_areas = state.pages.area_usage();
         let proportional =
@@ -407,6 +415,7 @@ impl Engine {
         }
         let fixed_budgets = self.runtime().index.cache_bytes
             + self.runtime().content_cache_bytes
+            + self.runtime().replicas.copy_table_bytes
             + self.runtime().metadata_cache_pages as u64 * 4096;
         memory.projected_bytes_per_tib =
             memory.proportional_bytes_per_chunk * (1u64 << 28) as f64 + fixed_budgets as f64;
@@ -419,6 +428,7 @@ impl Engine {
             index: index_counters,
             index_entries,
             content_cache,
+            replicas,
             memory,
         }
     }

@@ -37,8 +37,10 @@ pub enum LabCommand {
     /// the chunk size on the file system face (Fig. 3), and the I/O monitor's cost.
     Paper3(Paper3Args),
     /// Paper 4 §4.2-4.5: dynamic replica retrieval, selective duplication and all of I/O
-    /// deduplication by a timed replay of the FIU mail trace over a hard-disk model (Figs. 10,
-    /// 11, Table 3), and the content cache's lookup and insertion costs (Figs. 12, 13).
+    /// deduplication by a timed replay of the FIU mail trace and synthetic days over a
+    /// hard-disk model, with the block engine's read planner, ARC of days and duplication plan
+    /// (Figs. 10, 11, Table 3), and the content cache's lookup and insertion costs (Figs. 12,
+    /// 13).
     Paper4(Paper4Args),
     /// Paper 5 §5: repeated writes of small and large files with and without deduplication
     /// (Figs. 1-3) and the LFU index cache's size against hit rate and throughput (§3.6), on
@@ -396,6 +398,9 @@ pub struct Paper4Args {
     /// Block requests of each synthetic day [default: 200000, quick: 40000].
     #[arg(long, value_name = "N")]
     pub requests_per_day: Option<u64>,
+    /// Scratch space of selective duplication, in 4 KiB blocks for all ten copies.
+    #[arg(long, value_name = "N", default_value_t = onecopy_lab::paper4::SCRATCH_BLOCKS)]
+    pub scratch_blocks: u64,
 }
 
 fn run_paper4(args: &Paper4Args) -> anyhow::Result<()> {
@@ -410,6 +415,7 @@ fn run_paper4(args: &Paper4Args) -> anyhow::Result<()> {
     if let Some(requests) = args.requests_per_day {
         options.requests_per_day = requests;
     }
+    options.scratch_blocks = args.scratch_blocks;
     for path in onecopy_lab::paper4::run(&options).context("running paper 4's replays")? {
         println!("wrote {}", path.display());
     }

@@ -16,8 +16,9 @@
 //!   content lookup with the digest it needs.
 //!
 //! The replays run on models ([`disk`], [`replay`]) because this machine's virtual disk has no
-//! head to move; [`workload`] says what the synthetic days take from the excerpt and what from
-//! the paper. The cache costs are measured on this machine.
+//! head to move, with the block engine's own read planner, ARC of days and duplication plan
+//! ([`onecopy_block::replicas`]); [`workload`] says what the synthetic days take from the
+//! excerpt and what from the paper. The cache costs are measured on this machine.
 
 pub mod disk;
 pub mod overhead;
@@ -32,7 +33,7 @@ use crate::error::{LabError, Result};
 use crate::plot::{AxisScale, BarPanel, BarSeries, Figure, LinePanel, LineSeries, Panel};
 use crate::results::{number_cell, write_json, write_text, CsvTable, HostSnapshot};
 use replay::{replay, CacheMode, Duplication, ReplayOutcome, Techniques};
-use workload::{ExcerptStatistics, Workload};
+use workload::{ExcerptStatistics, Places, Workload};
 
 /// The paper's cache size for Table 3: 200 MB of 4 KiB pages.
 pub const CACHE_PAGES: usize = 50_000;
@@ -53,6 +54,8 @@ pub struct Paper4Options {
     /// Synthetic days (paper 4 replays a week).
     pub days: u32,
     pub requests_per_day: u64,
+    /// Scratch space of selective duplication, in blocks for all copies.
+    pub scratch_blocks: u64,
     /// Cache sizes of Figs. 12 and 13, in pages, and operations timed at each.
     pub overhead_pages: Vec<usize>,
     pub overhead_operations: u64,
@@ -77,6 +80,7 @@ impl Paper4Options {
             quick,
             days,
             requests_per_day,
+            scratch_blocks: SCRATCH_BLOCKS,
             overhead_pages,
             overhead_operations,
         }
@@ -110,6 +114,10 @@ pub struct WorkloadFacts {
     pub blocks_known_at_start: u64,
     /// Mean copies on the disk, at the start, of the blocks read.
     pub copies_per_block_read: f64,
+    /// Share of the content a day reads that the day before accessed (read or written),
+    /// averaged over the days after the first (paper 4 Fig. 4 measures it over 3-day
+    /// intervals: 45% for mail); 0 for one day.
+    pub day_overlap: f64,
     /// What the synthetic days keep of the excerpt.
     pub shape: workload::Shape,
 }
@@ -120,6 +128,9 @@ pub struct Paper4Results {
     pub quick: bool,
     pub trace: String,
     pub cache_pages: usize,
+    /// The mail server's reads in a busy day, at the excerpt's rate: what the paper's cache
+    /// size is measured against ([`small_cache_pages`]).
+    pub mail_reads_per_day: f64,
     pub duplicate_copies: u64,
     pub scratch_blocks: u64,
     pub workloads: Vec<WorkloadFacts>,
@@ -141,10 +152,27 @@ pub fn run(options: &Paper4Options) -> Result<Vec<PathBuf>> {
     let host_before = HostSnapshot::take();
     let excerpt = workload::excerpt(&options.trace)?;
     let statistics = ExcerptStatistics::of(&excerpt);
-    let synthetic = workload::synthesize(&statistics, options.days, options.requests_per_day, SEED);
+    let synthetic: Vec<Workload> = [Places::Runs, Places::Areas]
+        .into_iter()
+        .map(|places| {
+            workload::synthesize(
+                &statistics,
+                places,
+                options.days,
+                options.requests_per_day,
+                SEED,
+            )
+        })
+        .collect();
+    let mail_reads_per_day = mail_reads_per_day(&excerpt);
+    let workloads: Vec<&Workload> = std::iter::once(&excerpt).chain(&synthetic).collect();
     let mut runs = Vec::new();
-    for workload in [&excerpt, &synthetic] {
-        runs.extend(replays(workload));
+    for workload in &workloads {
+        runs.extend(replays(
+            workload,
+            mail_reads_per_day,
+            options.scratch_blocks,
+        ));
     }
     let overhead = overhead::measure(&options.overhead_pages, options.overhead_operations);
     let results = Paper4Results {
@@ -156,8 +184,9 @@ pub fn run(options: &Paper4Options) -> Result<Vec<PathBuf>> {
             .unwrap_or_default(),
         cache_pages: CACHE_PAGES,
         duplicate_copies: DUPLICATE_COPIES,
-        scratch_blocks: SCRATCH_BLOCKS,
-        workloads: [&excerpt, &synthetic].into_iter().map(facts).collect(),
+        scratch_blocks: options.scratch_blocks,
+        mail_reads_per_day,
+        workloads: workloads.iter().map(|workload| facts(workload)).collect(),
         runs,
         overhead,
         host_before,
@@ -195,12 +224,75 @@ fn facts(workload: &Workload) -> WorkloadFacts {
         days: workload.days,
         blocks_known_at_start: workload.initial.len() as u64,
         copies_per_block_read: sum as f64 / blocks.max(1) as f64,
+        day_overlap: day_overlap(workload),
         shape: ExcerptStatistics::of(workload).shape(),
     }
 }
 
+/// The mean over days after the first of the share of a day's read content that the day
+/// before accessed ([`WorkloadFacts::day_overlap`]).
+fn day_overlap(workload: &Workload) -> f64 {
+    use std::collections::HashSet;
+    let days = workload.days as usize;
+    let mut accessed = vec![HashSet::new(); days];
+    let mut read = vec![HashSet::new(); days];
+    for request in &workload.requests {
+        let day = ((request.arrival_ns / workload::DAY_NS) as usize).min(days.saturating_sub(1));
+        accessed[day].insert(request.content);
+        if !request.write {
+            read[day].insert(request.content);
+        }
+    }
+    let shares: Vec<f64> = (1..days)
+        .filter(|&day| !read[day].is_empty())
+        .map(|day| {
+            let overlap = read[day]
+                .iter()
+                .filter(|content| accessed[day - 1].contains(content))
+                .count();
+            overlap as f64 / read[day].len() as f64
+        })
+        .collect();
+    if shares.is_empty() {
+        0.0
+    } else {
+        shares.iter().sum::<f64>() / shares.len() as f64
+    }
+}
+
+/// The mail server's reads in a busy day ([`workload::BUSY_NS`]) at the excerpt's rate.
+fn mail_reads_per_day(excerpt: &Workload) -> f64 {
+    let reads = excerpt
+        .requests
+        .iter()
+        .filter(|request| !request.write)
+        .count();
+    let span_ns = excerpt
+        .requests
+        .last()
+        .map_or(0, |last| last.arrival_ns)
+        .max(1);
+    reads as f64 / span_ns as f64 * workload::BUSY_NS as f64
+}
+
+/// The paper's 200 MB cache scaled to a synthetic day: the synthetic day reads a small part of
+/// what the mail server reads in a day (its rate in the excerpt over 16 busy hours), and the
+/// cache is that part of 200 MB, so that it holds as much of a day's reads as the paper's did.
+pub fn small_cache_pages(workload: &Workload, mail_reads_per_day: f64) -> usize {
+    let reads = workload
+        .requests
+        .iter()
+        .filter(|request| !request.write)
+        .count();
+    let reads_per_day = reads as f64 / f64::from(workload.days.max(1));
+    ((CACHE_PAGES as f64 * reads_per_day / mail_reads_per_day.max(1.0)).round() as usize).max(1)
+}
+
+/// The suffix of setups run with the [`small_cache_pages`].
+pub const SMALL_CACHE: &str = ", small cache";
+
 /// The setups of Figs. 10, 11 and Table 3 on one workload.
-fn replays(workload: &Workload) -> Vec<Run> {
+fn replays(workload: &Workload, mail_reads_per_day: f64, scratch_blocks: u64) -> Vec<Run> {
     let none = Techniques {
         cache: CacheMode::None,
         cache_pages: 0,
@@ -209,7 +301,7 @@ fn replays(workload: &Workload) -> Vec<Run> {
     };
     let duplication = Some(Duplication {
         copies: DUPLICATE_COPIES,
-        budget_blocks: SCRATCH_BLOCKS,
+        budget_blocks: scratch_blocks,
     });
     let retrieval = Techniques {
         replica_retrieval: true,
@@ -247,6 +339,13 @@ fn replays(workload: &Workload) -> Vec<Run> {
             },
         ));
         setups.push((
+            "sector cache + replica retrieval",
+            Techniques {
+                replica_retrieval: true,
+                ..sector_cache
+            },
+        ));
+        setups.push((
             "sector cache + replica retrieval + duplication",
             Techniques {
                 replica_retrieval: true,
@@ -262,6 +361,28 @@ fn replays(workload: &Workload) -> Vec<Run> {
                 ..content_cache
             },
         ));
+    }
+    let mut setups: Vec<(String, Techniques)> = setups
+        .into_iter()
+        .map(|(name, techniques)| (name.to_string(), techniques))
+        .collect();
+    if workload.days > 1 {
+        // The cache setups again with the paper's cache scaled to the synthetic day.
+        let pages = small_cache_pages(workload, mail_reads_per_day);
+        let small: Vec<(String, Techniques)> = setups
+            .iter()
+            .filter(|(_, techniques)| techniques.cache != CacheMode::None)
+            .map(|(name, techniques)| {
+                (
+                    format!("{name}{SMALL_CACHE}"),
+                    Techniques {
+                        cache_pages: pages,
+                        ..*techniques
+                    },
+                )
+            })
+            .collect();
+        setups.extend(small);
     }
     setups
         .into_iter()
@@ -279,7 +400,7 @@ fn replays(workload: &Workload) -> Vec<Run> {
             };
             Run {
                 workload: workload.name.clone(),
-                setup: setup.to_string(),
+                setup,
                 techniques,
                 median_read_ms: outcome.median_read_ms(),
                 mean_read_ms: outcome.mean_read_ms(),
@@ -345,43 +466,74 @@ fn distribution_figure(
 }
 
 /// Setups of Table 3: the vanilla system, each technique added, and all three.
-pub const TABLE3_SETUPS: [&str; 5] = [
+pub const TABLE3_SETUPS: [&str; 6] = [
     "vanilla, sector cache",
     "content cache",
     "content cache + replica retrieval",
+    "sector cache + replica retrieval",
     "sector cache + replica retrieval + duplication",
     "I/O deduplication",
 ];
 
-/// Table 3 as bars: total disk read time of each setup, one panel per workload.
+/// Table 3 as bars: total disk read time of each setup, one panel per workload, one group of
+/// bars per cache size.
 fn table3_figure(results: &Paper4Results) -> Figure {
     let mut figure = Figure::new(
         "Table 3: total disk read time, vanilla against I/O deduplication (HDD model)",
         1,
     );
     for facts in &results.workloads {
-        let runs: Vec<&Run> = TABLE3_SETUPS
+        let mut categories = vec![format!("{} pages (200 MB)", results.cache_pages)];
+        let mut suffixes = vec![String::new()];
+        let small = find(
+            &results.runs,
+            &facts.name,
+            &format!("vanilla, sector cache{SMALL_CACHE}"),
+        );
+        if let Some(small) = small {
+            categories.push(format!(
+                "{} pages (scaled to the day)",
+                small.techniques.cache_pages
+            ));
+            suffixes.push(SMALL_CACHE.to_string());
+        }
+        let series = TABLE3_SETUPS
             .iter()
-            .filter_map(|setup| find(&results.runs, &facts.name, setup))
+            .filter(|setup| find(&results.runs, &facts.name, setup).is_some())
+            .map(|setup| BarSeries {
+                name: short_setup(setup).to_string(),
+                values: suffixes
+                    .iter()
+                    .map(|suffix| {
+                        find(&results.runs, &facts.name, &format!("{setup}{suffix}"))
+                            .map_or(0.0, |run| round(run.total_read_s, 1))
+                    })
+                    .collect(),
+            })
             .collect();
         // One bar per setup, named in the legend: the setups' names are too long for the axis.
         figure.panels.push(Panel::Bars(BarPanel {
             title: facts.name.clone(),
-            x_label: String::new(),
+            x_label: "cache size".into(),
             y_label: "total disk read time (s, modelled)".into(),
             y_scale: AxisScale::Linear,
-            categories: vec![facts.name.clone()],
-            series: runs
-                .iter()
-                .map(|run| BarSeries {
-                    name: run.setup.clone(),
-                    values: vec![round(run.total_read_s, 1)],
-                })
-                .collect(),
+            categories,
+            series,
             value_labels: true,
         }));
     }
     figure
+}
+
+/// A setup's name short enough for two legend columns.
+fn short_setup(setup: &str) -> &str {
+    match setup {
+        "vanilla, sector cache" => "vanilla (sector cache)",
+        "content cache + replica retrieval" => "content + retrieval",
+        "sector cache + replica retrieval" => "sector + retrieval",
+        "sector cache + replica retrieval + duplication" => "sector + retr. + dupl.",
+        other => other,
+    }
 }
 
 /// One measure of an overhead point.
@@ -549,39 +701,63 @@ fn summary_text(results: &Paper4Results) -> String {
     let _ = writeln!(
         text,
         "Trace `{}`; cache {} pages (200 MB); selective duplication {} copies within {} \
-         scratch blocks.\n",
-        results.trace, results.cache_pages, results.duplicate_copies, results.scratch_blocks
+         scratch blocks. The mail server reads about {:.0} blocks in a busy day at the \
+         excerpt's rate; setups marked `{}` scale the paper's 200 MB by a synthetic day's \
+         reads against that: {}.\n",
+        results.trace,
+        results.cache_pages,
+        results.duplicate_copies,
+        results.scratch_blocks,
+        results.mail_reads_per_day,
+        SMALL_CACHE.trim_start_matches(", "),
+        results
+            .runs
+            .iter()
+            .filter(|run| run.setup == format!("vanilla, sector cache{SMALL_CACHE}"))
+            .map(|run| format!("{} pages for {}", run.techniques.cache_pages, run.workload))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let _ = writeln!(
         text,
         "The synthetic days are generated (`paper4::workload`): the excerpt's share of reads, \
-         runs of sequential requests, places, gaps and repeated writes, with paper 4's copies \
-         per block read (2.5) and day-to-day overlap (45%); the excerpt is 23 seconds, and \
-         duplication needs days.\n"
+         runs of sequential requests, places, gaps (within and between runs) and repeated \
+         writes, with paper 4's copies per block read (2.5) and day-to-day overlap (45%), and \
+         some of each day's new runs reading a copy of one of the day's runs (one mail read \
+         from another mailbox); the excerpt is 23 seconds, and duplication needs days. \
+         `spread` days start their runs anywhere in the 1 GiB areas the excerpt touches, each \
+         area equally likely, where the others follow the excerpt's runs (87% of them in one \
+         5 GB area). Replica \
+         retrieval and selective duplication run the block engine's planner (`hdd` profile: \
+         the copy nearest the head), ARC of days and duplication plan.\n"
     );
     let _ = writeln!(
         text,
         "| workload | requests | reads | days | blocks known at start | copies per block read | \
-         read share | sequential share | mean run (blocks) | repeated writes | median gap (µs) |"
+         content read the day before | read share | sequential share | mean run (blocks) | \
+         immediate repeats | repeated writes | median gap (µs) |"
     );
     let _ = writeln!(
         text,
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     for facts in &results.workloads {
         let shape = &facts.shape;
         let _ = writeln!(
             text,
-            "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.1} | {:.2} | {:.0} |",
+            "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.3} | {:.2} | \
+             {:.0} |",
             facts.name,
             facts.requests,
             facts.reads,
             facts.days,
             facts.blocks_known_at_start,
             facts.copies_per_block_read,
+            facts.day_overlap,
             shape.read_fraction,
             shape.sequential_fraction,
             shape.mean_run_blocks,
+            shape.immediate_repeat_fraction,
             shape.write_duplicate_fraction,
             shape.median_gap_us
         );
@@ -590,15 +766,22 @@ fn summary_text(results: &Paper4Results) -> String {
     let _ = writeln!(
         text,
         "| workload | setup | read hits | disk reads | blocks they read | redirected | \
-         from duplicates | median ms | mean ms | total read s | change of total |"
+         with duplicates | from duplicates | median ms | mean ms | total read s | \
+         seek, rotation, transfer s | change of total |"
     );
     let _ = writeln!(
         text,
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     for run in &results.runs {
         let baseline = if run.techniques.cache == CacheMode::None {
             find(&results.runs, &run.workload, "vanilla")
+        } else if run.setup.ends_with(SMALL_CACHE) {
+            find(
+                &results.runs,
+                &run.workload,
+                &format!("vanilla, sector cache{SMALL_CACHE}"),
+            )
         } else {
             find(&results.runs, &run.workload, "vanilla, sector cache")
         };
@@ -607,17 +790,22 @@ fn summary_text(results: &Paper4Results) -> String {
         });
         let _ = writeln!(
             text,
-            "| {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {:+.1}% |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.1} | {:.1}, {:.1}, \
+             {:.1} | {:+.1}% |",
             run.workload,
             run.setup,
             run.outcome.read_hits,
             run.outcome.disk_reads,
             run.outcome.disk_read_blocks,
             run.outcome.redirected_reads,
+            run.outcome.duplicated_blocks_read,
             run.outcome.duplicate_reads,
             run.median_read_ms,
             run.mean_read_ms,
             run.total_read_s,
+            run.outcome.read_seek_ns as f64 / 1e9,
+            run.outcome.read_rotation_ns as f64 / 1e9,
+            run.outcome.read_transfer_ns as f64 / 1e9,
             change
         );
     }

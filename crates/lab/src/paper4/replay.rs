@@ -1,31 +1,39 @@
 //! The timed replay of paper 4 §4: a workload through the three techniques of I/O
 //! deduplication, each on or off, over the disk model ([`super::disk`]); every request's time
-//! is the model's, not this machine's.
+//! is the model's, not this machine's. Replica retrieval and selective duplication run the
+//! block engine's own code ([`onecopy_block::replicas`]): its read planner with the `hdd`
+//! profile (the copy nearest the head), its ARC of days, and its duplication plan.
 //!
-//! Per request, in the order of paper 4 Fig. 5:
+//! Per *run* (trace requests of one operation at consecutive sectors, one after the other in
+//! the trace: what the block layer merges into one request), in the order of paper 4 Fig. 5:
 //!
-//! 1. **Cache** (§3.2): a sector-addressed cache (the vanilla system) keyed by block, or a
-//!    content-addressed one keyed by content, both with the index's replacement machinery
-//!    ([`onecopy_core::index::cache::Cache`], ARC as in the paper) and write-through: a write
-//!    enters its key. A read hit costs no disk time.
-//! 2. **Merging**: blocks that miss the cache and follow each other on the disk (same
-//!    operation, consecutive sectors, consecutive in the trace) go to the disk as one request,
-//!    as the block layer's scheduler merges them; the FIU traces record 4 KiB pages below the
-//!    page cache, before that merging. Paper 4's per-request disk I/O time is the service
-//!    time of these requests.
-//! 3. **Dynamic replica retrieval** (§3.3): a read request of one block goes to the copy of
-//!    its content that costs least from where the head is (seek and rotation in the model):
-//!    its own block, another block holding the same content, or a selective duplicate. A
-//!    request of several blocks is read in place, since the other copies of its blocks are
-//!    not next to each other; writes always go to their blocks.
-//! 4. **Selective duplication** (§3.4): at the start of each idle period the most popular
-//!    content of the days so far (reads counted per day, earlier days weighing half as much
-//!    each day back, as paper 4 extends ARC's frequency to days) is copied
-//!    [`Duplication::copies`] times into scratch regions spread evenly over the disk, within
-//!    [`Duplication::budget_blocks`]; the previous day's duplicates are dropped. A duplicate
-//!    whose content no block holds any more is dropped at once (its chunk was freed), and
-//!    duplicates are never the only copy: they are derived data, and losing them loses
-//!    nothing. Their writes happen in idle time and are counted apart, not in foreground time.
+//! 1. **Cache** (§3.2), per block: a sector-addressed cache (the vanilla system) keyed by
+//!    block, or a content-addressed one keyed by content, both with the index's replacement
+//!    machinery ([`onecopy_core::index::cache::Cache`], ARC as in the paper) and
+//!    write-through: a write enters its key. A read hit costs no disk time.
+//! 2. **Dynamic replica retrieval** (§3.3): the blocks of the run that missed are planned
+//!    together by [`plan_run`]: for each, its own block, the other blocks holding its content
+//!    (the latest [`COPIES_PER_KEY`], as the engine's copy table keeps them) and its selective
+//!    duplicates; the planner costs each with the `hdd` profile (nothing to continue where the
+//!    head is, else a settle, half a turn and a seek growing with the distance), chooses block
+//!    by block, and keeps that plan only when it costs less than reading in place. Without the technique every
+//!    block is read in place.
+//! 3. **Disk requests**: the chosen blocks that lie next to each other on the disk go as one
+//!    request. A read of the block just read (the FIU traces record some reads twice in a
+//!    row) is a request of its own, which the drive's buffer serves. All requests of one run are queued at the run's arrival, as the pieces of one
+//!    request are: a cache hit in the middle of a run splits it into two requests served back
+//!    to back (the second waits only for the hit block to pass under the head), never into two
+//!    that arrive apart. Paper 4's per-request disk I/O time is the service time of these
+//!    requests.
+//! 4. **Selective duplication** (§3.4): every block read from the disk counts for its content
+//!    ([`Popularity::note`]); at the start of each idle period the day ends, and the ARC of days
+//!    ranks content read on several days first; [`plan_duplication`] takes the most popular
+//!    content that fits one region's share of the scratch budget, and it is copied into each of
+//!    [`Duplication::copies`] regions spread over the disk ([`region_positions`]), in the order
+//!    of its blocks' addresses, so content read together lies together; the previous day's
+//!    duplicates are dropped. A duplicate whose content no block holds any more is dropped at
+//!    once (its chunk was freed). Duplicates are derived: their writes happen in idle time and
+//!    are counted apart, not in foreground time.
 //!
 //! The content of every block is tracked as writes change it, so a redirected read always
 //! finds the content the trace read. Scratch regions are placed at their own sectors of the
@@ -36,6 +44,10 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
+use onecopy_block::replicas::device::{region_positions, DeviceProfile, DeviceState};
+use onecopy_block::replicas::planner::{plan_run, BlockCandidates};
+use onecopy_block::replicas::popularity::Popularity;
+use onecopy_block::replicas::{plan_duplication, COPIES_PER_KEY};
 use onecopy_core::index::cache::{Cache, CacheKey, CachePolicy, EntryCache};
 
 use super::disk::Disk;
@@ -82,14 +94,20 @@ pub struct ReplayOutcome {
     pub disk_reads: u64,
     /// Blocks those requests read.
     pub disk_read_blocks: u64,
-    /// Disk reads served from another block than their own (replica retrieval).
+    /// Blocks read from another block than their own (replica retrieval).
     pub redirected_reads: u64,
-    /// Disk reads served from a selective duplicate.
+    /// Blocks read from a selective duplicate.
     pub duplicate_reads: u64,
-    /// Sum of the service times of disk reads: paper 4's total disk read I/O time (Table 3).
+    /// Blocks read from the disk whose content had selective duplicates, chosen or not.
+    pub duplicated_blocks_read: u64,
+    /// Sum of the service times of disk reads: paper 4's total disk read I/O time (Table 3),
+    /// and its parts: seeks, rotational waits, transfers.
     pub read_service_ns: u64,
+    pub read_seek_ns: u64,
+    pub read_rotation_ns: u64,
+    pub read_transfer_ns: u64,
     pub write_service_ns: u64,
-    /// Sum of the response times (queue wait included) of all reads, hits count zero.
+    /// Sum of the response times (queue wait included) of all disk reads.
     pub read_response_ns: u64,
     /// Blocks written to scratch space in idle time.
     pub duplicates_written: u64,
@@ -116,7 +134,7 @@ impl ReplayOutcome {
 }
 
 /// A block address or content number as a cache key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct NumberKey(u64);
 
 impl CacheKey for NumberKey {
@@ -140,8 +158,11 @@ impl Copies {
     /// now held by no block.
     fn set(&mut self, sector: u64, content: u64) -> Option<u64> {
         let old = self.content_of.insert(sector, content);
+        if old == Some(content) {
+            return None;
+        }
         self.blocks_of.entry(content).or_default().push(sector);
-        let old = old.filter(|&old| old != content)?;
+        let old = old?;
         let blocks = self
             .blocks_of
             .get_mut(&old)
@@ -153,24 +174,42 @@ impl Copies {
         }
         None
     }
+
+    /// Up to [`COPIES_PER_KEY`] other blocks holding `content` than `sector`, the latest
+    /// first, as the engine's copy table keeps them.
+    fn others(&self, content: u64, sector: u64) -> impl Iterator<Item = u64> + '_ {
+        self.blocks_of
+            .get(&content)
+            .into_iter()
+            .flat_map(|blocks| blocks.iter().rev())
+            .copied()
+            .filter(move |&block| block != sector)
+            .take(COPIES_PER_KEY)
+    }
 }
 
-/// Blocks waiting to go to the disk as one request: consecutive blocks of one operation, as
-/// the block layer's scheduler merges them.
+/// Blocks of one run: consecutive blocks of one operation, as the block layer merges them.
 #[derive(Default)]
-struct Merged {
+struct Run {
     write: bool,
     arrival_ns: u64,
-    /// (sector, content) of each block, consecutive sectors.
-    blocks: Vec<(u64, u64)>,
+    /// (sector, content, served by the cache) of each block, consecutive sectors.
+    blocks: Vec<(u64, u64, bool)>,
 }
 
-impl Merged {
+impl Run {
     fn continues(&self, write: bool, sector: u64) -> bool {
         self.blocks
             .last()
-            .is_some_and(|&(last, _)| self.write == write && last + BLOCK_SECTORS == sector)
+            .is_some_and(|&(last, _, _)| self.write == write && last + BLOCK_SECTORS == sector)
     }
+}
+
+/// Selective duplicates in scratch space.
+#[derive(Default)]
+struct Scratch {
+    /// Duplicate sectors of each content.
+    sectors_of: HashMap<u64, Vec<u64>>,
 }
 
 /// The state of one replay.
@@ -178,102 +217,120 @@ struct Replay<'a> {
     techniques: &'a Techniques,
     copies: Copies,
     scratch: Scratch,
-    /// Read requests served by the disk since the last idle period, by their blocks'
-    /// contents: selective duplication's popularity of the day.
-    today: HashMap<Vec<u64>, u64>,
+    popularity: Option<Popularity<NumberKey, u64>>,
     disk: Disk,
     outcome: ReplayOutcome,
 }
 
-/// Selective duplicates in scratch space.
-#[derive(Default)]
-struct Scratch {
-    content_of: HashMap<u64, u64>,
-    sectors_of: HashMap<u64, Vec<u64>>,
-    /// First sector of each duplicated run, by the content of its first block.
-    runs_of: HashMap<u64, Vec<u64>>,
-}
-
-impl Scratch {
-    fn clear(&mut self) {
-        self.content_of.clear();
-        self.sectors_of.clear();
-        self.runs_of.clear();
-    }
-
-    /// Drops every duplicate block of `content` (no block of the disk holds it any more).
-    fn drop_content(&mut self, content: u64) {
-        for sector in self.sectors_of.remove(&content).unwrap_or_default() {
-            self.content_of.remove(&sector);
-        }
-    }
-}
-
-/// True when the blocks from `start` on hold `blocks`' contents, in `content_of`.
-fn holds_run(content_of: &HashMap<u64, u64>, start: u64, blocks: &[(u64, u64)]) -> bool {
-    blocks.iter().enumerate().all(|(index, &(_, content))| {
-        content_of.get(&(start + index as u64 * BLOCK_SECTORS)) == Some(&content)
-    })
+/// The lab's disk as the engine's `hdd` profile sees it: where the head is, and the disk's
+/// span as its stroke.
+fn planner_view(disk: &Disk) -> DeviceState {
+    let device = DeviceState::new(DeviceProfile::Hdd);
+    device.set_stroke(super::disk::CAPACITY_SECTORS);
+    device.moved_to(disk.head_sector());
+    device
 }
 
 impl Replay<'_> {
-    /// Serves one merged request (see the module documentation for where reads go).
-    fn dispatch(&mut self, merged: &mut Merged) {
-        let Some(&(first, content)) = merged.blocks.first() else {
+    /// Serves one run (see the module documentation).
+    fn dispatch(&mut self, run: &mut Run) {
+        if run.blocks.is_empty() {
             return;
-        };
-        let sectors = merged.blocks.len() as u64 * BLOCK_SECTORS;
-        if merged.write {
-            let service = self.disk.serve(merged.arrival_ns, first, sectors);
+        }
+        if run.write {
+            let first = run.blocks[0].0;
+            let sectors = run.blocks.len() as u64 * BLOCK_SECTORS;
+            let service = self.disk.write(run.arrival_ns, first, sectors);
             self.outcome.write_service_ns += service.service_ns();
-            for &(sector, content) in &merged.blocks {
+            for &(sector, content, _) in &run.blocks {
                 if let Some(freed) = self.copies.set(sector, content) {
-                    self.scratch.drop_content(freed);
+                    self.scratch.sectors_of.remove(&freed);
+                    if let Some(popularity) = self.popularity.as_mut() {
+                        popularity.forget(&NumberKey(freed));
+                    }
                 }
             }
-            merged.blocks.clear();
+            run.blocks.clear();
             return;
         }
-        let start_ns = self.disk.start_for(merged.arrival_ns);
-        let mut chosen = (self.disk.cost(start_ns, first, sectors), first);
-        let mut from_duplicate = false;
-        if self.techniques.replica_retrieval {
-            // Every place that holds the request's blocks in order: other copies of the run
-            // on the disk, and duplicates of it in scratch space.
-            let others = self.copies.blocks_of.get(&content).into_iter().flatten();
-            for &start in others {
-                if start != first && holds_run(&self.copies.content_of, start, &merged.blocks) {
-                    let cost = self.disk.cost(start_ns, start, sectors);
-                    if cost.service_ns() < chosen.0.service_ns() {
-                        chosen = (cost, start);
-                    }
+        let misses: Vec<(u64, u64)> = run
+            .blocks
+            .iter()
+            .filter(|(_, _, hit)| !hit)
+            .map(|&(sector, content, _)| (sector, content))
+            .collect();
+        run.blocks.clear();
+        if misses.is_empty() {
+            return;
+        }
+        let candidates: Vec<BlockCandidates> = misses
+            .iter()
+            .map(|&(sector, content)| {
+                let mut positions = vec![sector];
+                if self.techniques.replica_retrieval {
+                    positions.extend(self.copies.others(content, sector));
+                    positions.extend(
+                        self.scratch
+                            .sectors_of
+                            .get(&content)
+                            .into_iter()
+                            .flatten()
+                            .copied(),
+                    );
                 }
-            }
-            for &start in self.scratch.runs_of.get(&content).into_iter().flatten() {
-                if holds_run(&self.scratch.content_of, start, &merged.blocks) {
-                    let cost = self.disk.cost(start_ns, start, sectors);
-                    if cost.service_ns() < chosen.0.service_ns() {
-                        chosen = (cost, start);
-                        from_duplicate = true;
-                    }
+                BlockCandidates {
+                    positions,
+                    length: BLOCK_SECTORS,
                 }
+            })
+            .collect();
+        let plan = plan_run(&planner_view(&self.disk), &candidates);
+        let chosen: Vec<u64> = candidates
+            .iter()
+            .zip(&plan.choices)
+            .map(|(block, &choice)| block.positions[choice])
+            .collect();
+        for ((&(sector, content), &position), &choice) in
+            misses.iter().zip(&chosen).zip(&plan.choices)
+        {
+            self.outcome.redirected_reads += u64::from(choice != 0);
+            self.outcome.duplicate_reads += u64::from(
+                choice != 0
+                    && self
+                        .scratch
+                        .sectors_of
+                        .get(&content)
+                        .is_some_and(|sectors| sectors.contains(&position)),
+            );
+            self.outcome.duplicated_blocks_read +=
+                u64::from(self.scratch.sectors_of.contains_key(&content));
+            if let Some(popularity) = self.popularity.as_mut() {
+                popularity.note(NumberKey(content), sector);
             }
         }
-        if self.techniques.duplication.is_some() {
-            let contents = merged.blocks.iter().map(|&(_, content)| content).collect();
-            *self.today.entry(contents).or_default() += 1;
+        // Chosen blocks next to each other on the disk go as one request; every request of
+        // the run is queued at the run's arrival.
+        let mut start = 0;
+        while start < chosen.len() {
+            let mut end = start + 1;
+            while end < chosen.len() && chosen[end] == chosen[end - 1] + BLOCK_SECTORS {
+                end += 1;
+            }
+            let blocks = (end - start) as u64;
+            let service = self
+                .disk
+                .read(run.arrival_ns, chosen[start], blocks * BLOCK_SECTORS);
+            let outcome = &mut self.outcome;
+            outcome.disk_reads += 1;
+            outcome.disk_read_blocks += blocks;
+            outcome.read_service_ns += service.service_ns();
+            outcome.read_seek_ns += service.seek_ns;
+            outcome.read_rotation_ns += service.rotation_ns;
+            outcome.read_transfer_ns += service.transfer_ns;
+            outcome.read_response_ns += service.end_ns() - run.arrival_ns;
+            outcome.read_service_times_ns.push(service.service_ns());
+            start = end;
         }
-        let service = self.disk.serve(merged.arrival_ns, chosen.1, sectors);
-        assert_eq!(service, chosen.0, "the disk serves what was costed");
-        let outcome = &mut self.outcome;
-        outcome.disk_reads += 1;
-        outcome.disk_read_blocks += merged.blocks.len() as u64;
-        outcome.redirected_reads += u64::from(chosen.1 != first);
-        outcome.duplicate_reads += u64::from(from_duplicate && chosen.1 != first);
-        outcome.read_service_ns += service.service_ns();
-        outcome.read_response_ns += service.end_ns() - merged.arrival_ns;
-        outcome.read_service_times_ns.push(service.service_ns());
-        merged.blocks.clear();
     }
 }
 
@@ -297,22 +354,27 @@ pub fn replay(workload: &Workload, techniques: &Techniques) -> ReplayOutcome {
     // What the blocks hold as the requests arrive (the disk's map changes when merged writes
     // are served, which is no later than the next request of another kind).
     let mut content_of: HashMap<u64, u64> = copies.content_of.clone();
+    let popularity = techniques.duplication.map(|duplication| {
+        // The engine's defaults scaled to the budget: the ARC of days remembers four times
+        // the content the scratch space holds.
+        let keys = (duplication.budget_blocks / duplication.copies.max(1) * 4).max(1) as usize;
+        Popularity::new(keys, keys * 4)
+    });
     let mut state = Replay {
         techniques,
         copies,
         scratch: Scratch::default(),
-        today: HashMap::new(),
+        popularity,
         disk: Disk::new(),
         outcome: ReplayOutcome::default(),
     };
-    let mut popularity: HashMap<Vec<u64>, f64> = HashMap::new();
     let mut next_idle_ns = BUSY_NS;
-    let mut merged = Merged::default();
+    let mut run = Run::default();
     for request in &workload.requests {
         if let Some(duplication) = techniques.duplication {
             while request.arrival_ns >= next_idle_ns {
-                state.dispatch(&mut merged);
-                duplicate(&duplication, span_sectors, &mut state, &mut popularity);
+                state.dispatch(&mut run);
+                duplicate(&duplication, span_sectors, &mut state);
                 next_idle_ns += DAY_NS;
             }
         }
@@ -320,6 +382,7 @@ pub fn replay(workload: &Workload, techniques: &Techniques) -> ReplayOutcome {
             CacheMode::Content => request.content,
             _ => request.sector,
         });
+        let mut hit = false;
         if request.write {
             state.outcome.writes += 1;
             if let Some(cache) = cache.as_mut() {
@@ -345,7 +408,7 @@ pub fn replay(workload: &Workload, techniques: &Techniques) -> ReplayOutcome {
                 match cache.get(&key) {
                     Some(value) if value == request.content => {
                         state.outcome.read_hits += 1;
-                        continue;
+                        hit = true;
                     }
                     Some(_) => {
                         cache.set_value(&key, request.content);
@@ -354,78 +417,69 @@ pub fn replay(workload: &Workload, techniques: &Techniques) -> ReplayOutcome {
                 }
             }
         }
-        if !merged.continues(request.write, request.sector) {
-            state.dispatch(&mut merged);
-            merged.write = request.write;
-            merged.arrival_ns = request.arrival_ns;
+        let repeat = !request.write
+            && !run.write
+            && run
+                .blocks
+                .last()
+                .is_some_and(|&(sector, _, _)| sector == request.sector);
+        if repeat {
+            // The block just read, asked again: a request of its own after the run, which the
+            // drive's buffer serves when it reaches the disk (see [`super::disk`]).
+            state.dispatch(&mut run);
+            state.dispatch(&mut Run {
+                write: false,
+                arrival_ns: request.arrival_ns,
+                blocks: vec![(request.sector, request.content, hit)],
+            });
+            continue;
         }
-        merged.blocks.push((request.sector, request.content));
+        if !run.continues(request.write, request.sector) {
+            state.dispatch(&mut run);
+            run.write = request.write;
+            run.arrival_ns = request.arrival_ns;
+        }
+        run.blocks.push((request.sector, request.content, hit));
     }
-    state.dispatch(&mut merged);
+    state.dispatch(&mut run);
     state.outcome
 }
 
-/// Selective duplication in one idle period (see the module documentation): the most popular
-/// read requests of the days so far, by their contents, are copied whole into each scratch
-/// region, so a request finds its run of blocks together there.
-fn duplicate(
-    duplication: &Duplication,
-    span_sectors: u64,
-    state: &mut Replay<'_>,
-    popularity: &mut HashMap<Vec<u64>, f64>,
-) {
-    // Earlier days weigh half as much each day back.
-    popularity.retain(|_, score| {
-        *score /= 2.0;
-        *score >= 0.25
-    });
-    for (contents, reads) in state.today.drain() {
-        *popularity.entry(contents).or_default() += reads as f64;
-    }
-    let blocks_of = &state.copies.blocks_of;
-    let mut ranked: Vec<(&Vec<u64>, f64)> = popularity
-        .iter()
-        .filter(|(contents, _)| {
-            contents
-                .iter()
-                .all(|content| blocks_of.contains_key(content))
-        })
-        .map(|(contents, &score)| (contents, score))
+/// Selective duplication in one idle period (see the module documentation).
+fn duplicate(duplication: &Duplication, span_sectors: u64, state: &mut Replay<'_>) {
+    let Some(popularity) = state.popularity.as_mut() else {
+        return;
+    };
+    popularity.end_day();
+    let ranked = popularity.ranked();
+    // A source no longer holding its content (overwritten since it was read) is skipped, as
+    // the engine skips a source chunk that is no longer live.
+    let content_of = &state.copies.content_of;
+    let live: Vec<_> = ranked
+        .into_iter()
+        .filter(|candidate| content_of.get(&candidate.source) == Some(&candidate.key.0))
         .collect();
-    // Most popular first; ties by contents, so runs repeat exactly.
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
-    state.scratch.clear();
-    let region_sectors = span_sectors / duplication.copies;
     let region_blocks = duplication.budget_blocks / duplication.copies;
-    let mut used_blocks = 0;
-    for (contents, _) in ranked {
-        let blocks = contents.len() as u64;
-        if used_blocks + blocks > region_blocks {
-            break;
-        }
-        for region in 0..duplication.copies {
-            // Region `region` starts in the middle of its share of the disk.
-            let start = region * region_sectors + region_sectors / 2 + used_blocks * BLOCK_SECTORS;
-            for (index, &content) in contents.iter().enumerate() {
-                let sector = start + index as u64 * BLOCK_SECTORS;
-                state.scratch.content_of.insert(sector, content);
-                state
-                    .scratch
-                    .sectors_of
-                    .entry(content)
-                    .or_default()
-                    .push(sector);
-            }
+    let mut chosen = plan_duplication(&live, region_blocks, |_| 1);
+    // Written in the order of their sources, so content read together lies together.
+    chosen.sort_by_key(|candidate| candidate.source);
+    state.scratch.sectors_of.clear();
+    let regions = region_positions(span_sectors, duplication.copies as u32);
+    for anchor in regions {
+        let anchor = anchor - anchor % BLOCK_SECTORS;
+        for (index, candidate) in chosen.iter().enumerate() {
+            let sector = anchor + index as u64 * BLOCK_SECTORS;
             state
                 .scratch
-                .runs_of
-                .entry(contents[0])
+                .sectors_of
+                .entry(candidate.key.0)
                 .or_default()
-                .push(start);
-            state.outcome.duplicates_written += blocks;
-            state.disk.park_at(start + blocks * BLOCK_SECTORS);
+                .push(sector);
         }
-        used_blocks += blocks;
+        state.outcome.duplicates_written += chosen.len() as u64;
+        state
+            .disk
+            .park_at(anchor + chosen.len() as u64 * BLOCK_SECTORS);
     }
 }
 

@@ -15,20 +15,27 @@
 //! **Synthetic days** ([`synthesize`]) keep what the excerpt measures, and take from the paper
 //! what it cannot show:
 //!
-//! 1. From the excerpt: the fraction of reads (89%), the runs of sequential requests (85% of
+//! 1. From the excerpt: the fraction of reads (89%) on blocks apart from the written ones (an
+//!    extent is read or written, never both), the runs of sequential requests (85% of
 //!    requests follow the previous one; run lengths are resampled from the excerpt's), where
 //!    runs start on the disk (the excerpt's run starts, moved by up to
-//!    [`START_JITTER_SECTORS`]), the gaps between requests (resampled, so bursts stay bursts),
+//!    [`START_JITTER_SECTORS`]), the gaps between requests (resampled apart within a run and
+//!    between runs: the requests of a run come microseconds apart, runs milliseconds apart),
 //!    and the share of writes whose content is already on the disk (27%).
 //! 2. From paper 4: the content read on one day overlaps what was accessed the day before by
 //!    45% for mail (Fig. 4), popular content staying popular; blocks read have on average
-//!    [`DISK_COPIES_MEAN`] copies on the disk (the workload static similarity of Fig. 3),
+//!    about [`DISK_COPIES_MEAN`] copies on the disk (the workload static similarity of Fig. 3),
 //!    whole runs of blocks placed where the excerpt's runs start (the mailbox files lie in the
-//!    file system's used area), as copies of one mail in many mailbox files are; and some content
-//!    is read through several of its copies ([`SHARED_READ_FRACTION`], tuned to §4.1's 10%
-//!    more hits of a content cache on mail).
+//!    file system's used area), as copies of one mail in many mailbox files are; and some of
+//!    the runs a day reads are such copies ([`COPY_READ_FRACTION`], tuned to §4.1's 10% more
+//!    hits of a content cache on mail): the same content read at another address, as one mail
+//!    is read from several mailboxes.
 //! 3. A day has 16 busy hours, in which the requests come, and 8 idle ones, in which
 //!    selective duplication runs (the diurnal pattern of §2.3).
+//! 4. Where runs start ([`Places`]): as in the excerpt, whose 23 seconds are dominated by one
+//!    process reading one mailbox file (87% of its requests in one 5 GB area), or spread over
+//!    the areas the excerpt touches, each equally likely, as a day of many mailboxes would be.
+//!    The lab replays both.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -47,20 +54,33 @@ pub const DISK_COPIES_MEAN: f64 = 2.5;
 /// chosen so that the blocks read have [`DISK_COPIES_MEAN`] copies on average, counted as
 /// paper 4 counts them (over the blocks read, so content with more copies, read through any
 /// of them, weighs more).
-pub const COPIED_EXTENT_FRACTION: f64 = 0.35;
+pub const COPIED_EXTENT_FRACTION: f64 = 0.7;
 pub const COPIES_PER_COPIED_EXTENT: f64 = 2.0;
 /// Share of one day's extents that the next day accesses again (paper 4 Fig. 4, mail: 45%).
 pub const DAY_OVERLAP: f64 = 0.45;
 /// How far a synthetic run's start may lie from the excerpt's run start it is modelled on.
 pub const START_JITTER_SECTORS: u64 = 1 << 17;
-/// Share of the blocks first read in a run whose content another block read lately holds too
-/// (one mail read from several mailboxes): chosen so that a content-addressed cache gets about
-/// 10% more read hits than a sector-addressed one, paper 4's figure for mail (§4.1).
-pub const SHARED_READ_FRACTION: f64 = 0.1;
-/// Contents remembered for [`SHARED_READ_FRACTION`].
-const RECENT_CONTENTS: usize = 1 << 16;
+/// Share of a day's new runs drawn as a copy of one of the day's runs (one mail read from
+/// another mailbox the same day; the draw finds no copy for most runs, which are not copied):
+/// chosen so that a content-addressed cache gets about 10% more read hits than a
+/// sector-addressed one, paper 4's figure for mail (§4.1).
+pub const COPY_READ_FRACTION: f64 = 0.3;
 /// Times a day's extent is accessed on average.
 pub const ACCESSES_PER_EXTENT: f64 = 2.0;
+/// Where a synthetic day's runs start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Places {
+    /// Near the excerpt's run starts, each run as likely as in the excerpt: 87% of the mail
+    /// excerpt's requests lie in one 5 GB area (one process reading one mailbox file).
+    Runs,
+    /// Anywhere in the [`AREA_SECTORS`] areas the excerpt touches, each area equally likely:
+    /// a day of a mail server reads many mailboxes, not the excerpt's one.
+    Areas,
+}
+
+/// Size of one area of [`Places::Areas`]: 1 GiB.
+pub const AREA_SECTORS: u64 = 1 << 21;
 /// Busy part of a day; the rest is idle.
 pub const BUSY_NS: u64 = 16 * 3600 * 1_000_000_000;
 pub const DAY_NS: u64 = 24 * 3600 * 1_000_000_000;
@@ -170,6 +190,8 @@ pub fn excerpt(path: &Path) -> Result<Workload> {
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Shape {
     pub read_fraction: f64,
+    /// Share of requests for the block the previous request asked for.
+    pub immediate_repeat_fraction: f64,
     /// Share of requests that continue the one before (the next block, same operation or not).
     pub sequential_fraction: f64,
     pub mean_run_blocks: f64,
@@ -182,12 +204,17 @@ pub struct Shape {
 #[derive(Clone, Debug)]
 pub struct ExcerptStatistics {
     pub read_fraction: f64,
+    /// Share of requests for the block the previous request asked for.
+    pub immediate_repeat_fraction: f64,
     /// Lengths of the runs of sequential requests, in blocks.
     pub run_lengths: Vec<u64>,
     /// First sector of each run.
     pub run_starts: Vec<u64>,
-    /// Gaps between requests, in nanoseconds.
+    /// Gaps between requests, in nanoseconds: all, before a request that continues a run,
+    /// and before one that starts a run.
     pub gaps_ns: Vec<u64>,
+    pub gaps_within_runs_ns: Vec<u64>,
+    pub gaps_between_runs_ns: Vec<u64>,
     /// Share of written blocks whose content was seen before.
     pub write_duplicate_fraction: f64,
     /// The highest sector touched, plus one block.
@@ -201,6 +228,7 @@ impl ExcerptStatistics {
         let requests = self.run_lengths.iter().sum::<u64>() as f64;
         Shape {
             read_fraction: self.read_fraction,
+            immediate_repeat_fraction: self.immediate_repeat_fraction,
             sequential_fraction: (requests - runs) / requests,
             mean_run_blocks: requests / runs,
             write_duplicate_fraction: self.write_duplicate_fraction,
@@ -217,10 +245,30 @@ impl ExcerptStatistics {
         let requests = &workload.requests;
         assert!(!requests.is_empty(), "a workload has requests");
         let reads = requests.iter().filter(|request| !request.write).count();
+        // A request for the block the previous one asked for (the FIU traces record some
+        // reads twice in a row) neither ends nor extends a run.
         let (mut run_lengths, mut run_starts) = (Vec::new(), Vec::new());
+        let (mut gaps_within_runs_ns, mut gaps_between_runs_ns) = (Vec::new(), Vec::new());
+        let mut immediate_repeats = 0u64;
         let mut length = 0;
-        for (index, request) in requests.iter().enumerate() {
-            let follows = index > 0 && requests[index - 1].sector + BLOCK_SECTORS == request.sector;
+        let mut previous: Option<&Request> = None;
+        for request in requests {
+            if let Some(previous) = previous {
+                if previous.sector == request.sector && previous.write == request.write {
+                    immediate_repeats += 1;
+                    continue;
+                }
+            }
+            let follows =
+                previous.is_some_and(|previous| previous.sector + BLOCK_SECTORS == request.sector);
+            if let Some(previous) = previous {
+                let gap = request.arrival_ns.saturating_sub(previous.arrival_ns);
+                if follows {
+                    gaps_within_runs_ns.push(gap);
+                } else {
+                    gaps_between_runs_ns.push(gap);
+                }
+            }
             if !follows {
                 if length > 0 {
                     run_lengths.push(length);
@@ -229,9 +277,15 @@ impl ExcerptStatistics {
                 length = 0;
             }
             length += 1;
+            previous = Some(request);
         }
         run_lengths.push(length);
-        let gaps_ns = requests
+        for gaps in [&mut gaps_within_runs_ns, &mut gaps_between_runs_ns] {
+            if gaps.is_empty() {
+                gaps.push(0);
+            }
+        }
+        let gaps_ns: Vec<u64> = requests
             .windows(2)
             .map(|pair| pair[1].arrival_ns.saturating_sub(pair[0].arrival_ns))
             .collect();
@@ -246,9 +300,12 @@ impl ExcerptStatistics {
         }
         ExcerptStatistics {
             read_fraction: reads as f64 / requests.len() as f64,
+            immediate_repeat_fraction: immediate_repeats as f64 / requests.len() as f64,
             run_lengths,
             run_starts,
             gaps_ns,
+            gaps_within_runs_ns,
+            gaps_between_runs_ns,
             write_duplicate_fraction: duplicate_writes as f64 / writes.max(1) as f64,
             span_sectors: requests
                 .iter()
@@ -265,6 +322,9 @@ impl ExcerptStatistics {
 struct Extent {
     start: u64,
     blocks: u64,
+    /// Written whenever drawn (else read): the excerpt's reads and writes touch different
+    /// blocks (6 of its 890 written blocks are read), so an extent keeps one role.
+    write: bool,
 }
 
 /// The disk's content, as far as the generator has decided it.
@@ -274,34 +334,21 @@ struct DiskContent {
     /// What each block decided so far held before the first request: the replay's
     /// [`Workload::initial`].
     initial: Vec<(u64, u64)>,
-    /// Contents decided lately, for blocks that hold content read elsewhere too.
-    recent: Vec<u64>,
+    /// Copies placed so far, by the start of the extent they copy, for runs that read content
+    /// at another address.
+    copies_of: HashMap<u64, Vec<Extent>>,
     next_content: u64,
     span_sectors: u64,
 }
 
 impl DiskContent {
-    /// The content of the block at `sector`, deciding it when not decided yet: new content,
-    /// or ([`SHARED_READ_FRACTION`]) content decided lately for another block.
-    fn content(&mut self, sector: u64, random: &mut Random) -> u64 {
+    /// The content of the block at `sector`, deciding it (new content) when not decided yet.
+    fn content(&mut self, sector: u64) -> u64 {
         if let Some(&content) = self.content_of.get(&sector) {
             return content;
         }
-        let content = if !self.recent.is_empty() && random.unit() < SHARED_READ_FRACTION {
-            // Not remembered again: content that was shared once is no likelier to be shared
-            // next than any other.
-            self.recent[random.below(self.recent.len() as u64) as usize]
-        } else {
-            let content = self.next_content;
-            self.next_content += 1;
-            if self.recent.len() < RECENT_CONTENTS {
-                self.recent.push(content);
-            } else {
-                let slot = random.below(RECENT_CONTENTS as u64) as usize;
-                self.recent[slot] = content;
-            }
-            content
-        };
+        let content = self.next_content;
+        self.next_content += 1;
         self.content_of.insert(sector, content);
         self.initial.push((sector, content));
         content
@@ -323,7 +370,7 @@ impl DiskContent {
             .map(|block| {
                 let sector = extent.start + block * BLOCK_SECTORS;
                 let fresh = !self.content_of.contains_key(&sector);
-                let content = self.content(sector, random);
+                let content = self.content(sector);
                 fresh.then_some(content)
             })
             .collect();
@@ -340,6 +387,7 @@ impl DiskContent {
             let start = place(random)
                 .start
                 .min(self.span_sectors - extent.blocks * BLOCK_SECTORS);
+            let mut placed = 0;
             for (block, content) in contents.iter().enumerate() {
                 let Some(content) = *content else { continue };
                 let sector = start + block as u64 * BLOCK_SECTORS;
@@ -348,7 +396,18 @@ impl DiskContent {
                 {
                     entry.insert(content);
                     self.initial.push((sector, content));
+                    placed += 1;
                 }
+            }
+            if placed == extent.blocks {
+                self.copies_of
+                    .entry(extent.start)
+                    .or_default()
+                    .push(Extent {
+                        start,
+                        blocks: extent.blocks,
+                        write: false,
+                    });
             }
         }
     }
@@ -358,16 +417,25 @@ impl DiskContent {
 /// of `statistics` (see the module documentation).
 pub fn synthesize(
     statistics: &ExcerptStatistics,
+    places: Places,
     days: u32,
     requests_per_day: u64,
     seed: u64,
 ) -> Workload {
     assert!(days > 0 && requests_per_day > 0);
+    // The areas the excerpt touches, each once.
+    let mut areas: Vec<u64> = statistics
+        .run_starts
+        .iter()
+        .map(|start| start / AREA_SECTORS)
+        .collect();
+    areas.sort_unstable();
+    areas.dedup();
     let mut random = Random::new(seed);
     let mut disk = DiskContent {
         content_of: HashMap::new(),
         initial: Vec::new(),
-        recent: Vec::new(),
+        copies_of: HashMap::new(),
         next_content: 0,
         span_sectors: statistics.span_sectors,
     };
@@ -378,8 +446,15 @@ pub fn synthesize(
     let extents_per_day =
         ((requests_per_day as f64 / mean_run / ACCESSES_PER_EXTENT).ceil() as usize).max(1);
     let mut new_extent = |random: &mut Random| {
-        let template =
-            statistics.run_starts[random.below(statistics.run_starts.len() as u64) as usize];
+        let template = match places {
+            Places::Runs => {
+                statistics.run_starts[random.below(statistics.run_starts.len() as u64) as usize]
+            }
+            Places::Areas => {
+                let area = areas[random.below(areas.len() as u64) as usize];
+                area * AREA_SECTORS + random.below(AREA_SECTORS)
+            }
+        };
         let jitter = random.below(2 * START_JITTER_SECTORS / BLOCK_SECTORS) * BLOCK_SECTORS;
         let start = (template + jitter)
             .saturating_sub(START_JITTER_SECTORS)
@@ -391,10 +466,14 @@ pub fn synthesize(
             blocks: blocks
                 .min((statistics.span_sectors - start) / BLOCK_SECTORS)
                 .max(1),
+            write: random.unit() >= statistics.read_fraction,
         }
     };
     let mut workload = Workload {
-        name: format!("mail, {days} synthetic days"),
+        name: match places {
+            Places::Runs => format!("mail, {days} synthetic days"),
+            Places::Areas => format!("mail, {days} synthetic days, spread"),
+        },
         days,
         ..Workload::default()
     };
@@ -410,20 +489,44 @@ pub fn synthesize(
             .map(|(rank, extent)| (rank as f64 / extents.len() as f64, *extent))
             .collect();
         while ranked.len() < extents_per_day {
-            let extent = new_extent(&mut random);
+            // A copy of one of the day's extents, when the draw finds one that has copies: the
+            // same mail read from another mailbox the same day.
+            let copy = (random.unit() < COPY_READ_FRACTION && !ranked.is_empty())
+                .then(|| {
+                    let original = ranked[random.below(ranked.len() as u64) as usize].1;
+                    if original.write {
+                        return None;
+                    }
+                    let copies = disk.copies_of.get(&original.start)?;
+                    Some(copies[random.below(copies.len() as u64) as usize])
+                })
+                .flatten();
+            let extent = copy.unwrap_or_else(|| new_extent(&mut random));
             disk.decide_extent(extent, &mut random, &mut new_extent);
             ranked.push((random.unit(), extent));
         }
         ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
         extents = ranked.into_iter().map(|(_, extent)| extent).collect();
+        // Read and written extents, each in order of popularity: a request is a write with
+        // the excerpt's share, and goes to the popular written extents.
+        let (written, read): (Vec<Extent>, Vec<Extent>) =
+            extents.iter().partition(|extent| extent.write);
         let mut time_ns = u64::from(day) * DAY_NS;
         let day_end_ns = time_ns + BUSY_NS;
-        let mut issued = 0;
+        let (mut issued, mut issued_writes) = (0u64, 0u64);
         while issued < requests_per_day {
+            // A write whenever the day's writes fall behind the excerpt's share: extents differ
+            // in length, so drawing the operation at random would let a long popular extent
+            // set the share.
+            let write = (issued_writes as f64) < (1.0 - statistics.read_fraction) * issued as f64;
+            let list = match (write, written.is_empty(), read.is_empty()) {
+                (true, false, _) | (false, _, true) => &written,
+                _ => &read,
+            };
             // Zipf-like popularity (exponent 1): rank r is drawn with weight 1/(r+1).
-            let rank = ((extents.len() as f64 + 1.0).powf(random.unit()) - 1.0) as usize;
-            let extent = extents[rank.min(extents.len() - 1)];
-            let write = random.unit() >= statistics.read_fraction;
+            let rank = ((list.len() as f64 + 1.0).powf(random.unit()) - 1.0) as usize;
+            let extent = list[rank.min(list.len() - 1)];
+            let write = extent.write;
             for block in 0..extent.blocks {
                 let sector = extent.start + block * BLOCK_SECTORS;
                 let content = if write {
@@ -438,12 +541,12 @@ pub fn synthesize(
                     if !disk.content_of.contains_key(&sector) {
                         // What the write replaces was on the disk before: decide it, so the
                         // replay knows it from the start.
-                        disk.content(sector, &mut random);
+                        disk.content(sector);
                     }
                     disk.content_of.insert(sector, content);
                     content
                 } else {
-                    disk.content(sector, &mut random)
+                    disk.content(sector)
                 };
                 if recent_contents.len() < 1 << 16 {
                     recent_contents.push(content);
@@ -451,8 +554,12 @@ pub fn synthesize(
                     let slot = random.below(recent_contents.len() as u64) as usize;
                     recent_contents[slot] = content;
                 }
-                let gap =
-                    statistics.gaps_ns[random.below(statistics.gaps_ns.len() as u64) as usize];
+                let gaps = if block == 0 {
+                    &statistics.gaps_between_runs_ns
+                } else {
+                    &statistics.gaps_within_runs_ns
+                };
+                let gap = gaps[random.below(gaps.len() as u64) as usize];
                 time_ns = (time_ns + gap).min(day_end_ns);
                 workload.requests.push(Request {
                     arrival_ns: time_ns,
@@ -461,6 +568,7 @@ pub fn synthesize(
                     content,
                 });
                 issued += 1;
+                issued_writes += u64::from(write);
             }
         }
     }
@@ -506,7 +614,7 @@ mod tests {
     #[test]
     fn synthetic_days_keep_the_statistics() {
         let statistics = ExcerptStatistics::of(&base());
-        let synthetic = synthesize(&statistics, 3, 20_000, 1);
+        let synthetic = synthesize(&statistics, Places::Runs, 3, 20_000, 1);
         let (want, got) = (
             statistics.shape(),
             ExcerptStatistics::of(&synthetic).shape(),

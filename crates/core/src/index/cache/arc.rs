@@ -20,7 +20,7 @@
 //! 4. a flagged entry (prefetched, never used) that is evicted leaves no ghost.
 
 use super::table::{List, Slab, SlotTable};
-use super::{CacheKey, EntryCache, Residents};
+use super::{CacheKey, Entries, EntryCache, Residents};
 use crate::fingerprint::Fingerprint;
 
 const IN_T1: u32 = 1;
@@ -97,6 +97,23 @@ impl<K: CacheKey> ArcCache<K> {
             b2: self.b2.len(),
             target_t1: self.target_t1,
         }
+    }
+
+    /// The resident entries as (key, value), in two lists: T2 (seen at least twice) and T1
+    /// (seen once lately), each most recently used first. Selective duplication reads an ARC
+    /// of days this way (paper 4 §3.4): its T2 holds the content used on several days.
+    pub fn entries_by_list(&self) -> (Entries<K>, Entries<K>) {
+        let slab = &self.residents.slab;
+        let entries = |list: &List| -> Entries<K> {
+            list.indices(slab)
+                .into_iter()
+                .map(|index| {
+                    let entry = slab.item(index);
+                    (entry.key, entry.value)
+                })
+                .collect()
+        };
+        (entries(&self.t2), entries(&self.t1))
     }
 
     /// Where `key` is: "T1", "T1 prefetched", "T2", "B1", "B2" or "absent" (tests).
@@ -395,6 +412,21 @@ mod tests {
             "a B2 hit lowers p: {:?}",
             cache.lengths()
         );
+    }
+
+    /// Goal: `entries_by_list` lists T2 and T1 apart, each most recent first, with their
+    /// values. Method: four entries, two of them used twice.
+    #[test]
+    fn entries_by_list_shows_both_lists() {
+        let mut cache = ArcCache::new(4);
+        for n in 0..4 {
+            demand(&mut cache, n);
+        }
+        demand(&mut cache, 1);
+        demand(&mut cache, 3);
+        let (t2, t1) = cache.entries_by_list();
+        assert_eq!(t2, vec![(fingerprint(3), 3), (fingerprint(1), 1)]);
+        assert_eq!(t1, vec![(fingerprint(2), 2), (fingerprint(0), 0)]);
     }
 
     /// Goal: paper 1 §4.4 rules 1 and 3: a prefetched entry enters T1 flagged, its first

@@ -204,6 +204,9 @@ impl FromStr for CachePolicy {
     }
 }
 
+/// Cached entries as (key, value), in an order the producer states.
+pub type Entries<K> = Vec<(K, u64)>;
+
 /// A cache of any policy, dispatched without virtual calls.
 #[derive(Debug)]
 pub enum Cache<K = Fingerprint> {
@@ -275,6 +278,15 @@ impl<K: CacheKey> Cache<K> {
     #[inline]
     pub fn warm(&self, key: &K) {
         dispatch!(self, cache => cache.residents.table.warm(key.prefix_u64()))
+    }
+
+    /// For an ARC cache, its resident entries as (key, value) in two lists, T2 (seen at
+    /// least twice) and T1 ([`ArcCache::entries_by_list`]); `None` for the other policies.
+    pub fn entries_by_list(&self) -> Option<(Entries<K>, Entries<K>)> {
+        match self {
+            Cache::Arc(cache) => Some(cache.entries_by_list()),
+            Cache::Lru(_) | Cache::Lfu(_) => None,
+        }
     }
 
     /// The policy of this cache.

@@ -215,8 +215,7 @@ impl List {
         }
     }
 
-    /// Nodes from front to back (for tests and checks; allocates).
-    #[cfg(test)]
+    /// Nodes from front to back (allocates).
     pub(crate) fn indices<T: Copy>(&self, slab: &Slab<T>) -> Vec<u32> {
         let mut out = Vec::with_capacity(self.len());
         let mut cursor = self.front;
