@@ -1,18 +1,24 @@
 //! The offline deduplicator (paper 3 §4.1): a pure *plan* (the ranker's decisions, shown by
 //! `onecopy fs dedup --dry-run`) and its *execution*.
 //!
-//! Executing a file of rank r:
+//! A plan takes the files to cut big first, so that the files cut small after them find
+//! data inside their big chunks. Executing a file of rank r:
 //!
 //! 1. the file is read in batches of [`BATCH_BYTES`] (outside the engine lock), noting its
 //!    data version;
 //! 2. each batch is cut into chunks — big for rank 1, small for ranks 2 and 3 (fixed at
 //!    multiples of the size, or content-defined) — and fingerprinted, outside the lock;
-//! 3. under the lock, if the file is unchanged, each chunk is looked up in the repository's
-//!    fingerprint index: a known chunk gains a reference, a new one is appended (a rank-1
-//!    file's new chunks in file order, so it stays sequential); then the plain extents of the
-//!    range are released (their chunks are freed when no other extent holds them) and the
-//!    range is mapped to the new chunks; one journal record per batch;
-//! 4. at the end the file takes its rank and chunking, its read counters are reset, and it
+//! 3. a small chunk the fingerprint index does not know is looked up in the piece index
+//!    (the pieces of big chunks, [`crate::engine::pieces`]) and a hit is compared byte for
+//!    byte with the big chunk's bytes, outside the lock;
+//! 4. under the lock, if the file is unchanged, each chunk is looked up in the repository's
+//!    fingerprint index: a known chunk gains a reference, a confirmed piece maps the range
+//!    to the piece of its big chunk (a reference to that chunk), a new chunk is appended (a
+//!    rank-1 file's new chunks in file order, so it stays sequential, and their pieces enter
+//!    the piece index); then the plain extents of the range are released (their chunks are
+//!    freed when no other extent holds them) and the range is mapped; one journal record
+//!    per batch;
+//! 5. at the end the file takes its rank and chunking, its read counters are reset, and it
 //!    moves to its rank queue.
 //!
 //! A write to the file while it is deduplicated stops its deduplication (the file is rank 0
@@ -28,9 +34,11 @@ use std::time::Instant;
 
 use onecopy_core::chunking::fastcdc::FastCdcChunker;
 use onecopy_core::chunking::{Chunker, SizeRange};
+use onecopy_core::fingerprint::Fingerprint;
 use serde::Serialize;
 
 use crate::changes::FsId;
+use crate::engine::pieces::{self, piece_ranges, ComparedChunks, PieceSearch};
 use crate::engine::{now_ns, FsEngine};
 use crate::error::Result;
 use crate::node::{Chunking, Ino, Kind, Rank, ROOT};
@@ -83,6 +91,9 @@ pub struct DedupReport {
     pub bytes_read: u64,
     /// Chunks found in the index (their bytes not stored again).
     pub chunks_deduplicated: u64,
+    /// Small chunks found inside big chunks through the piece index (mapped to a range of
+    /// the big chunk, their bytes not stored again).
+    pub pieces_deduplicated: u64,
     pub chunks_stored: u64,
     /// Bytes the face's live chunks occupy in containers before and after the run (plain
     /// copies freed by the run wait in their containers for compaction).
@@ -143,6 +154,11 @@ pub fn plan_at(engine: &FsEngine, fs: FsId, now_ns: i64) -> Result<DedupPlan> {
             version: system.version(decision.ino),
         });
     }
+    // Files to cut big first: their new big chunks enter the piece index, so the small
+    // chunks of the files after them find their data inside those chunks (and the big
+    // chunks stay whole and contiguous instead of being built from pieces stored before).
+    plan.files
+        .sort_by_key(|file| !(file.rechunk && file.chunking == Chunking::Big));
     plan.files_left_rank_0 = system.queues[0].len() as u64
         - ranked
             .iter()
@@ -310,6 +326,12 @@ fn dedup_file(
             options.small_chunk_bytes,
             options.small_chunking,
         );
+        let small_bytes = options.small_chunk_bytes;
+        // Pieces are indexed where fixed small chunks can find them.
+        let index_pieces = file.chunking == Chunking::Big
+            && options.small_chunking == SmallChunking::Fixed
+            && options.big_chunk_bytes > small_bytes;
+        let mut compared = ComparedChunks::default();
         let mut pending: Vec<u8> = Vec::new();
         let mut pending_at = 0u64;
         let mut offset = 0u64;
@@ -331,22 +353,53 @@ fn dedup_file(
             pending.extend_from_slice(&data);
             offset += length;
             let end = offset >= size;
-            let mut pieces = Vec::new();
+            let mut cuts = Vec::new();
             let mut taken = 0;
             while let Some(cut) = cutter.next(&pending[taken..], end) {
-                pieces.push((pending_at + taken as u64, taken, cut));
+                cuts.push((taken, cut));
                 taken += cut;
             }
-            let fingerprints: Vec<_> = pieces
+            let fingerprints: Vec<_> = cuts
                 .iter()
-                .map(|&(_, at, length)| fingerprint.hash(&pending[at..at + length]))
+                .map(|&(at, length)| fingerprint.hash(&pending[at..at + length]))
                 .collect();
+            // A big chunk's pieces, for the piece index should the chunk be new.
+            let piece_prints: Vec<Vec<Fingerprint>> = if index_pieces {
+                cuts.iter()
+                    .map(|&(at, length)| {
+                        piece_ranges(length, small_bytes as usize)
+                            .map(|(from, piece)| {
+                                fingerprint.hash(&pending[at + from..at + from + piece])
+                            })
+                            .collect()
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let search = if file.chunking == Chunking::Small {
+                engine.find_pieces(&pending, &cuts, &fingerprints, &mut compared)?
+            } else {
+                PieceSearch {
+                    matches: vec![None; cuts.len()],
+                    stale: Vec::new(),
+                }
+            };
+            let mut pieces_found = 0;
             let unchanged = engine.mutate(|state| {
                 if state.system(fs)?.version(file.ino) != version {
                     return Ok(false);
                 }
-                for (&(file_offset, at, length), print) in pieces.iter().zip(&fingerprints) {
-                    crate::engine::map_data(
+                pieces::remove_stale(state, &search.stale)?;
+                for (index, (&(at, length), print)) in cuts.iter().zip(&fingerprints).enumerate() {
+                    let file_offset = pending_at + at as u64;
+                    if let Some(found) = &search.matches[index] {
+                        if pieces::map_piece(state, fs, file.ino, file_offset, length, found)? {
+                            pieces_found += 1;
+                            continue;
+                        }
+                    }
+                    let outcome = crate::engine::map_data(
                         state,
                         fs,
                         file.ino,
@@ -354,12 +407,23 @@ fn dedup_file(
                         &pending[at..at + length],
                         Some(print),
                     )?;
+                    if let (Some(outcome), true) = (outcome, index_pieces) {
+                        if !outcome.deduplicated {
+                            pieces::index_pieces(
+                                state,
+                                outcome.id,
+                                &piece_prints[index],
+                                small_bytes,
+                            )?;
+                        }
+                    }
                 }
                 Ok(true)
             })?;
             if !unchanged {
                 return Ok(false);
             }
+            report.pieces_deduplicated += pieces_found;
             pending.drain(..taken);
             pending_at += taken as u64;
             let busy = batch_started.elapsed();

@@ -458,3 +458,85 @@ fn idle_runs_keep_to_their_share_and_yield() {
     assert!(stopper.files_deduplicated < 3, "{stopper:?}");
     assert_clean(&engine);
 }
+
+/// Goal: the small chunks of a randomly read file find data that lies inside a
+/// sequentially read file's big chunks (the piece index), in the same run although the
+/// random file was written first; the big chunks they reference stay while the big file is
+/// removed and compacted; entries of freed chunks deduplicate nothing and compaction
+/// removes them. Method: engine calls; layouts, stored bytes and piece entries compared;
+/// `check` (with data) after each step.
+#[test]
+fn small_chunks_find_data_inside_big_chunks() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let engine = open(&repository.face_storage("fs").unwrap());
+    let options = FsOptions {
+        min_evaluation_count: 1,
+        ..eager()
+    };
+    let fs = engine
+        .create_file_system("pieces", options, ROOT_CALLER)
+        .unwrap();
+    let big = bytes(7, 1 << 20);
+    // Two runs of the big file on the 4 KiB grid, off the 256 KiB one: 49 and 75 blocks.
+    let runs = [(3 * 4096, 49 * 4096), (147 * 4096, 75 * 4096)];
+    let mut mixed = big[runs[0].0..runs[0].0 + runs[0].1].to_vec();
+    mixed.extend(bytes(8, 10 * 4096));
+    mixed.extend_from_slice(&big[runs[1].0..runs[1].0 + runs[1].1]);
+    let mixed_ino = file(&engine, fs, "mixed", &mixed);
+    let big_ino = file(&engine, fs, "big", &big);
+    engine.read(fs, big_ino, 0, 1 << 20).unwrap();
+    engine.read(fs, mixed_ino, 8192, 4096).unwrap();
+    let plan = dedup::plan(&engine, fs).unwrap();
+    let order: Vec<(u64, Chunking)> = plan.files.iter().map(|f| (f.ino, f.chunking)).collect();
+    assert_eq!(
+        order,
+        vec![(big_ino, Chunking::Big), (mixed_ino, Chunking::Small)],
+        "files cut big go first"
+    );
+    let report = dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+    assert_eq!(report.pieces_deduplicated, 49 + 75, "{report:?}");
+    let big_chunks: Vec<u64> = engine
+        .file_layout(fs, big_ino)
+        .unwrap()
+        .iter()
+        .map(|place| place.chunk)
+        .collect();
+    assert_eq!(big_chunks.len(), 4);
+    let layout = engine.file_layout(fs, mixed_ino).unwrap();
+    let inside = layout
+        .iter()
+        .filter(|place| big_chunks.contains(&place.chunk))
+        .count();
+    assert_eq!(inside, 49 + 75, "{layout:?}");
+    let stats = engine.stats(fs).unwrap();
+    assert!(
+        stats.stored_bytes < (1 << 20) + 11 * 4096,
+        "only the 10 new blocks are stored besides the big file: {stats:?}"
+    );
+    assert_eq!(stats.face.piece_entries, 4 * 64);
+    assert_eq!(contents(&engine, fs, mixed_ino), mixed);
+    assert_clean(&engine);
+
+    // The big file goes: its second chunk (no piece referenced) is freed, the others stay.
+    engine.remove(fs, ROOT, b"big", false).unwrap();
+    assert_eq!(engine.stats(fs).unwrap().face.live_chunks, 3 + 10);
+    assert_eq!(contents(&engine, fs, mixed_ino), mixed);
+    assert_clean(&engine);
+    // A copy of the freed chunk's data finds only stale entries: it is stored.
+    let copy = big[(256 << 10)..(512 << 10)].to_vec();
+    let copy_ino = file(&engine, fs, "copy", &copy);
+    engine.read(fs, copy_ino, 4096, 4096).unwrap();
+    let plan = dedup::plan(&engine, fs).unwrap();
+    let report = dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+    assert_eq!(report.pieces_deduplicated, 0, "{report:?}");
+    assert_eq!(report.chunks_stored, 64);
+    assert_eq!(contents(&engine, fs, copy_ino), copy);
+    assert_clean(&engine);
+    // Compaction removes the entries of the freed chunk that the lookups left.
+    engine.compact(false).unwrap();
+    assert_eq!(engine.stats(fs).unwrap().face.piece_entries, 3 * 64);
+    assert_eq!(contents(&engine, fs, mixed_ino), mixed);
+    assert_eq!(contents(&engine, fs, copy_ino), copy);
+    assert_clean(&engine);
+}

@@ -2,7 +2,8 @@
 //! run released, overwritten data) with the core's compaction (`onecopy_core::gc`): a pure
 //! plan of the emptiest containers, then their live chunks copied to the open container
 //! (a `Relocated` change each, so no extent map changes) and the containers retired. Retired
-//! containers are removed two checkpoints later, which this command writes at once.
+//! containers are removed two checkpoints later, which this command writes at once. It also
+//! removes the piece index's entries of freed chunks (`super::pieces`).
 //!
 //! Not guaranteed: the moved chunks of a rank-1 file stay in file order only as far as
 //! their chunk ids are (compaction copies in chunk-id order).
@@ -33,7 +34,9 @@ impl FsEngine {
             state
                 .changes
                 .extend(changes.into_iter().map(FsChange::Chunk));
-            Ok((plan, report?))
+            let report = report?;
+            super::pieces::sweep_stale(state)?;
+            Ok((plan, report))
         })?;
         // Retired containers go after the checkpoint that makes their retirement durable and
         // the next one (see `ChunkStore::remove_retired_containers`).

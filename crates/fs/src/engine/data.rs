@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use onecopy_core::chunk_store::ChunkRead;
+use onecopy_core::chunk_store::{ChunkRead, StoreOutcome};
 use onecopy_core::container::is_zero;
 
 use crate::changes::{FsChange, FsId};
@@ -80,6 +80,7 @@ pub(crate) fn punch(state: &mut State, fs: FsId, ino: Ino, from: u64, to: u64) -
 }
 
 /// Maps `data` at `offset` of `ino` as a new chunk: plain, or deduplicated by `fingerprint`.
+/// Returns what storing did (`None` for zeros, which become a hole).
 pub(crate) fn map_data(
     state: &mut State,
     fs: FsId,
@@ -87,30 +88,32 @@ pub(crate) fn map_data(
     offset: u64,
     data: &[u8],
     fingerprint: Option<&onecopy_core::fingerprint::Fingerprint>,
-) -> Result<()> {
+) -> Result<Option<StoreOutcome>> {
     assert!(
         data.len() as u64 <= CHUNK_BYTES_MAX,
         "chunks are at most 1 MiB"
     );
     let end = offset + data.len() as u64;
     if data.is_empty() || is_zero(data) {
-        return punch(state, fs, ino, offset, end);
+        punch(state, fs, ino, offset, end)?;
+        return Ok(None);
     }
     // Stored (or referenced) before the old extents are released: a chunk the range maps
     // already keeps its bytes and index entry instead of being freed and stored again.
-    let chunk = state.store_chunk(data, fingerprint, ino)?;
+    let outcome = state.store_chunk(data, fingerprint, ino)?;
     punch(state, fs, ino, offset, end)?;
     state.push(FsChange::Extent {
         fs,
         ino,
         offset,
         extent: Some(Extent {
-            chunk,
+            chunk: outcome.id,
             chunk_offset: 0,
             length: data.len() as u32,
             plain: fingerprint.is_none(),
         }),
-    })
+    })?;
+    Ok(Some(outcome))
 }
 
 /// Marks file `ino` modified at `now`: back to rank 0, at the top of Q_Rank0 (paper 3 §4.2.2).

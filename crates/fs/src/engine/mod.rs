@@ -30,6 +30,7 @@ mod check;
 mod compact;
 mod data;
 mod namespace;
+pub(crate) mod pieces;
 mod recovery;
 mod stats;
 
@@ -38,10 +39,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use onecopy_core::chunk_store::{ChunkChange, ChunkId, ChunkStore, ChunkStoreState, NewChunk};
+use onecopy_core::chunk_store::{
+    ChunkChange, ChunkId, ChunkStore, ChunkStoreState, NewChunk, StoreOutcome,
+};
 use onecopy_core::container::ContainerOptions;
 use onecopy_core::fingerprint::{Fingerprint, FingerprintAlgorithm};
-use onecopy_core::index::IndexOptions;
+use onecopy_core::index::{FingerprintIndex, IndexOptions};
 use onecopy_core::journal::Journal;
 use onecopy_core::pages::PageStore;
 use onecopy_core::storage::Storage;
@@ -86,6 +89,8 @@ impl Default for FaceConfig {
 #[derive(Clone, Debug)]
 pub struct RuntimeOptions {
     pub index: IndexOptions,
+    /// The piece index's ([`pieces`]): entries for the small pieces of big chunks.
+    pub piece_index: IndexOptions,
     /// Clean metadata pages kept in memory.
     pub metadata_cache_pages: usize,
     /// A checkpoint starts once the journal holds this many bytes.
@@ -98,6 +103,12 @@ impl Default for RuntimeOptions {
     fn default() -> Self {
         RuntimeOptions {
             index: IndexOptions::default(),
+            piece_index: IndexOptions {
+                // Pieces are looked up only by the deduplicator, in file order: a small
+                // cache serves the runs of pieces a copied range brings.
+                cache_bytes: 16 << 20,
+                ..IndexOptions::default()
+            },
             metadata_cache_pages: 4096,
             checkpoint_journal_bytes: 64 << 20,
             chunk_cache_entries: 64,
@@ -222,6 +233,8 @@ pub(crate) struct State {
     /// `None` when opened read-only.
     pub journal: Option<Journal>,
     pub chunks: ChunkStore,
+    /// Fingerprints of the small pieces of big chunks ([`pieces`]); derived data.
+    pub pieces: FingerprintIndex,
     pub systems: BTreeMap<FsId, FileSystem>,
     pub next_fs_id: FsId,
     pub stamp_next: u64,
@@ -252,7 +265,13 @@ impl State {
     pub(crate) fn push(&mut self, change: FsChange) -> Result<()> {
         self.changes.push(change);
         let change = self.changes.last().expect("just pushed");
-        apply(&mut self.pages, &mut self.chunks, &mut self.systems, change)
+        apply(
+            &mut self.pages,
+            &mut self.chunks,
+            &mut self.pieces,
+            &mut self.systems,
+            change,
+        )
     }
 
     fn take_chunk_changes(&mut self) {
@@ -261,13 +280,14 @@ impl State {
     }
 
     /// Stores `data` (never all zeros); plain (no fingerprint) or deduplicated against the
-    /// index by `fingerprint`. Returns the chunk id (with one new reference).
+    /// index by `fingerprint`. Returns the chunk id (with one new reference) and whether an
+    /// existing chunk was referenced.
     pub(crate) fn store_chunk(
         &mut self,
         data: &[u8],
         fingerprint: Option<&Fingerprint>,
         owner: u64,
-    ) -> Result<ChunkId> {
+    ) -> Result<StoreOutcome> {
         let outcome = self.chunks.store(
             &mut self.pages,
             NewChunk {
@@ -280,7 +300,7 @@ impl State {
             &mut self.chunk_changes,
         );
         self.take_chunk_changes();
-        Ok(outcome?.id)
+        Ok(outcome?)
     }
 
     pub(crate) fn reference_chunk(&mut self, id: ChunkId) -> Result<()> {
@@ -336,6 +356,7 @@ impl State {
 pub(crate) fn apply(
     pages: &mut PageStore,
     chunks: &mut ChunkStore,
+    pieces: &mut FingerprintIndex,
     systems: &mut BTreeMap<FsId, FileSystem>,
     change: &FsChange,
 ) -> Result<()> {
@@ -450,6 +471,14 @@ pub(crate) fn apply(
                 }
             }
         }
+        FsChange::Piece { fingerprint, value } => match value {
+            Some(value) => {
+                pieces.insert(pages, fingerprint, *value)?;
+            }
+            None => {
+                pieces.remove(pages, fingerprint)?;
+            }
+        },
     }
     Ok(())
 }
@@ -642,6 +671,7 @@ impl FsEngine {
         };
         let bytes = recovery::encode_checkpoint(&saved, &state.systems);
         state.chunks.prepare_checkpoint(&mut state.pages)?;
+        state.pieces.prepare_checkpoint(&mut state.pages)?;
         state.pages.checkpoint(&bytes)?;
         let storage = self.storage.as_ref();
         for generation in Journal::generations(storage, META_DIRECTORY)? {

@@ -25,6 +25,7 @@ use onecopy_core::bytes::ByteReader;
 use onecopy_core::check::{Finding, FindingKind};
 use onecopy_core::chunk_store::{ChunkStore, ChunkStoreOptions};
 use onecopy_core::container::ContainerStore;
+use onecopy_core::index::FingerprintIndex;
 use onecopy_core::journal::Journal;
 use onecopy_core::pages::{PageStore, PageStoreOptions};
 use onecopy_core::storage::{read_all, write_atomically, Storage};
@@ -185,6 +186,21 @@ impl FsEngine {
             },
         )?;
         let mut findings = Vec::new();
+        // The piece index is derived data (a missing entry costs a missed deduplication,
+        // never data): damage empties it, and the pieces of big chunks stored from now on
+        // fill it again.
+        let (mut pieces, piece_damage) =
+            FingerprintIndex::open_or_reset(&mut pages, "pieces", runtime.piece_index.clone())?;
+        if let Some(error) = piece_damage {
+            findings.push(
+                Finding::new(
+                    FindingKind::Derived,
+                    "fs/meta: piece index",
+                    format!("damaged: {error}"),
+                )
+                .repaired("emptied; the pieces of big chunks stored from now on fill it"),
+            );
+        }
         let mut last_generation = 0;
         let mut stopped = false;
         for &generation in generations
@@ -230,7 +246,7 @@ impl FsEngine {
                     }
                 }
                 for change in &decoded {
-                    apply(&mut pages, &mut chunks, &mut systems, change)?;
+                    apply(&mut pages, &mut chunks, &mut pieces, &mut systems, change)?;
                 }
                 Ok(())
             })?;
@@ -274,6 +290,7 @@ impl FsEngine {
                 pages,
                 journal,
                 chunks,
+                pieces,
                 systems,
                 next_fs_id,
                 stamp_next,

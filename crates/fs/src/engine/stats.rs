@@ -29,6 +29,9 @@ pub struct FaceStats {
     /// Bytes of container files, garbage (freed chunks waiting for compaction) included;
     /// the open container's appends still in memory are not counted.
     pub container_bytes: u64,
+    /// Entries of the piece index (the small pieces of big chunks; entries of chunks freed
+    /// since the last `fs compact` included).
+    pub piece_entries: u64,
 }
 
 /// Figures of one file system.
@@ -137,6 +140,7 @@ impl FsEngine {
             live_raw_bytes: chunk_state.live_raw_bytes,
             live_stored_bytes: chunk_state.live_stored_bytes,
             container_bytes,
+            piece_entries: state.pieces.len(),
         };
         Ok(stats)
     }
