@@ -38,7 +38,7 @@ use onecopy_core::fingerprint::Fingerprint;
 use serde::Serialize;
 
 use crate::changes::FsId;
-use crate::engine::pieces::{self, piece_ranges, ComparedChunks, PieceSearch};
+use crate::engine::pieces::{self, piece_ranges, ComparedChunks};
 use crate::engine::{now_ns, FsEngine};
 use crate::error::Result;
 use crate::node::{Chunking, Ino, Kind, Rank, ROOT};
@@ -377,14 +377,19 @@ fn dedup_file(
             } else {
                 Vec::new()
             };
-            let search = if file.chunking == Chunking::Small {
-                engine.find_pieces(&pending, &cuts, &fingerprints, &mut compared)?
-            } else {
-                PieceSearch {
-                    matches: vec![None; cuts.len()],
-                    stale: Vec::new(),
-                }
-            };
+            // Each chunk is looked up in the piece index by its first piece.
+            let probes: Vec<(Fingerprint, usize)> = cuts
+                .iter()
+                .enumerate()
+                .map(|(index, &(_, length))| match piece_prints.get(index) {
+                    Some(prints) if !prints.is_empty() => {
+                        (prints[0], length.min(small_bytes as usize))
+                    }
+                    _ => (fingerprints[index], length),
+                })
+                .collect();
+            let search =
+                engine.find_pieces(&pending, &cuts, &fingerprints, &probes, &mut compared)?;
             let mut pieces_found = 0;
             let unchanged = engine.mutate(|state| {
                 if state.system(fs)?.version(file.ino) != version {

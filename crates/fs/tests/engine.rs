@@ -540,3 +540,39 @@ fn small_chunks_find_data_inside_big_chunks() {
     assert_eq!(contents(&engine, fs, copy_ino), copy);
     assert_clean(&engine);
 }
+
+/// Goal: a batch whose small chunks lie in more big chunks than a run keeps decoded (and
+/// than it reads per batch) still deduplicates, and reads back right. Method: a 24 MiB file
+/// cut big (96 chunks), a file of one block from each of its chunks, twice over, cut small.
+#[test]
+fn pieces_from_many_chunks_in_one_batch() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let engine = open(&repository.face_storage("fs").unwrap());
+    let options = FsOptions {
+        min_evaluation_count: 1,
+        ..eager()
+    };
+    let fs = engine
+        .create_file_system("many", options, ROOT_CALLER)
+        .unwrap();
+    let big = bytes(9, 24 << 20);
+    let mut scattered = Vec::new();
+    for round in 0..2 {
+        for chunk in 0..96 {
+            let at = chunk * (256 << 10) + (round * 7 + 5) * 4096;
+            scattered.extend_from_slice(&big[at..at + 4096]);
+        }
+    }
+    let big_ino = file(&engine, fs, "big", &big);
+    let scattered_ino = file(&engine, fs, "scattered", &scattered);
+    for offset in (0..(24u64 << 20)).step_by(1 << 20) {
+        engine.read(fs, big_ino, offset, 1 << 20).unwrap();
+    }
+    engine.read(fs, scattered_ino, 4096, 4096).unwrap();
+    let plan = dedup::plan(&engine, fs).unwrap();
+    let report = dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+    assert_eq!(report.pieces_deduplicated, 192, "{report:?}");
+    assert_eq!(contents(&engine, fs, scattered_ino), scattered);
+    assert_clean(&engine);
+}

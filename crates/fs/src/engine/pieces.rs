@@ -12,16 +12,22 @@
 //! piece index with each of its pieces, in the journal record of the batch that stores it
 //! ([`index_pieces`]).
 //!
-//! Finding, for the small chunks of a rank-2 or rank-3 file:
+//! Finding, for every chunk a deduplication run cuts:
 //!
-//! 1. under the engine lock, each small chunk the chunk index does not know is looked up in
-//!    the piece index; a hit names a chunk and an offset, whose record gives the chunk's
-//!    location ([`FsEngine::find_pieces`]);
-//! 2. outside the lock the chunk's bytes are read (checksum checked) and the piece is
-//!    compared byte for byte with the small chunk;
-//! 3. under the lock, in the batch's journal record, a confirmed piece whose chunk still is
-//!    where it was compared is mapped: the extent names the big chunk, the piece's offset
-//!    and length, and holds one reference to the chunk ([`map_piece`]).
+//! 1. under the engine lock, each chunk the chunk index does not know is looked up in the
+//!    piece index by its first piece (a small chunk is one piece); a hit names a chunk and
+//!    an offset, whose record gives the chunk's location ([`FsEngine::find_pieces`]);
+//! 2. outside the lock the chunk's bytes are read (checksum checked) and the whole of the
+//!    new chunk is compared byte for byte with the bytes from that offset on;
+//! 3. under the lock, in the batch's journal record, a confirmed match whose chunk still is
+//!    where it was compared is mapped: the extent names the stored chunk, the offset and the
+//!    length, and holds one reference to the chunk ([`map_piece`]).
+//!
+//! So a small chunk finds its data inside a big chunk, and a big chunk (of a rank-1 file)
+//! finds its data where it lies whole inside another stored chunk: read as one chunk, as
+//! its own would be, so a sequential read of the file pays nothing for it. A big chunk
+//! whose data is spread over several stored chunks is stored whole: mapping it to them
+//! would cost a sequential read a seek for each.
 //!
 //! Why bytes are compared: the index keeps only the first 16 bytes of a fingerprint, and no
 //! record holds a piece's whole fingerprint to confirm a hit against (a chunk record holds
@@ -57,6 +63,9 @@ const _: () = assert!(CHUNK_BYTES_MAX / PIECE_GRID_BYTES <= 1 << OFFSET_BITS);
 /// Decoded big chunks a deduplication run keeps for comparisons: a copied range of a file
 /// brings runs of pieces of the same few chunks.
 const COMPARED_CHUNKS_MAX: usize = 16;
+/// Bytes of chunks one batch reads for comparisons, at most (8 times a batch): a batch
+/// whose pieces lie in more chunks stores the rest.
+const COMPARE_READ_BYTES_MAX: u64 = 8 * crate::dedup::BATCH_BYTES;
 
 /// A piece index entry's value: the chunk and the piece's offset in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,24 +161,32 @@ impl ComparedChunks {
 }
 
 impl FsEngine {
-    /// Steps 1 and 2 of the module documentation for the small chunks `cuts` of `data` (each
-    /// its start and length in `data`) whose fingerprints are `prints`.
+    /// Steps 1 and 2 of the module documentation for the chunks `cuts` of `data` (each its
+    /// start and length in `data`) whose fingerprints are `prints`; `probes` are the
+    /// fingerprints of their first pieces and the bytes those cover (a small chunk's own
+    /// fingerprint and length), looked up in the piece index. The whole chunk is compared,
+    /// so a big chunk is found where it lies inside another stored chunk.
     pub(crate) fn find_pieces(
         &self,
         data: &[u8],
         cuts: &[(usize, usize)],
         prints: &[Fingerprint],
+        probes: &[(Fingerprint, usize)],
         compared: &mut ComparedChunks,
     ) -> Result<PieceSearch> {
         assert_eq!(cuts.len(), prints.len(), "one fingerprint per chunk");
+        assert_eq!(cuts.len(), probes.len(), "one probe per chunk");
         let mut search = PieceSearch {
             matches: vec![None; cuts.len()],
             stale: Vec::new(),
         };
         // (small chunk, entry value, candidate) for each hit whose chunk is in use.
         let mut candidates: Vec<(usize, u64, PieceMatch)> = Vec::new();
-        // Chunks to read outside the lock: location, buffer, how.
+        // The bytes of the candidates' chunks: those kept from earlier batches, then those
+        // read outside the lock (location, buffer, how).
+        let mut bytes_of: Vec<(ChunkLocation, Arc<Vec<u8>>)> = Vec::new();
         let mut reads: Vec<(ChunkLocation, Vec<u8>, ChunkRead)> = Vec::new();
+        let mut read_bytes = 0u64;
         {
             let mut state = self.state.lock();
             self.check_usable(&state)?;
@@ -182,21 +199,45 @@ impl FsEngine {
                 if state.chunks.index().get(&mut state.pages, print)?.is_some() {
                     continue;
                 }
-                let Some(value) = state.pieces.lookup(&mut state.pages, print)? else {
+                let (probe, probe_bytes) = &probes[index];
+                assert!(*probe_bytes <= length, "a probe covers the chunk's start");
+                let Some(value) = state.pieces.lookup(&mut state.pages, probe)? else {
                     continue;
                 };
                 let piece = PieceValue::decode(value);
                 let record = state.chunks.record(&mut state.pages, piece.chunk)?;
-                let fits = piece.chunk_offset as u64 + length as u64
-                    <= record.location.raw_bytes as u64;
+                let end = |bytes: usize| piece.chunk_offset as u64 + bytes as u64;
+                let raw_bytes = record.location.raw_bytes as u64;
                 // A freed id may be in use again by a plain chunk, which waits for its own
                 // deduplication: pieces are taken from deduplicated chunks only.
                 let plain = record.location.flags & CHUNK_UNFINGERPRINTED != 0;
-                if !record.in_use || !fits || plain {
-                    search.stale.push((*print, value));
+                if !record.in_use || plain || end(*probe_bytes) > raw_bytes {
+                    search.stale.push((*probe, value));
+                    continue;
+                }
+                if end(length) > raw_bytes {
+                    // The piece is there; the rest of this chunk is not in that one.
                     continue;
                 }
                 let location = record.location;
+                let known = bytes_of.iter().any(|(at, _)| *at == location)
+                    || reads.iter().any(|(at, _, _)| *at == location);
+                if !known {
+                    if let Some(bytes) = compared.get(&location) {
+                        bytes_of.push((location, bytes));
+                    } else if read_bytes + location.raw_bytes as u64 <= COMPARE_READ_BYTES_MAX {
+                        read_bytes += location.raw_bytes as u64;
+                        let mut raw = vec![0u8; location.raw_bytes as usize];
+                        let read =
+                            state
+                                .chunks
+                                .plan_read(&mut state.pages, piece.chunk, &mut raw)?;
+                        reads.push((location, raw, read));
+                    } else {
+                        // A batch whose pieces lie in too many chunks: the rest are stored.
+                        continue;
+                    }
+                }
                 candidates.push((
                     index,
                     value,
@@ -206,34 +247,33 @@ impl FsEngine {
                         location,
                     },
                 ));
-                let known = compared.get(&location).is_some()
-                    || reads.iter().any(|(at, _, _)| *at == location);
-                if !known {
-                    let mut raw = vec![0u8; location.raw_bytes as usize];
-                    let read = state
-                        .chunks
-                        .plan_read(&mut state.pages, piece.chunk, &mut raw)?;
-                    reads.push((location, raw, read));
-                }
             }
         }
         for (location, mut raw, read) in reads {
             if let ChunkRead::File { file, location } = read {
                 onecopy_core::chunk_store::read_located(file.as_ref(), &location, &mut raw)?;
             }
-            compared.put(location, Arc::new(raw));
+            bytes_of.push((location, Arc::new(raw)));
         }
         for (index, value, found) in candidates {
             let (at, length) = cuts[index];
-            let bytes = compared
-                .get(&found.location)
-                .expect("every candidate's chunk was read");
+            let bytes = &bytes_of
+                .iter()
+                .find(|(location, _)| *location == found.location)
+                .expect("every candidate's chunk was read")
+                .1;
             let from = found.chunk_offset as usize;
+            let (probe, probe_bytes) = probes[index];
             if bytes[from..from + length] == data[at..at + length] {
                 search.matches[index] = Some(found);
-            } else {
+            } else if bytes[from..from + probe_bytes] != data[at..at + probe_bytes] {
                 // The chunk id was freed and reused, or two fingerprints share a key.
-                search.stale.push((prints[index], value));
+                search.stale.push((probe, value));
+            }
+        }
+        for (location, bytes) in bytes_of.into_iter().rev() {
+            if compared.get(&location).is_none() {
+                compared.put(location, bytes);
             }
         }
         Ok(search)
@@ -252,8 +292,7 @@ pub(crate) fn map_piece(
     found: &PieceMatch,
 ) -> Result<bool> {
     let record = state.chunks.record(&mut state.pages, found.chunk)?;
-    if !record.in_use || record.location != found.location || record.references >= REFERENCES_MAX
-    {
+    if !record.in_use || record.location != found.location || record.references >= REFERENCES_MAX {
         return Ok(false);
     }
     assert!(
