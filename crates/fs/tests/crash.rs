@@ -72,8 +72,9 @@ fn assert_checks_clean(engine: &FsEngine, context: &str) {
 type Model = Vec<(&'static str, Vec<u8>)>;
 
 /// The files of the deduplication crash test: two copies of one file and one that shares
-/// part of it, all written and synced, not yet deduplicated. The original will be cut big,
-/// the others small (its copy then maps pieces of its big chunks).
+/// part of it, all written and synced, not yet deduplicated. The original and the mixed file
+/// will be cut big, the copy small: the copy maps pieces of the original's big chunks, the
+/// mixed file references the original's chunks where its runs of them are long.
 fn dedup_setup(storage: &SimulatedStorage) -> (Arc<FsEngine>, FsId, Model) {
     let engine = open(storage).unwrap();
     let options = FsOptions {
@@ -88,16 +89,19 @@ fn dedup_setup(storage: &SimulatedStorage) -> (Arc<FsEngine>, FsId, Model) {
         .create_file_system("crash", options, ROOT_CALLER)
         .unwrap();
     let original = bytes(1, 400_000);
-    let mut mixed = bytes(2, 150_000);
+    // Nine small chunks, then the original's start: on the piece grid of both.
+    let mut mixed = bytes(2, 147_456);
     mixed.extend_from_slice(&original[..200_000]);
     let files = vec![("a", original.clone()), ("b", original), ("c", mixed)];
     for (name, data) in &files {
         let ino = create_file(&engine, fs, name);
         engine.write(fs, ino, 0, data).unwrap();
     }
-    // One file is read sequentially enough to be rank 1 (big chunks), the others rank 2.
-    let a = engine.lookup(fs, ROOT, b"a").unwrap().ino;
-    engine.read(fs, a, 0, 1 << 20).unwrap();
+    // Two files are read sequentially enough to be rank 1 (big chunks), the copy rank 2.
+    for name in [b"a", b"c"] {
+        let ino = engine.lookup(fs, ROOT, name).unwrap().ino;
+        engine.read(fs, ino, 0, 1 << 20).unwrap();
+    }
     engine.flush().unwrap();
     (engine, fs, files)
 }
@@ -113,9 +117,10 @@ fn crash_at_every_sync_of_deduplication() {
     let plan = dedup::plan(&engine, fs).unwrap();
     assert_eq!(plan.files.len(), 3, "{plan:?}");
     let report = dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
-    // The copy's small chunks map into the original's big chunks: the crash points cover
-    // piece references and the piece index's changes.
-    assert_eq!(report.pieces_deduplicated, 24, "{report:?}");
+    // The copy's small chunks (24) and the mixed file's runs of the original's first three
+    // chunks (12 pieces) map into the original's big chunks: the crash points cover piece
+    // references and the piece index's changes.
+    assert_eq!(report.pieces_deduplicated, 24 + 12, "{report:?}");
     engine.flush().unwrap();
     engine.checkpoint().unwrap();
     let syncs = reference.sync_count() - before;

@@ -576,3 +576,64 @@ fn pieces_from_many_chunks_in_one_batch() {
     assert_eq!(contents(&engine, fs, scattered_ino), scattered);
     assert_clean(&engine);
 }
+
+/// Goal: a sequentially read file references the runs it shares with another rank-1 file
+/// where they are at least half a big chunk long (one chunk read each), stores the shorter
+/// ones, and reads back right. Method: a 1 MiB file cut big; a second file of a 192 KiB run
+/// and a 64 KiB run of it (off the 256 KiB grid) between new data, also read sequentially;
+/// its layout after one run.
+#[test]
+fn rank_1_files_reference_long_runs_of_stored_chunks() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let engine = open(&repository.face_storage("fs").unwrap());
+    let options = FsOptions {
+        min_evaluation_count: 1,
+        ..eager()
+    };
+    let fs = engine
+        .create_file_system("runs", options, ROOT_CALLER)
+        .unwrap();
+    let first = bytes(10, 1 << 20);
+    let mut second = bytes(11, 40 << 10);
+    second.extend_from_slice(&first[(260 << 10)..(452 << 10)]);
+    second.extend(bytes(12, 100 << 10));
+    second.extend_from_slice(&first[(600 << 10)..(664 << 10)]);
+    second.extend(bytes(13, 20 << 10));
+    let first_ino = file(&engine, fs, "first", &first);
+    let second_ino = file(&engine, fs, "second", &second);
+    for ino in [first_ino, second_ino] {
+        engine.read(fs, ino, 0, 1 << 20).unwrap();
+    }
+    let plan = dedup::plan(&engine, fs).unwrap();
+    assert!(plan.files.iter().all(|file| file.chunking == Chunking::Big));
+    let report = dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+    assert_eq!(report.pieces_deduplicated, 48, "{report:?}");
+    let first_chunks: Vec<u64> = engine
+        .file_layout(fs, first_ino)
+        .unwrap()
+        .iter()
+        .map(|place| place.chunk)
+        .collect();
+    let layout = engine.file_layout(fs, second_ino).unwrap();
+    let shape: Vec<(u64, u64, bool)> = layout
+        .iter()
+        .map(|place| {
+            let shared = first_chunks.contains(&place.chunk);
+            (place.offset >> 10, place.length >> 10, shared)
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            (0, 40, false),
+            (40, 192, true),
+            (232, 24, false),
+            // The short run stays in the file's own last chunk.
+            (256, 160, false),
+        ],
+        "{layout:?}"
+    );
+    assert_eq!(contents(&engine, fs, second_ino), second);
+    assert_clean(&engine);
+}

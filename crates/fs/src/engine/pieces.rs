@@ -165,13 +165,15 @@ impl FsEngine {
     /// start and length in `data`) whose fingerprints are `prints`; `probes` are the
     /// fingerprints of their first pieces and the bytes those cover (a small chunk's own
     /// fingerprint and length), looked up in the piece index. The whole chunk is compared,
-    /// so a big chunk is found where it lies inside another stored chunk.
+    /// so a big chunk is found where it lies inside another stored chunk. With
+    /// `skip_indexed`, chunks the chunk index knows are not looked up.
     pub(crate) fn find_pieces(
         &self,
         data: &[u8],
         cuts: &[(usize, usize)],
         prints: &[Fingerprint],
         probes: &[(Fingerprint, usize)],
+        skip_indexed: bool,
         compared: &mut ComparedChunks,
     ) -> Result<PieceSearch> {
         assert_eq!(cuts.len(), prints.len(), "one fingerprint per chunk");
@@ -196,7 +198,7 @@ impl FsEngine {
                     break;
                 }
                 // A chunk the chunk index knows is referenced whole by the store itself.
-                if state.chunks.index().get(&mut state.pages, print)?.is_some() {
+                if skip_indexed && state.chunks.index().get(&mut state.pages, print)?.is_some() {
                     continue;
                 }
                 let (probe, probe_bytes) = &probes[index];
