@@ -131,10 +131,10 @@ pub fn plan_at(engine: &FsEngine, fs: FsId, now_ns: i64) -> Result<DedupPlan> {
     };
     for decision in &ranked {
         let inode = &system.inodes[&decision.ino];
-        let chunking = chunking_of(decision.rank);
+        let bytes = inode.mapped_bytes();
+        let chunking = chunking_of(decision.rank, bytes, options);
         let plain_bytes = inode.plain_bytes();
         let rechunk = inode.monitor.chunking != Some(chunking) || plain_bytes > 0;
-        let bytes = inode.mapped_bytes();
         if rechunk {
             plan.read_bytes += bytes;
         }

@@ -637,3 +637,44 @@ fn rank_1_files_reference_long_runs_of_stored_chunks() {
     assert_eq!(contents(&engine, fs, second_ino), second);
     assert_clean(&engine);
 }
+
+/// Goal: a small file read sequentially (rank 1) is cut small, so its blocks find their
+/// data inside big chunks; a file just over the bound is cut big. Method: a big file cut
+/// big, then a 12 KiB file of two of its blocks around a new one and a 36 KiB file, both
+/// read whole; ranks, chunkings and pieces after one run.
+#[test]
+fn small_files_read_sequentially_are_cut_small() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let engine = open(&repository.face_storage("fs").unwrap());
+    let options = FsOptions {
+        min_evaluation_count: 1,
+        ..eager()
+    };
+    let fs = engine
+        .create_file_system("small", options, ROOT_CALLER)
+        .unwrap();
+    let big = bytes(14, 1 << 20);
+    let mut small = big[(40 << 10)..(44 << 10)].to_vec();
+    small.extend(bytes(15, 4096));
+    small.extend_from_slice(&big[(400 << 10)..(404 << 10)]);
+    let big_ino = file(&engine, fs, "big", &big);
+    let small_ino = file(&engine, fs, "small", &small);
+    let over_ino = file(&engine, fs, "over", &bytes(16, 36 << 10));
+    for ino in [big_ino, small_ino, over_ino] {
+        engine.read(fs, ino, 0, 1 << 20).unwrap();
+    }
+    let plan = dedup::plan(&engine, fs).unwrap();
+    let report = dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+    assert_eq!(report.pieces_deduplicated, 2, "{report:?}");
+    let ranks = engine.ranks(fs).unwrap();
+    let of = |ino| {
+        let file = ranks.iter().find(|file| file.ino == ino).unwrap();
+        (file.rank, file.chunking)
+    };
+    assert_eq!(of(small_ino), (1, Some(Chunking::Small)));
+    assert_eq!(of(over_ino), (1, Some(Chunking::Big)));
+    assert_eq!(of(big_ino), (1, Some(Chunking::Big)));
+    assert_eq!(contents(&engine, fs, small_ino), small);
+    assert_clean(&engine);
+}

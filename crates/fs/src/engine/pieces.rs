@@ -319,7 +319,9 @@ pub(crate) fn map_piece(
 }
 
 /// Enters the pieces of the new chunk `chunk` into the piece index: `prints` are the
-/// fingerprints of its [`piece_ranges`] at `small_bytes`, in order.
+/// fingerprints of its [`piece_ranges`] at `small_bytes`, in order. A piece whose entry
+/// names a chunk in use keeps it: data copied again and again then resolves, piece after
+/// piece, to the same first chunk, where it lies in order (what rank-1 files reference).
 pub(crate) fn index_pieces(
     state: &mut State,
     chunk: ChunkId,
@@ -327,6 +329,12 @@ pub(crate) fn index_pieces(
     small_bytes: u64,
 ) -> Result<()> {
     for (index, print) in prints.iter().enumerate() {
+        if let Some(value) = state.pieces.get(&mut state.pages, print)? {
+            let holder = PieceValue::decode(value).chunk;
+            if state.chunks.record(&mut state.pages, holder)?.in_use {
+                continue;
+            }
+        }
         let value = PieceValue {
             chunk,
             chunk_offset: (index as u64 * small_bytes) as u32,
