@@ -492,9 +492,63 @@ type ChunkKey = (u64, u32);
 pub(crate) struct ChunkCache {
     entries: VecDeque<(ChunkKey, Arc<Vec<u8>>)>,
     limit: usize,
+    /// Chunks a read is reading from their containers now.
+    loading: HashMap<ChunkKey, Arc<Loading>>,
+}
+
+/// A chunk being read by one read for others: its bytes, or why there are none.
+#[derive(Default)]
+pub(crate) struct Loading {
+    outcome: Mutex<Option<std::result::Result<Arc<Vec<u8>>, String>>>,
+    ready: parking_lot::Condvar,
+}
+
+impl Loading {
+    /// The bytes, once the reading read has them.
+    pub(crate) fn wait(&self) -> std::result::Result<Arc<Vec<u8>>, String> {
+        let mut outcome = self.outcome.lock();
+        while outcome.is_none() {
+            self.ready.wait(&mut outcome);
+        }
+        outcome.clone().expect("finished")
+    }
+
+    /// Ends the loading (the first outcome stays) and wakes the waiting reads.
+    pub(crate) fn finish(&self, outcome: std::result::Result<Arc<Vec<u8>>, String>) {
+        let mut current = self.outcome.lock();
+        if current.is_none() {
+            *current = Some(outcome);
+        }
+        self.ready.notify_all();
+    }
 }
 
 impl ChunkCache {
+    fn loading(&self, key: ChunkKey) -> Option<Arc<Loading>> {
+        self.loading.get(&key).cloned()
+    }
+
+    fn start_loading(&mut self, key: ChunkKey) -> Arc<Loading> {
+        let loading = Arc::new(Loading::default());
+        let previous = self.loading.insert(key, Arc::clone(&loading));
+        assert!(previous.is_none(), "one read loads a chunk at a time");
+        loading
+    }
+
+    fn finish_loading(&mut self, key: ChunkKey, loading: &Arc<Loading>) {
+        if self
+            .loading
+            .get(&key)
+            .is_some_and(|current| Arc::ptr_eq(current, loading))
+        {
+            self.loading.remove(&key);
+        }
+    }
+
+    fn contains(&self, key: ChunkKey) -> bool {
+        self.entries.iter().any(|(k, _)| *k == key)
+    }
+
     fn get(&mut self, key: ChunkKey) -> Option<Arc<Vec<u8>>> {
         let position = self.entries.iter().position(|(k, _)| *k == key)?;
         let entry = self.entries.remove(position).expect("found");
@@ -521,7 +575,7 @@ pub struct FsEngine {
     config: FaceConfig,
     runtime: RuntimeOptions,
     pub(crate) state: Mutex<State>,
-    cache: Mutex<ChunkCache>,
+    cache: Arc<Mutex<ChunkCache>>,
     opened: Instant,
     /// Milliseconds after `opened` of the last foreground request.
     last_request_ms: AtomicU64,

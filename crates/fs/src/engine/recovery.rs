@@ -281,10 +281,10 @@ impl FsEngine {
         let engine = Arc::new(FsEngine {
             storage,
             config,
-            cache: Mutex::new(ChunkCache {
+            cache: Arc::new(Mutex::new(ChunkCache {
                 limit: runtime.chunk_cache_entries,
                 ..ChunkCache::default()
-            }),
+            })),
             runtime,
             state: Mutex::new(State {
                 pages,
