@@ -395,11 +395,21 @@ impl FsEngine {
                     loading,
                 });
             }
-            let missed = pieces
-                .iter()
-                .any(|piece| matches!(piece, Piece::File { .. }));
-            if sequential && missed {
-                read_ahead = self.read_ahead_plan(&mut state, &cache, fs, ino, end)?;
+            if sequential {
+                // Read ahead in steps of half the window: each range of the file once.
+                let system = state.system_mut(fs)?;
+                let window = end..end + READ_AHEAD_BYTES;
+                let until = system
+                    .read_ahead_until
+                    .get(&ino)
+                    .copied()
+                    .filter(|until| window.contains(until))
+                    .unwrap_or(end);
+                if until < end + READ_AHEAD_BYTES / 2 {
+                    system.read_ahead_until.insert(ino, window.end);
+                    read_ahead =
+                        self.read_ahead_plan(&mut state, &cache, fs, ino, until, window.end)?;
+                }
             }
             (end - offset) as usize
         };
@@ -454,11 +464,11 @@ impl FsEngine {
         Ok((out, version))
     }
 
-    /// The container ranges of the chunks that hold the [`READ_AHEAD_BYTES`] of file `ino`
-    /// after `from`, except those in the chunk cache: a sequential read that had to read a
-    /// chunk from its container asks the kernel to read these too (`posix_fadvise`
-    /// WILLNEED), so that the disk works on the next chunks while the request is served
-    /// instead of after the next request arrives.
+    /// The container ranges of the chunks of the extents of file `ino` that start in
+    /// `[from, to)`, except those in the chunk cache: a sequential read asks the kernel to
+    /// read these (`posix_fadvise` WILLNEED) up to [`READ_AHEAD_BYTES`] ahead of it, so that
+    /// the disk works on the next chunks while the requests before them are served instead
+    /// of after the next request arrives.
     fn read_ahead_plan(
         &self,
         state: &mut State,
@@ -466,12 +476,13 @@ impl FsEngine {
         fs: FsId,
         ino: Ino,
         from: u64,
+        to: u64,
     ) -> Result<Vec<(Arc<dyn StorageFile>, u64, u64)>> {
         let extents: Vec<Extent> = state
             .system(fs)?
             .inode(ino)?
             .extents
-            .range(from..from + READ_AHEAD_BYTES)
+            .range(from..to)
             .map(|(_, extent)| *extent)
             .collect();
         // Container, offset and bytes of each range.

@@ -143,6 +143,9 @@ pub(crate) struct FileSystem {
     pub open_handles: HashMap<Ino, u32>,
     /// Where the last read of each file ended (the I/O monitor's file position).
     pub read_positions: HashMap<Ino, u64>,
+    /// How far the chunks of each file being read sequentially were read ahead (file
+    /// offset): each range of a file is advised once.
+    pub read_ahead_until: HashMap<Ino, u64>,
     /// Bumped by every change of a file's data, so that deduplication notices writes made
     /// while it read the file.
     pub data_versions: HashMap<Ino, u64>,
@@ -157,6 +160,7 @@ impl FileSystem {
             queues: Default::default(),
             open_handles: HashMap::new(),
             read_positions: HashMap::new(),
+            read_ahead_until: HashMap::new(),
             data_versions: HashMap::new(),
         }
     }
@@ -185,6 +189,7 @@ impl FileSystem {
             self.dequeue(ino, old.monitor.rank, old.monitor.stamp);
         }
         self.read_positions.remove(&ino);
+        self.read_ahead_until.remove(&ino);
         self.data_versions.remove(&ino);
     }
 
