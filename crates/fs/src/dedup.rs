@@ -433,6 +433,12 @@ fn dedup_file(
                 }
                 &region_prints[at / small..(at + length).div_ceil(small)]
             };
+            // The lookups and comparisons took a while: a run started by idleness lets a
+            // request that arrived meanwhile go first, before it takes the lock to map.
+            if yielding == Yield::ToForeground && engine.request_count() != requests_at_start {
+                report.stopped_for_foreground = true;
+                return Ok(false);
+            }
             let mut pieces_found = 0;
             let unchanged = engine.mutate(|state| {
                 if state.system(fs)?.version(file.ino) != version {
