@@ -63,9 +63,9 @@ const _: () = assert!(CHUNK_BYTES_MAX / PIECE_GRID_BYTES <= 1 << OFFSET_BITS);
 /// Decoded big chunks a deduplication run keeps for comparisons: a copied range of a file
 /// brings runs of pieces of the same few chunks.
 const COMPARED_CHUNKS_MAX: usize = 16;
-/// Bytes of chunks one batch reads for comparisons, at most (8 times a batch): a batch
-/// whose pieces lie in more chunks stores the rest.
-const COMPARE_READ_BYTES_MAX: u64 = 8 * crate::dedup::BATCH_BYTES;
+/// Bytes of chunks one call reads for comparisons, at most (8 times a deduplication batch
+/// of 4 MiB): a batch whose pieces lie in more chunks stores the rest.
+const COMPARE_READ_BYTES_MAX: u64 = 32 << 20;
 
 /// A piece index entry's value: the chunk and the piece's offset in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
