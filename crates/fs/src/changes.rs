@@ -17,10 +17,12 @@
 //! 6 extent     fs u32 | ino u64 | offset u64 | present u8 | chunk u64 | chunk offset u32 |
 //!              length u32 | plain u8
 //! 7 xattr      fs u32 | ino u64 | name | present u8 | value
+//! 8 piece      fingerprint [32] | present u8 | value u64 (present only)
 //! ```
 
 use onecopy_core::bytes::ByteReader;
 use onecopy_core::chunk_store::ChunkChange;
+use onecopy_core::fingerprint::{Fingerprint, FINGERPRINT_BYTES};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{FsError, Result};
@@ -82,6 +84,12 @@ pub enum FsChange {
         ino: Ino,
         name: Vec<u8>,
         value: Option<Vec<u8>>,
+    },
+    /// The piece index's entry for `fingerprint` was set to `value` (a piece of a big chunk,
+    /// [`crate::engine::pieces`]) or removed (`None`: the entry of the fingerprint's key).
+    Piece {
+        fingerprint: Fingerprint,
+        value: Option<u64>,
     },
 }
 
@@ -165,6 +173,17 @@ pub fn encode(changes: &[FsChange], out: &mut Vec<u8>) {
                     None => out.push(0),
                 }
             }
+            FsChange::Piece { fingerprint, value } => {
+                out.push(8);
+                out.extend_from_slice(&fingerprint.0);
+                match value {
+                    Some(value) => {
+                        out.push(1);
+                        put_u64(out, *value);
+                    }
+                    None => out.push(0),
+                }
+            }
         }
     }
 }
@@ -202,6 +221,7 @@ pub fn decode(payload: &[u8]) -> Result<Vec<FsChange>> {
             5 => decode_entry(&mut reader).ok_or_else(malformed)?,
             6 => decode_extent(&mut reader).ok_or_else(malformed)?,
             7 => decode_xattr(&mut reader).ok_or_else(malformed)?,
+            8 => decode_piece(&mut reader).ok_or_else(malformed)?,
             _ => return Err(malformed()),
         };
         changes.push(change);
@@ -270,4 +290,14 @@ fn decode_xattr(reader: &mut ByteReader<'_>) -> Option<FsChange> {
         name,
         value,
     })
+}
+
+fn decode_piece(reader: &mut ByteReader<'_>) -> Option<FsChange> {
+    let fingerprint = Fingerprint(reader.take(FINGERPRINT_BYTES)?.try_into().ok()?);
+    let value = match reader.take(1)?[0] {
+        1 => Some(reader.u64()?),
+        0 => None,
+        _ => return None,
+    };
+    Some(FsChange::Piece { fingerprint, value })
 }

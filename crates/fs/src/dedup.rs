@@ -1,18 +1,24 @@
 //! The offline deduplicator (paper 3 §4.1): a pure *plan* (the ranker's decisions, shown by
 //! `onecopy fs dedup --dry-run`) and its *execution*.
 //!
-//! Executing a file of rank r:
+//! A plan takes the files to cut big first, so that the files cut small after them find
+//! data inside their big chunks. Executing a file of rank r:
 //!
 //! 1. the file is read in batches of [`BATCH_BYTES`] (outside the engine lock), noting its
 //!    data version;
 //! 2. each batch is cut into chunks — big for rank 1, small for ranks 2 and 3 (fixed at
 //!    multiples of the size, or content-defined) — and fingerprinted, outside the lock;
-//! 3. under the lock, if the file is unchanged, each chunk is looked up in the repository's
-//!    fingerprint index: a known chunk gains a reference, a new one is appended (a rank-1
-//!    file's new chunks in file order, so it stays sequential); then the plain extents of the
-//!    range are released (their chunks are freed when no other extent holds them) and the
-//!    range is mapped to the new chunks; one journal record per batch;
-//! 4. at the end the file takes its rank and chunking, its read counters are reset, and it
+//! 3. a small chunk the fingerprint index does not know is looked up in the piece index
+//!    (the pieces of big chunks, [`crate::engine::pieces`]) and a hit is compared byte for
+//!    byte with the big chunk's bytes, outside the lock;
+//! 4. under the lock, if the file is unchanged, each chunk is looked up in the repository's
+//!    fingerprint index: a known chunk gains a reference, a confirmed piece maps the range
+//!    to the piece of its big chunk (a reference to that chunk), a new chunk is appended (a
+//!    rank-1 file's new chunks in file order, so it stays sequential, and their pieces enter
+//!    the piece index); then the plain extents of the range are released (their chunks are
+//!    freed when no other extent holds them) and the range is mapped; one journal record
+//!    per batch;
+//! 5. at the end the file takes its rank and chunking, its read counters are reset, and it
 //!    moves to its rank queue.
 //!
 //! A write to the file while it is deduplicated stops its deduplication (the file is rank 0
@@ -28,9 +34,11 @@ use std::time::Instant;
 
 use onecopy_core::chunking::fastcdc::FastCdcChunker;
 use onecopy_core::chunking::{Chunker, SizeRange};
+use onecopy_core::fingerprint::Fingerprint;
 use serde::Serialize;
 
 use crate::changes::FsId;
+use crate::engine::pieces::{self, piece_ranges, ComparedChunks, PieceMatch};
 use crate::engine::{now_ns, FsEngine};
 use crate::error::Result;
 use crate::node::{Chunking, Ino, Kind, Rank, ROOT};
@@ -83,6 +91,9 @@ pub struct DedupReport {
     pub bytes_read: u64,
     /// Chunks found in the index (their bytes not stored again).
     pub chunks_deduplicated: u64,
+    /// Small chunks found inside big chunks through the piece index (mapped to a range of
+    /// the big chunk, their bytes not stored again).
+    pub pieces_deduplicated: u64,
     pub chunks_stored: u64,
     /// Bytes the face's live chunks occupy in containers before and after the run (plain
     /// copies freed by the run wait in their containers for compaction).
@@ -120,10 +131,10 @@ pub fn plan_at(engine: &FsEngine, fs: FsId, now_ns: i64) -> Result<DedupPlan> {
     };
     for decision in &ranked {
         let inode = &system.inodes[&decision.ino];
-        let chunking = chunking_of(decision.rank);
+        let bytes = inode.mapped_bytes();
+        let chunking = chunking_of(decision.rank, bytes, options);
         let plain_bytes = inode.plain_bytes();
         let rechunk = inode.monitor.chunking != Some(chunking) || plain_bytes > 0;
-        let bytes = inode.mapped_bytes();
         if rechunk {
             plan.read_bytes += bytes;
         }
@@ -143,6 +154,11 @@ pub fn plan_at(engine: &FsEngine, fs: FsId, now_ns: i64) -> Result<DedupPlan> {
             version: system.version(decision.ino),
         });
     }
+    // Files to cut big first: their new big chunks enter the piece index, so the small
+    // chunks of the files after them find their data inside those chunks (and the big
+    // chunks stay whole and contiguous instead of being built from pieces stored before).
+    plan.files
+        .sort_by_key(|file| !(file.rechunk && file.chunking == Chunking::Big));
     plan.files_left_rank_0 = system.queues[0].len() as u64
         - ranked
             .iter()
@@ -310,6 +326,12 @@ fn dedup_file(
             options.small_chunk_bytes,
             options.small_chunking,
         );
+        let small_bytes = options.small_chunk_bytes;
+        // Pieces are indexed where fixed small chunks can find them.
+        let index_pieces = file.chunking == Chunking::Big
+            && options.small_chunking == SmallChunking::Fixed
+            && options.big_chunk_bytes > small_bytes;
+        let mut compared = ComparedChunks::default();
         let mut pending: Vec<u8> = Vec::new();
         let mut pending_at = 0u64;
         let mut offset = 0u64;
@@ -331,16 +353,93 @@ fn dedup_file(
             pending.extend_from_slice(&data);
             offset += length;
             let end = offset >= size;
-            let mut pieces = Vec::new();
+            let mut cuts = Vec::new();
             let mut taken = 0;
+            let stale: Vec<(Fingerprint, u64)>;
+            let mut region_prints: Vec<Fingerprint> = Vec::new();
             while let Some(cut) = cutter.next(&pending[taken..], end) {
-                pieces.push((pending_at + taken as u64, taken, cut));
+                cuts.push((taken, cut));
                 taken += cut;
             }
-            let fingerprints: Vec<_> = pieces
+            let small = small_bytes as usize;
+            // The batch's ranges: found inside stored chunks (compared byte for byte), or new.
+            let segments: Vec<Segment> = if index_pieces {
+                // A rank-1 file: its pieces are looked up, and runs of them lying in order
+                // inside one stored chunk are referenced where a sequential read pays
+                // little for it (see `big_segments`).
+                let pieces: Vec<(usize, usize)> = piece_ranges(taken, small)
+                    .chain((taken > 0 && taken <= small).then_some((0, taken)))
+                    .collect();
+                let prints: Vec<Fingerprint> = pieces
+                    .iter()
+                    .map(|&(at, length)| fingerprint.hash(&pending[at..at + length]))
+                    .collect();
+                let probes: Vec<(Fingerprint, usize)> = prints
+                    .iter()
+                    .zip(&pieces)
+                    .map(|(print, &(_, length))| (*print, length))
+                    .collect();
+                let search = engine.find_pieces(
+                    &pending,
+                    &pieces,
+                    &prints,
+                    &probes,
+                    false,
+                    &mut compared,
+                )?;
+                stale = search.stale;
+                region_prints = prints;
+                big_segments(
+                    taken,
+                    small,
+                    options.big_chunk_bytes as usize,
+                    &search.matches,
+                )
+            } else {
+                let prints: Vec<Fingerprint> = cuts
+                    .iter()
+                    .map(|&(at, length)| fingerprint.hash(&pending[at..at + length]))
+                    .collect();
+                let probes: Vec<(Fingerprint, usize)> = prints
+                    .iter()
+                    .zip(&cuts)
+                    .map(|(print, &(_, length))| (*print, length))
+                    .collect();
+                let search =
+                    engine.find_pieces(&pending, &cuts, &prints, &probes, true, &mut compared)?;
+                stale = search.stale;
+                cuts.iter()
+                    .zip(search.matches)
+                    .map(|(&(at, length), found)| match found {
+                        Some(found) => Segment::Found { at, length, found },
+                        None => Segment::New { at, length },
+                    })
+                    .collect()
+            };
+            // Fingerprints of the new ranges, and of their pieces for the piece index.
+            let new_prints: Vec<Option<Fingerprint>> = segments
                 .iter()
-                .map(|&(_, at, length)| fingerprint.hash(&pending[at..at + length]))
+                .map(|segment| match *segment {
+                    Segment::New { at, length } => {
+                        Some(fingerprint.hash(&pending[at..at + length]))
+                    }
+                    Segment::Found { .. } => None,
+                })
                 .collect();
+            // The pieces of the new chunk at `at` (on the small grid of the batch).
+            let pieces_of = |at: usize, length: usize| -> &[Fingerprint] {
+                if !index_pieces || length <= small {
+                    return &[];
+                }
+                &region_prints[at / small..(at + length).div_ceil(small)]
+            };
+            // The lookups and comparisons took a while: a run started by idleness lets a
+            // request that arrived meanwhile go first, before it takes the lock to map.
+            if yielding == Yield::ToForeground && engine.request_count() != requests_at_start {
+                report.stopped_for_foreground = true;
+                return Ok(false);
+            }
+            let mut pieces_found = 0;
             let unchanged = engine.mutate(|state| {
                 if state.system(fs)?.version(file.ino) != version {
                     return Ok(false);
@@ -348,21 +447,44 @@ fn dedup_file(
                 // New chunks take room before the plain copies are freed: on a full disk the
                 // batch is refused before it changes anything.
                 engine.admit(state, taken as u64)?;
-                for (&(file_offset, at, length), print) in pieces.iter().zip(&fingerprints) {
-                    crate::engine::map_data(
+                pieces::remove_stale(state, &stale)?;
+                for (segment, print) in segments.iter().zip(&new_prints) {
+                    let (at, length) = match *segment {
+                        Segment::Found { at, length, found } => {
+                            let file_offset = pending_at + at as u64;
+                            if pieces::map_piece(state, fs, file.ino, file_offset, length, &found)?
+                            {
+                                pieces_found += length.div_ceil(small) as u64;
+                                continue;
+                            }
+                            (at, length)
+                        }
+                        Segment::New { at, length } => (at, length),
+                    };
+                    // New, or found but moved or freed since the comparison.
+                    let print =
+                        print.unwrap_or_else(|| fingerprint.hash(&pending[at..at + length]));
+                    let outcome = crate::engine::map_data(
                         state,
                         fs,
                         file.ino,
-                        file_offset,
+                        pending_at + at as u64,
                         &pending[at..at + length],
-                        Some(print),
+                        Some(&print),
                     )?;
+                    let prints = pieces_of(at, length);
+                    if let Some(outcome) = outcome {
+                        if !outcome.deduplicated && !prints.is_empty() {
+                            pieces::index_pieces(state, outcome.id, prints, small_bytes)?;
+                        }
+                    }
                 }
                 Ok(true)
             })?;
             if !unchanged {
                 return Ok(false);
             }
+            report.pieces_deduplicated += pieces_found;
             pending.drain(..taken);
             pending_at += taken as u64;
             let busy = batch_started.elapsed();
@@ -392,4 +514,152 @@ fn dedup_file(
         })?;
         Ok(true)
     })
+}
+
+/// A range of a batch (its start in the batch and its length) and how it is mapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Segment {
+    /// Bytes found inside a stored chunk (compared): mapped to that range of the chunk.
+    Found {
+        at: usize,
+        length: usize,
+        found: PieceMatch,
+    },
+    /// Stored as a new chunk (or referenced whole through the fingerprint index).
+    New { at: usize, length: usize },
+}
+
+/// The ranges of a batch of `length` bytes of a rank-1 file, given what each of its pieces
+/// (`small` bytes each, the last possibly shorter) was found to equal. A *run* is a
+/// sequence of pieces lying in order inside one stored chunk; it is referenced when a
+/// sequential read of the file pays little for it: when it is at least half a big chunk
+/// (the read reads its chunk, at most twice its bytes, in one request) or covers a whole
+/// big chunk's range of the file (read as one chunk, as the file's own would be). Every
+/// other range is stored in chunks cut at multiples of `big` from the batch's start (a
+/// multiple of `big` in the file) and at the ends of runs, so copies cut alike.
+fn big_segments(
+    length: usize,
+    small: usize,
+    big: usize,
+    matches: &[Option<PieceMatch>],
+) -> Vec<Segment> {
+    assert_eq!(big % small, 0, "big chunks hold whole pieces");
+    assert_eq!(matches.len(), length.div_ceil(small), "one match per piece");
+    let covers_a_cut = |start: usize, end: usize| {
+        let cut = start.div_ceil(big) * big;
+        cut < length && (cut + big).min(length) <= end
+    };
+    let mut segments = Vec::new();
+    let mut stored_from = 0;
+    let new = |segments: &mut Vec<Segment>, mut from: usize, to: usize| {
+        while from < to {
+            let cut_end = ((from / big + 1) * big).min(to);
+            segments.push(Segment::New {
+                at: from,
+                length: cut_end - from,
+            });
+            from = cut_end;
+        }
+    };
+    let mut piece = 0;
+    while piece < matches.len() {
+        let Some(first) = matches[piece] else {
+            piece += 1;
+            continue;
+        };
+        let mut next = piece + 1;
+        while let Some(Some(found)) = matches.get(next) {
+            let in_order = found.chunk == first.chunk
+                && found.location == first.location
+                && found.chunk_offset as usize
+                    == first.chunk_offset as usize + (next - piece) * small;
+            if !in_order {
+                break;
+            }
+            next += 1;
+        }
+        let (start, end) = (piece * small, (next * small).min(length));
+        if end - start >= big / 2 || covers_a_cut(start, end) {
+            new(&mut segments, stored_from, start);
+            segments.push(Segment::Found {
+                at: start,
+                length: end - start,
+                found: first,
+            });
+            stored_from = end;
+        }
+        piece = next;
+    }
+    new(&mut segments, stored_from, length);
+    segments
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use onecopy_core::container::ChunkLocation;
+
+    fn found(chunk: u64, chunk_offset: u32) -> Option<PieceMatch> {
+        Some(PieceMatch {
+            chunk,
+            chunk_offset,
+            location: ChunkLocation {
+                container: chunk,
+                ..ChunkLocation::default()
+            },
+        })
+    }
+
+    /// Goal: a rank-1 batch references runs of at least half a big chunk and runs covering
+    /// a whole big chunk's range, stores the rest cut at the big grid and at run ends, and
+    /// breaks runs where the pieces leave their chunk's order. Method: hand-made matches
+    /// for 16 pieces of 1 KiB with big chunks of 4 KiB (a 16 KiB batch).
+    #[test]
+    fn big_segments_reference_long_runs_only() {
+        let mut matches = vec![None; 16];
+        // Pieces 1..4 in order in chunk 7 (3 KiB: referenced, at least half of 4 KiB).
+        for (index, piece) in (1..4).enumerate() {
+            matches[piece] = found(7, index as u32 * 1024);
+        }
+        // Pieces 5 and 6 in chunk 8 (2 KiB: referenced, exactly half).
+        matches[5] = found(8, 0);
+        matches[6] = found(8, 1024);
+        // Piece 9 alone in chunk 9 (1 KiB: stored), piece 10 out of order in chunk 7.
+        matches[9] = found(9, 0);
+        matches[10] = found(7, 0);
+        matches[11] = found(7, 0);
+        let segments = big_segments(16 * 1024, 1024, 4096, &matches);
+        let shape: Vec<(bool, usize, usize)> = segments
+            .iter()
+            .map(|segment| match *segment {
+                Segment::Found { at, length, .. } => (true, at, length),
+                Segment::New { at, length } => (false, at, length),
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (false, 0, 1024),
+                (true, 1024, 3072),
+                (false, 4096, 1024),
+                (true, 5120, 2048),
+                (false, 7168, 1024),
+                (false, 8192, 4096),
+                (false, 12288, 4096),
+            ]
+        );
+        // A short run that covers a whole big chunk's range (the batch's last, 1 KiB).
+        let mut tail = vec![None; 5];
+        tail[4] = found(3, 2048);
+        let segments = big_segments(4096 + 1024, 1024, 4096, &tail);
+        assert_eq!(segments.len(), 2);
+        assert!(matches!(
+            segments[1],
+            Segment::Found {
+                at: 4096,
+                length: 1024,
+                ..
+            }
+        ));
+    }
 }

@@ -37,11 +37,22 @@ pub fn rank(monitor: &Monitor, now_ns: i64, options: &FsOptions) -> Rank {
     }
 }
 
-/// How a file of `rank` is chunked (paper 3, Table 1).
-pub fn chunking_of(rank: Rank) -> Chunking {
+/// Files of at most this many small chunks are cut small whatever their rank.
+///
+/// Why: the I/O monitor cannot rank them. The kernel reads ahead from a read at offset 0
+/// (16 KiB for a 4 KiB read), so a random read at the start of a small file reaches the file
+/// system as the start of a sequential one, and a small file often gets no second read that
+/// would tell. And their layout matters little: read whole, such a file costs at most this
+/// many chunk reads where its data is shared, one where it is not (its new small chunks are
+/// stored in file order).
+pub const SMALL_FILE_CHUNKS_MAX: u64 = 8;
+
+/// How a file of `rank` and `bytes` is chunked (paper 3, Table 1; see
+/// [`SMALL_FILE_CHUNKS_MAX`]).
+pub fn chunking_of(rank: Rank, bytes: u64, options: &FsOptions) -> Chunking {
     match rank {
         0 => Chunking::Plain,
-        1 => Chunking::Big,
+        1 if bytes > SMALL_FILE_CHUNKS_MAX * options.small_chunk_bytes => Chunking::Big,
         _ => Chunking::Small,
     }
 }

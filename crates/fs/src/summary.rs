@@ -289,7 +289,8 @@ impl SummaryBuilder {
         entry_before: Option<Ino>,
     ) {
         match change {
-            FsChange::Chunk(_) => self.chunks = true,
+            // Piece entries are derived data about chunks: a record of them alone changes no file.
+            FsChange::Chunk(_) | FsChange::Piece { .. } => self.chunks = true,
             FsChange::FileSystemSet(record) => {
                 self.systems.insert(record.id);
             }

@@ -72,7 +72,9 @@ fn assert_checks_clean(engine: &FsEngine, context: &str) {
 type Model = Vec<(&'static str, Vec<u8>)>;
 
 /// The files of the deduplication crash test: two copies of one file and one that shares
-/// part of it, all written and synced, not yet deduplicated.
+/// part of it, all written and synced, not yet deduplicated. The original and the mixed file
+/// will be cut big, the copy small: the copy maps pieces of the original's big chunks, the
+/// mixed file references the original's chunks where its runs of them are long.
 fn dedup_setup(storage: &SimulatedStorage) -> (Arc<FsEngine>, FsId, Model) {
     let engine = open(storage).unwrap();
     let options = FsOptions {
@@ -87,16 +89,19 @@ fn dedup_setup(storage: &SimulatedStorage) -> (Arc<FsEngine>, FsId, Model) {
         .create_file_system("crash", options, ROOT_CALLER)
         .unwrap();
     let original = bytes(1, 400_000);
-    let mut mixed = bytes(2, 150_000);
+    // Nine small chunks, then the original's start: on the piece grid of both.
+    let mut mixed = bytes(2, 147_456);
     mixed.extend_from_slice(&original[..200_000]);
     let files = vec![("a", original.clone()), ("b", original), ("c", mixed)];
     for (name, data) in &files {
         let ino = create_file(&engine, fs, name);
         engine.write(fs, ino, 0, data).unwrap();
     }
-    // One file is read sequentially enough to be rank 1 (big chunks), the others rank 2.
-    let a = engine.lookup(fs, ROOT, b"a").unwrap().ino;
-    engine.read(fs, a, 0, 1 << 20).unwrap();
+    // Two files are read sequentially enough to be rank 1 (big chunks), the copy rank 2.
+    for name in [b"a", b"c"] {
+        let ino = engine.lookup(fs, ROOT, name).unwrap().ino;
+        engine.read(fs, ino, 0, 1 << 20).unwrap();
+    }
     engine.flush().unwrap();
     (engine, fs, files)
 }
@@ -111,7 +116,11 @@ fn crash_at_every_sync_of_deduplication() {
     let before = reference.sync_count();
     let plan = dedup::plan(&engine, fs).unwrap();
     assert_eq!(plan.files.len(), 3, "{plan:?}");
-    dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+    let report = dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+    // The copy's small chunks (24) and the mixed file's runs of the original's first three
+    // chunks (12 pieces) map into the original's big chunks: the crash points cover piece
+    // references and the piece index's changes.
+    assert_eq!(report.pieces_deduplicated, 24 + 12, "{report:?}");
     engine.flush().unwrap();
     engine.checkpoint().unwrap();
     let syncs = reference.sync_count() - before;
@@ -242,6 +251,91 @@ fn acknowledged_writes_survive_a_crash_at_every_sync() {
             }
             recovered.flush().unwrap();
             assert!(contents(&recovered, fs, "after") == data, "{context}");
+        }
+    }
+}
+
+/// Goal: a crash at any sync while piece references lose their big file, compaction sweeps
+/// the piece index and a later run meets stale entries recovers the acknowledged contents
+/// with consistent reference counts, and the face deduplicates on afterwards. Method: the
+/// deduplicated files of `dedup_setup` (the copy referencing pieces of the original),
+/// then remove the original, compact, write a copy of its data and deduplicate it; crash
+/// after each sync of that sequence, reopen, compare, check, deduplicate again.
+#[test]
+fn crash_at_every_sync_of_piece_cleanup() {
+    let deduplicated = |storage: &SimulatedStorage| {
+        let (engine, fs, files) = dedup_setup(storage);
+        let plan = dedup::plan(&engine, fs).unwrap();
+        dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+        engine.checkpoint().unwrap();
+        (engine, fs, files)
+    };
+    let original = bytes(1, 400_000);
+    let sequence = |engine: &FsEngine, fs: FsId| -> onecopy_fs::Result<()> {
+        engine.remove(fs, ROOT, b"a", false)?;
+        engine.compact(false)?;
+        let node = NewNode {
+            kind: Kind::File,
+            mode: 0o600,
+            rdev: 0,
+            target: Vec::new(),
+        };
+        let d = engine.create_node(fs, ROOT, b"d", node, ROOT_CALLER)?.ino;
+        engine.write(fs, d, 0, &original[65_536..262_144])?;
+        engine.flush()?;
+        let plan = dedup::plan(engine, fs)?;
+        dedup::execute(engine, fs, &plan, Yield::Never)?;
+        engine.flush()?;
+        engine.checkpoint()
+    };
+    let reference = SimulatedStorage::new();
+    let (engine, fs, _) = deduplicated(&reference);
+    let before = reference.sync_count();
+    sequence(&engine, fs).unwrap();
+    let syncs = reference.sync_count() - before;
+    assert!(syncs >= 4, "the sequence syncs: {syncs}");
+    drop(engine);
+
+    for crash_after in 1..=syncs {
+        let storage = SimulatedStorage::new();
+        let (engine, fs, files) = deduplicated(&storage);
+        storage.crash_after_syncs(crash_after);
+        let run = sequence(&engine, fs);
+        assert!(
+            run.is_err() || storage.is_crashed(),
+            "crash point {crash_after} of {syncs} is reached"
+        );
+        drop(engine);
+        for mode in [CrashMode::Clean, CrashMode::Torn { seed: crash_after }] {
+            let context = format!("crash after sync {crash_after} of {syncs}, {mode:?}");
+            let recovered = open(&storage.crash(mode))
+                .unwrap_or_else(|error| panic!("{context}: reopening fails: {error}"));
+            let fs = recovered.find("crash").unwrap();
+            let check_files = |engine: &FsEngine, when: &str| {
+                for (name, data) in &files {
+                    match engine.lookup(fs, ROOT, name.as_bytes()) {
+                        Ok(_) => assert!(
+                            contents(engine, fs, name) == *data,
+                            "{context}: file {name} differs {when}"
+                        ),
+                        Err(_) => assert_eq!(*name, "a", "{context}: only a is removed"),
+                    }
+                }
+                if engine.lookup(fs, ROOT, b"d").is_ok() {
+                    let found = contents(engine, fs, "d");
+                    assert!(
+                        found.is_empty() || found == original[65_536..262_144],
+                        "{context}: file d differs {when}"
+                    );
+                }
+            };
+            check_files(&recovered, "after recovery");
+            assert_checks_clean(&recovered, &context);
+            let plan = dedup::plan(&recovered, fs).unwrap();
+            dedup::execute(&recovered, fs, &plan, Yield::Never).unwrap();
+            recovered.compact(false).unwrap();
+            check_files(&recovered, "after a run and compaction");
+            assert_checks_clean(&recovered, &context);
         }
     }
 }

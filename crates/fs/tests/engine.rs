@@ -458,3 +458,223 @@ fn idle_runs_keep_to_their_share_and_yield() {
     assert!(stopper.files_deduplicated < 3, "{stopper:?}");
     assert_clean(&engine);
 }
+
+/// Goal: the small chunks of a randomly read file find data that lies inside a
+/// sequentially read file's big chunks (the piece index), in the same run although the
+/// random file was written first; the big chunks they reference stay while the big file is
+/// removed and compacted; entries of freed chunks deduplicate nothing and compaction
+/// removes them. Method: engine calls; layouts, stored bytes and piece entries compared;
+/// `check` (with data) after each step.
+#[test]
+fn small_chunks_find_data_inside_big_chunks() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let engine = open(&repository.face_storage("fs").unwrap());
+    let options = FsOptions {
+        min_evaluation_count: 1,
+        ..eager()
+    };
+    let fs = engine
+        .create_file_system("pieces", options, ROOT_CALLER)
+        .unwrap();
+    let big = bytes(7, 1 << 20);
+    // Two runs of the big file on the 4 KiB grid, off the 256 KiB one: 49 and 75 blocks.
+    let runs = [(3 * 4096, 49 * 4096), (147 * 4096, 75 * 4096)];
+    let mut mixed = big[runs[0].0..runs[0].0 + runs[0].1].to_vec();
+    mixed.extend(bytes(8, 10 * 4096));
+    mixed.extend_from_slice(&big[runs[1].0..runs[1].0 + runs[1].1]);
+    let mixed_ino = file(&engine, fs, "mixed", &mixed);
+    let big_ino = file(&engine, fs, "big", &big);
+    engine.read(fs, big_ino, 0, 1 << 20).unwrap();
+    engine.read(fs, mixed_ino, 8192, 4096).unwrap();
+    let plan = dedup::plan(&engine, fs).unwrap();
+    let order: Vec<(u64, Chunking)> = plan.files.iter().map(|f| (f.ino, f.chunking)).collect();
+    assert_eq!(
+        order,
+        vec![(big_ino, Chunking::Big), (mixed_ino, Chunking::Small)],
+        "files cut big go first"
+    );
+    let report = dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+    assert_eq!(report.pieces_deduplicated, 49 + 75, "{report:?}");
+    let big_chunks: Vec<u64> = engine
+        .file_layout(fs, big_ino)
+        .unwrap()
+        .iter()
+        .map(|place| place.chunk)
+        .collect();
+    assert_eq!(big_chunks.len(), 4);
+    let layout = engine.file_layout(fs, mixed_ino).unwrap();
+    let inside = layout
+        .iter()
+        .filter(|place| big_chunks.contains(&place.chunk))
+        .count();
+    assert_eq!(inside, 49 + 75, "{layout:?}");
+    let stats = engine.stats(fs).unwrap();
+    assert!(
+        stats.stored_bytes < (1 << 20) + 11 * 4096,
+        "only the 10 new blocks are stored besides the big file: {stats:?}"
+    );
+    assert_eq!(stats.face.piece_entries, 4 * 64);
+    assert_eq!(contents(&engine, fs, mixed_ino), mixed);
+    assert_clean(&engine);
+
+    // The big file goes: its second chunk (no piece referenced) is freed, the others stay.
+    engine.remove(fs, ROOT, b"big", false).unwrap();
+    assert_eq!(engine.stats(fs).unwrap().face.live_chunks, 3 + 10);
+    assert_eq!(contents(&engine, fs, mixed_ino), mixed);
+    assert_clean(&engine);
+    // A copy of the freed chunk's data finds only stale entries: it is stored.
+    let copy = big[(256 << 10)..(512 << 10)].to_vec();
+    let copy_ino = file(&engine, fs, "copy", &copy);
+    engine.read(fs, copy_ino, 4096, 4096).unwrap();
+    let plan = dedup::plan(&engine, fs).unwrap();
+    let report = dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+    assert_eq!(report.pieces_deduplicated, 0, "{report:?}");
+    assert_eq!(report.chunks_stored, 64);
+    assert_eq!(contents(&engine, fs, copy_ino), copy);
+    assert_clean(&engine);
+    // Compaction removes the entries of the freed chunk that the lookups left.
+    engine.compact(false).unwrap();
+    assert_eq!(engine.stats(fs).unwrap().face.piece_entries, 3 * 64);
+    assert_eq!(contents(&engine, fs, mixed_ino), mixed);
+    assert_eq!(contents(&engine, fs, copy_ino), copy);
+    assert_clean(&engine);
+}
+
+/// Goal: a batch whose small chunks lie in more big chunks than a run keeps decoded (and
+/// than it reads per batch) still deduplicates, and reads back right. Method: a 24 MiB file
+/// cut big (96 chunks), a file of one block from each of its chunks, twice over, cut small.
+#[test]
+fn pieces_from_many_chunks_in_one_batch() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let engine = open(&repository.face_storage("fs").unwrap());
+    let options = FsOptions {
+        min_evaluation_count: 1,
+        ..eager()
+    };
+    let fs = engine
+        .create_file_system("many", options, ROOT_CALLER)
+        .unwrap();
+    let big = bytes(9, 24 << 20);
+    let mut scattered = Vec::new();
+    for round in 0..2 {
+        for chunk in 0..96 {
+            let at = chunk * (256 << 10) + (round * 7 + 5) * 4096;
+            scattered.extend_from_slice(&big[at..at + 4096]);
+        }
+    }
+    let big_ino = file(&engine, fs, "big", &big);
+    let scattered_ino = file(&engine, fs, "scattered", &scattered);
+    for offset in (0..(24u64 << 20)).step_by(1 << 20) {
+        engine.read(fs, big_ino, offset, 1 << 20).unwrap();
+    }
+    engine.read(fs, scattered_ino, 4096, 4096).unwrap();
+    let plan = dedup::plan(&engine, fs).unwrap();
+    let report = dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+    assert_eq!(report.pieces_deduplicated, 192, "{report:?}");
+    assert_eq!(contents(&engine, fs, scattered_ino), scattered);
+    assert_clean(&engine);
+}
+
+/// Goal: a sequentially read file references the runs it shares with another rank-1 file
+/// where they are at least half a big chunk long (one chunk read each), stores the shorter
+/// ones, and reads back right. Method: a 1 MiB file cut big; a second file of a 192 KiB run
+/// and a 64 KiB run of it (off the 256 KiB grid) between new data, also read sequentially;
+/// its layout after one run.
+#[test]
+fn rank_1_files_reference_long_runs_of_stored_chunks() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let engine = open(&repository.face_storage("fs").unwrap());
+    let options = FsOptions {
+        min_evaluation_count: 1,
+        ..eager()
+    };
+    let fs = engine
+        .create_file_system("runs", options, ROOT_CALLER)
+        .unwrap();
+    let first = bytes(10, 1 << 20);
+    let mut second = bytes(11, 40 << 10);
+    second.extend_from_slice(&first[(260 << 10)..(452 << 10)]);
+    second.extend(bytes(12, 100 << 10));
+    second.extend_from_slice(&first[(600 << 10)..(664 << 10)]);
+    second.extend(bytes(13, 20 << 10));
+    let first_ino = file(&engine, fs, "first", &first);
+    let second_ino = file(&engine, fs, "second", &second);
+    for ino in [first_ino, second_ino] {
+        engine.read(fs, ino, 0, 1 << 20).unwrap();
+    }
+    let plan = dedup::plan(&engine, fs).unwrap();
+    assert!(plan.files.iter().all(|file| file.chunking == Chunking::Big));
+    let report = dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+    assert_eq!(report.pieces_deduplicated, 48, "{report:?}");
+    let first_chunks: Vec<u64> = engine
+        .file_layout(fs, first_ino)
+        .unwrap()
+        .iter()
+        .map(|place| place.chunk)
+        .collect();
+    let layout = engine.file_layout(fs, second_ino).unwrap();
+    let shape: Vec<(u64, u64, bool)> = layout
+        .iter()
+        .map(|place| {
+            let shared = first_chunks.contains(&place.chunk);
+            (place.offset >> 10, place.length >> 10, shared)
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            (0, 40, false),
+            (40, 192, true),
+            (232, 24, false),
+            // The short run stays in the file's own last chunk.
+            (256, 160, false),
+        ],
+        "{layout:?}"
+    );
+    assert_eq!(contents(&engine, fs, second_ino), second);
+    assert_clean(&engine);
+}
+
+/// Goal: a small file read sequentially (rank 1) is cut small, so its blocks find their
+/// data inside big chunks; a file just over the bound is cut big. Method: a big file cut
+/// big, then a 12 KiB file of two of its blocks around a new one and a 36 KiB file, both
+/// read whole; ranks, chunkings and pieces after one run.
+#[test]
+fn small_files_read_sequentially_are_cut_small() {
+    let directory = tempfile::tempdir().unwrap();
+    let repository = Repository::init(directory.path()).unwrap();
+    let engine = open(&repository.face_storage("fs").unwrap());
+    let options = FsOptions {
+        min_evaluation_count: 1,
+        ..eager()
+    };
+    let fs = engine
+        .create_file_system("small", options, ROOT_CALLER)
+        .unwrap();
+    let big = bytes(14, 1 << 20);
+    let mut small = big[(40 << 10)..(44 << 10)].to_vec();
+    small.extend(bytes(15, 4096));
+    small.extend_from_slice(&big[(400 << 10)..(404 << 10)]);
+    let big_ino = file(&engine, fs, "big", &big);
+    let small_ino = file(&engine, fs, "small", &small);
+    let over_ino = file(&engine, fs, "over", &bytes(16, 36 << 10));
+    for ino in [big_ino, small_ino, over_ino] {
+        engine.read(fs, ino, 0, 1 << 20).unwrap();
+    }
+    let plan = dedup::plan(&engine, fs).unwrap();
+    let report = dedup::execute(&engine, fs, &plan, Yield::Never).unwrap();
+    assert_eq!(report.pieces_deduplicated, 2, "{report:?}");
+    let ranks = engine.ranks(fs).unwrap();
+    let of = |ino| {
+        let file = ranks.iter().find(|file| file.ino == ino).unwrap();
+        (file.rank, file.chunking)
+    };
+    assert_eq!(of(small_ino), (1, Some(Chunking::Small)));
+    assert_eq!(of(over_ino), (1, Some(Chunking::Big)));
+    assert_eq!(of(big_ino), (1, Some(Chunking::Big)));
+    assert_eq!(contents(&engine, fs, small_ino), small);
+    assert_clean(&engine);
+}

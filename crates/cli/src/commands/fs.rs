@@ -425,11 +425,13 @@ fn print_dedup(value: &Value) {
     }
     println!(
         "deduplicated {} files ({} skipped: written meanwhile); read {}; {} chunks found in \
-         the index, {} stored; stored bytes {} -> {}",
+         the index, {} small pieces inside stored chunks, {} chunks stored; stored bytes {} \
+         -> {}",
         report["files_deduplicated"],
         report["files_skipped"],
         format_size(report["bytes_read"].as_u64().unwrap_or(0)),
         report["chunks_deduplicated"],
+        report["pieces_deduplicated"],
         report["chunks_stored"],
         format_size(report["stored_bytes_before"].as_u64().unwrap_or(0)),
         format_size(report["stored_bytes_after"].as_u64().unwrap_or(0)),

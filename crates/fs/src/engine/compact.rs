@@ -2,7 +2,8 @@
 //! run released, overwritten data) with the core's compaction (`onecopy_core::gc`): a pure
 //! plan of the emptiest containers, then their live chunks copied to the open container
 //! (a `Relocated` change each, so no extent map changes) and the containers retired. Retired
-//! containers are removed two checkpoints later, which this command writes at once.
+//! containers are removed two checkpoints later, which this command writes at once. It also
+//! removes the piece index's entries of freed chunks (`super::pieces`).
 //!
 //! On a full disk a compaction copies only what the free space beyond the headroom holds
 //! (nothing when writes are refused): containers without live chunks are still retired,
@@ -45,7 +46,9 @@ impl FsEngine {
             let report =
                 gc::execute_compaction(&mut state.chunks, &mut state.pages, &plan, &mut changes);
             state.push_chunk_changes(changes);
-            Ok((plan, report?))
+            let report = report?;
+            super::pieces::sweep_stale(state)?;
+            Ok((plan, report))
         })?;
         // Retired containers go after the checkpoint that makes their retirement durable and
         // the next one (see `ChunkStore::remove_retired_containers`).

@@ -8,8 +8,9 @@
 
 use std::sync::Arc;
 
-use onecopy_core::chunk_store::ChunkRead;
-use onecopy_core::container::is_zero;
+use onecopy_core::chunk_store::{ChunkId, ChunkRead, StoreOutcome};
+use onecopy_core::container::{is_zero, CHUNK_HEADER_BYTES};
+use onecopy_core::storage::StorageFile;
 
 use crate::changes::{FsChange, FsId};
 use crate::error::{FsError, Result};
@@ -17,10 +18,14 @@ use crate::node::{Extent, Ino, Kind};
 use crate::options::CHUNK_BYTES_MAX;
 
 use super::update_inode;
-use super::{now_ns, FsEngine, State};
+use parking_lot::Mutex;
+
+use super::{now_ns, ChunkCache, FsEngine, Loading, State};
 
 /// Largest file (the kernel's limit for 64-bit offsets, rounded to what extents address).
 pub const FILE_BYTES_MAX: u64 = 1 << 50;
+/// Bytes of a file after a sequential read whose chunks are read ahead.
+pub const READ_AHEAD_BYTES: u64 = 4 << 20;
 
 /// `lseek` for data or holes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +85,7 @@ pub(crate) fn punch(state: &mut State, fs: FsId, ino: Ino, from: u64, to: u64) -
 }
 
 /// Maps `data` at `offset` of `ino` as a new chunk: plain, or deduplicated by `fingerprint`.
+/// Returns what storing did (`None` for zeros, which become a hole).
 pub(crate) fn map_data(
     state: &mut State,
     fs: FsId,
@@ -87,30 +93,32 @@ pub(crate) fn map_data(
     offset: u64,
     data: &[u8],
     fingerprint: Option<&onecopy_core::fingerprint::Fingerprint>,
-) -> Result<()> {
+) -> Result<Option<StoreOutcome>> {
     assert!(
         data.len() as u64 <= CHUNK_BYTES_MAX,
         "chunks are at most 1 MiB"
     );
     let end = offset + data.len() as u64;
     if data.is_empty() || is_zero(data) {
-        return punch(state, fs, ino, offset, end);
+        punch(state, fs, ino, offset, end)?;
+        return Ok(None);
     }
     // Stored (or referenced) before the old extents are released: a chunk the range maps
     // already keeps its bytes and index entry instead of being freed and stored again.
-    let chunk = state.store_chunk(data, fingerprint, ino)?;
+    let outcome = state.store_chunk(data, fingerprint, ino)?;
     punch(state, fs, ino, offset, end)?;
     state.push(FsChange::Extent {
         fs,
         ino,
         offset,
         extent: Some(Extent {
-            chunk,
+            chunk: outcome.id,
             chunk_offset: 0,
             length: data.len() as u32,
             plain: fingerprint.is_none(),
         }),
-    })
+    })?;
+    Ok(Some(outcome))
 }
 
 /// Marks file `ino` modified at `now`: back to rank 0, at the top of Q_Rank0 (paper 3 §4.2.2).
@@ -181,15 +189,56 @@ enum Piece {
         from: usize,
         length: usize,
     },
-    /// A chunk to read from its container outside the lock.
+    /// A chunk to read from its container outside the lock; other reads of it wait.
     File {
         at: usize,
         read: ChunkRead,
-        key: (u64, u32),
         raw: Vec<u8>,
         from: usize,
         length: usize,
+        loading: Loader,
     },
+    /// A chunk another read is reading: its bytes once that read has them.
+    Wait {
+        at: usize,
+        loading: Arc<Loading>,
+        from: usize,
+        length: usize,
+    },
+}
+
+/// The read that reads a chunk for all that want it: whatever happens to it (an error, an
+/// earlier piece failing), the chunk stops loading when it goes, so no reader waits for
+/// ever.
+struct Loader {
+    cache: Arc<Mutex<ChunkCache>>,
+    key: (u64, u32),
+    loading: Arc<Loading>,
+    finished: bool,
+}
+
+impl Loader {
+    /// Hands `bytes` to the cache and to the reads waiting for them.
+    fn finish(mut self, bytes: Arc<Vec<u8>>) {
+        {
+            let mut cache = self.cache.lock();
+            cache.finish_loading(self.key, &self.loading);
+            cache.put(self.key, Arc::clone(&bytes));
+        }
+        self.loading.finish(Ok(bytes));
+        self.finished = true;
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.cache.lock().finish_loading(self.key, &self.loading);
+        self.loading
+            .finish(Err("the read that was reading the chunk failed".to_string()));
+    }
 }
 
 impl FsEngine {
@@ -293,6 +342,7 @@ impl FsEngine {
         monitored: bool,
     ) -> Result<(Vec<u8>, u64)> {
         let mut pieces = Vec::new();
+        let mut read_ahead = Vec::new();
         let version;
         let length = {
             let mut state = self.state.lock();
@@ -302,8 +352,17 @@ impl FsEngine {
             let file_size = state.system(fs)?.inode(ino)?.attributes.size;
             let end = offset.saturating_add(size).min(file_size);
             version = state.system(fs)?.version(ino);
+            // Where the last read of the file ended (the monitor's file position): a read
+            // continuing it, or a first read from the start, reads ahead.
+            let position = state.system(fs)?.read_positions.get(&ino).copied();
+            let sequential = position == Some(offset) || (position.is_none() && offset == 0);
             if monitored {
                 self.note_read(&mut state, fs, ino, offset, end, now)?;
+            } else {
+                state
+                    .system_mut(fs)?
+                    .read_positions
+                    .insert(ino, end.max(offset));
             }
             if end <= offset {
                 return Ok((Vec::new(), version));
@@ -348,21 +407,58 @@ impl FsEngine {
                     });
                     continue;
                 }
+                // Concurrent sequential reads (the kernel's read-ahead requests) often want
+                // the same chunk: one reads it, the others wait for its bytes.
+                if let Some(loading) = cache.loading(key) {
+                    pieces.push(Piece::Wait {
+                        at,
+                        loading,
+                        from: chunk_from,
+                        length,
+                    });
+                    continue;
+                }
                 let mut raw = vec![0u8; record.location.raw_bytes as usize];
                 let read = state
                     .chunks
                     .plan_read(&mut state.pages, extent.chunk, &mut raw)?;
+                let loading = Loader {
+                    cache: Arc::clone(&self.cache),
+                    key,
+                    loading: cache.start_loading(key),
+                    finished: false,
+                };
                 pieces.push(Piece::File {
                     at,
                     read,
-                    key,
                     raw,
                     from: chunk_from,
                     length,
+                    loading,
                 });
+            }
+            if sequential {
+                // Read ahead in steps of half the window: each range of the file once.
+                let system = state.system_mut(fs)?;
+                let window = end..end + READ_AHEAD_BYTES;
+                let until = system
+                    .read_ahead_until
+                    .get(&ino)
+                    .copied()
+                    .filter(|until| window.contains(until))
+                    .unwrap_or(end);
+                if until < end + READ_AHEAD_BYTES / 2 {
+                    system.read_ahead_until.insert(ino, window.end);
+                    read_ahead =
+                        self.read_ahead_plan(&mut state, &cache, fs, ino, until, window.end)?;
+                }
             }
             (end - offset) as usize
         };
+        // Hints only: the kernel starts reading the next chunks while this one is served.
+        for (file, at, bytes) in read_ahead {
+            file.advise_will_need(at, bytes)?;
+        }
         assert!(
             length as u64 <= size,
             "a read returns at most what was asked"
@@ -379,10 +475,10 @@ impl FsEngine {
                 Piece::File {
                     at,
                     read,
-                    key,
                     mut raw,
                     from,
                     length,
+                    loading,
                 } => {
                     if let ChunkRead::File { file, location } = read {
                         onecopy_core::chunk_store::read_located(
@@ -392,11 +488,78 @@ impl FsEngine {
                         )?;
                     }
                     out[at..at + length].copy_from_slice(&raw[from..from + length]);
-                    self.cache.lock().put(key, Arc::new(raw));
+                    loading.finish(Arc::new(raw));
+                }
+                Piece::Wait {
+                    at,
+                    loading,
+                    from,
+                    length,
+                } => {
+                    let bytes = loading
+                        .wait()
+                        .map_err(|detail| FsError::posix(libc::EIO, detail))?;
+                    out[at..at + length].copy_from_slice(&bytes[from..from + length]);
                 }
             }
         }
         Ok((out, version))
+    }
+
+    /// The container ranges of the chunks of the extents of file `ino` that start in
+    /// `[from, to)`, except those in the chunk cache: a sequential read asks the kernel to
+    /// read these (`posix_fadvise` WILLNEED) up to [`READ_AHEAD_BYTES`] ahead of it, so that
+    /// the disk works on the next chunks while the requests before them are served instead
+    /// of after the next request arrives.
+    fn read_ahead_plan(
+        &self,
+        state: &mut State,
+        cache: &ChunkCache,
+        fs: FsId,
+        ino: Ino,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<(Arc<dyn StorageFile>, u64, u64)>> {
+        let extents: Vec<Extent> = state
+            .system(fs)?
+            .inode(ino)?
+            .extents
+            .range(from..to)
+            .map(|(_, extent)| *extent)
+            .collect();
+        // Container, offset and bytes of each range.
+        let mut ranges: Vec<(u64, u64, u64)> = Vec::new();
+        let mut seen: Vec<ChunkId> = Vec::new();
+        for extent in extents {
+            if seen.contains(&extent.chunk) {
+                continue;
+            }
+            seen.push(extent.chunk);
+            let record = state.chunks.record(&mut state.pages, extent.chunk)?;
+            let location = record.location;
+            if !record.in_use || cache.contains((location.container, location.offset)) {
+                continue;
+            }
+            let (at, bytes) = (location.offset as u64, location.stored_bytes as u64);
+            // Chunks one after the other in a container (a header between) make one range.
+            if let Some(last) = ranges.last_mut() {
+                let last_end = last.1 + last.2;
+                if last.0 == location.container
+                    && last_end <= at
+                    && at <= last_end + CHUNK_HEADER_BYTES as u64
+                {
+                    last.2 = at + bytes - last.1;
+                    continue;
+                }
+            }
+            ranges.push((location.container, at, bytes));
+        }
+        ranges
+            .into_iter()
+            .map(|(container, at, bytes)| {
+                Ok((state.chunks.containers().file(container)?, at, bytes))
+            })
+            .collect()
     }
 
     /// The I/O monitor (paper 3 §4.2.1): a read that starts where the previous read of the

@@ -30,6 +30,7 @@ mod check;
 mod compact;
 mod data;
 mod namespace;
+pub(crate) mod pieces;
 mod recovery;
 mod repair;
 mod salvage;
@@ -41,10 +42,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use onecopy_core::chunk_store::{ChunkChange, ChunkId, ChunkStore, ChunkStoreState, NewChunk};
+use onecopy_core::chunk_store::{
+    ChunkChange, ChunkId, ChunkStore, ChunkStoreState, NewChunk, StoreOutcome,
+};
 use onecopy_core::container::ContainerOptions;
 use onecopy_core::fingerprint::{Fingerprint, FingerprintAlgorithm};
-use onecopy_core::index::IndexOptions;
+use onecopy_core::index::{FingerprintIndex, IndexOptions};
 use onecopy_core::journal::Journal;
 use onecopy_core::pages::PageStore;
 use onecopy_core::storage::Storage;
@@ -92,6 +95,8 @@ impl Default for FaceConfig {
 #[derive(Clone, Debug)]
 pub struct RuntimeOptions {
     pub index: IndexOptions,
+    /// The piece index's ([`pieces`]): entries for the small pieces of big chunks.
+    pub piece_index: IndexOptions,
     /// Clean metadata pages kept in memory.
     pub metadata_cache_pages: usize,
     /// A checkpoint starts once the journal holds this many bytes.
@@ -104,6 +109,12 @@ impl Default for RuntimeOptions {
     fn default() -> Self {
         RuntimeOptions {
             index: IndexOptions::default(),
+            piece_index: IndexOptions {
+                // Pieces are looked up only by the deduplicator, in file order: a small
+                // cache serves the runs of pieces a copied range brings.
+                cache_bytes: 16 << 20,
+                ..IndexOptions::default()
+            },
             metadata_cache_pages: 4096,
             checkpoint_journal_bytes: 64 << 20,
             chunk_cache_entries: 64,
@@ -138,6 +149,9 @@ pub(crate) struct FileSystem {
     pub open_handles: HashMap<Ino, u32>,
     /// Where the last read of each file ended (the I/O monitor's file position).
     pub read_positions: HashMap<Ino, u64>,
+    /// How far the chunks of each file being read sequentially were read ahead (file
+    /// offset): each range of a file is advised once.
+    pub read_ahead_until: HashMap<Ino, u64>,
     /// Bumped by every change of a file's data, so that deduplication notices writes made
     /// while it read the file.
     pub data_versions: HashMap<Ino, u64>,
@@ -152,6 +166,7 @@ impl FileSystem {
             queues: Default::default(),
             open_handles: HashMap::new(),
             read_positions: HashMap::new(),
+            read_ahead_until: HashMap::new(),
             data_versions: HashMap::new(),
         }
     }
@@ -180,6 +195,7 @@ impl FileSystem {
             self.dequeue(ino, old.monitor.rank, old.monitor.stamp);
         }
         self.read_positions.remove(&ino);
+        self.read_ahead_until.remove(&ino);
         self.data_versions.remove(&ino);
     }
 
@@ -228,6 +244,8 @@ pub(crate) struct State {
     /// `None` when opened read-only.
     pub journal: Option<Journal>,
     pub chunks: ChunkStore,
+    /// Fingerprints of the small pieces of big chunks ([`pieces`]); derived data.
+    pub pieces: FingerprintIndex,
     pub systems: BTreeMap<FsId, FileSystem>,
     pub next_fs_id: FsId,
     pub stamp_next: u64,
@@ -294,7 +312,13 @@ impl State {
             .note(&change, removed, size_before, entry_before);
         self.changes.push(change);
         let change = self.changes.last().expect("just pushed");
-        apply(&mut self.pages, &mut self.chunks, &mut self.systems, change)
+        apply(
+            &mut self.pages,
+            &mut self.chunks,
+            &mut self.pieces,
+            &mut self.systems,
+            change,
+        )
     }
 
     fn take_chunk_changes(&mut self) {
@@ -312,13 +336,14 @@ impl State {
     }
 
     /// Stores `data` (never all zeros); plain (no fingerprint) or deduplicated against the
-    /// index by `fingerprint`. Returns the chunk id (with one new reference).
+    /// index by `fingerprint`. Returns the chunk id (with one new reference) and whether an
+    /// existing chunk was referenced.
     pub(crate) fn store_chunk(
         &mut self,
         data: &[u8],
         fingerprint: Option<&Fingerprint>,
         owner: u64,
-    ) -> Result<ChunkId> {
+    ) -> Result<StoreOutcome> {
         let outcome = self.chunks.store(
             &mut self.pages,
             NewChunk {
@@ -331,7 +356,7 @@ impl State {
             &mut self.chunk_changes,
         );
         self.take_chunk_changes();
-        Ok(outcome?.id)
+        Ok(outcome?)
     }
 
     /// Takes one more reference to chunk `id` (none for [`LOST_CHUNK`]).
@@ -396,6 +421,7 @@ impl State {
 pub(crate) fn apply(
     pages: &mut PageStore,
     chunks: &mut ChunkStore,
+    pieces: &mut FingerprintIndex,
     systems: &mut BTreeMap<FsId, FileSystem>,
     change: &FsChange,
 ) -> Result<()> {
@@ -510,6 +536,14 @@ pub(crate) fn apply(
                 }
             }
         }
+        FsChange::Piece { fingerprint, value } => match value {
+            Some(value) => {
+                pieces.insert(pages, fingerprint, *value)?;
+            }
+            None => {
+                pieces.remove(pages, fingerprint)?;
+            }
+        },
     }
     Ok(())
 }
@@ -523,9 +557,63 @@ type ChunkKey = (u64, u32);
 pub(crate) struct ChunkCache {
     entries: VecDeque<(ChunkKey, Arc<Vec<u8>>)>,
     limit: usize,
+    /// Chunks a read is reading from their containers now.
+    loading: HashMap<ChunkKey, Arc<Loading>>,
+}
+
+/// A chunk being read by one read for others: its bytes, or why there are none.
+#[derive(Default)]
+pub(crate) struct Loading {
+    outcome: Mutex<Option<std::result::Result<Arc<Vec<u8>>, String>>>,
+    ready: parking_lot::Condvar,
+}
+
+impl Loading {
+    /// The bytes, once the reading read has them.
+    pub(crate) fn wait(&self) -> std::result::Result<Arc<Vec<u8>>, String> {
+        let mut outcome = self.outcome.lock();
+        while outcome.is_none() {
+            self.ready.wait(&mut outcome);
+        }
+        outcome.clone().expect("finished")
+    }
+
+    /// Ends the loading (the first outcome stays) and wakes the waiting reads.
+    pub(crate) fn finish(&self, outcome: std::result::Result<Arc<Vec<u8>>, String>) {
+        let mut current = self.outcome.lock();
+        if current.is_none() {
+            *current = Some(outcome);
+        }
+        self.ready.notify_all();
+    }
 }
 
 impl ChunkCache {
+    fn loading(&self, key: ChunkKey) -> Option<Arc<Loading>> {
+        self.loading.get(&key).cloned()
+    }
+
+    fn start_loading(&mut self, key: ChunkKey) -> Arc<Loading> {
+        let loading = Arc::new(Loading::default());
+        let previous = self.loading.insert(key, Arc::clone(&loading));
+        assert!(previous.is_none(), "one read loads a chunk at a time");
+        loading
+    }
+
+    fn finish_loading(&mut self, key: ChunkKey, loading: &Arc<Loading>) {
+        if self
+            .loading
+            .get(&key)
+            .is_some_and(|current| Arc::ptr_eq(current, loading))
+        {
+            self.loading.remove(&key);
+        }
+    }
+
+    fn contains(&self, key: ChunkKey) -> bool {
+        self.entries.iter().any(|(k, _)| *k == key)
+    }
+
     fn get(&mut self, key: ChunkKey) -> Option<Arc<Vec<u8>>> {
         let position = self.entries.iter().position(|(k, _)| *k == key)?;
         let entry = self.entries.remove(position).expect("found");
@@ -553,7 +641,7 @@ pub struct FsEngine {
     mode: OpenMode,
     runtime: RuntimeOptions,
     pub(crate) state: Mutex<State>,
-    cache: Mutex<ChunkCache>,
+    cache: Arc<Mutex<ChunkCache>>,
     opened: Instant,
     /// Milliseconds after `opened` of the last foreground request.
     last_request_ms: AtomicU64,
@@ -715,6 +803,7 @@ impl FsEngine {
         let bytes = recovery::encode_checkpoint(&saved, &state.systems);
         state.space.namespace_bytes = bytes.len() as u64;
         state.chunks.prepare_checkpoint(&mut state.pages)?;
+        state.pieces.prepare_checkpoint(&mut state.pages)?;
         state.pages.checkpoint(&bytes)?;
         let storage = self.storage.as_ref();
         for generation in Journal::generations(storage, META_DIRECTORY)? {

@@ -33,6 +33,7 @@ use onecopy_core::bytes::ByteReader;
 use onecopy_core::check::{Finding, FindingKind};
 use onecopy_core::chunk_store::{ChunkStore, ChunkStoreOptions};
 use onecopy_core::container::ContainerStore;
+use onecopy_core::index::FingerprintIndex;
 use onecopy_core::journal::{Journal, JournalEnd, JournalScan, ScannedRecord};
 use onecopy_core::pages::{ManifestState, PageStore, PageStoreOptions};
 use onecopy_core::storage::{read_all, write_atomically, Storage};
@@ -205,6 +206,21 @@ impl FsEngine {
             },
         )?;
         let mut findings = manifest_findings(&pages, &present, &saved, fresh);
+        // The piece index is derived data (a missing entry costs a missed deduplication,
+        // never data): damage empties it, and the pieces of big chunks stored from now on
+        // fill it again.
+        let (mut pieces, piece_damage) =
+            FingerprintIndex::open_or_reset(&mut pages, "pieces", runtime.piece_index.clone())?;
+        if let Some(error) = piece_damage {
+            findings.push(
+                Finding::new(
+                    FindingKind::Derived,
+                    "fs/meta: piece index",
+                    format!("damaged: {error}"),
+                )
+                .repaired("emptied; the pieces of big chunks stored from now on fill it"),
+            );
+        }
         // The journal the checkpoint names, and every later one.
         let generations: Vec<u64> = if fresh {
             Vec::new()
@@ -222,6 +238,7 @@ impl FsEngine {
             mode,
             pages: &mut pages,
             chunks: &mut chunks,
+            pieces: &mut pieces,
             systems: &mut systems,
             findings: &mut findings,
             salvage: None,
@@ -315,15 +332,16 @@ impl FsEngine {
             storage,
             config,
             mode,
-            cache: Mutex::new(ChunkCache {
+            cache: Arc::new(Mutex::new(ChunkCache {
                 limit: runtime.chunk_cache_entries,
                 ..ChunkCache::default()
-            }),
+            })),
             runtime,
             state: Mutex::new(State {
                 pages,
                 journal,
                 chunks,
+                pieces,
                 systems,
                 next_fs_id,
                 stamp_next,
@@ -482,6 +500,7 @@ struct Replay<'a> {
     mode: OpenMode,
     pages: &'a mut PageStore,
     chunks: &'a mut ChunkStore,
+    pieces: &'a mut FingerprintIndex,
     systems: &'a mut BTreeMap<FsId, FileSystem>,
     findings: &'a mut Vec<Finding>,
     /// Past damage in repair mode: later records are applied by salvage.
@@ -694,6 +713,7 @@ impl Replay<'_> {
                 salvage.apply(
                     self.pages,
                     self.chunks,
+                    self.pieces,
                     self.systems,
                     &changes,
                     RecordSummary::of_tag(&record.tag),
@@ -743,13 +763,14 @@ impl Replay<'_> {
             Some(salvage) => salvage.apply(
                 self.pages,
                 self.chunks,
+                self.pieces,
                 self.systems,
                 changes,
                 RecordSummary::of_tag(&record.tag),
             ),
             None => {
                 for change in changes {
-                    apply(self.pages, self.chunks, self.systems, change)?;
+                    apply(self.pages, self.chunks, self.pieces, self.systems, change)?;
                 }
                 Ok(())
             }

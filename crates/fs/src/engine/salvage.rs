@@ -30,6 +30,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use onecopy_core::chunk_store::{ChunkChange, ChunkId, ChunkStore};
+use onecopy_core::index::FingerprintIndex;
 use onecopy_core::pages::PageStore;
 
 use crate::changes::{FsChange, FsId};
@@ -92,6 +93,7 @@ impl Salvage {
         &mut self,
         pages: &mut PageStore,
         chunks: &mut ChunkStore,
+        pieces: &mut FingerprintIndex,
         systems: &mut BTreeMap<FsId, FileSystem>,
         changes: &[FsChange],
         summary: RecordSummary,
@@ -120,7 +122,7 @@ impl Salvage {
                     .get(fs)
                     .is_some_and(|system| !system.inodes.contains_key(ino));
                 if missing {
-                    apply(pages, chunks, systems, change)?;
+                    apply(pages, chunks, pieces, systems, change)?;
                 }
             }
         }
@@ -134,11 +136,11 @@ impl Salvage {
                     true
                 }
                 FsChange::FileSystemSet(_) | FsChange::FileSystemRemoved(_) => {
-                    apply(pages, chunks, systems, change)?;
+                    apply(pages, chunks, pieces, systems, change)?;
                     true
                 }
                 FsChange::InodeSet { fs, .. } if systems.contains_key(fs) => {
-                    apply(pages, chunks, systems, change)?;
+                    apply(pages, chunks, pieces, systems, change)?;
                     true
                 }
                 FsChange::InodeRemoved { fs, ino } => match systems.get_mut(fs) {
@@ -155,7 +157,7 @@ impl Salvage {
                     .get(fs)
                     .is_some_and(|system| system.inodes.contains_key(parent)) =>
                 {
-                    apply(pages, chunks, systems, change)?;
+                    apply(pages, chunks, pieces, systems, change)?;
                     true
                 }
                 FsChange::Extent {
@@ -179,6 +181,12 @@ impl Salvage {
                     }
                     (None, _) => false,
                 },
+                // Derived data: an entry whose chunk the damage took is found stale by the
+                // byte comparison before any use, and removed then.
+                FsChange::Piece { .. } => {
+                    apply(pages, chunks, pieces, systems, change)?;
+                    true
+                }
                 _ => false,
             };
             if !known {

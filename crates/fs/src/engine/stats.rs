@@ -31,6 +31,9 @@ pub struct FaceStats {
     pub container_bytes: u64,
     /// Free space and whether writes are refused for lack of it.
     pub space: super::SpaceStats,
+    /// Entries of the piece index (the small pieces of big chunks; entries of chunks freed
+    /// since the last `fs compact` included).
+    pub piece_entries: u64,
 }
 
 /// Figures of one file system.
@@ -146,6 +149,7 @@ impl FsEngine {
             live_stored_bytes: chunk_state.live_stored_bytes,
             container_bytes,
             space: state.space.stats(),
+            piece_entries: state.pieces.len(),
         };
         Ok(stats)
     }

@@ -388,6 +388,8 @@ pub fn write_outputs(out: &Path, results: &Paper3Results) -> Result<Vec<PathBuf>
         "sequential_mb_per_second",
         "rank_1_files",
         "rank_2_files",
+        "big_cut_bytes",
+        "contiguous_bound_savings",
         "dedup_seconds",
     ]);
     for workload in &results.workloads {
@@ -404,6 +406,8 @@ pub fn write_outputs(out: &Path, results: &Paper3Results) -> Result<Vec<PathBuf>
                 number_cell(run.sequential_mb_per_second),
                 run.rank_files[1].to_string(),
                 run.rank_files[2].to_string(),
+                run.big_cut_bytes.to_string(),
+                number_cell(run.contiguous_bound_savings),
                 number_cell(run.dedup_seconds),
             ]);
         }
@@ -596,9 +600,13 @@ pub fn summary(results: &Paper3Results) -> String {
 
     text.push_str(
         "\n## Benchmark goals\n\n\
+         Beside the goal, at 10% sequential: the bytes of the files selective cut big, and the \
+         most a system that keeps those files whole in big chunks can save (every other 4 KiB \
+         block stored once against all the data), against all-small.\n\n\
          | workload | selective / all-small savings at 10% sequential (goal ≥ 95%, paper 86%) \
-         | selective / none sequential MB/s at 90% sequential (goal ≥ 97%, paper 97%) |\n\
-         | --- | --- | --- |\n",
+         | selective / none sequential MB/s at 90% sequential (goal ≥ 97%, paper 97%) \
+         | files cut big at 10% | their bound / all-small |\n\
+         | --- | --- | --- | --- | --- |\n",
     );
     for workload in &results.workloads {
         let ratio =
@@ -612,11 +620,21 @@ pub fn summary(results: &Paper3Results) -> String {
                 .run(system, 90)
                 .map(|run| run.sequential_mb_per_second)
         };
+        let selective = workload.run("selective", 10);
         text.push_str(&format!(
-            "| {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} |\n",
             workload.spec.name,
             ratio(savings("selective"), savings("all-small")),
             ratio(throughput("selective"), throughput("none")),
+            selective.map_or("-".into(), |run| format!(
+                "{:.1} MB of {:.1} MB",
+                run.big_cut_bytes as f64 / 1e6,
+                run.logical_bytes as f64 / 1e6
+            )),
+            ratio(
+                selective.map(|run| run.contiguous_bound_savings),
+                savings("all-small")
+            ),
         ));
     }
 

@@ -28,6 +28,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use onecopy_fs::dedup::{self, DedupReport, Yield};
+use onecopy_fs::node::Chunking;
 use onecopy_fs::FsOptions;
 
 use super::bed::MountedFs;
@@ -61,6 +62,13 @@ pub struct MixRun {
     pub savings: f64,
     /// Files per rank after deduplication (0 to 3).
     pub rank_files: [u64; 4],
+    /// Bytes of the files the face cut big (`Chunking::Big`: selective's rank-1 files above
+    /// the small-file bound; none in the other systems, which rank nothing).
+    pub big_cut_bytes: u64,
+    /// The savings of an ideal deduplicator that keeps the files cut big whole, in 256 KiB
+    /// chunks (distinct by content), and stores every 4 KiB block of the others once
+    /// against all the data: the most a system that keeps those files contiguous can save.
+    pub contiguous_bound_savings: f64,
     pub dedup_seconds: f64,
     /// Response time of every file, in milliseconds, in file order.
     pub file_latencies_ms: Vec<f64>,
@@ -243,6 +251,13 @@ fn measured_run(
     } else {
         1.0 - stats.stored_bytes as f64 / stats.logical_bytes as f64
     };
+    let cut_big = files_cut_big(bed, files.len())?;
+    let big_cut_bytes = files
+        .iter()
+        .zip(&cut_big)
+        .filter(|(_, big)| **big)
+        .map(|(data, _)| data.len() as u64)
+        .sum();
     Ok(MixRun {
         system: system.to_string(),
         sequential_percent: percent,
@@ -251,6 +266,8 @@ fn measured_run(
         dedup_ratio: stats.dedup_ratio,
         savings,
         rank_files: std::array::from_fn(|rank| stats.ranks[rank].files),
+        big_cut_bytes,
+        contiguous_bound_savings: contiguous_bound(files, &cut_big),
         dedup_seconds,
         file_latencies_ms,
         sequential,
@@ -258,6 +275,57 @@ fn measured_run(
         sequential_seconds,
         sequential_mb_per_second: sequential_bytes as f64 / 1e6 / sequential_seconds.max(1e-9),
     })
+}
+
+/// Which of the data set's files the face cut big (by their paths under the mount).
+fn files_cut_big(bed: &MountedFs, count: usize) -> Result<Vec<bool>> {
+    let ranks = bed
+        .engine()
+        .ranks(bed.fs())
+        .map_err(|error| LabError::engine("reading ranks", error))?;
+    let big: std::collections::HashSet<String> = ranks
+        .into_iter()
+        .filter(|file| file.chunking == Some(Chunking::Big))
+        .map(|file| file.path)
+        .collect();
+    Ok((0..count)
+        .map(|index| {
+            let path = file_path(Path::new("/"), index);
+            big.contains(&path.to_string_lossy().into_owned())
+        })
+        .collect())
+}
+
+/// See [`MixRun::contiguous_bound_savings`]: the files marked in `cut_big` first, whole in
+/// big chunks, then the others block by block.
+pub fn contiguous_bound(files: &[Vec<u8>], cut_big: &[bool]) -> f64 {
+    let mut big_chunks = std::collections::HashSet::new();
+    let mut blocks = std::collections::HashSet::new();
+    let (mut logical, mut stored) = (0u64, 0u64);
+    for (data, _) in files.iter().zip(cut_big).filter(|(_, big)| **big) {
+        logical += data.len() as u64;
+        for chunk in data.chunks(BIG_CHUNK_BYTES as usize) {
+            if big_chunks.insert(blake3::hash(chunk)) {
+                stored += chunk.len() as u64;
+                for block in chunk.chunks(SMALL_CHUNK_BYTES as usize) {
+                    blocks.insert(blake3::hash(block));
+                }
+            }
+        }
+    }
+    for (data, _) in files.iter().zip(cut_big).filter(|(_, big)| !**big) {
+        logical += data.len() as u64;
+        for block in data.chunks(SMALL_CHUNK_BYTES as usize) {
+            if blocks.insert(blake3::hash(block)) {
+                stored += block.len() as u64;
+            }
+        }
+    }
+    if logical == 0 {
+        0.0
+    } else {
+        1.0 - stored as f64 / logical as f64
+    }
 }
 
 /// Runs one workload under every system and mix; `log` receives a line per step.
@@ -316,6 +384,26 @@ pub fn run_workload(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Goal: the contiguity bound stores whole big chunks once and every other block once
+    /// against all data. Method: a big file, its copy cut small, a file of its blocks
+    /// shifted by one block, cut big.
+    #[test]
+    fn contiguous_bound_keeps_big_files_whole() {
+        let block = |seed: u8| vec![seed; SMALL_CHUNK_BYTES as usize];
+        let big: Vec<u8> = (0..64u8).flat_map(block).collect();
+        let mut shifted = block(200);
+        shifted.extend_from_slice(&big[..big.len() - SMALL_CHUNK_BYTES as usize]);
+        let files = vec![big.clone(), big.clone(), shifted];
+        // The copy, cut small, finds every block; the shifted file is stored whole.
+        let bound = contiguous_bound(&files, &[true, false, true]);
+        let logical = 3.0 * big.len() as f64;
+        assert!((bound - (1.0 - 2.0 * big.len() as f64 / logical)).abs() < 1e-9);
+        // Cut small, the shifted file adds one block.
+        let bound = contiguous_bound(&files, &[true, false, false]);
+        let stored = big.len() as f64 + SMALL_CHUNK_BYTES as f64;
+        assert!((bound - (1.0 - stored / logical)).abs() < 1e-9);
+    }
 
     /// Goal: the sequential sets have the mix's share of the files and nest (the 10% set is
     /// inside the 90% one). Method: build every mix's set for 1,000 files.
