@@ -61,6 +61,8 @@ pub struct Part {
     pub title: &'static str,
     /// The anchor of its section in docs/LAB.md.
     pub lab_anchor: &'static str,
+    /// The paper's evaluation figures and tables this part does not draw, each with why.
+    pub gaps: &'static [(&'static str, &'static str)],
 }
 
 /// Every part, in the order of the report.
@@ -69,32 +71,89 @@ pub const PARTS: [Part; 6] = [
         name: "paper1",
         title: "Paper 1: file-system hints for inline block deduplication",
         lab_anchor: "paper-1",
+        gaps: &[
+            (
+                "Figs. 5.5 and 5.6 (NILFS2: empty files in one directory, a directory tree)",
+                "NILFS2 is a kernel module this machine cannot load; the deferred deduplication \
+                 that stands in for its dedup-on-GC is measured in Figs. 5.7-5.8",
+            ),
+            (
+                "Table 5.2's NILFS2 column",
+                "NILFS2, as above; the ext3 column is measured",
+            ),
+            (
+                "Figs. 2.1-4.4 and Table 4.1",
+                "the storage stack, the design, the device mapper, on-disk layouts and lines of \
+                 code: no measurement to reproduce",
+            ),
+        ],
     },
     Part {
         name: "paper2",
         title: "Paper 2: RevDedup, reverse deduplication for backups",
         lab_anchor: "paper-2",
+        gaps: &[(
+            "Figs. 1-3 and Table 1",
+            "the design (operations, reverse deduplication, reference management) and the \
+             parameters of the synthetic data sets, which the lab's generator takes (docs/LAB.md)",
+        )],
     },
     Part {
         name: "paper3",
         title: "Paper 3: selective offline deduplication on the file system face",
         lab_anchor: "paper-3-selective-offline-deduplication-on-the-file-system-face",
+        gaps: &[
+            (
+                "Table 5, Figs. 12 and 13 (a desktop user's and a developer's two weeks)",
+                "the paper's users' files and their access traces are not public; the real-world \
+                 workload here is successive releases of a source tree",
+            ),
+            (
+                "Table 6 and Fig. 14 (real-world results, sequentially read files only)",
+                "measured on the releases workload but not drawn: the numbers are in \
+                 releases.csv of the result directory and in docs/LAB.md",
+            ),
+            (
+                "Table 4 (the synthetic workloads' savings)",
+                "a table, not a figure: in mixes.csv and docs/LAB.md",
+            ),
+            (
+                "Fig. 8 (file sizes of the synthetic workloads)",
+                "the generator draws sizes from a skewed distribution of its own (docs/LAB.md); not drawn",
+            ),
+            (
+                "Figs. 1, 2, 4-7 and Tables 1-3",
+                "the design (layouts, ranks, queues, the ranking algorithm and its parameters): \
+                 no measurement to reproduce",
+            ),
+        ],
     },
     Part {
         name: "trace",
         title: "Paper 4 §4.1: content-addressed read cache (trace replay)",
         lab_anchor: "paper-4-41-content-addressed-read-cache-trace-replay",
+        gaps: &[(
+            "Figs. 5-7",
+            "the architecture, the content cache's data structure and the scratch spaces: no \
+             measurement to reproduce",
+        )],
     },
     Part {
         name: "paper4",
         title: "Paper 4 §4.2-4.5: replica retrieval, selective duplication, I/O deduplication \
                 (HDD model)",
         lab_anchor: "paper-4-42-45-replica-retrieval-and-selective-duplication-hdd-model",
+        gaps: &[(
+            "Table 2 (static similarity of the traced disks)",
+            "it needs the traced systems' disk images, which are not public; Fig. 3's copies per \
+             block read are measured on the trace's own content instead",
+        )],
     },
     Part {
         name: "paper5",
         title: "Paper 5: deduplication on flash",
         lab_anchor: "paper-5-deduplication-on-flash-flash-mode",
+        gaps: &[],
     },
 ];
 
@@ -601,6 +660,7 @@ fn render_part(
             "No result directory `{}` here: run `onecopy lab {}` with `--out` pointing here.\n",
             part.name, part.name
         );
+        render_gaps(page, part);
         return Ok(());
     };
     let primary_path = directory.join(primary);
@@ -635,6 +695,7 @@ fn render_part(
     for file in &figures {
         render_figure(page, primary, file, part.name, results);
     }
+    render_gaps(page, part);
     if !variants.is_empty() {
         let _ = writeln!(page, "### Other runs of this part\n");
         for variant in variants {
@@ -658,6 +719,18 @@ fn render_part(
         page.push('\n');
     }
     Ok(())
+}
+
+/// The paper's figures and tables this part does not draw, and why.
+fn render_gaps(page: &mut String, part: Part) {
+    if part.gaps.is_empty() {
+        return;
+    }
+    let _ = writeln!(page, "### Not reproduced here, and why\n");
+    for (what, why) in part.gaps {
+        let _ = writeln!(page, "- {what}: {why}.");
+    }
+    page.push('\n');
 }
 
 /// A link to `anchor` in LAB.md, or the document's plain name when it was not found.
