@@ -241,6 +241,9 @@ impl Drop for Loader {
     }
 }
 
+/// A range to read ahead: the container file, the offset and the bytes.
+type ReadAhead = (Arc<dyn StorageFile>, u64, u64);
+
 impl FsEngine {
     /// Writes `data` at `offset` of file `ino` plainly (rank 0); returns the bytes written.
     pub fn write(&self, fs: FsId, ino: Ino, offset: u64, data: &[u8]) -> Result<usize> {
@@ -519,7 +522,7 @@ impl FsEngine {
         ino: Ino,
         from: u64,
         to: u64,
-    ) -> Result<Vec<(Arc<dyn StorageFile>, u64, u64)>> {
+    ) -> Result<Vec<ReadAhead>> {
         let extents: Vec<Extent> = state
             .system(fs)?
             .inode(ino)?
