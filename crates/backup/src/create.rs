@@ -21,7 +21,7 @@ use serde::Serialize;
 use crate::config::{DedupMode, DeleteMethod, SeriesOptions};
 use crate::delete::DeleteReport;
 use crate::error::{BackupError, Result};
-use crate::files_cache::{FilesReport, PreviousBackup, RACY_NANOSECONDS};
+use crate::files_cache::{FilesReport, PreviousBackup};
 use crate::inline::{self, InlineReport, PartedSource, Progress, WholeStream};
 use crate::recipe::Recipe;
 use crate::reverse::ReverseReport;
@@ -268,9 +268,9 @@ impl BackupStore {
             previous = Some(record);
         }
         drop(read);
-        // Files modified after this get no stamp: a change in the same timestamp tick would
-        // not show in their times.
-        let stamp_before_ns = now_unix_ns() as i128 - RACY_NANOSECONDS;
+        // Files modified within their file system's racy window before this get no stamp: a
+        // change in the same timestamp tick would not show in their times.
+        let started_ns = now_unix_ns() as i128;
 
         let walk_started = Instant::now();
         let mut capture = None;
@@ -305,7 +305,7 @@ impl BackupStore {
                     };
                     let settings = ReaderSettings {
                         previous: None,
-                        stamp_before_ns,
+                        started_ns,
                         alone_bytes: self.alone_bytes()?,
                     };
                     let settings = match cached {

@@ -6,7 +6,7 @@
 //! - A regular file is **unchanged** when the previous backup's tree has a regular file at
 //!   the same path with the same size, mtime and [`FileStamp`](crate::tree::FileStamp)
 //!   (ctime, inode, device) as the walk's `lstat` finds now, and the previous stamp is *settled*: the stream holds exactly
-//!   the version it names, read at least [`RACY_NANOSECONDS`] after its last change (see
+//!   the version it names, read long enough after its last change (see
 //!   [`crate::tree::capture`]). The tree is the cache: nothing else is persisted.
 //! - Segments respect file boundaries: every file starts a new chunk and its last chunk ends
 //!   where the file ends; a file of at least the minimum segment size starts a new segment
@@ -40,8 +40,9 @@
 //! Not guaranteed: a file changed without any of the five changing (a write that restores
 //! the mtime within the same ctime tick, which a file system with coarse timestamps allows)
 //! is not read again. To narrow that window, a stamp is settled only when the file's mtime
-//! and ctime are older than the backup's start by [`RACY_NANOSECONDS`]. Segments with lost chunks are
-//! never placed: their files are read again, which heals the loss in the new backup.
+//! and ctime are older than the backup's start by [`RACY_LOCAL_NANOSECONDS`] on a local file
+//! system with nanosecond times, [`RACY_NANOSECONDS`] on any other. Segments with lost chunks
+//! are never placed: their files are read again, which heals the loss in the new backup.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -53,8 +54,29 @@ use crate::tree::{EntryKind, Tree, TreeEntry};
 
 /// A file modified less than this before the backup started gets no stamp (it is read again
 /// next time): a later change within the same timestamp tick would not show in its times.
-/// Two seconds covers the coarsest common file systems (FAT).
+/// Two seconds covers the coarsest common file systems (FAT) and some clock skew between a
+/// network file system's server and this host.
 pub const RACY_NANOSECONDS: i128 = 2_000_000_000;
+
+/// The same window on the local file systems whose file times the kernel sets from its own
+/// clock at nanosecond resolution ([`local_times`]): their tick is the kernel's coarse clock,
+/// one jiffy (at most 10 ms), so five jiffies cover it.
+pub const RACY_LOCAL_NANOSECONDS: i128 = 50_000_000;
+const _: () = assert!(RACY_LOCAL_NANOSECONDS < RACY_NANOSECONDS);
+
+/// Whether `f_type` (from `fstatfs`) names a file system whose file times the local kernel
+/// sets at nanosecond resolution: ext2/3/4, XFS, Btrfs, tmpfs, F2FS, and overlayfs (its
+/// times are its upper layer's). Any other, network and FUSE file systems included, takes
+/// the coarse window.
+pub fn local_times(f_type: i64) -> bool {
+    const EXT4: i64 = 0xEF53;
+    const XFS: i64 = 0x5846_5342;
+    const BTRFS: i64 = 0x9123_683E;
+    const TMPFS: i64 = 0x0102_1994;
+    const F2FS: i64 = 0xF2F5_2010;
+    const OVERLAYFS: i64 = 0x794C_7630;
+    matches!(f_type, EXT4 | XFS | BTRFS | TMPFS | F2FS | OVERLAYFS)
+}
 
 /// The series' previous backup, as the files cache needs it.
 pub(crate) struct PreviousBackup {
@@ -312,6 +334,26 @@ pub(crate) fn kept_kind(previous: &TreeEntry, stream_offset: u64) -> EntryKind {
 mod tests {
     use super::*;
     use crate::tree::{Extent, FileStamp};
+
+    /// Goal: the short racy window only for file systems known to set nanosecond times from
+    /// the local clock; network, FUSE and unknown ones take the 2 s window.
+    #[test]
+    fn local_times_names_local_file_systems_only() {
+        for local in [
+            0xEF53,
+            0x5846_5342,
+            0x9123_683E,
+            0x0102_1994,
+            0xF2F5_2010,
+            0x794C_7630,
+        ] {
+            assert!(local_times(local), "{local:#x}");
+        }
+        // NFS, SMB2, FUSE, 9p, FAT (msdos), and nothing.
+        for other in [0x6969, 0xFE53_4D42, 0x6573_5546, 0x0102_1997, 0x4d44, 0] {
+            assert!(!local_times(other), "{other:#x}");
+        }
+    }
 
     fn file(path: &str, offset: u64, length: u64, inode: u64) -> TreeEntry {
         TreeEntry {

@@ -581,3 +581,38 @@ fn crash_during_files_cache_backups() {
         assert_check_ok(&mut store);
     }
 }
+
+/// Goal: the racy window follows the file system: on a local one with nanosecond times
+/// (`files_cache::local_times`) a file last changed 300 ms before a backup is trusted by the
+/// next backup (the window is 50 ms), on any other the 2 s window holds and the next backup
+/// reads it again; a file changed after the backup started is read again everywhere.
+/// Method: two files of their own segments, one written 300 ms before the first backup, one whose mtime is set an
+/// hour ahead; a second backup of the unchanged tree, its reads counted.
+#[test]
+fn racy_window_follows_the_file_system() {
+    let scratch = tempfile::tempdir().unwrap();
+    let source = scratch.path().join("source");
+    fs::create_dir(&source).unwrap();
+    let mut random = Random(11);
+    write_random(&source.join("recent"), &mut random, 300 << 10);
+    write_random(&source.join("ahead"), &mut random, 300 << 10);
+    let (now_seconds, now_nanoseconds) = mtime(&source.join("ahead"));
+    set_mtime(&source.join("ahead"), (now_seconds + 3600, now_nanoseconds));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut store = store_in(scratch.path(), DedupMode::Revdedup);
+    let (_, read) = create(&mut store, &source, false);
+    assert_eq!(read.len(), 2, "{read:?}");
+
+    let path = CString::new(source.as_os_str().as_bytes()).unwrap();
+    // SAFETY: statfs writes a statfs into the zeroed buffer it is given.
+    let mut info: libc::statfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statfs(path.as_ptr(), &mut info) }, 0);
+    let local = onecopy_backup::files_cache::local_times(info.f_type as i64);
+    let (_, read) = create(&mut store, &source, false);
+    let expected: Vec<String> = if local {
+        vec!["ahead".into()]
+    } else {
+        vec!["ahead".into(), "recent".into()]
+    };
+    assert_eq!(read, expected, "file system type {:#x}", info.f_type);
+}

@@ -22,7 +22,8 @@
 //!    the file ended early), and the mode, owner, times and stamp (ctime, inode, device) from
 //!    its first `fstat`, so that contents and metadata belong together. The stamp is
 //!    *settled* (trusted by the next backup's files cache) only when the reading found the
-//!    file unchanged and its mtime and ctime are [`RACY_NANOSECONDS`] older than the backup.
+//!    file unchanged and its mtime and ctime are older than the backup's start by the file
+//!    system's racy window ([`RACY_LOCAL_NANOSECONDS`] or [`RACY_NANOSECONDS`]).
 //!
 //! With a previous backup ([`ReaderSettings::previous`]), the reader hands the stream out in
 //! parts ([`PartedSource`]): each file read is a part, and runs of unchanged files are
@@ -54,7 +55,8 @@ use super::exclude::Excludes;
 use super::{EntryKind, Extent, FileStamp, Tree, TreeEntry};
 use crate::error::{BackupError, Result};
 use crate::files_cache::{
-    kept_kind, plan, FilesReport, Layout, PreviousBackup, Step, RACY_NANOSECONDS,
+    kept_kind, local_times, plan, FilesReport, Layout, PreviousBackup, Step,
+    RACY_LOCAL_NANOSECONDS, RACY_NANOSECONDS,
 };
 use crate::inline::{PartedSource, StreamPart};
 use crate::series::TreeRange;
@@ -649,8 +651,11 @@ pub struct TreeReader<'a> {
     to_read: Vec<bool>,
     /// The previous backup's tree, whose entries the steps name.
     previous: Tree,
-    /// Files modified at or after this time (unix ns) get no stamp.
-    stamp_before_ns: i128,
+    /// The backup's start (unix ns): files modified within their file system's racy window
+    /// before it, or after it, get no stamp.
+    started_ns: i128,
+    /// Per device: whether its file system has local nanosecond times ([`local_times`]).
+    local_times: HashMap<u64, bool>,
     /// Files of at least this walked size are parts of their own.
     alone_bytes: u64,
     /// The part under way in the [`Read`] view of the stream.
@@ -661,8 +666,9 @@ pub struct TreeReader<'a> {
 pub(crate) struct ReaderSettings {
     /// The series' previous backup, whose unchanged files are not read.
     pub previous: Option<PreviousBackup>,
-    /// Files whose mtime or ctime (unix ns) is at or after this get no stamp.
-    pub stamp_before_ns: i128,
+    /// The backup's start (unix ns): files whose mtime or ctime is later, or within their
+    /// file system's racy window before it, get no stamp.
+    pub started_ns: i128,
     /// Files of at least this size start and end their own segments (the minimum segment
     /// size).
     pub alone_bytes: u64,
@@ -670,12 +676,12 @@ pub(crate) struct ReaderSettings {
 
 impl<'a> TreeReader<'a> {
     /// A reader of the files of `tree` (walked from `root`), followed by the tree as read;
-    /// it reads every file and stamps those not modified in the last
-    /// [`crate::files_cache::RACY_NANOSECONDS`].
+    /// it reads every file and stamps those not modified within their file system's racy
+    /// window.
     pub fn new(root: &Path, tree: Tree, observer: Option<ReadObserver<'a>>) -> Result<Self> {
         let settings = ReaderSettings {
             previous: None,
-            stamp_before_ns: crate::store::now_unix_ns() as i128 - RACY_NANOSECONDS,
+            started_ns: crate::store::now_unix_ns() as i128,
             alone_bytes: 0,
         };
         Self::with_settings(root, tree, observer, settings)
@@ -728,7 +734,8 @@ impl<'a> TreeReader<'a> {
             steps: steps.into(),
             to_read,
             previous,
-            stamp_before_ns: settings.stamp_before_ns,
+            started_ns: settings.started_ns,
+            local_times: HashMap::new(),
             alone_bytes: settings.alone_bytes,
             in_part: false,
         };
@@ -901,6 +908,17 @@ impl<'a> TreeReader<'a> {
         Ok(())
     }
 
+    /// Whether the file system of `file` (on `device`) has local nanosecond times; asked once
+    /// per device. A file system that does not answer takes the coarse window.
+    fn has_local_times(&mut self, file: &File, device: u64) -> bool {
+        *self.local_times.entry(device).or_insert_with(|| {
+            // SAFETY: fstatfs writes a statfs into the zeroed buffer it is given.
+            let mut info: libc::statfs = unsafe { std::mem::zeroed() };
+            let answered = unsafe { libc::fstatfs(file.as_raw_fd(), &mut info) } == 0;
+            answered && local_times(info.f_type as i64)
+        })
+    }
+
     /// Ends the current reading: records the file if it did not change (or if this was the
     /// last reading allowed), else starts the next reading.
     fn end_reading(&mut self) -> io::Result<()> {
@@ -927,7 +945,12 @@ impl<'a> TreeReader<'a> {
             "the recorded extents are the bytes delivered"
         );
         let index = self.files[self.file_index];
-        let stamp_before_ns = self.stamp_before_ns;
+        let racy_window = if self.has_local_times(&reading.file, before.st_dev) {
+            RACY_LOCAL_NANOSECONDS
+        } else {
+            RACY_NANOSECONDS
+        };
+        let stamp_before_ns = self.started_ns - racy_window;
         let entry = &mut self.tree.entries[index];
         entry.kind = EntryKind::File {
             size,
