@@ -63,6 +63,9 @@ pub struct Part {
     pub lab_anchor: &'static str,
     /// The paper's evaluation figures and tables this part does not draw, each with why.
     pub gaps: &'static [(&'static str, &'static str)],
+    /// Sections of the primary directory's summary.md, by the start of their heading,
+    /// copied into the report: the paper's tables the part measures but draws no figure of.
+    pub tables: &'static [&'static str],
 }
 
 /// Every part, in the order of the report.
@@ -87,6 +90,7 @@ pub const PARTS: [Part; 6] = [
                  code: no measurement to reproduce",
             ),
         ],
+        tables: &[],
     },
     Part {
         name: "paper2",
@@ -97,6 +101,7 @@ pub const PARTS: [Part; 6] = [
             "the design (operations, reverse deduplication, reference management) and the \
              parameters of the synthetic data sets, which the lab's generator takes (docs/LAB.md)",
         )],
+        tables: &[],
     },
     Part {
         name: "paper3",
@@ -109,13 +114,9 @@ pub const PARTS: [Part; 6] = [
                  workload here is successive releases of a source tree",
             ),
             (
-                "Table 6 and Fig. 14 (real-world results, sequentially read files only)",
-                "measured on the releases workload but not drawn: the numbers are in \
-                 releases.csv of the result directory and in docs/LAB.md",
-            ),
-            (
-                "Table 4 (the synthetic workloads' savings)",
-                "a table, not a figure: in mixes.csv and docs/LAB.md",
+                "Fig. 14 as a CDF (read response times of the rank-1 files, desktop user)",
+                "the releases workload's rank-1 files are few; their sequential read \
+                 throughput per system stands in the Table 6 section instead",
             ),
             (
                 "Fig. 8 (file sizes of the synthetic workloads)",
@@ -127,6 +128,7 @@ pub const PARTS: [Part; 6] = [
                  no measurement to reproduce",
             ),
         ],
+        tables: &["Table 4", "Table 6 and Fig. 14"],
     },
     Part {
         name: "trace",
@@ -137,6 +139,7 @@ pub const PARTS: [Part; 6] = [
             "the architecture, the content cache's data structure and the scratch spaces: no \
              measurement to reproduce",
         )],
+        tables: &[],
     },
     Part {
         name: "paper4",
@@ -148,12 +151,14 @@ pub const PARTS: [Part; 6] = [
             "it needs the traced systems' disk images, which are not public; Fig. 3's copies per \
              block read are measured on the trace's own content instead",
         )],
+        tables: &[],
     },
     Part {
         name: "paper5",
         title: "Paper 5: deduplication on flash",
         lab_anchor: "paper-5-deduplication-on-flash-flash-mode",
         gaps: &[],
+        tables: &[],
     },
 ];
 
@@ -697,6 +702,7 @@ fn render_part(
     for file in &figures {
         render_figure(page, primary, file, part.name, results);
     }
+    render_tables(page, &primary_path, part)?;
     render_gaps(page, part);
     if !variants.is_empty() {
         let _ = writeln!(page, "### Other runs of this part\n");
@@ -718,6 +724,37 @@ fn render_part(
             };
             let _ = writeln!(page, "- `{variant}/`: {summary}{figures}");
         }
+        page.push('\n');
+    }
+    Ok(())
+}
+
+/// The sections of the part's summary.md named in [`Part::tables`], as they are there, one
+/// heading level down; a section that is missing is said to be.
+fn render_tables(page: &mut String, primary: &Path, part: Part) -> Result<()> {
+    if part.tables.is_empty() {
+        return Ok(());
+    }
+    let path = primary.join("summary.md");
+    let summary = if path.is_file() {
+        fs::read_to_string(&path).context_io(|| format!("reading {}", path.display()))?
+    } else {
+        String::new()
+    };
+    for start in part.tables {
+        let heading = format!("## {start}");
+        let Some(at) = summary.find(&heading) else {
+            let _ = writeln!(
+                page,
+                "### {start}\n\nNot in `summary.md`: run the part again.\n"
+            );
+            continue;
+        };
+        let section = &summary[at..];
+        let end = section[heading.len()..]
+            .find("\n## ")
+            .map_or(section.len(), |end| end + heading.len() + 1);
+        let _ = writeln!(page, "#{}", section[..end].trim_end());
         page.push('\n');
     }
     Ok(())

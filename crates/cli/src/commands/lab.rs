@@ -632,7 +632,7 @@ pub struct Paper2Args {
     /// Typescript releases [default: 24, quick: 4].
     #[arg(long, value_name = "N")]
     pub releases: Option<usize>,
-    /// Runs of SG1, GP, typescript and the unique-data test, which the figures average with
+    /// Runs of every dataset and of the unique-data test, which the figures average with
     /// the lowest and highest run as error bars [default: 5 as in the paper, quick: 2].
     #[arg(long, value_name = "N")]
     pub repetitions: Option<u32>,
