@@ -273,7 +273,7 @@ impl Engine {
         // A checkpoint that stops half way poisons the page store: it only starts with room
         // to finish.
         if !self.room_for_checkpoint(state)? {
-            return Err(space::no_space(format!(
+            return Err(onecopy_core::storage::no_space(format!(
                 "no room in {} for a checkpoint of {} metadata pages",
                 self.storage.describe(),
                 state.pages.dirty_page_count()

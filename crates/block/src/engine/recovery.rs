@@ -36,10 +36,12 @@ use onecopy_core::container::ContainerOptions;
 use onecopy_core::container::ContainerStore;
 use onecopy_core::journal::{Journal, JournalEnd, JournalScan, ScannedRecord};
 use onecopy_core::pages::{ManifestState, PageStore, PageStoreOptions};
-use onecopy_core::storage::{is_full, join, write_atomically, Storage};
+use onecopy_core::storage::{
+    is_full, join, remove_reserve, reserve_exists, write_atomically, Storage,
+};
 use onecopy_core::Error;
 
-use super::space::{release_reserve_file, reserve_exists, SpaceGuard};
+use super::space::SpaceGuard;
 use super::{
     apply_change, load_or_create_config, refuse_other_config, set_map_entry, set_volume,
     stored_config, CheckpointState, Engine, EngineCounters, EngineState, VolumeStates, CONFIG_FILE,
@@ -234,7 +236,7 @@ impl Engine {
                 )
             };
             Some(match create() {
-                Err(error) if is_full(&error) && release_reserve_file(storage.as_ref())? => {
+                Err(error) if is_full(&error) && remove_reserve(storage.as_ref())? => {
                     Journal::remove(storage.as_ref(), META_DIRECTORY, next_generation)?;
                     create()?
                 }

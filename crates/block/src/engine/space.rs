@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use onecopy_core::pages::PAGE_BYTES;
-use onecopy_core::Error;
+use onecopy_core::storage::{create_reserve, no_space, remove_reserve};
 
 use super::{Engine, EngineState};
 
@@ -43,7 +43,6 @@ const MARGIN_BYTES: u64 = 16 << 20;
 const RESUME_MARGIN_BYTES: u64 = 8 << 20;
 /// Bytes of `block/reserve`.
 pub const RESERVE_BYTES: u64 = 16 << 20;
-const RESERVE_FILE: &str = "reserve";
 
 const _: () = assert!(RESERVE_BYTES <= MARGIN_BYTES);
 /// Room a round of selective duplication leaves free beyond its copies: duplicates are
@@ -185,17 +184,7 @@ impl Engine {
 
     /// Creates `block/reserve` with [`RESERVE_BYTES`] of written (allocated) bytes.
     pub(crate) fn create_reserve(&self) -> Result<()> {
-        let storage = self.storage();
-        let file = storage.open(RESERVE_FILE, true)?;
-        let zeros = vec![0u8; 1 << 20];
-        let result = (0..RESERVE_BYTES / zeros.len() as u64)
-            .try_for_each(|index| file.write_at(index * zeros.len() as u64, &zeros))
-            .and_then(|()| file.sync_data());
-        if result.is_err() {
-            drop(file);
-            storage.remove(RESERVE_FILE)?;
-        }
-        Ok(result?)
+        Ok(create_reserve(self.storage().as_ref(), RESERVE_BYTES)?)
     }
 
     /// Releases `block/reserve`; true when it was held.
@@ -203,7 +192,7 @@ impl Engine {
         if !state.space.reserve_held {
             return Ok(false);
         }
-        release_reserve_file(self.storage().as_ref())?;
+        remove_reserve(self.storage().as_ref())?;
         state.space.reserve_held = false;
         state.space.sampled_at = None;
         Ok(true)
@@ -239,24 +228,4 @@ impl Engine {
         Ok(self.release_reserve(state)?
             && self.storage().available_bytes()?.unwrap_or(u64::MAX) >= needed)
     }
-}
-
-/// A full-disk error (ENOSPC), which NBD clients receive as ENOSPC.
-pub(crate) fn no_space(context: String) -> Error {
-    Error::io(context, std::io::Error::from_raw_os_error(libc::ENOSPC))
-}
-
-/// Removes `block/reserve` from `storage`; true when it existed.
-pub(crate) fn release_reserve_file(storage: &dyn onecopy_core::storage::Storage) -> Result<bool> {
-    if !storage.exists(RESERVE_FILE)? {
-        return Ok(false);
-    }
-    storage.remove(RESERVE_FILE)?;
-    storage.sync_directory("")?;
-    Ok(true)
-}
-
-/// Whether a block face in `storage` holds its reserve.
-pub(crate) fn reserve_exists(storage: &dyn onecopy_core::storage::Storage) -> Result<bool> {
-    Ok(storage.exists(RESERVE_FILE)?)
 }

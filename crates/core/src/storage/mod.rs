@@ -99,6 +99,45 @@ pub fn is_full(error: &Error) -> bool {
     }
 }
 
+/// A full-disk error (ENOSPC): the faces pass it on as ENOSPC (FUSE, NBD).
+pub fn no_space(context: String) -> Error {
+    Error::io(context, std::io::Error::from_raw_os_error(libc::ENOSPC))
+}
+
+/// The name of a face's *reserve* in its storage: allocated bytes the face removes when the
+/// disk fills, so that the commits that make data durable and free space still have room.
+pub const RESERVE_FILE: &str = "reserve";
+
+/// Creates [`RESERVE_FILE`] in `storage` with `bytes` of written (allocated) zeros, synced;
+/// on failure removes what it wrote.
+pub fn create_reserve(storage: &dyn Storage, bytes: u64) -> Result<()> {
+    let file = storage.open(RESERVE_FILE, true)?;
+    let zeros = vec![0u8; 1 << 20];
+    let result = (0..bytes.div_ceil(zeros.len() as u64))
+        .try_for_each(|index| file.write_at(index * zeros.len() as u64, &zeros))
+        .and_then(|()| file.sync_data());
+    if result.is_err() {
+        drop(file);
+        storage.remove(RESERVE_FILE)?;
+    }
+    result
+}
+
+/// Removes [`RESERVE_FILE`] from `storage`, durably; true when it existed.
+pub fn remove_reserve(storage: &dyn Storage) -> Result<bool> {
+    if !storage.exists(RESERVE_FILE)? {
+        return Ok(false);
+    }
+    storage.remove(RESERVE_FILE)?;
+    storage.sync_directory("")?;
+    Ok(true)
+}
+
+/// Whether `storage` holds a face's [`RESERVE_FILE`].
+pub fn reserve_exists(storage: &dyn Storage) -> Result<bool> {
+    storage.exists(RESERVE_FILE)
+}
+
 /// An open file of a [`Storage`].
 // No `is_empty`: callers ask for lengths to compute offsets, never for emptiness.
 #[allow(clippy::len_without_is_empty)]

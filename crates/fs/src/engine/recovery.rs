@@ -36,11 +36,11 @@ use onecopy_core::container::ContainerStore;
 use onecopy_core::index::FingerprintIndex;
 use onecopy_core::journal::{Journal, JournalEnd, JournalScan, ScannedRecord};
 use onecopy_core::pages::{ManifestState, PageStore, PageStoreOptions};
-use onecopy_core::storage::{read_all, write_atomically, Storage};
+use onecopy_core::storage::{read_all, remove_reserve, reserve_exists, write_atomically, Storage};
 use parking_lot::Mutex;
 
 use super::salvage::{describe, Salvage};
-use super::space::{release_reserve_file, reserve_exists, SpaceGuard};
+use super::space::SpaceGuard;
 use super::{
     apply, CheckpointState, ChunkCache, FaceConfig, FileSystem, FsEngine, RuntimeOptions, State,
     CONFIG_FILE, META_DIRECTORY,
@@ -320,7 +320,7 @@ impl FsEngine {
             };
             Some(match create() {
                 Err(error) if is_full(&error) && reserve_held => {
-                    release_reserve_file(storage.as_ref())?;
+                    remove_reserve(storage.as_ref())?;
                     reserve_held = false;
                     Journal::remove(storage.as_ref(), META_DIRECTORY, next_generation)?;
                     create()?

@@ -26,7 +26,7 @@
 use std::time::{Duration, Instant};
 
 use onecopy_core::pages::PAGE_BYTES;
-use onecopy_core::storage::Storage;
+use onecopy_core::storage::{create_reserve, no_space, remove_reserve};
 
 use super::{FsEngine, State};
 use crate::error::{FsError, Result};
@@ -50,7 +50,6 @@ pub const RESERVE_BYTES: u64 = 8 << 20;
 const BUFFERED_BYTES_MAX: u64 = (1 << 20) + CHUNK_BYTES_MAX;
 /// Bytes every request is counted for besides its data (its journal record, roughly).
 pub(crate) const REQUEST_OVERHEAD_BYTES: u64 = 4 << 10;
-const RESERVE_FILE: &str = "reserve";
 
 const _: () = assert!(RESERVE_BYTES <= MARGIN_BYTES);
 const _: () = assert!(SAMPLE_BYTES >= RESERVE_BYTES);
@@ -156,7 +155,8 @@ impl FsEngine {
                 && state.journal.is_some()
                 && free >= headroom(state) + RESUME_MARGIN_BYTES + RESERVE_BYTES
             {
-                state.space.reserve_held = create_reserve(self.storage().as_ref()).is_ok();
+                state.space.reserve_held =
+                    create_reserve(self.storage().as_ref(), RESERVE_BYTES).is_ok();
             }
         }
         Ok(())
@@ -184,7 +184,7 @@ impl FsEngine {
         if !state.space.reserve_held {
             return Ok(false);
         }
-        release_reserve_file(self.storage().as_ref())?;
+        remove_reserve(self.storage().as_ref())?;
         state.space.reserve_held = false;
         state.space.sampled_at = None;
         Ok(true)
@@ -220,7 +220,7 @@ impl FsEngine {
         if state.space.reserve_held || self.storage().available_bytes()?.is_none() {
             return Ok(());
         }
-        state.space.reserve_held = create_reserve(self.storage().as_ref()).is_ok();
+        state.space.reserve_held = create_reserve(self.storage().as_ref(), RESERVE_BYTES).is_ok();
         Ok(())
     }
 }
@@ -237,44 +237,10 @@ fn headroom(state: &State) -> u64 {
     checkpoint_bytes(state) + BUFFERED_BYTES_MAX + MARGIN_BYTES
 }
 
-/// A full-disk error (ENOSPC), which the kernel passes on as ENOSPC.
-fn no_space(context: String) -> onecopy_core::Error {
-    onecopy_core::Error::io(context, std::io::Error::from_raw_os_error(libc::ENOSPC))
-}
-
 /// True when `error` is a full disk.
 pub(crate) fn is_full(error: &FsError) -> bool {
     match error {
         FsError::Core(error) => onecopy_core::storage::is_full(error),
         _ => false,
     }
-}
-
-/// Creates `fs/reserve` with [`RESERVE_BYTES`] of written (allocated) bytes.
-fn create_reserve(storage: &dyn Storage) -> Result<()> {
-    let file = storage.open(RESERVE_FILE, true)?;
-    let zeros = vec![0u8; 1 << 20];
-    let result = (0..RESERVE_BYTES / zeros.len() as u64)
-        .try_for_each(|index| file.write_at(index * zeros.len() as u64, &zeros))
-        .and_then(|()| file.sync_data());
-    if result.is_err() {
-        drop(file);
-        storage.remove(RESERVE_FILE)?;
-    }
-    Ok(result?)
-}
-
-/// Removes `fs/reserve` from `storage`; true when it existed.
-pub(crate) fn release_reserve_file(storage: &dyn Storage) -> Result<bool> {
-    if !storage.exists(RESERVE_FILE)? {
-        return Ok(false);
-    }
-    storage.remove(RESERVE_FILE)?;
-    storage.sync_directory("")?;
-    Ok(true)
-}
-
-/// Whether the face in `storage` holds its reserve.
-pub(crate) fn reserve_exists(storage: &dyn Storage) -> Result<bool> {
-    Ok(storage.exists(RESERVE_FILE)?)
 }
