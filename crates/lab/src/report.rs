@@ -505,8 +505,8 @@ const KNOWN_FIGURES: &[KnownFigure] = &[
 const PAPER2_UNIQUE_WHY: &str = "the paper timed its writes with fingerprints computed before \
      the run; ours chunk, fingerprint and CRC-check every byte on two cores. The raw write is one \
      write and one fdatasync of the whole file, while the store starts each container's \
-     writeback as it fills, overlapping the disk with its processing, so it can pass the raw \
-     write; the raw read is the host's cache of the virtual disk, which needs almost no \
+     writeback as it fills, which can overlap the disk with its processing (not timed apart), \
+     so it can pass the raw write; the raw read is the host's cache of the virtual disk, which needs almost no \
      processor. What the store costs is its CPU seconds per GB (summary.md); the raw rates vary \
      between runs by up to 2x, so only ratios within a run mean anything";
 
