@@ -49,9 +49,12 @@ use crate::store::{BackupStore, StoreState};
 
 /// Bytes of segments per batch handed from the chunker thread.
 const BATCH_BYTES: usize = 1 << 20;
-/// Batches queued between the chunker and the rest of the path (bounds memory to about
-/// `QUEUE_BATCHES x max(BATCH_BYTES, segment maximum)`).
-const QUEUE_BATCHES: usize = 4;
+/// Batches queued between the chunker and the rest of the path. With the batch being filled
+/// and the one being stored (consumed ones are recycled), `QUEUE_BATCHES + 2` batches of
+/// `BATCH_BYTES` plus the largest segment each live at once. One queued batch is enough: the
+/// chunker cuts the next while the path stores this one, and more queued did not shorten a
+/// backup (docs/BENCHMARKS.md, "Peak memory").
+const QUEUE_BATCHES: usize = 1;
 /// Most stored chunks a backup lends to later segments (2 GiB of 4 KiB chunks): the map of
 /// lenders takes memory for every chunk it holds, so it stops growing here and a larger
 /// backup's later chunks borrow only from its first ones.
@@ -213,10 +216,21 @@ impl Cutter {
                 batch.clear();
                 batch
             }
+            // A batch ends with the segment that brings it to `BATCH_BYTES`: sized for that
+            // at once, its buffer never grows (growing would double it).
             Err(_) => Batch {
-                data: Vec::with_capacity(BATCH_BYTES * 2),
+                data: Vec::with_capacity(BATCH_BYTES + self.largest_segment()),
                 ..Batch::default()
             },
+        }
+    }
+
+    /// Bytes of the largest segment the chunker makes (one chunk for chunkers without
+    /// segments).
+    fn largest_segment(&self) -> usize {
+        match self.spec {
+            ChunkerSpec::Segment { segment, .. } => segment.bytes_max,
+            _ => self.spec.chunk_bytes_max(),
         }
     }
 

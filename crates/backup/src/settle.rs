@@ -38,8 +38,10 @@ use crate::frames::{read_stored_frames, repack};
 use crate::segment::{ChunkStorage, ContainerKind, SegmentContainer, SegmentId, SegmentState};
 use crate::store::{now_unix_ns, BackupStore, StoreState};
 
-/// Source containers read at once while copying.
-const COPY_BATCH_CONTAINERS: usize = 4;
+/// Source containers read at once while copying. Their segments are read in parallel, so one
+/// container keeps both cores busy, and its frames (at most `container_bytes`) are what a copy
+/// holds in memory; the next container is advised to the kernel meanwhile.
+const COPY_BATCH_CONTAINERS: usize = 1;
 
 /// A segment to copy into a new container.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -782,10 +782,13 @@ pub struct PeersArgs {
     /// Fail when rustic or bupstash is missing instead of installing it with `cargo install`.
     #[arg(long)]
     pub no_install: bool,
-    /// Where repositories, the stage and restores are made [default: /var/tmp]; removed at
-    /// the end.
+    /// Where repositories and the stage are made [default: /var/tmp]; removed at the end.
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
+    /// Where restores are made, removed after each: memory by default, so that the timings
+    /// are the tools' and not a disk file system's inode allocator's.
+    #[arg(long, value_name = "DIR", default_value = "/dev/shm")]
+    pub restore_dir: PathBuf,
     /// Where the datasets are kept between runs [default: ~/.cache/onecopy-lab, shared with
     /// paper 2].
     #[arg(long, value_name = "DIR")]
@@ -827,6 +830,7 @@ fn run_peers(args: &PeersArgs) -> anyhow::Result<()> {
             .work_dir
             .clone()
             .unwrap_or_else(|| PathBuf::from("/var/tmp")),
+        restore_directory: args.restore_dir.clone(),
         cache_directory: match &args.cache_dir {
             Some(directory) => directory.clone(),
             None => dirs::cache_dir()

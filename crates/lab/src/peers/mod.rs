@@ -104,8 +104,12 @@ impl std::str::FromStr for PeerDataset {
 #[derive(Clone, Debug)]
 pub struct PeersOptions {
     pub output_directory: PathBuf,
-    /// Where repositories, the stage and restores are made (removed at the end).
+    /// Where repositories and the stage are made (removed at the end).
     pub work_directory: PathBuf,
+    /// Where restores are made (a tmpfs by default): on a disk's file system a restore's
+    /// time is the file system's more than the tool's, since it allocates thousands of
+    /// inodes moments after the previous restore freed as many (docs/BENCHMARKS.md).
+    pub restore_directory: PathBuf,
     /// Where the datasets are kept between runs.
     pub cache_directory: PathBuf,
     pub datasets: Vec<PeerDataset>,
@@ -213,6 +217,8 @@ pub struct PeersResults {
     pub host_after: HostSnapshot,
     pub datasets: Vec<DatasetResults>,
     pub seconds: f64,
+    /// Where the restores were made.
+    pub restore_directory: PathBuf,
 }
 
 /// How rustic and bupstash are installed when missing (neither is packaged by Debian).
@@ -313,6 +319,7 @@ pub fn run_experiment(options: &PeersOptions, log: &mut dyn FnMut(&str)) -> Resu
         host_after: HostSnapshot::take(),
         datasets,
         seconds: started.elapsed().as_secs_f64(),
+        restore_directory: options.restore_directory.clone(),
     };
     report::write_outputs(&options.output_directory, &results)
 }
@@ -456,7 +463,9 @@ fn run_dataset(
             line.join(", ")
         ));
     }
-    let target = work.join("restore");
+    let target = options
+        .restore_directory
+        .join(format!("onecopy-peers-restore-{}", std::process::id()));
     for round in 1..=options.rounds {
         let mut line = Vec::new();
         for tool in rotated(&options.tools, round as usize) {

@@ -437,9 +437,10 @@ pub fn summary_markdown(results: &PeersResults) -> String {
     let _ = writeln!(
         text,
         "# onecopy against restic, borg, rustic and bupstash\n\n\
-         {} rounds of unchanged backups and restores; encryption {:?}; {:.0} s in all; load \
-         {:.2} before, {:.2} after; {} CPUs, kernel {}.\n",
+         {} rounds of unchanged backups and restores (into {}); encryption {:?}; {:.0} s in \
+         all; load {:.2} before, {:.2} after; {} CPUs, kernel {}.\n",
         results.rounds,
+        results.restore_directory.display(),
         results.encryption,
         results.seconds,
         results.host_before.load_average[0],
@@ -757,6 +758,7 @@ mod tests {
             host_after: HostSnapshot::default(),
             datasets: vec![dataset()],
             seconds: 1.0,
+            restore_directory: PathBuf::from("/dev/shm"),
         };
         let written = write_outputs(directory.path(), &results).expect("written");
         assert_eq!(written.len(), 8);
