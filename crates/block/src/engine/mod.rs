@@ -159,7 +159,7 @@ pub(crate) struct EngineState {
     /// ([`BlockError::EngineFailed`]).
     failure: Option<Arc<str>>,
     /// Free space and the reserve ([`space`]).
-    pub(crate) space: space::SpaceGuard,
+    pub(crate) space: onecopy_core::storage::space::FreeSpace,
 }
 
 /// The deduplicating block device. Shared by all connections (`Arc<Engine>`).

@@ -41,7 +41,6 @@ use onecopy_core::storage::{
 };
 use onecopy_core::Error;
 
-use super::space::SpaceGuard;
 use super::{
     apply_change, load_or_create_config, refuse_other_config, set_map_entry, set_volume,
     stored_config, CheckpointState, Engine, EngineCounters, EngineState, VolumeStates, CONFIG_FILE,
@@ -53,6 +52,7 @@ use crate::config::{BlockConfig, RuntimeOptions};
 use crate::hints::CopyDetector;
 use crate::replicas::Replicas;
 use crate::volume::{VolumeId, VOLUME_ID_MAX};
+use onecopy_core::storage::space::FreeSpace;
 
 /// How a block face is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -287,7 +287,7 @@ impl Engine {
                 changes: Vec::new(),
                 payload: Vec::new(),
                 failure: None,
-                space: SpaceGuard::new(reserve_held),
+                space: FreeSpace::new(super::space::TUNING, reserve_held),
             }),
             opened: Instant::now(),
             last_request_ms: AtomicU64::new(0),
@@ -302,13 +302,8 @@ impl Engine {
             }
             // A storage that cannot tell its free space gets no reserve; otherwise, best
             // effort: without room the engine runs without one until there is.
-            let knows_space = engine.storage().available_bytes()?.is_some();
-            if mode != OpenMode::ReadOnly
-                && knows_space
-                && !state.space.reserve_held()
-                && engine.create_reserve().is_ok()
-            {
-                state.space.hold_reserve();
+            if mode != OpenMode::ReadOnly {
+                state.space.take_reserve(engine.storage().as_ref())?;
             }
             let ids: Vec<VolumeId> = state.volumes.keys().copied().collect();
             for id in ids {

@@ -22,33 +22,34 @@
 //! Container bytes that found the disk full stay queued in memory, readable, and are
 //! written by the next FLUSH ([`onecopy_core::container::WriteBehind`]).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::error::Result;
+use crate::error::{BlockError, Result};
 use onecopy_core::pages::PAGE_BYTES;
-use onecopy_core::storage::{create_reserve, no_space, remove_reserve};
+use onecopy_core::storage::no_space;
+use onecopy_core::storage::space::{self, Admission, FreeSpace, SpaceTuning};
 
 use super::{Engine, EngineState};
 
-/// Free space is sampled at most this often while writes are admitted...
-const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
-/// ...or after this much admitted data, whichever comes first.
-const SAMPLE_BYTES: u64 = 32 << 20;
-/// While writes are refused, free space is sampled at most this often.
-const REFUSING_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 /// Room kept free besides queued data and dirty pages: journal growth and a new
 /// container.
 const MARGIN_BYTES: u64 = 16 << 20;
-/// Writes resume once this much more than the headroom is free.
-const RESUME_MARGIN_BYTES: u64 = 8 << 20;
 /// Bytes of `block/reserve`.
 pub const RESERVE_BYTES: u64 = 16 << 20;
+/// Sampling and margins: a sample at most every second or 32 MiB of admitted writes (every
+/// 100 ms while writes are refused); writes resume 8 MiB above the headroom.
+pub(crate) const TUNING: SpaceTuning = SpaceTuning {
+    sample_interval: Duration::from_secs(1),
+    sample_bytes: 32 << 20,
+    refusing_sample_interval: Duration::from_millis(100),
+    resume_margin_bytes: 8 << 20,
+    reserve_bytes: RESERVE_BYTES,
+};
 
 const _: () = assert!(RESERVE_BYTES <= MARGIN_BYTES);
 /// Room a round of selective duplication leaves free beyond its copies: duplicates are
 /// derived, and never take the room the engine's own writes and checkpoints need.
 pub(crate) const DUPLICATION_HEADROOM_BYTES: u64 = 4 * MARGIN_BYTES + RESERVE_BYTES;
-const _: () = assert!(SAMPLE_BYTES >= RESERVE_BYTES);
 
 /// Free space as the engine sees it ([`crate::EngineStats::space`]).
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
@@ -63,57 +64,15 @@ pub struct SpaceStats {
     pub reserve_held: bool,
 }
 
-/// The engine's view of the free space; see the module documentation.
-#[derive(Debug)]
-pub(crate) struct SpaceGuard {
-    /// Free bytes at the last sample (`None`: the storage cannot tell, nothing is refused).
-    sampled_free: Option<u64>,
-    sampled_at: Option<Instant>,
-    /// Bytes admitted since the sample.
-    admitted_since: u64,
-    /// Writes are refused until room comes back.
-    refusing: bool,
-    /// `block/reserve` exists.
-    reserve_held: bool,
-    /// Writes refused since open.
-    pub(crate) writes_refused: u64,
-}
-
-impl SpaceGuard {
-    pub(crate) fn new(reserve_held: bool) -> SpaceGuard {
-        SpaceGuard {
-            sampled_free: None,
-            sampled_at: None,
-            admitted_since: 0,
-            refusing: false,
-            reserve_held,
-            writes_refused: 0,
-        }
-    }
-
-    /// What `volume stats` shows.
-    pub(crate) fn stats(&self) -> SpaceStats {
+impl SpaceStats {
+    /// What `volume stats` shows of `space`.
+    pub(crate) fn of(space: &FreeSpace) -> SpaceStats {
         SpaceStats {
-            free_bytes_sampled: self.sampled_free,
-            writes_refused: self.refusing,
-            refused_writes: self.writes_refused,
-            reserve_held: self.reserve_held,
+            free_bytes_sampled: space.free_bytes_sampled(),
+            writes_refused: space.refusing(),
+            refused_writes: space.refused(),
+            reserve_held: space.reserve_held(),
         }
-    }
-
-    /// True while `block/reserve` exists.
-    pub(crate) fn reserve_held(&self) -> bool {
-        self.reserve_held
-    }
-
-    /// Records that `block/reserve` was created.
-    pub(crate) fn hold_reserve(&mut self) {
-        self.reserve_held = true;
-    }
-
-    /// Refuses writes from now on (the disk was found full), until a sample finds room.
-    pub(crate) fn refuse(&mut self) {
-        self.refusing = true;
     }
 }
 
@@ -121,42 +80,30 @@ impl Engine {
     /// Admits a write request of `bytes`, or refuses it with ENOSPC when the disk has no
     /// room for it and what it will make the engine write (see the module documentation).
     pub(crate) fn admit_write(&self, state: &mut EngineState, bytes: u64) -> Result<()> {
-        let due = match state.space.sampled_at {
-            None => true,
-            Some(at) if state.space.refusing => at.elapsed() >= REFUSING_SAMPLE_INTERVAL,
-            Some(at) => {
-                at.elapsed() >= SAMPLE_INTERVAL || state.space.admitted_since >= SAMPLE_BYTES
-            }
-        };
-        if due {
-            self.sample_space(state)?;
-        }
-        let Some(free) = state.space.sampled_free else {
-            return Ok(());
-        };
-        let estimate = free.saturating_sub(state.space.admitted_since);
         let headroom = self.headroom(state);
-        if state.space.refusing && estimate >= headroom + RESUME_MARGIN_BYTES {
-            state.space.refusing = false;
+        let storage = self.storage();
+        match state.space.admit(storage.as_ref(), bytes, headroom, true)? {
+            Admission::Admitted => Ok(()),
+            Admission::Refused {
+                estimate,
+                needed,
+                started,
+            } => {
+                if started {
+                    // Duplicates are derived: their room goes back at once, for the next
+                    // sample.
+                    self.replicas.drop_all(storage.as_ref())?;
+                }
+                Err(no_space(format!(
+                    "{} free in {}, {} needed for the data queued and a checkpoint; writes \
+                     resume once there is room (delete data, trim, or `onecopy volume compact`)",
+                    onecopy_core::units::format_size(estimate),
+                    storage.describe(),
+                    onecopy_core::units::format_size(needed)
+                ))
+                .into())
+            }
         }
-        if !state.space.refusing && estimate < headroom.saturating_add(bytes) {
-            state.space.refusing = true;
-            // Duplicates are derived: their room goes back at once, for the next sample.
-            self.replicas.drop_all(self.storage().as_ref())?;
-        }
-        if state.space.refusing {
-            state.space.writes_refused += 1;
-            return Err(no_space(format!(
-                "{} free in {}, {} needed for the data queued and a checkpoint; writes \
-                 resume once there is room (delete data, trim, or `onecopy volume compact`)",
-                onecopy_core::units::format_size(estimate),
-                self.storage().describe(),
-                onecopy_core::units::format_size(headroom + bytes)
-            ))
-            .into());
-        }
-        state.space.admitted_since += bytes;
-        Ok(())
     }
 
     /// Room the engine keeps free for what it has to write besides new data.
@@ -164,38 +111,6 @@ impl Engine {
         let dirty = state.pages.dirty_page_count() as u64 * PAGE_BYTES as u64;
         let queued = onecopy_core::container::QUEUED_BYTES_MAX as u64;
         dirty + queued + MARGIN_BYTES
-    }
-
-    fn sample_space(&self, state: &mut EngineState) -> Result<()> {
-        let free = self.storage().available_bytes()?;
-        state.space.sampled_free = free;
-        state.space.sampled_at = Some(Instant::now());
-        state.space.admitted_since = 0;
-        if let Some(free) = free {
-            // Take the reserve back once there is room for it beyond the headroom.
-            if !state.space.reserve_held
-                && free >= self.headroom(state) + RESUME_MARGIN_BYTES + RESERVE_BYTES
-            {
-                state.space.reserve_held = self.create_reserve().is_ok();
-            }
-        }
-        Ok(())
-    }
-
-    /// Creates `block/reserve` with [`RESERVE_BYTES`] of written (allocated) bytes.
-    pub(crate) fn create_reserve(&self) -> Result<()> {
-        Ok(create_reserve(self.storage().as_ref(), RESERVE_BYTES)?)
-    }
-
-    /// Releases `block/reserve`; true when it was held.
-    pub(crate) fn release_reserve(&self, state: &mut EngineState) -> Result<bool> {
-        if !state.space.reserve_held {
-            return Ok(false);
-        }
-        remove_reserve(self.storage().as_ref())?;
-        state.space.reserve_held = false;
-        state.space.sampled_at = None;
-        Ok(true)
     }
 
     /// Runs `operation`; if it finds the disk full and the reserve is held, releases the
@@ -206,26 +121,19 @@ impl Engine {
         state: &mut EngineState,
         mut operation: impl FnMut(&Self, &mut EngineState) -> Result<T>,
     ) -> Result<T> {
-        match operation(self, state) {
-            Err(error) if error.is_full() && self.release_reserve(state)? => {
-                state.space.refusing = true;
-                operation(self, state)
-            }
-            other => other,
-        }
+        space::with_reserve(
+            state,
+            self.storage().as_ref(),
+            |state| &mut state.space,
+            BlockError::is_full,
+            |state| operation(self, state),
+        )
     }
 
     /// Whether a checkpoint has room now: the dirty pages, a manifest and a new journal's
-    /// first pages. A checkpoint that does not fits first releases the reserve.
+    /// first pages. A checkpoint that does not fit first releases the reserve.
     pub(crate) fn room_for_checkpoint(&self, state: &mut EngineState) -> Result<bool> {
-        let Some(free) = self.storage().available_bytes()? else {
-            return Ok(true);
-        };
         let needed = (state.pages.dirty_page_count() as u64 + 64) * PAGE_BYTES as u64;
-        if free >= needed {
-            return Ok(true);
-        }
-        Ok(self.release_reserve(state)?
-            && self.storage().available_bytes()?.unwrap_or(u64::MAX) >= needed)
+        Ok(state.space.room_for(self.storage().as_ref(), needed)?)
     }
 }

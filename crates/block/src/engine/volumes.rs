@@ -421,7 +421,7 @@ impl Engine {
             memory.proportional_bytes_per_chunk * (1u64 << 28) as f64 + fixed_budgets as f64;
         EngineStats {
             volumes: state.volumes.len(),
-            space: state.space.stats(),
+            space: SpaceStats::of(&state.space),
             store,
             requests: state.counters.clone(),
             chunks: state.chunks.counters().clone(),

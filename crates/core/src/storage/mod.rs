@@ -14,6 +14,7 @@
 mod local;
 pub mod sealed;
 mod simulated;
+pub mod space;
 
 #[cfg(test)]
 mod conformance;

@@ -1,6 +1,6 @@
 //! A full disk: writes are refused with ENOSPC before they change anything, reads and fsync
 //! go on, writes resume when room comes back, and the commits that make data durable always
-//! have room (as the block device does, `onecopy_block`'s `engine/space.rs`).
+//! have room (as the block device does; both use `onecopy_core::storage::space`).
 //!
 //! 1. **Admission.** Every request that adds data (a write, a new inode, an xattr) asks
 //!    [`FsEngine::admit`] first, under the engine lock and before it changes anything. The
@@ -23,28 +23,30 @@
 //! can still find the disk full half way; the face then stops (every request fails with EIO
 //! until it is mounted again, and recovery replays the journal), as after any failed write.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use onecopy_core::pages::PAGE_BYTES;
-use onecopy_core::storage::{create_reserve, no_space, remove_reserve};
+use onecopy_core::storage::no_space;
+use onecopy_core::storage::space::{self, Admission, FreeSpace, SpaceTuning};
 
 use super::{FsEngine, State};
 use crate::error::{FsError, Result};
 use crate::options::CHUNK_BYTES_MAX;
 
-/// Free space is sampled at most this often while requests are admitted...
-const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
-/// ...or after this much admitted data, whichever comes first.
-const SAMPLE_BYTES: u64 = 16 << 20;
-/// While requests are refused, free space is sampled at most this often.
-const REFUSING_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 /// Room kept free besides buffered container bytes and a checkpoint: journal records of
 /// requests that are never refused, and a new container.
 const MARGIN_BYTES: u64 = 8 << 20;
-/// Requests resume once this much more than the headroom is free.
-const RESUME_MARGIN_BYTES: u64 = 4 << 20;
 /// Bytes of `fs/reserve`.
 pub const RESERVE_BYTES: u64 = 8 << 20;
+/// Sampling and margins: a sample at most every second or 16 MiB of admitted data (every
+/// 100 ms while requests are refused); requests resume 4 MiB above the headroom.
+pub(crate) const TUNING: SpaceTuning = SpaceTuning {
+    sample_interval: Duration::from_secs(1),
+    sample_bytes: 16 << 20,
+    refusing_sample_interval: Duration::from_millis(100),
+    resume_margin_bytes: 4 << 20,
+    reserve_bytes: RESERVE_BYTES,
+};
 /// Bytes a container writer buffers before it writes (the core's write buffer) plus the
 /// largest chunk one append adds to it.
 const BUFFERED_BYTES_MAX: u64 = (1 << 20) + CHUNK_BYTES_MAX;
@@ -52,7 +54,6 @@ const BUFFERED_BYTES_MAX: u64 = (1 << 20) + CHUNK_BYTES_MAX;
 pub(crate) const REQUEST_OVERHEAD_BYTES: u64 = 4 << 10;
 
 const _: () = assert!(RESERVE_BYTES <= MARGIN_BYTES);
-const _: () = assert!(SAMPLE_BYTES >= RESERVE_BYTES);
 
 /// Free space as the engine sees it (`onecopy fs stats`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -67,38 +68,29 @@ pub struct SpaceStats {
     pub reserve_held: bool,
 }
 
-/// The engine's view of the free space; see the module documentation.
-#[derive(Debug, Default)]
+/// The engine's view of the free space: the core's, and the size of the namespace, which a
+/// checkpoint writes whole.
+#[derive(Debug)]
 pub(crate) struct SpaceGuard {
-    /// Free bytes at the last sample (`None`: the storage cannot tell, nothing is refused).
-    sampled_free: Option<u64>,
-    sampled_at: Option<Instant>,
-    /// Bytes admitted since the sample.
-    admitted_since: u64,
-    /// Requests are refused until room comes back.
-    refusing: bool,
-    /// `fs/reserve` exists.
-    reserve_held: bool,
-    /// Requests refused since open.
-    refused: u64,
-    /// Bytes of the namespace at the last checkpoint (a checkpoint writes it whole).
+    pub(crate) free: FreeSpace,
+    /// Bytes of the namespace at the last checkpoint.
     pub(crate) namespace_bytes: u64,
 }
 
 impl SpaceGuard {
     pub(crate) fn new(reserve_held: bool) -> SpaceGuard {
         SpaceGuard {
-            reserve_held,
-            ..SpaceGuard::default()
+            free: FreeSpace::new(TUNING, reserve_held),
+            namespace_bytes: 0,
         }
     }
 
     pub(crate) fn stats(&self) -> SpaceStats {
         SpaceStats {
-            free_bytes_sampled: self.sampled_free,
-            writes_refused: self.refusing,
-            refused_requests: self.refused,
-            reserve_held: self.reserve_held,
+            free_bytes_sampled: self.free.free_bytes_sampled(),
+            writes_refused: self.free.refusing(),
+            refused_requests: self.free.refused(),
+            reserve_held: self.free.reserve_held(),
         }
     }
 }
@@ -107,59 +99,29 @@ impl FsEngine {
     /// Admits a request that adds `bytes` of data, or refuses it with ENOSPC when the disk
     /// has no room for it and what it makes the engine write (see the module documentation).
     pub(crate) fn admit(&self, state: &mut State, bytes: u64) -> Result<()> {
-        let bytes = bytes + REQUEST_OVERHEAD_BYTES;
-        let space = &state.space;
-        let due = match space.sampled_at {
-            None => true,
-            Some(at) if space.refusing => at.elapsed() >= REFUSING_SAMPLE_INTERVAL,
-            Some(at) => at.elapsed() >= SAMPLE_INTERVAL || space.admitted_since >= SAMPLE_BYTES,
-        };
-        if due {
-            self.sample_space(state)?;
-        }
-        let Some(free) = state.space.sampled_free else {
-            return Ok(());
-        };
-        let estimate = free.saturating_sub(state.space.admitted_since);
         let headroom = headroom(state);
-        let space = &mut state.space;
-        if space.refusing && estimate >= headroom + RESUME_MARGIN_BYTES {
-            space.refusing = false;
-        }
-        if !space.refusing && estimate < headroom.saturating_add(bytes) {
-            space.refusing = true;
-        }
-        if space.refusing {
-            space.refused += 1;
-            return Err(FsError::Core(no_space(format!(
+        // The reserve comes back only once the journal is open: recovery writes it first.
+        let may_take_reserve = state.journal.is_some();
+        let storage = self.storage();
+        let admission = state.space.free.admit(
+            storage.as_ref(),
+            bytes + REQUEST_OVERHEAD_BYTES,
+            headroom,
+            may_take_reserve,
+        )?;
+        match admission {
+            Admission::Admitted => Ok(()),
+            Admission::Refused {
+                estimate, needed, ..
+            } => Err(FsError::Core(no_space(format!(
                 "{} free in {}, {} needed for the data buffered and a checkpoint; writes \
                  resume once there is room (remove files and run `onecopy fs compact`, or \
                  free space on that disk)",
                 onecopy_core::units::format_size(estimate),
-                self.storage().describe(),
-                onecopy_core::units::format_size(headroom + bytes)
-            ))));
+                storage.describe(),
+                onecopy_core::units::format_size(needed)
+            )))),
         }
-        space.admitted_since += bytes;
-        Ok(())
-    }
-
-    fn sample_space(&self, state: &mut State) -> Result<()> {
-        let free = self.storage().available_bytes()?;
-        state.space.sampled_free = free;
-        state.space.sampled_at = Some(Instant::now());
-        state.space.admitted_since = 0;
-        if let Some(free) = free {
-            // The reserve is taken back once there is room for it beyond the headroom.
-            if !state.space.reserve_held
-                && state.journal.is_some()
-                && free >= headroom(state) + RESUME_MARGIN_BYTES + RESERVE_BYTES
-            {
-                state.space.reserve_held =
-                    create_reserve(self.storage().as_ref(), RESERVE_BYTES).is_ok();
-            }
-        }
-        Ok(())
     }
 
     /// Runs `operation`; if it finds the disk full and the reserve is held, releases the
@@ -170,38 +132,20 @@ impl FsEngine {
         state: &mut State,
         mut operation: impl FnMut(&Self, &mut State) -> Result<T>,
     ) -> Result<T> {
-        match operation(self, state) {
-            Err(error) if is_full(&error) && self.release_reserve(state)? => {
-                state.space.refusing = true;
-                operation(self, state)
-            }
-            other => other,
-        }
-    }
-
-    /// Releases `fs/reserve`; true when it was held.
-    fn release_reserve(&self, state: &mut State) -> Result<bool> {
-        if !state.space.reserve_held {
-            return Ok(false);
-        }
-        remove_reserve(self.storage().as_ref())?;
-        state.space.reserve_held = false;
-        state.space.sampled_at = None;
-        Ok(true)
+        space::with_reserve(
+            state,
+            self.storage().as_ref(),
+            |state| &mut state.space.free,
+            is_full,
+            |state| operation(self, state),
+        )
     }
 
     /// Whether a checkpoint has room now: the dirty pages, the namespace and a new journal's
     /// first pages. Without room, the reserve is released for it.
     pub(crate) fn room_for_checkpoint(&self, state: &mut State) -> Result<bool> {
-        let Some(free) = self.storage().available_bytes()? else {
-            return Ok(true);
-        };
         let needed = checkpoint_bytes(state);
-        if free >= needed {
-            return Ok(true);
-        }
-        Ok(self.release_reserve(state)?
-            && self.storage().available_bytes()?.unwrap_or(u64::MAX) >= needed)
+        Ok(state.space.free.room_for(self.storage().as_ref(), needed)?)
     }
 
     /// Bytes a compaction may copy now: the free space beyond the headroom (everything when
@@ -217,11 +161,7 @@ impl FsEngine {
     /// Creates `fs/reserve` when the storage knows its free space and has room (best
     /// effort: without room the engine runs without a reserve until there is).
     pub(crate) fn hold_reserve(&self, state: &mut State) -> Result<()> {
-        if state.space.reserve_held || self.storage().available_bytes()?.is_none() {
-            return Ok(());
-        }
-        state.space.reserve_held = create_reserve(self.storage().as_ref(), RESERVE_BYTES).is_ok();
-        Ok(())
+        Ok(state.space.free.take_reserve(self.storage().as_ref())?)
     }
 }
 
