@@ -15,7 +15,7 @@ use onecopy_core::keys::{KeyRing, MasterKey};
 use onecopy_core::repository::{Encryption, FaceLock, LockWait, Repository};
 use onecopy_core::storage::{SealedStorage, Storage};
 use onecopy_core::units::format_size;
-use onecopy_remote::{Commit, LockKind, ObjectUrl, RemoteRepository, Session};
+use onecopy_remote::{Commit, LockKind, ObjectUrl, RemoteRepository, Removal, Session};
 use serde::Serialize;
 
 use crate::keys::FirstKey;
@@ -33,7 +33,12 @@ pub const CACHE_VARIABLE: &str = "ONECOPY_CACHE_DIR";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
     Read,
+    /// Changes it, and on object storage deletes what it made unreferenced before it returns
+    /// (deletion, expiry, compaction, repair: their point is the space).
     Write,
+    /// Adds a backup: on object storage what it made unreferenced is deleted by the next
+    /// changing command, beside that command's work ([`Removal::Later`]).
+    Add,
 }
 
 /// The backup face of the repository a command uses, held until dropped or finished.
@@ -164,7 +169,7 @@ fn open_with(
     }
     let kind = match access {
         Access::Read => LockKind::Shared,
-        Access::Write => LockKind::Exclusive,
+        Access::Write | Access::Add => LockKind::Exclusive,
     };
     // The master key is unwrapped (Argon2id: a tenth of a second of one core) from the key
     // files an earlier command cached while the keys are fetched, the lock taken and the
@@ -252,15 +257,20 @@ impl BackupFace {
         let Holder::Remote {
             remote,
             session,
-            access: Access::Write,
+            access,
         } = holder
         else {
             return Ok(None);
         };
+        let removal = match access {
+            Access::Read => return Ok(None),
+            Access::Write => Removal::Now,
+            Access::Add => Removal::Later,
+        };
         let url = remote.client().url().to_string();
         let conditional_writes = remote.client().conditional();
         let commit = session
-            .commit()
+            .commit(removal)
             .with_context(|| format!("publishing the catalog to {url}"))?;
         Ok(commit.map(|commit| Published {
             url,

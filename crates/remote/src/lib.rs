@@ -28,6 +28,6 @@ pub mod url;
 pub use client::{ObjectClient, RequestCount};
 pub use error::{RemoteError, Result};
 pub use lease::LockKind;
-pub use session::{Commit, RemoteRepository, Session};
+pub use session::{Commit, RemoteRepository, Removal, Session};
 pub use storage::RemoteStorage;
 pub use url::ObjectUrl;

@@ -45,7 +45,7 @@ pub fn catalog_object(face: &str, generation: u64) -> String {
 }
 
 /// What the local cache holds of a face, in `<cache>/<face>.state.json`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct CacheState {
     /// The catalog generation the cached catalog equals, if any.
     generation: Option<u64>,
@@ -54,6 +54,71 @@ struct CacheState {
     /// False while a writable session may have changed the cached catalog without publishing
     /// it: such a catalog is thrown away at the next session.
     clean: bool,
+    /// Objects that `generation`, committed from this cache, made unreferenced and left for
+    /// the next changing command ([`Removal::Later`]); void once another generation exists.
+    #[serde(default)]
+    unreferenced: Vec<String>,
+}
+
+/// When a commit deletes the objects it made unreferenced (the containers the command
+/// removed, the catalog generations a snapshot superseded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Removal {
+    /// Before the commit returns: commands whose point is to free space (deletion, expiry,
+    /// compaction, repair).
+    Now,
+    /// By the next changing command from the same cache, beside its work, while the
+    /// generation it starts from is still this commit's (else that command's recovery finds
+    /// them): a backup returns one DeleteObjects sooner. The lock is let go at once.
+    Later,
+}
+
+/// The deletion, beside a changing command, of what the commit before it left unreferenced.
+struct Cleanup {
+    names: Vec<String>,
+    deleting: Option<std::thread::JoinHandle<Vec<Result<()>>>>,
+}
+
+impl Cleanup {
+    fn none() -> Cleanup {
+        Cleanup {
+            names: Vec::new(),
+            deleting: None,
+        }
+    }
+
+    /// Starts deleting `names` on another thread.
+    fn start(client: &Arc<ObjectClient>, names: Vec<String>) -> Cleanup {
+        let deleting = (!names.is_empty()).then(|| {
+            let client = Arc::clone(client);
+            let names = names.clone();
+            std::thread::spawn(move || client.delete_all(&names))
+        });
+        Cleanup { names, deleting }
+    }
+
+    /// Waits for the deletion; returns the names it could not delete.
+    fn finish(&mut self) -> Vec<String> {
+        let Some(deleting) = self.deleting.take() else {
+            return Vec::new();
+        };
+        let names = std::mem::take(&mut self.names);
+        match deleting.join() {
+            Ok(results) => names
+                .into_iter()
+                .zip(results)
+                .filter(|(_, result)| result.is_err())
+                .map(|(name, _)| name)
+                .collect(),
+            Err(_) => names,
+        }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        self.finish();
+    }
 }
 
 /// What a cache knows of its server, in `<cache>/server.json`.
@@ -375,6 +440,20 @@ impl RemoteRepository {
             .ok()
             .and_then(|data| serde_json::from_slice(&data).ok())
             .unwrap_or_default();
+        // What the last commit from this cache left unreferenced is this writer's to delete,
+        // beside its work, as long as no other generation came after it; the store must not
+        // see those containers (its recovery would remove them again).
+        let carried = if newest.is_some() && state.generation == newest {
+            state.unreferenced.clone()
+        } else {
+            Vec::new()
+        };
+        let cleanup = if writable {
+            storage.forget_objects(&carried)?;
+            Cleanup::start(&self.client, carried.clone())
+        } else {
+            Cleanup::none()
+        };
         let snapshot = if state.generation == newest && state.clean && !verify_remote {
             state.snapshot
         } else {
@@ -398,6 +477,8 @@ impl RemoteRepository {
                 generation: newest,
                 snapshot,
                 clean: !writable,
+                // Kept until a writer's commit says what is left of them.
+                unreferenced: carried,
             })
             .expect("cache states serialise"),
         )?;
@@ -420,6 +501,7 @@ impl RemoteRepository {
             generations,
             snapshot,
             writable,
+            cleanup,
         })
     }
 
@@ -596,6 +678,8 @@ pub struct Session {
     /// The snapshot the newest generation's chain starts from.
     snapshot: Option<u64>,
     writable: bool,
+    /// The deletion of what the previous commit left unreferenced.
+    cleanup: Cleanup,
 }
 
 /// What [`Session::commit`] published.
@@ -628,7 +712,7 @@ impl Session {
     /// lease outlived ours), nothing is committed and the uploaded containers become
     /// leftovers that the next writer removes. Without conditional writes the lease alone
     /// keeps writers apart ([`Lease::check_held`] just before the PUT).
-    pub fn commit(self) -> Result<Option<Commit>> {
+    pub fn commit(mut self, removal: Removal) -> Result<Option<Commit>> {
         assert!(self.writable, "a shared session has nothing to commit");
         if !self.local.exists(CATALOG_FILE)? {
             return Ok(None);
@@ -654,6 +738,42 @@ impl Session {
                 ),
             });
         }
+        // What the previous commit left and this session's cleanup could not delete.
+        let left_before = self.cleanup.finish();
+        // Objects the command removed may go now that no published catalog names them, and
+        // so may the generations a snapshot superseded: every reader holds a shared lock,
+        // which this exclusive one excluded, so none is reading them.
+        let unreferenced: Vec<String> = self
+            .storage
+            .take_removed()
+            .into_iter()
+            .chain(
+                superseded
+                    .into_iter()
+                    .map(|old| catalog_object(&self.face, old)),
+            )
+            .chain(left_before)
+            .collect();
+        let (left, leftovers) = match removal {
+            // The lock goes when the session does (its marker).
+            Removal::Later => (unreferenced, 0),
+            Removal::Now => {
+                // The lock goes in the same request: the command is done. What fails to go
+                // is left for the next writer (a lock left behind lapses by itself).
+                let lock = self.lease.release_by_caller();
+                let mut names = unreferenced;
+                names.push(lock.clone());
+                let results = self.client.delete_all(&names);
+                let failed: Vec<String> = names
+                    .into_iter()
+                    .zip(results)
+                    .filter(|(name, result)| result.is_err() && *name != lock)
+                    .map(|(name, _)| name)
+                    .collect();
+                let leftovers = failed.len() as u64;
+                (failed, leftovers)
+            }
+        };
         write_atomically(
             &self.cache_files,
             &self.state_name,
@@ -661,6 +781,7 @@ impl Session {
                 generation: Some(generation),
                 snapshot: Some(published.snapshot()),
                 clean: true,
+                unreferenced: left,
             })
             .expect("cache states serialise"),
         )?;
@@ -671,27 +792,6 @@ impl Session {
             &self.kept_name,
             &serde_json::to_vec(&self.storage.copies_to_keep()).expect("names serialise"),
         )?;
-        // Objects the command removed go now that no published catalog names them, and so do
-        // the generations a snapshot superseded: every reader holds a shared lock, which this
-        // exclusive one excluded, so none is reading them. The lock goes in the same request:
-        // the command is done. A failure here leaves leftovers that the next writer removes (a
-        // lock left behind lapses by itself).
-        let superseded = superseded
-            .into_iter()
-            .map(|old| catalog_object(&self.face, old));
-        let removed = self.storage.take_removed();
-        let lock = self.lease.release_by_caller();
-        let unreferenced: Vec<String> = removed
-            .into_iter()
-            .chain(superseded)
-            .chain(std::iter::once(lock))
-            .collect();
-        let leftovers = self
-            .client
-            .delete_all(&unreferenced)
-            .into_iter()
-            .filter(Result::is_err)
-            .count() as u64;
         Ok(Some(Commit {
             generation,
             snapshot,

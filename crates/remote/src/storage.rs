@@ -170,6 +170,20 @@ impl RemoteStorage {
         self.inner.uploads.wait()
     }
 
+    /// Hides the objects `names` (repository-relative, as [`RemoteStorage::take_removed`]
+    /// gives them) from this command: an earlier command left them unreferenced, and they are
+    /// being deleted beside it.
+    pub fn forget_objects(&self, names: &[String]) -> Result<()> {
+        let prefix = format!("{}/", self.inner.face);
+        self.inner.with_listing(|listing| {
+            for name in names {
+                if let Some(name) = name.strip_prefix(&prefix) {
+                    listing.remove(name);
+                }
+            }
+        })
+    }
+
     /// The objects removed during the command, to delete once its commit is published.
     pub fn take_removed(&self) -> Vec<String> {
         std::mem::take(&mut *self.inner.removed.lock())

@@ -379,14 +379,17 @@ fn open_with(
     runtime: RuntimeOptions,
     read_only: bool,
 ) -> anyhow::Result<Opened> {
+    let access = match (read_only, command) {
+        (true, _) => Access::Read,
+        // A backup's leftovers wait for the next changing command; the commands whose point
+        // is the space free it before they return.
+        (false, "create") => Access::Add,
+        (false, _) => Access::Write,
+    };
     let face = backup_face::open(
         cli,
         &format!("onecopy backup {command}"),
-        if read_only {
-            Access::Read
-        } else {
-            Access::Write
-        },
+        access,
         crate::keys::FirstKey::Create,
     )?;
     // A face never used has no catalog yet: a first read creates the empty store.

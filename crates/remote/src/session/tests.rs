@@ -100,7 +100,7 @@ fn second_client_reads_what_was_committed() {
         b"first container",
         b"catalog one",
     );
-    assert_eq!(session.commit().unwrap().unwrap().generation, 1);
+    assert_eq!(session.commit(Removal::Now).unwrap().unwrap().generation, 1);
     let session = writing(&a);
     write_work(
         &session,
@@ -108,7 +108,7 @@ fn second_client_reads_what_was_committed() {
         b"second container",
         b"catalog two",
     );
-    assert_eq!(session.commit().unwrap().unwrap().generation, 2);
+    assert_eq!(session.commit(Removal::Now).unwrap().unwrap().generation, 2);
 
     let (_cache_b, b) = another_client(&store);
     assert!(b.mirror().join(CONFIG_OBJECT).exists());
@@ -187,9 +187,9 @@ fn lapsed_lease_cannot_commit() {
         b"taker container",
         b"taker catalog",
     );
-    assert_eq!(session.commit().unwrap().unwrap().generation, 1);
+    assert_eq!(session.commit(Removal::Now).unwrap().unwrap().generation, 1);
 
-    match late.commit() {
+    match late.commit(Removal::Now) {
         Err(RemoteError::CommitRefused { .. }) => {}
         other => panic!(
             "a lapsed client committed: {:?}",
@@ -218,7 +218,7 @@ fn commit_of_a_taken_generation_is_refused() {
         )
         .unwrap();
     assert!(matches!(
-        session.commit(),
+        session.commit(Removal::Now),
         Err(RemoteError::CommitRefused { .. })
     ));
     assert_eq!(
@@ -253,7 +253,7 @@ fn uncommitted_work_is_dropped() {
         "leftover containers stayed"
     );
     write_work(&session, "containers/00/1", b"committed", b"catalog");
-    session.commit().unwrap();
+    session.commit(Removal::Now).unwrap();
     let session = writing(&a);
     write_work(
         &session,
@@ -278,7 +278,7 @@ fn requests_are_counted() {
     let after = a.client().count();
     assert_eq!(after.puts - before.puts, 1, "one PUT per container");
     assert_eq!(after.bytes_sent - before.bytes_sent, 1 << 20);
-    session.commit().unwrap();
+    session.commit(Removal::Now).unwrap();
 
     let (_cache_b, b) = another_client(&store);
     let session = reading(&b);
@@ -311,7 +311,7 @@ fn removals_wait_for_the_commit() {
         b"kept until committed",
         b"catalog one",
     );
-    session.commit().unwrap();
+    session.commit(Removal::Now).unwrap();
 
     let session = writing(&a);
     let storage = session.storage();
@@ -329,7 +329,7 @@ fn removals_wait_for_the_commit() {
     let session = writing(&a);
     session.storage().remove("containers/00/1").unwrap();
     write_work(&session, "containers/00/2", b"new", b"catalog two");
-    session.commit().unwrap();
+    session.commit(Removal::Now).unwrap();
     assert!(
         a.client().size(object).unwrap().is_none(),
         "not deleted after the commit"
@@ -350,7 +350,7 @@ fn concurrent_readers_share_one_download() {
     let session = writing(&a);
     let content = vec![3u8; 4 << 20];
     write_work(&session, "containers/00/1", &content, b"catalog");
-    session.commit().unwrap();
+    session.commit(Removal::Now).unwrap();
     let (_cache_b, b) = another_client(&store);
     let session = reading(&b);
     let storage = session.storage();
@@ -372,7 +372,7 @@ fn committed_uploads_are_kept_for_later_commands() {
     let (store, _cache, a) = initialised();
     let session = writing(&a);
     write_work(&session, "containers/00/1", b"committed here", b"catalog");
-    session.commit().unwrap();
+    session.commit(Removal::Now).unwrap();
     let session = writing(&a);
     write_work(
         &session,
@@ -409,7 +409,7 @@ fn committed_uploads_are_kept_for_later_commands() {
     );
     assert_eq!(b.client().count().gets, before + 1);
     write_work(&session, "containers/00/3", b"from b", b"catalog b");
-    session.commit().unwrap();
+    session.commit(Removal::Now).unwrap();
     // The downloaded copy is not kept; the uploaded one is.
     let session = reading(&b);
     let before = b.client().count().gets;
@@ -511,7 +511,7 @@ fn a_failed_upload_fails_the_commit() {
     let (store, _cache, a) = initialised();
     let session = writing(&a);
     write_work(&session, "containers/00/1", b"committed", b"catalog 1");
-    session.commit().unwrap();
+    session.commit(Removal::Now).unwrap();
 
     let failing = Arc::new(FailingContainers {
         inner: Arc::clone(&store),
@@ -522,7 +522,7 @@ fn a_failed_upload_fails_the_commit() {
     c.pull_root().unwrap();
     let session = writing(&c);
     write_work(&session, "containers/00/2", b"refused", b"catalog 2");
-    let error = session.commit().unwrap_err();
+    let error = session.commit(Removal::Now).unwrap_err();
     assert!(
         error.to_string().contains("containers/00/2"),
         "the error names the object: {error}"
@@ -568,7 +568,7 @@ fn a_container_synced_during_its_upload_ends_with_its_last_content() {
     file.sync_data().unwrap();
     drop(file);
     write_work(&session, "containers/00/2", b"other", b"catalog");
-    session.commit().unwrap();
+    session.commit(Removal::Now).unwrap();
 
     let (_cache_b, b) = another_client(&store);
     let session = reading(&b);
@@ -599,7 +599,7 @@ fn a_container_removed_during_its_upload_leaves_no_object() {
         storage.remove(name).unwrap();
     }
     write_work(&session, "containers/00/4", b"kept", b"catalog");
-    session.commit().unwrap();
+    session.commit(Removal::Now).unwrap();
 
     let listed: Vec<String> = a
         .client()
@@ -619,7 +619,7 @@ fn commit_catalog_change(remote: &RemoteRepository, offset: u64, bytes: &[u8]) -
     file.write_at(offset, bytes).unwrap();
     file.sync_data().unwrap();
     drop(file);
-    session.commit().unwrap().unwrap()
+    session.commit(Removal::Now).unwrap().unwrap()
 }
 
 /// Bytes that do not compress, like a sealed catalog's.
@@ -646,7 +646,7 @@ fn deltas_carry_what_a_command_changed() {
     let mut expected = noise(256 << 10, 1);
     let session = writing(&a);
     write_work(&session, "containers/00/1", b"data", &expected);
-    let first = session.commit().unwrap().unwrap();
+    let first = session.commit(Removal::Now).unwrap().unwrap();
     assert!(first.snapshot);
     for (generation, offset) in [(2, 4096u64), (3, 100_000)] {
         let change = noise(4096, generation);
@@ -695,7 +695,7 @@ fn a_snapshot_replaces_a_heavy_chain() {
     let mut expected = noise(64 << 10, 2);
     let session = writing(&a);
     write_work(&session, "containers/00/1", b"data", &expected);
-    session.commit().unwrap().unwrap();
+    session.commit(Removal::Now).unwrap().unwrap();
     let mut snapshots = 0;
     for generation in 2..=8u64 {
         let offset = (generation % 4) * (16 << 10);
@@ -724,7 +724,7 @@ fn a_catalog_made_again_is_a_snapshot() {
     let catalog = noise(128 << 10, 3);
     let session = writing(&a);
     write_work(&session, "containers/00/1", b"data", &catalog);
-    session.commit().unwrap().unwrap();
+    session.commit(Removal::Now).unwrap().unwrap();
     let session = writing(&a);
     let storage = session.storage();
     storage.remove(CATALOG_FILE).unwrap();
@@ -732,7 +732,7 @@ fn a_catalog_made_again_is_a_snapshot() {
     file.write_at(0, b"short").unwrap();
     file.sync_data().unwrap();
     drop(file);
-    assert!(session.commit().unwrap().unwrap().snapshot);
+    assert!(session.commit(Removal::Now).unwrap().unwrap().snapshot);
     let (_cache_b, b) = another_client(&store);
     assert_eq!(read(&reading(&b).storage(), CATALOG_FILE), b"short");
 }
@@ -745,7 +745,7 @@ fn a_broken_chain_is_refused() {
     let (store, _cache, a) = initialised();
     let session = writing(&a);
     write_work(&session, "containers/00/1", b"data", &noise(64 << 10, 4));
-    session.commit().unwrap().unwrap();
+    session.commit(Removal::Now).unwrap().unwrap();
     commit_catalog_change(&a, 0, &noise(100, 5));
     commit_catalog_change(&a, 500, &noise(100, 6));
     let middle = catalog_object("backup", 2);
@@ -773,4 +773,108 @@ fn a_broken_chain_is_refused() {
         error.contains(&middle) && error.contains("holds generation 3"),
         "{error}"
     );
+}
+
+/// Goal: a commit with [`Removal::Later`] leaves what it made unreferenced to the next
+/// changing command from its cache, which deletes it beside its work without showing it to
+/// the store, and lets go of its lock by a marker that no later lock waits for. Method:
+/// client A commits container 1, then removes it and commits with `Removal::Later`; the
+/// object stays and A's lock has its marker; A's next writer takes the lock at once, does
+/// not list the container, and after its commit the container, the released lock and its
+/// marker are gone.
+#[test]
+fn later_removals_go_with_the_next_changing_command() {
+    let (_store, _cache, a) = initialised();
+    let session = writing(&a);
+    write_work(&session, "containers/00/1", b"first", b"catalog one");
+    session.commit(Removal::Now).unwrap();
+    let session = writing(&a);
+    session.storage().remove("containers/00/1").unwrap();
+    write_work(&session, "containers/00/2", b"second", b"catalog two");
+    let commit = session.commit(Removal::Later).unwrap().unwrap();
+    assert_eq!(commit.leftovers, 0);
+    let client = a.client();
+    assert!(
+        client.size("backup/containers/00/1").unwrap().is_some(),
+        "the removed container waits for the next changing command"
+    );
+    let locks: Vec<String> = client
+        .list(crate::lease::LOCKS)
+        .unwrap()
+        .into_iter()
+        .map(|listed| listed.name)
+        .collect();
+    assert_eq!(locks.len(), 2, "the lock and its marker: {locks:?}");
+    assert!(locks[1].ends_with(crate::lease::RELEASED_SUFFIX));
+    let locks_before = locks;
+
+    let started = std::time::Instant::now();
+    let session = writing(&a);
+    assert!(
+        started.elapsed() < LEASE,
+        "a released lock is not waited for"
+    );
+    let listed = session.storage().list("containers/00").unwrap();
+    assert_eq!(listed, vec!["containers/00/2".to_string()]);
+    write_work(&session, "containers/00/3", b"third", b"catalog three");
+    session.commit(Removal::Now).unwrap();
+    assert!(client.size("backup/containers/00/1").unwrap().is_none());
+    let locks = |client: &ObjectClient| -> Vec<String> {
+        let listed = client.list(crate::lease::LOCKS).unwrap();
+        listed.into_iter().map(|listed| listed.name).collect()
+    };
+    // The released lock went with that acquisition; its marker goes with the next one.
+    assert_eq!(
+        locks(client),
+        vec![format!(
+            "{}{}",
+            locks_before[0],
+            crate::lease::RELEASED_SUFFIX
+        )]
+    );
+    drop(reading(&a));
+    // The reader's lock and marker wait for the next acquisition; no lock is left unreleased.
+    let after = locks(client);
+    assert!(
+        after
+            .iter()
+            .all(|name| name.ends_with(crate::lease::RELEASED_SUFFIX)
+                || after.contains(&format!("{name}{}", crate::lease::RELEASED_SUFFIX))),
+        "a lock without its marker: {after:?}"
+    );
+    assert!(!after.contains(&format!(
+        "{}{}",
+        locks_before[0],
+        crate::lease::RELEASED_SUFFIX
+    )));
+}
+
+/// Goal: what a commit left for later is not deleted by its cache's next writer once another
+/// client committed a generation after it (that client's store recovery owns such objects).
+/// Method: A removes container 1 and commits with `Removal::Later`; B commits; A's next
+/// writer still lists container 1, and the object is there.
+#[test]
+fn later_removals_are_void_after_another_clients_commit() {
+    let (store, _cache, a) = initialised();
+    let session = writing(&a);
+    write_work(&session, "containers/00/1", b"first", b"catalog one");
+    session.commit(Removal::Now).unwrap();
+    let session = writing(&a);
+    session.storage().remove("containers/00/1").unwrap();
+    write_work(&session, "containers/00/2", b"second", b"catalog two");
+    session.commit(Removal::Later).unwrap();
+
+    let (_cache_b, b) = another_client(&store);
+    let session = writing(&b);
+    write_work(&session, "containers/00/3", b"third", b"catalog three");
+    session.commit(Removal::Now).unwrap();
+
+    let session = writing(&a);
+    let listed = session.storage().list("containers/00").unwrap();
+    assert!(
+        listed.contains(&"containers/00/1".to_string()),
+        "{listed:?}"
+    );
+    drop(session);
+    assert!(a.client().size("backup/containers/00/1").unwrap().is_some());
 }
