@@ -529,7 +529,8 @@ impl BackupStore {
                 Finding::new(
                     FindingKind::Leftover,
                     container_object(&self.containers, id),
-                    "no catalog record names it (left by an interrupted command)",
+                    "no catalog record names it (left by an interrupted command, or on object \
+                     storage by a backup for the next changing command to delete)",
                 ),
                 Problem::LeftoverContainer(id),
             );
