@@ -176,12 +176,13 @@ impl Lease {
                 // its marker; the marker goes with the next acquisition).
                 let released: Vec<String> = markers
                     .iter()
-                    .map(
-                        |lock| match locks.iter().any(|listed| listed.name == *lock) {
-                            true => lock.to_string(),
-                            false => format!("{lock}{RELEASED_SUFFIX}"),
-                        },
-                    )
+                    .map(|lock| {
+                        if locks.iter().any(|listed| listed.name == *lock) {
+                            lock.to_string()
+                        } else {
+                            format!("{lock}{RELEASED_SUFFIX}")
+                        }
+                    })
                     .collect();
                 let cleaner = (!released.is_empty()).then(|| {
                     let client = Arc::clone(&client);

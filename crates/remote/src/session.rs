@@ -56,7 +56,6 @@ struct CacheState {
     clean: bool,
     /// Objects that `generation`, committed from this cache, made unreferenced and left for
     /// the next changing command ([`Removal::Later`]); void once another generation exists.
-    #[serde(default)]
     unreferenced: Vec<String>,
 }
 
@@ -691,8 +690,8 @@ pub struct Commit {
     pub snapshot: bool,
     /// Bytes of the published object.
     pub catalog_bytes: u64,
-    /// Objects the commit made unreferenced that could not be deleted (the next changing
-    /// command removes them).
+    /// With [`Removal::Now`], objects the commit made unreferenced that could not be deleted
+    /// (the next changing command removes them).
     pub leftovers: u64,
     /// Requests of the whole session so far.
     pub requests: RequestCount,
