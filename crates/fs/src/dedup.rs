@@ -529,14 +529,21 @@ enum Segment {
     New { at: usize, length: usize },
 }
 
+/// Times a batch must hold one piece for its copies to be referenced whatever their runs'
+/// lengths ([`big_segments`]).
+const REPEATED_PIECE_COPIES: usize = 4;
+
 /// The ranges of a batch of `length` bytes of a rank-1 file, given what each of its pieces
 /// (`small` bytes each, the last possibly shorter) was found to equal. A *run* is a
 /// sequence of pieces lying in order inside one stored chunk; it is referenced when a
 /// sequential read of the file pays little for it: when it is at least half a big chunk
-/// (the read reads its chunk, at most twice its bytes, in one request) or covers a whole
-/// big chunk's range of the file (read as one chunk, as the file's own would be). Every
-/// other range is stored in chunks cut at multiples of `big` from the batch's start (a
-/// multiple of `big` in the file) and at the ends of runs, so copies cut alike.
+/// (the read reads its chunk, at most twice its bytes, in one request), covers a whole big
+/// chunk's range of the file (read as one chunk, as the file's own would be), or starts with
+/// a piece the batch holds at least [`REPEATED_PIECE_COPIES`] times (a block repeated through
+/// the file, such as a common header or a filler: the read fetches its chunk once for all the
+/// copies, which the chunk cache then serves). Every other range is stored in chunks cut at
+/// multiples of `big` from the batch's start (a multiple of `big` in the file) and at the
+/// ends of runs, so copies cut alike.
 fn big_segments(
     length: usize,
     small: usize,
@@ -549,6 +556,10 @@ fn big_segments(
         let cut = start.div_ceil(big) * big;
         cut < length && (cut + big).min(length) <= end
     };
+    let mut copies: HashMap<(onecopy_core::chunk_store::ChunkId, u32), usize> = HashMap::new();
+    for found in matches.iter().flatten() {
+        *copies.entry((found.chunk, found.chunk_offset)).or_default() += 1;
+    }
     let mut segments = Vec::new();
     let mut stored_from = 0;
     let new = |segments: &mut Vec<Segment>, mut from: usize, to: usize| {
@@ -579,7 +590,8 @@ fn big_segments(
             next += 1;
         }
         let (start, end) = (piece * small, (next * small).min(length));
-        if end - start >= big / 2 || covers_a_cut(start, end) {
+        let repeated = copies[&(first.chunk, first.chunk_offset)] >= REPEATED_PIECE_COPIES;
+        if end - start >= big / 2 || covers_a_cut(start, end) || repeated {
             new(&mut segments, stored_from, start);
             segments.push(Segment::Found {
                 at: start,
@@ -648,6 +660,30 @@ mod tests {
                 (false, 12288, 4096),
             ]
         );
+        // A piece the batch holds four times is referenced at each copy, alone.
+        let mut repeated = vec![None; 16];
+        for piece in [1, 5, 9, 13] {
+            repeated[piece] = found(9, 1024);
+        }
+        let segments = big_segments(16 * 1024, 1024, 4096, &repeated);
+        let found_at: Vec<usize> = segments
+            .iter()
+            .filter_map(|segment| match *segment {
+                Segment::Found { at, length, .. } => Some((at, length)),
+                Segment::New { .. } => None,
+            })
+            .map(|(at, length)| {
+                assert_eq!(length, 1024);
+                at
+            })
+            .collect();
+        assert_eq!(found_at, vec![1024, 5 * 1024, 9 * 1024, 13 * 1024]);
+        // Three copies are not enough.
+        repeated[13] = None;
+        let segments = big_segments(16 * 1024, 1024, 4096, &repeated);
+        assert!(segments
+            .iter()
+            .all(|segment| matches!(segment, Segment::New { .. })));
         // A short run that covers a whole big chunk's range (the batch's last, 1 KiB).
         let mut tail = vec![None; 5];
         tail[4] = found(3, 2048);
