@@ -289,9 +289,9 @@ fn derive(password: &str, salt: &[u8], cost: KdfCost) -> Result<LessSafeKey> {
 }
 
 /// The memory of one derivation: anonymous pages in transparent huge pages where the kernel
-/// has them, because faulting in 64 MiB of 4 KiB pages costs a third as much again as the
-/// derivation's own work. Unmapping it on drop hands the pages back to the kernel, which
-/// clears them before anyone else sees them.
+/// has them, because faulting in 64 MiB of 4 KiB pages costs about as much as half the
+/// derivation's own work (docs/BENCHMARKS.md, "Encryption (A/B)"). Unmapping it on drop hands
+/// the pages back to the kernel, which clears them before anyone else sees them.
 struct KdfMemory {
     mapping: *mut libc::c_void,
     mapped_bytes: usize,

@@ -47,6 +47,7 @@ pub(crate) const TUNING: SpaceTuning = SpaceTuning {
 };
 
 const _: () = assert!(RESERVE_BYTES <= MARGIN_BYTES);
+const _: () = assert!(TUNING.sample_bytes >= TUNING.reserve_bytes);
 /// Room a round of selective duplication leaves free beyond its copies: duplicates are
 /// derived, and never take the room the engine's own writes and checkpoints need.
 pub(crate) const DUPLICATION_HEADROOM_BYTES: u64 = 4 * MARGIN_BYTES + RESERVE_BYTES;

@@ -54,6 +54,7 @@ const BUFFERED_BYTES_MAX: u64 = (1 << 20) + CHUNK_BYTES_MAX;
 pub(crate) const REQUEST_OVERHEAD_BYTES: u64 = 4 << 10;
 
 const _: () = assert!(RESERVE_BYTES <= MARGIN_BYTES);
+const _: () = assert!(TUNING.sample_bytes >= TUNING.reserve_bytes);
 
 /// Free space as the engine sees it (`onecopy fs stats`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]

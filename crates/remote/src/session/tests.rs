@@ -775,38 +775,46 @@ fn a_broken_chain_is_refused() {
     );
 }
 
+/// Client `a` commits container 1, then removes it and commits with [`Removal::Later`].
+fn leave_container_1_for_later(a: &RemoteRepository) -> Commit {
+    let session = writing(a);
+    write_work(&session, "containers/00/1", b"first", b"catalog one");
+    session.commit(Removal::Now).unwrap();
+    let session = writing(a);
+    session.storage().remove("containers/00/1").unwrap();
+    write_work(&session, "containers/00/2", b"second", b"catalog two");
+    session.commit(Removal::Later).unwrap().unwrap()
+}
+
+/// The names of the lock objects, markers included, in order.
+fn lock_names(client: &ObjectClient) -> Vec<String> {
+    let listed = client.list(crate::lease::LOCKS).unwrap();
+    listed.into_iter().map(|listed| listed.name).collect()
+}
+
 /// Goal: a commit with [`Removal::Later`] leaves what it made unreferenced to the next
 /// changing command from its cache, which deletes it beside its work without showing it to
 /// the store, and lets go of its lock by a marker that no later lock waits for. Method:
-/// client A commits container 1, then removes it and commits with `Removal::Later`; the
-/// object stays and A's lock has its marker; A's next writer takes the lock at once, does
-/// not list the container, and after its commit the container, the released lock and its
-/// marker are gone.
+/// client A leaves container 1 for later; the object stays and A's lock has its marker; A's
+/// next writer takes the lock at once, does not list the container, and after its commit the
+/// container and the released lock are gone (the marker goes with the acquisition after).
 #[test]
 fn later_removals_go_with_the_next_changing_command() {
     let (_store, _cache, a) = initialised();
-    let session = writing(&a);
-    write_work(&session, "containers/00/1", b"first", b"catalog one");
-    session.commit(Removal::Now).unwrap();
-    let session = writing(&a);
-    session.storage().remove("containers/00/1").unwrap();
-    write_work(&session, "containers/00/2", b"second", b"catalog two");
-    let commit = session.commit(Removal::Later).unwrap().unwrap();
-    assert_eq!(commit.leftovers, 0);
+    assert_eq!(leave_container_1_for_later(&a).leftovers, 0);
     let client = a.client();
     assert!(
         client.size("backup/containers/00/1").unwrap().is_some(),
         "the removed container waits for the next changing command"
     );
-    let locks: Vec<String> = client
-        .list(crate::lease::LOCKS)
-        .unwrap()
-        .into_iter()
-        .map(|listed| listed.name)
-        .collect();
-    assert_eq!(locks.len(), 2, "the lock and its marker: {locks:?}");
-    assert!(locks[1].ends_with(crate::lease::RELEASED_SUFFIX));
-    let locks_before = locks;
+    let locks_before = lock_names(client);
+    assert_eq!(
+        locks_before.len(),
+        2,
+        "the lock and its marker: {locks_before:?}"
+    );
+    let released_marker = format!("{}{}", locks_before[0], crate::lease::RELEASED_SUFFIX);
+    assert_eq!(locks_before[1], released_marker);
 
     let started = std::time::Instant::now();
     let session = writing(&a);
@@ -819,22 +827,11 @@ fn later_removals_go_with_the_next_changing_command() {
     write_work(&session, "containers/00/3", b"third", b"catalog three");
     session.commit(Removal::Now).unwrap();
     assert!(client.size("backup/containers/00/1").unwrap().is_none());
-    let locks = |client: &ObjectClient| -> Vec<String> {
-        let listed = client.list(crate::lease::LOCKS).unwrap();
-        listed.into_iter().map(|listed| listed.name).collect()
-    };
     // The released lock went with that acquisition; its marker goes with the next one.
-    assert_eq!(
-        locks(client),
-        vec![format!(
-            "{}{}",
-            locks_before[0],
-            crate::lease::RELEASED_SUFFIX
-        )]
-    );
+    assert_eq!(lock_names(client), vec![released_marker.clone()]);
     drop(reading(&a));
     // The reader's lock and marker wait for the next acquisition; no lock is left unreleased.
-    let after = locks(client);
+    let after = lock_names(client);
     assert!(
         after
             .iter()
@@ -842,27 +839,17 @@ fn later_removals_go_with_the_next_changing_command() {
                 || after.contains(&format!("{name}{}", crate::lease::RELEASED_SUFFIX))),
         "a lock without its marker: {after:?}"
     );
-    assert!(!after.contains(&format!(
-        "{}{}",
-        locks_before[0],
-        crate::lease::RELEASED_SUFFIX
-    )));
+    assert!(!after.contains(&released_marker));
 }
 
 /// Goal: what a commit left for later is not deleted by its cache's next writer once another
 /// client committed a generation after it (that client's store recovery owns such objects).
-/// Method: A removes container 1 and commits with `Removal::Later`; B commits; A's next
-/// writer still lists container 1, and the object is there.
+/// Method: A leaves container 1 for later; B commits; A's next writer still lists container
+/// 1, and the object is there.
 #[test]
 fn later_removals_are_void_after_another_clients_commit() {
     let (store, _cache, a) = initialised();
-    let session = writing(&a);
-    write_work(&session, "containers/00/1", b"first", b"catalog one");
-    session.commit(Removal::Now).unwrap();
-    let session = writing(&a);
-    session.storage().remove("containers/00/1").unwrap();
-    write_work(&session, "containers/00/2", b"second", b"catalog two");
-    session.commit(Removal::Later).unwrap();
+    leave_container_1_for_later(&a);
 
     let (_cache_b, b) = another_client(&store);
     let session = writing(&b);
