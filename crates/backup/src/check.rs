@@ -38,7 +38,7 @@ use onecopy_core::catalog::CatalogView;
 use onecopy_core::check::{CheckOptions, FaceReport, Finding, FindingKind};
 use onecopy_core::container::format::HEADER_BYTES;
 use onecopy_core::container::{codec, ContainerId, ContainerStore};
-use onecopy_core::fingerprint::FingerprintAlgorithm;
+use onecopy_core::fingerprint::Fingerprinter;
 use onecopy_core::storage::Storage;
 use onecopy_core::Error as CoreError;
 use rayon::prelude::*;
@@ -374,7 +374,7 @@ impl BackupStore {
                 }
             }
             if let Some(container) = record.container {
-                let frames = PlacedFrame::of_segment(id, record, self.state.options.fingerprint);
+                let frames = PlacedFrame::of_segment(id, record, &self.fingerprinter);
                 if !frames.is_empty() {
                     inspection
                         .placed
@@ -457,7 +457,7 @@ impl BackupStore {
 
     /// Steps 4 and 5: every container a segment record uses.
     fn inspect_containers(&self, options: CheckOptions, inspection: &mut Inspection) -> Result<()> {
-        let algorithm = self.state.options.fingerprint;
+        let fingerprinter = &self.fingerprinter;
         let mut ids: Vec<ContainerId> = inspection.placed.keys().copied().collect();
         ids.sort_unstable();
         let verdicts: Vec<(ContainerId, Result<ContainerVerdict>)> = ids
@@ -469,7 +469,7 @@ impl BackupStore {
                     id,
                     verify_container(
                         &self.containers,
-                        algorithm,
+                        fingerprinter,
                         id,
                         record,
                         frames,
@@ -901,7 +901,7 @@ fn check_backup(
 /// segment records place in it; `record` its catalog record, if it has one.
 pub(crate) fn verify_container(
     containers: &ContainerStore,
-    algorithm: FingerprintAlgorithm,
+    fingerprinter: &Fingerprinter,
     id: ContainerId,
     record: Option<&SegmentContainer>,
     frames: &[PlacedFrame],
@@ -1010,7 +1010,7 @@ pub(crate) fn verify_container(
     file.read_at(0, &mut data)?;
     let mut headers_differing = Vec::new();
     for frame in frames {
-        match verify_frame(&data, frame, algorithm) {
+        match verify_frame(&data, frame, fingerprinter) {
             Ok(_) => {
                 verdict.chunks_verified += frame.chunks.len() as u64;
                 verdict.bytes_verified += frame

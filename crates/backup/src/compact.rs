@@ -291,7 +291,7 @@ pub(crate) fn rewrite_container(
             segment_record,
             &stored,
             writer,
-            store.state.options.fingerprint,
+            &store.fingerprinter,
             store.state.options.compression_level,
         )?;
     }

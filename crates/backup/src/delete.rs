@@ -486,7 +486,7 @@ impl BackupStore {
                     segment_record,
                     &stored,
                     &mut writer,
-                    self.state.options.fingerprint,
+                    &self.fingerprinter,
                     self.state.options.compression_level,
                 )?;
             }

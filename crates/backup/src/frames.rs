@@ -9,7 +9,7 @@
 //! compressed again.
 
 use onecopy_core::container::{codec, ChunkLocation, ContainerStore, ContainerWriter};
-use onecopy_core::fingerprint::{Fingerprint, FingerprintAlgorithm};
+use onecopy_core::fingerprint::{Fingerprint, Fingerprinter};
 
 use crate::error::Result;
 use crate::segment::{ChunkPlace, ChunkStorage, SegmentRecord, FRAME_RAW_BYTES_MAX};
@@ -39,14 +39,14 @@ pub(crate) fn plan_frames(chunks: impl IntoIterator<Item = (u32, u32)>) -> Vec<V
 /// The fingerprint a frame's container record carries: the hash of its chunks'
 /// fingerprints, in the order of their bytes in the frame.
 pub(crate) fn frame_fingerprint<'a>(
-    algorithm: FingerprintAlgorithm,
+    fingerprinter: &Fingerprinter,
     fingerprints: impl IntoIterator<Item = &'a Fingerprint>,
 ) -> Fingerprint {
     let mut bytes = Vec::with_capacity(32 * 32);
     for fingerprint in fingerprints {
         bytes.extend_from_slice(&fingerprint.0);
     }
-    algorithm.hash(&bytes)
+    fingerprinter.hash(&bytes)
 }
 
 /// The raw bytes of the frame at `location`, read, checked against its checksum and
@@ -90,7 +90,7 @@ pub(crate) fn whole_frame(record: &SegmentRecord, frame: u32) -> Option<Vec<(u32
 /// documentation. Chunks are given in the order of their indexes.
 pub(crate) struct FrameWriter<'a> {
     writer: &'a mut ContainerWriter,
-    algorithm: FingerprintAlgorithm,
+    fingerprinter: &'a Fingerprinter,
     level: Option<i32>,
     frames: Vec<ChunkLocation>,
     places: Vec<(u32, ChunkPlace)>,
@@ -104,12 +104,12 @@ pub(crate) struct FrameWriter<'a> {
 impl<'a> FrameWriter<'a> {
     pub(crate) fn new(
         writer: &'a mut ContainerWriter,
-        algorithm: FingerprintAlgorithm,
+        fingerprinter: &'a Fingerprinter,
         level: Option<i32>,
     ) -> Self {
         FrameWriter {
             writer,
-            algorithm,
+            fingerprinter,
             level,
             frames: Vec::new(),
             places: Vec::new(),
@@ -129,7 +129,7 @@ impl<'a> FrameWriter<'a> {
     ) -> Result<()> {
         self.flush()?;
         let fingerprint = frame_fingerprint(
-            self.algorithm,
+            self.fingerprinter,
             chunks.iter().map(|(_, fingerprint, _)| fingerprint),
         );
         let location = self
@@ -187,7 +187,7 @@ impl<'a> FrameWriter<'a> {
             raw.extend_from_slice(bytes);
         }
         let fingerprint = frame_fingerprint(
-            self.algorithm,
+            self.fingerprinter,
             pending.iter().map(|(_, fingerprint, _)| fingerprint),
         );
         let encoded = codec::encode(&raw, self.level)?;
@@ -223,11 +223,11 @@ pub(crate) fn repack(
     record: &mut SegmentRecord,
     stored: &[Option<Vec<u8>>],
     writer: &mut ContainerWriter,
-    algorithm: FingerprintAlgorithm,
+    fingerprinter: &Fingerprinter,
     level: Option<i32>,
 ) -> Result<u64> {
     let by_frame = record.frame_chunks();
-    let mut frames = FrameWriter::new(writer, algorithm, level);
+    let mut frames = FrameWriter::new(writer, fingerprinter, level);
     for (number, chunks) in by_frame.iter().enumerate() {
         if chunks.is_empty() {
             continue; // Only removed chunks' bytes: dropped.

@@ -33,7 +33,7 @@ use onecopy_core::chunking::{ChunkerSpec, READ_BUFFER_BYTES_DEFAULT};
 use onecopy_core::container::{
     codec, is_zero, ContainerId, ContainerWriter, Encoded, CHUNK_HEADER_BYTES,
 };
-use onecopy_core::fingerprint::{Fingerprint, FingerprintAlgorithm};
+use onecopy_core::fingerprint::Fingerprint;
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -483,7 +483,7 @@ struct PathState {
 
 impl PathState {
     fn add_batch(&mut self, store: &mut BackupStore, batch: &Batch) -> Result<()> {
-        let algorithm: FingerprintAlgorithm = store.state.options.fingerprint;
+        let fingerprinter = &store.fingerprinter;
         let mut slices = Vec::new();
         let mut offset = 0usize;
         for segment in &batch.segments {
@@ -500,7 +500,7 @@ impl PathState {
             .par_chunks(CHUNKS_PER_TASK)
             .flat_map_iter(|chunks| {
                 let mut fingerprints = vec![Fingerprint::ZERO; chunks.len()];
-                algorithm.hash_batch(chunks, &mut fingerprints);
+                fingerprinter.hash_batch(chunks, &mut fingerprints);
                 fingerprints
                     .into_iter()
                     .zip(chunks)
@@ -534,7 +534,7 @@ impl PathState {
                 for chunk in &hashed[range.clone()] {
                     fingerprint_bytes.extend_from_slice(&chunk.fingerprint.0);
                 }
-                algorithm.hash(&fingerprint_bytes)
+                fingerprinter.hash(&fingerprint_bytes)
             })
             .collect();
         if let Some(index) = &store.index {
@@ -750,12 +750,12 @@ impl PathState {
                 direct_references: 0,
             })
             .collect();
-        let algorithm = store.state.options.fingerprint;
+        let fingerprinter = &store.fingerprinter;
         let mut locations = Vec::with_capacity(frames.len());
         for frame in frames {
             let (writer, _) = self.open.as_mut().expect("room_for opened a container");
             let frame_print = frame_fingerprint(
-                algorithm,
+                fingerprinter,
                 frame.chunks.iter().map(|&chunk| &hashed[chunk].fingerprint),
             );
             let location = writer.append_encoded(&frame_print, &frame.raw, &frame.encoded)?;

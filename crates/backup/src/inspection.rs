@@ -9,7 +9,7 @@ use onecopy_core::check::{FaceReport, Finding};
 use onecopy_core::container::{
     codec, ChunkHeader, ChunkLocation, ContainerId, ContainerStore, CHUNK_HEADER_BYTES,
 };
-use onecopy_core::fingerprint::{Fingerprint, FingerprintAlgorithm};
+use onecopy_core::fingerprint::{Fingerprint, Fingerprinter};
 use onecopy_core::Error as CoreError;
 
 use crate::frames::{frame_fingerprint, whole_frame};
@@ -63,7 +63,7 @@ impl PlacedFrame {
     pub fn of_segment(
         segment: SegmentId,
         record: &SegmentRecord,
-        algorithm: FingerprintAlgorithm,
+        fingerprinter: &Fingerprinter,
     ) -> Vec<PlacedFrame> {
         record
             .frame_chunks()
@@ -74,7 +74,7 @@ impl PlacedFrame {
                 segment,
                 location: record.frames[number],
                 fingerprint: whole_frame(record, number as u32).map(|whole| {
-                    frame_fingerprint(algorithm, whole.iter().map(|(_, fingerprint)| fingerprint))
+                    frame_fingerprint(fingerprinter, whole.iter().map(|(_, fingerprint)| fingerprint))
                 }),
                 chunks: chunks
                     .into_iter()
@@ -201,7 +201,7 @@ pub(crate) fn record_header_differs(data: &[u8], frame: &PlacedFrame) -> Option<
 pub(crate) fn verify_frame(
     data: &[u8],
     frame: &PlacedFrame,
-    algorithm: FingerprintAlgorithm,
+    fingerprinter: &Fingerprinter,
 ) -> std::result::Result<Vec<u8>, String> {
     let location = frame.location;
     let start = location.offset as usize;
@@ -214,7 +214,7 @@ pub(crate) fn verify_frame(
     })?;
     for &(index, fingerprint, within, raw_bytes) in &frame.chunks {
         let bytes = &raw[within as usize..(within + raw_bytes) as usize];
-        if algorithm.hash(bytes) != fingerprint {
+        if fingerprinter.hash(bytes) != fingerprint {
             return Err(format!(
                 "chunk {index}'s bytes do not have the recorded fingerprint"
             ));

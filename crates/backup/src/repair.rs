@@ -370,7 +370,7 @@ impl BackupStore {
         if damaged.is_empty() {
             return Ok(BTreeMap::new());
         }
-        let algorithm = self.state.options.fingerprint;
+        let fingerprinter = &self.fingerprinter;
         let read = self.catalog.read()?;
         // The segments placing frames in each damaged container now (step 2 may have
         // committed, but it never moves chunks), and where every stored chunk is.
@@ -415,7 +415,7 @@ impl BackupStore {
                 record.as_ref(),
                 &segments,
                 &by_fingerprint,
-                algorithm,
+                fingerprinter,
             )?;
             outcomes.insert(id, outcome);
         }
@@ -502,7 +502,7 @@ impl BackupStore {
         record: Option<&SegmentContainer>,
         placing: &[SegmentId],
         by_fingerprint: &HashMap<Fingerprint, Vec<ChunkCopy>>,
-        algorithm: onecopy_core::fingerprint::FingerprintAlgorithm,
+        fingerprinter: &onecopy_core::fingerprint::Fingerprinter,
     ) -> Result<Rewritten> {
         let mut outcome = Rewritten::default();
         let data = self.read_whole(id);
@@ -533,7 +533,7 @@ impl BackupStore {
                 continue;
             };
             let mut segment_record = segment_record.clone();
-            let frames = PlacedFrame::of_segment(segment, &segment_record, algorithm);
+            let frames = PlacedFrame::of_segment(segment, &segment_record, fingerprinter);
             // Each frame: its stored bytes when they verify, its chunks' bytes otherwise
             // (from the frame when it decodes, else from intact copies elsewhere).
             enum Recovered {
@@ -544,7 +544,7 @@ impl BackupStore {
             for frame in &frames {
                 let own = data
                     .as_deref()
-                    .and_then(|data| verify_frame(data, frame, algorithm).ok());
+                    .and_then(|data| verify_frame(data, frame, fingerprinter).ok());
                 if let (Some(_), Some(data), Some(_)) = (&own, &data, frame.fingerprint) {
                     let start = frame.location.offset as usize;
                     let stored = data[start..start + frame.location.stored_bytes as usize].to_vec();
@@ -563,7 +563,7 @@ impl BackupStore {
                             fingerprint,
                             &frame.location,
                             by_fingerprint,
-                            algorithm,
+                            fingerprinter,
                         ) {
                             Some((from, bytes)) => {
                                 outcome.redirected.push(format!(
@@ -604,7 +604,7 @@ impl BackupStore {
                 outcome.new_id = Some(new_id);
             }
             let mut frame_writer =
-                FrameWriter::new(writer.as_mut().expect("created above"), algorithm, level);
+                FrameWriter::new(writer.as_mut().expect("created above"), fingerprinter, level);
             for (frame, recovered) in recovered {
                 match recovered {
                     Recovered::Whole(stored) => {
@@ -679,7 +679,7 @@ impl BackupStore {
         fingerprint: Fingerprint,
         not_in: &ChunkLocation,
         by_fingerprint: &HashMap<Fingerprint, Vec<ChunkCopy>>,
-        algorithm: onecopy_core::fingerprint::FingerprintAlgorithm,
+        fingerprinter: &onecopy_core::fingerprint::Fingerprinter,
     ) -> Option<(ChunkCopy, Vec<u8>)> {
         for candidate in by_fingerprint.get(&fingerprint)? {
             if candidate.frame == *not_in {
@@ -692,7 +692,7 @@ impl BackupStore {
             let Some(bytes) = raw.get(start..start + candidate.raw_bytes as usize) else {
                 continue;
             };
-            if algorithm.hash(bytes) == fingerprint {
+            if fingerprinter.hash(bytes) == fingerprint {
                 return Some((*candidate, bytes.to_vec()));
             }
         }

@@ -320,7 +320,7 @@ fn copy_segments(
                 record,
                 &stored,
                 &mut open.writer,
-                store.state.options.fingerprint,
+                &store.fingerprinter,
                 store.state.options.compression_level,
             )?;
             open.segments.push(planned.segment);

@@ -39,7 +39,7 @@ use onecopy_core::catalog::{
     Catalog, CatalogRead, CatalogView, CatalogWrite, CompactTrigger, NamedTable,
 };
 use onecopy_core::container::{ContainerId, ContainerStore};
-use onecopy_core::fingerprint::Fingerprint;
+use onecopy_core::fingerprint::{Fingerprint, Fingerprinter};
 use onecopy_core::index::IndexKey;
 use onecopy_core::storage::{parent_directory, Layout, Storage, UNORDERED_CREATIONS_MAX};
 use onecopy_core::Error as CoreError;
@@ -145,6 +145,8 @@ pub struct BackupStore {
     /// `None` while the store runs without a segment index (see the module documentation).
     pub(crate) index: Option<SegmentIndex>,
     pub(crate) state: StoreState,
+    /// The store's fingerprint algorithm, keyed when the storage seals its files.
+    pub(crate) fingerprinter: Fingerprinter,
     pub(crate) runtime: RuntimeOptions,
     recovered: bool,
     /// What was wrong with the segment index when the store was opened, for `check`.
@@ -236,11 +238,13 @@ impl BackupStore {
             CONTAINERS_DIRECTORY,
             state.options.container_options(),
         )?;
+        let fingerprinter = Fingerprinter::new(state.options.fingerprint, storage.fingerprint_key())?;
         Ok(BackupStore {
             storage,
             catalog,
             containers,
             index: None,
+            fingerprinter,
             state,
             runtime,
             recovered: false,

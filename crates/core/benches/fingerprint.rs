@@ -1,5 +1,5 @@
-//! Fingerprint throughput: BLAKE3 on single 4 KiB blocks, on batches of 4 KiB blocks (one core
-//! and both cores) and on one large input; SHA-256 and the others for comparison; memcpy of the
+//! Fingerprint throughput: BLAKE3 on single 4 KiB blocks, on batches of 4 KiB blocks (plain and
+//! keyed; one core and both cores) and on one large input; SHA-256 and the others for comparison; memcpy of the
 //! same bytes in the same run as the yardstick (`scripts/bench-ratios.py` prints ratios).
 //!
 //! Run: `cargo bench -p onecopy-core --bench fingerprint`.
@@ -74,8 +74,15 @@ fn fingerprint(criterion: &mut Criterion<ThreadTime>) {
         .filter(|kernel| kernel.is_supported())
     {
         let name = format!("{kernel:?}").to_lowercase();
-        group.bench_function(BenchmarkId::new("batch_4KiB_blake3", name), |bencher| {
-            bencher.iter(|| blake3_lanes::hash_batch_with(kernel, black_box(&blocks), &mut out))
+        group.bench_function(BenchmarkId::new("batch_4KiB_blake3", &name), |bencher| {
+            bencher.iter(|| blake3_lanes::hash_batch_with(kernel, None, black_box(&blocks), &mut out))
+        });
+        // The keyed mode an encrypted backup store uses.
+        let key = [7u8; 32];
+        group.bench_function(BenchmarkId::new("batch_4KiB_blake3_keyed", name), |bencher| {
+            bencher.iter(|| {
+                blake3_lanes::hash_batch_with(kernel, Some(&key), black_box(&blocks), &mut out)
+            })
         });
     }
     for algorithm in [FingerprintAlgorithm::Blake3, FingerprintAlgorithm::Sha256] {

@@ -56,12 +56,6 @@ impl MasterKey {
         let derived = Zeroizing::new(blake3::derive_key(&context, &*self.0));
         SealingKey::from_bytes(&derived)
     }
-
-    /// The key of keyed fingerprints for one face.
-    pub fn fingerprint_key(&self, face: &str) -> Zeroizing<[u8; 32]> {
-        let context = format!("onecopy 2026-11-25 fingerprint key of face {face}");
-        Zeroizing::new(blake3::derive_key(&context, &*self.0))
-    }
 }
 
 /// Argon2id's cost parameters.

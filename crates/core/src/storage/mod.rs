@@ -80,6 +80,14 @@ pub trait Storage: Send + Sync + Debug {
     fn authenticates_reads(&self) -> bool {
         false
     }
+
+    /// The key of the keyed fingerprints of what this storage holds, for a storage that seals
+    /// its files ([`SealedStorage`] derives it from its sealing key), so that the fingerprints
+    /// a store records there say nothing about content to anyone without the key. None for a
+    /// storage that keeps files as they are written.
+    fn fingerprint_key(&self) -> Option<zeroize::Zeroizing<[u8; 32]>> {
+        None
+    }
 }
 
 /// True when `error` says the media is full (ENOSPC, a quota, a file too large).

@@ -181,6 +181,11 @@ impl SealingKey {
         }
     }
 
+    /// The key of keyed fingerprints ([`Storage::fingerprint_key`]).
+    fn fingerprint_key(&self) -> Zeroizing<[u8; 32]> {
+        Zeroizing::new(*blake3::keyed_hash(&self.root, b"onecopy keyed fingerprints").as_bytes())
+    }
+
     fn file_key(&self, file_id: &[u8; FILE_ID_BYTES]) -> LessSafeKey {
         let mut input = [0u8; 4 + FILE_ID_BYTES];
         input[..4].copy_from_slice(b"file");
@@ -314,6 +319,10 @@ impl Storage for SealedStorage {
 
     fn authenticates_reads(&self) -> bool {
         true
+    }
+
+    fn fingerprint_key(&self) -> Option<Zeroizing<[u8; 32]>> {
+        Some(self.key.fingerprint_key())
     }
 }
 

@@ -184,9 +184,9 @@ unsafe fn compress_block(
 
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn initial_cv() -> [__m256i; 8] {
+unsafe fn initial_cv(key: &[u32; 8]) -> [__m256i; 8] {
     let mut cv = [_mm256_setzero_si256(); 8];
-    for (vector, word) in cv.iter_mut().zip(IV) {
+    for (vector, &word) in cv.iter_mut().zip(key) {
         *vector = _mm256_set1_epi32(word as i32);
     }
     cv
@@ -238,7 +238,7 @@ unsafe fn chunk_cvs_half(lanes: &ChunkLanes, first: usize, out: &mut [[u32; 8]])
         .expect("8 lanes") as usize;
     assert!((1..=BLOCKS_PER_CHUNK).contains(&block_count_max));
     let full_block_len = _mm256_set1_epi32(BLOCK_BYTES as i32);
-    let mut cv = initial_cv();
+    let mut cv = initial_cv(&lanes.key);
     let mut message = [_mm256_setzero_si256(); 16];
     for block in 0..block_count_max {
         // A lane past its last block reads on inside its 1024 bytes; its result is masked.
@@ -250,7 +250,11 @@ unsafe fn chunk_cvs_half(lanes: &ChunkLanes, first: usize, out: &mut [[u32; 8]])
         }
         let ending = _mm256_cmpeq_epi32(block_counts, _mm256_set1_epi32(block as i32 + 1));
         let active = _mm256_cmpgt_epi32(block_counts, _mm256_set1_epi32(block as i32));
-        let start = _mm256_set1_epi32(if block == 0 { CHUNK_START as i32 } else { 0 });
+        let start = _mm256_set1_epi32(if block == 0 {
+            (CHUNK_START | lanes.mode_flags) as i32
+        } else {
+            lanes.mode_flags as i32
+        });
         let flags = _mm256_or_si256(start, _mm256_and_si256(ending, end_flags));
         let block_lens = _mm256_blendv_epi8(full_block_len, last_block_lens, ending);
         let mut next = cv;
@@ -287,7 +291,11 @@ pub unsafe fn chunk_cvs(lanes: &ChunkLanes) -> [[u32; 8]; LANES] {
 /// # Safety
 /// The CPU must support AVX2, and every pointer must address 64 readable bytes.
 #[target_feature(enable = "avx2")]
-pub unsafe fn parent_cvs(blocks: &[*const u8; LANES], flags: &[u32; LANES]) -> [[u32; 8]; LANES] {
+pub unsafe fn parent_cvs(
+    blocks: &[*const u8; LANES],
+    flags: &[u32; LANES],
+    key: &[u32; 8],
+) -> [[u32; 8]; LANES] {
     let mut out = [[0u32; 8]; LANES];
     let zero = _mm256_setzero_si256();
     let block_len = _mm256_set1_epi32(BLOCK_BYTES as i32);
@@ -295,7 +303,7 @@ pub unsafe fn parent_cvs(blocks: &[*const u8; LANES], flags: &[u32; LANES]) -> [
         let range = half * HALF..(half + 1) * HALF;
         let mut message = [_mm256_setzero_si256(); 16];
         load_message(&blocks[range.clone()], 0, &mut message);
-        let mut cv = initial_cv();
+        let mut cv = initial_cv(key);
         compress_block(
             &mut cv,
             &message,

@@ -151,9 +151,9 @@ unsafe fn compress_block(
 
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn initial_cv() -> [__m512i; 8] {
+unsafe fn initial_cv(key: &[u32; 8]) -> [__m512i; 8] {
     let mut cv = [_mm512_setzero_si512(); 8];
-    for (vector, word) in cv.iter_mut().zip(IV) {
+    for (vector, &word) in cv.iter_mut().zip(key) {
         *vector = _mm512_set1_epi32(word as i32);
     }
     cv
@@ -202,7 +202,7 @@ pub unsafe fn chunk_cvs(lanes: &ChunkLanes) -> [[u32; 8]; LANES] {
         .map(|root| if root { CHUNK_END | ROOT } else { CHUNK_END });
     let end_flags = _mm512_loadu_si512(end_flags.as_ptr() as *const _);
     let full_block_len = _mm512_set1_epi32(BLOCK_BYTES as i32);
-    let mut cv = initial_cv();
+    let mut cv = initial_cv(&lanes.key);
     let mut message = [_mm512_setzero_si512(); 16];
     for block in 0..block_count_max {
         // A lane past its last block reads on inside its 1024 bytes; its result is masked.
@@ -216,7 +216,11 @@ pub unsafe fn chunk_cvs(lanes: &ChunkLanes) -> [[u32; 8]; LANES] {
         }
         let ending = _mm512_cmpeq_epi32_mask(block_counts, _mm512_set1_epi32(block as i32 + 1));
         let active = _mm512_cmpgt_epi32_mask(block_counts, _mm512_set1_epi32(block as i32));
-        let start = _mm512_set1_epi32(if block == 0 { CHUNK_START as i32 } else { 0 });
+        let start = _mm512_set1_epi32(if block == 0 {
+            (CHUNK_START | lanes.mode_flags) as i32
+        } else {
+            lanes.mode_flags as i32
+        });
         let flags = _mm512_or_si512(start, _mm512_maskz_mov_epi32(ending, end_flags));
         let block_lens = _mm512_mask_mov_epi32(full_block_len, ending, last_block_lens);
         if active == 0xFFFF {
@@ -247,17 +251,22 @@ pub unsafe fn chunk_cvs(lanes: &ChunkLanes) -> [[u32; 8]; LANES] {
 }
 
 /// Parent compressions, one per lane: `blocks[lane]` addresses the 64-byte block of the
-/// left and right child CVs, `flags[lane]` is PARENT, or PARENT | ROOT for a root.
+/// left and right child CVs, `flags[lane]` is PARENT, or PARENT | ROOT for a root (with the
+/// mode's flags), and `key` is the mode's key words.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, and every pointer must address 64 readable bytes.
 #[target_feature(enable = "avx512f")]
-pub unsafe fn parent_cvs(blocks: &[*const u8; LANES], flags: &[u32; LANES]) -> [[u32; 8]; LANES] {
+pub unsafe fn parent_cvs(
+    blocks: &[*const u8; LANES],
+    flags: &[u32; LANES],
+    key: &[u32; 8],
+) -> [[u32; 8]; LANES] {
     let mut message = [_mm512_setzero_si512(); 16];
     load_message(blocks, 0, &mut message);
     let zero = _mm512_setzero_si512();
     let flags = _mm512_loadu_si512(flags.as_ptr() as *const _);
-    let mut cv = initial_cv();
+    let mut cv = initial_cv(key);
     let block_len = _mm512_set1_epi32(BLOCK_BYTES as i32);
     compress_block(&mut cv, &message, zero, zero, block_len, flags);
     lane_cvs(&cv)

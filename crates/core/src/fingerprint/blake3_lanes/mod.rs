@@ -5,14 +5,17 @@
 //! leave most of an AVX-512 register idle. Here the full 1 KiB chunks of *many* inputs are
 //! compressed side by side, 16 per AVX-512 register (each lane with its own chunk counter),
 //! and only the few remaining compressions (a partial last chunk, the parent nodes of each
-//! input's tree) run one at a time. The output is byte-identical to `blake3::hash` (the
-//! property test `matches_blake3_crate` checks it over random lengths and batch sizes).
+//! input's tree) run one at a time. The output is byte-identical to `blake3::hash`, or with a
+//! key to `blake3::keyed_hash` (the property test `matches_blake3_crate` checks both over
+//! random lengths and batch sizes).
 //!
 //! BLAKE3 terms (from the BLAKE3 specification): an input is split into 1024-byte **chunks**
 //! of sixteen 64-byte **blocks**; compressing a chunk's blocks in turn gives its 8-word
 //! **chaining value** (CV); CVs are merged pairwise by **parent** compressions up a binary tree
 //! whose left subtrees are always complete powers of two; the last compression carries the
 //! **root** flag and its output is the hash. An input of at most one chunk is its own root.
+//! The **keyed** mode starts every chunk and every parent from the key's words instead of the
+//! IV and sets the KEYED_HASH flag in every compression.
 //!
 //! Which path an input takes: empty inputs and inputs of [`WIDE_INPUT_BYTES`] or more (which
 //! the crate already spreads over all lanes) go to `blake3::hash`; every other input goes
@@ -46,6 +49,7 @@ const CHUNK_START: u32 = 1;
 const CHUNK_END: u32 = 2;
 const PARENT: u32 = 4;
 const ROOT: u32 = 8;
+const KEYED_HASH: u32 = 16;
 
 /// Bytes per BLAKE3 block and chunk.
 const BLOCK_BYTES: usize = 64;
@@ -145,17 +149,59 @@ fn first_eight(state: [u32; 16]) -> [u32; 8] {
     state[..8].try_into().expect("8 words")
 }
 
+/// Which BLAKE3 a batch computes: the plain hash, or the keyed hash under a 32-byte key.
+#[derive(Clone, Copy)]
+struct Mode<'a> {
+    key: Option<&'a [u8; 32]>,
+    /// The first CV of every chunk and the key of every parent: the IV, or the key's words.
+    words: [u32; 8],
+    /// Flags every compression carries.
+    flags: u32,
+}
+
+impl<'a> Mode<'a> {
+    fn new(key: Option<&'a [u8; 32]>) -> Mode<'a> {
+        match key {
+            None => Mode {
+                key,
+                words: IV,
+                flags: 0,
+            },
+            Some(bytes) => {
+                let mut words = [0u32; 8];
+                for (word, bytes) in words.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *word = u32::from_le_bytes(bytes.try_into().expect("4 bytes"));
+                }
+                Mode {
+                    key,
+                    words,
+                    flags: KEYED_HASH,
+                }
+            }
+        }
+    }
+
+    /// One input through the `blake3` crate.
+    fn hash_one(&self, input: &[u8]) -> Fingerprint {
+        let hash = match self.key {
+            None => blake3::hash(input),
+            Some(key) => blake3::keyed_hash(key, input),
+        };
+        Fingerprint(*hash.as_bytes())
+    }
+}
+
 /// The CV of a chunk of 1 to 1024 bytes that is not the root (the portable reference the
 /// tests check the tree merge with).
 #[cfg(test)]
-fn chunk_cv(chunk: &[u8], counter: u64) -> [u32; 8] {
+fn chunk_cv(mode: Mode, chunk: &[u8], counter: u64) -> [u32; 8] {
     assert!(!chunk.is_empty() && chunk.len() <= CHUNK_BYTES);
-    let mut cv = IV;
+    let mut cv = mode.words;
     let block_count = chunk.len().div_ceil(BLOCK_BYTES);
     for (index, block) in chunk.chunks(BLOCK_BYTES).enumerate() {
         let mut padded = [0u8; BLOCK_BYTES];
         padded[..block.len()].copy_from_slice(block);
-        let mut flags = 0;
+        let mut flags = mode.flags;
         if index == 0 {
             flags |= CHUNK_START;
         }
@@ -228,46 +274,53 @@ impl Kernel {
     }
 
     /// Parent compressions, one per lane.
-    fn parent_cvs(self, blocks: &[*const u8; LANES], flags: &[u32; LANES]) -> [[u32; 8]; LANES] {
+    fn parent_cvs(
+        self,
+        blocks: &[*const u8; LANES],
+        flags: &[u32; LANES],
+        key: &[u32; 8],
+    ) -> [[u32; 8]; LANES] {
         assert!(self.is_supported());
         match self {
             // SAFETY: the CPU supports the kernel (asserted above), and every pointer addresses a
             // 64-byte parent block.
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 => unsafe { avx512::parent_cvs(blocks, flags) },
+            Kernel::Avx512 => unsafe { avx512::parent_cvs(blocks, flags, key) },
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => unsafe { avx2::parent_cvs(blocks, flags) },
+            Kernel::Avx2 => unsafe { avx2::parent_cvs(blocks, flags, key) },
             _ => unreachable!("only SIMD kernels run lanes"),
         }
     }
 }
 
-/// Fingerprints `inputs` with BLAKE3 into `out` with the fastest kernel this CPU supports
-/// (see the module documentation).
-pub fn hash_batch(inputs: &[&[u8]], out: &mut [Fingerprint]) {
-    hash_batch_with(Kernel::detect(), inputs, out);
+/// Fingerprints `inputs` with BLAKE3 (keyed with `key` when one is given) into `out` with the
+/// fastest kernel this CPU supports (see the module documentation).
+pub fn hash_batch(key: Option<&[u8; 32]>, inputs: &[&[u8]], out: &mut [Fingerprint]) {
+    hash_batch_with(Kernel::detect(), key, inputs, out);
 }
 
 /// Like [`hash_batch`] with a chosen kernel, which the CPU must support (for tests and
 /// benchmarks).
-pub fn hash_batch_with(kernel: Kernel, inputs: &[&[u8]], out: &mut [Fingerprint]) {
+pub fn hash_batch_with(
+    kernel: Kernel,
+    key: Option<&[u8; 32]>,
+    inputs: &[&[u8]],
+    out: &mut [Fingerprint],
+) {
     assert_eq!(inputs.len(), out.len(), "one output per input");
     assert!(
         kernel.is_supported(),
         "{kernel:?} is not supported on this CPU"
     );
+    let mode = Mode::new(key);
     match kernel {
-        Kernel::Portable => hash_batch_portable(inputs, out),
-        Kernel::Avx512 | Kernel::Avx2 => hash_batch_lanes(kernel, inputs, out),
-    }
-}
-
-/// The portable path: the `blake3` crate, one input at a time.
-fn hash_batch_portable(inputs: &[&[u8]], out: &mut [Fingerprint]) {
-    assert_eq!(inputs.len(), out.len(), "one output per input");
-    for (input, slot) in inputs.iter().zip(out.iter_mut()) {
-        *slot = Fingerprint(*blake3::hash(input).as_bytes());
+        Kernel::Portable => {
+            for (input, slot) in inputs.iter().zip(out.iter_mut()) {
+                *slot = mode.hash_one(input);
+            }
+        }
+        Kernel::Avx512 | Kernel::Avx2 => hash_batch_lanes(kernel, mode, inputs, out),
     }
 }
 
@@ -284,6 +337,10 @@ pub(crate) struct ChunkLanes {
     pub last_block_lens: [u8; LANES],
     /// Lanes whose chunk is a whole input: its last block gets the ROOT flag.
     pub roots: [bool; LANES],
+    /// Every lane's first CV: the IV, or a keyed mode's key words.
+    pub key: [u32; 8],
+    /// Flags every compression carries (KEYED_HASH in the keyed mode).
+    pub mode_flags: u32,
 }
 
 /// A chunk waiting for a lane.
@@ -309,7 +366,7 @@ fn words_to_fingerprint(words: &[u32; 8]) -> Fingerprint {
     Fingerprint(out)
 }
 
-fn hash_batch_lanes(kernel: Kernel, inputs: &[&[u8]], out: &mut [Fingerprint]) {
+fn hash_batch_lanes(kernel: Kernel, mode: Mode, inputs: &[&[u8]], out: &mut [Fingerprint]) {
     // Each input gets a run of slots in `cvs`, one per chunk. Partial chunks (a short last
     // chunk, or a whole input under 1 KiB) are copied into zero-padded scratch blocks first;
     // the copies are made before any pointer is taken, so the scratch never moves under one.
@@ -329,7 +386,7 @@ fn hash_batch_lanes(kernel: Kernel, inputs: &[&[u8]], out: &mut [Fingerprint]) {
     let mut jobs: Vec<LaneJob> = Vec::new();
     for (index, (input, slot)) in inputs.iter().zip(out.iter_mut()).enumerate() {
         if input.is_empty() || input.len() >= WIDE_INPUT_BYTES {
-            *slot = Fingerprint(*blake3::hash(input).as_bytes());
+            *slot = mode.hash_one(input);
             continue;
         }
         let root = input.len() <= CHUNK_BYTES;
@@ -371,6 +428,8 @@ fn hash_batch_lanes(kernel: Kernel, inputs: &[&[u8]], out: &mut [Fingerprint]) {
             block_counts: [group[0].block_count; LANES],
             last_block_lens: [group[0].last_block_len; LANES],
             roots: [group[0].root; LANES],
+            key: mode.words,
+            mode_flags: mode.flags,
         };
         for (lane, job) in group.iter().enumerate() {
             lanes.chunks[lane] = job.chunk;
@@ -391,7 +450,7 @@ fn hash_batch_lanes(kernel: Kernel, inputs: &[&[u8]], out: &mut [Fingerprint]) {
             out[index] = words_to_fingerprint(&cvs[slot]);
         }
     }
-    merge_trees(kernel, inputs, &first_slot, &cvs, out);
+    merge_trees(kernel, mode, inputs, &first_slot, &cvs, out);
 }
 
 /// Parent jobs below this count per level are compressed one at a time: a 16-lane compression
@@ -405,6 +464,7 @@ const PARENT_LANES_MIN: usize = 4;
 /// chunks that leaves the right one non-empty).
 fn merge_trees(
     kernel: Kernel,
+    mode: Mode,
     inputs: &[&[u8]],
     first_slot: &[usize],
     cvs: &[[u32; 8]],
@@ -431,11 +491,12 @@ fn merge_trees(
         let mut next: Vec<(usize, Vec<[u32; 8]>)> = Vec::with_capacity(levels.len());
         for (level_index, (input, nodes)) in levels.iter().enumerate() {
             assert!(nodes.len() >= 2, "an input with one node is finished");
-            let flags = if nodes.len() == 2 {
-                PARENT | ROOT
-            } else {
-                PARENT
-            };
+            let flags = mode.flags
+                | if nodes.len() == 2 {
+                    PARENT | ROOT
+                } else {
+                    PARENT
+                };
             for (pair, children) in nodes.chunks_exact(2).enumerate() {
                 blocks.push(parent_block(&children[0], &children[1]));
                 jobs.push((level_index, pair, flags));
@@ -456,18 +517,18 @@ fn merge_trees(
             {
                 let offset = group_index * LANES;
                 let mut pointers = [blocks[offset].as_ptr(); LANES];
-                let mut flags = [PARENT; LANES];
+                let mut flags = [mode.flags | PARENT; LANES];
                 for (lane, job) in group.iter().enumerate() {
                     pointers[lane] = blocks[offset + lane].as_ptr();
                     flags[lane] = job.2;
                 }
                 // Every pointer addresses a 64-byte block in `blocks`, which outlives the call.
-                let lane_cvs = kernel.parent_cvs(&pointers, &flags);
+                let lane_cvs = kernel.parent_cvs(&pointers, &flags, &mode.words);
                 results.copy_from_slice(&lane_cvs[..group.len()]);
             }
         } else {
             for ((block, job), result) in blocks.iter().zip(&jobs).zip(results.iter_mut()) {
-                *result = first_eight(compress(&IV, block, 0, BLOCK_BYTES as u32, job.2));
+                *result = first_eight(compress(&mode.words, block, 0, BLOCK_BYTES as u32, job.2));
             }
         }
         for (&(level_index, pair, flags), result) in jobs.iter().zip(&results) {
@@ -487,8 +548,10 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn reference(input: &[u8]) -> Fingerprint {
-        Fingerprint(*blake3::hash(input).as_bytes())
+    const KEY: [u8; 32] = *b"a key of thirty-two bytes, fixed";
+
+    fn reference(key: Option<&[u8; 32]>, input: &[u8]) -> Fingerprint {
+        Mode::new(key).hash_one(input)
     }
 
     /// Goal: the portable chunk compression and the level-by-level tree merge reproduce the
@@ -508,30 +571,36 @@ mod tests {
             9217,
             33 * 1024 + 7,
         ] {
-            let input: Vec<u8> = (0..len).map(|index| (index * 31 % 251) as u8).collect();
-            let cvs: Vec<[u32; 8]> = input
-                .chunks(CHUNK_BYTES)
-                .enumerate()
-                .map(|(counter, chunk)| chunk_cv(chunk, counter as u64))
-                .collect();
-            let mut out = [Fingerprint::ZERO];
-            merge_trees(Kernel::Portable, &[&input], &[0], &cvs, &mut out);
-            assert_eq!(out[0], reference(&input), "length {len}");
+            for key in [None, Some(&KEY)] {
+                let mode = Mode::new(key);
+                let input: Vec<u8> = (0..len).map(|index| (index * 31 % 251) as u8).collect();
+                let cvs: Vec<[u32; 8]> = input
+                    .chunks(CHUNK_BYTES)
+                    .enumerate()
+                    .map(|(counter, chunk)| chunk_cv(mode, chunk, counter as u64))
+                    .collect();
+                let mut out = [Fingerprint::ZERO];
+                merge_trees(Kernel::Portable, mode, &[&input], &[0], &cvs, &mut out);
+                assert_eq!(out[0], reference(key, &input), "length {len}, key {key:?}");
+            }
         }
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
 
-        /// Goal: batches hash byte-identically to `blake3::hash`, whatever the lengths (equal
-        /// or mixed) and batch sizes; method: random batches through every kernel this CPU
-        /// supports (AVX-512, AVX2, portable), compared input by input.
+        /// Goal: batches hash byte-identically to `blake3::hash` and, with a key, to
+        /// `blake3::keyed_hash`, whatever the lengths (equal or mixed) and batch sizes; method:
+        /// random batches through every kernel this CPU supports (AVX-512, AVX2, portable),
+        /// unkeyed and keyed, compared input by input.
         #[test]
         fn matches_blake3_crate(
             lengths in prop::collection::vec(prop_oneof![0usize..20_000, 0usize..1100, Just(4096usize), Just(1024usize), Just(8192usize)], 0..40),
             equal in any::<bool>(),
             seed in any::<u8>(),
+            keyed in any::<bool>(),
         ) {
+            let key = keyed.then_some(&KEY);
             let lengths: Vec<usize> = if equal { vec![*lengths.first().unwrap_or(&4096); lengths.len()] } else { lengths };
             let inputs: Vec<Vec<u8>> = lengths
                 .iter()
@@ -541,9 +610,9 @@ mod tests {
             let slices: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
             for kernel in Kernel::ALL.into_iter().filter(|kernel| kernel.is_supported()) {
                 let mut out = vec![Fingerprint::ZERO; slices.len()];
-                hash_batch_with(kernel, &slices, &mut out);
+                hash_batch_with(kernel, key, &slices, &mut out);
                 for (input, fingerprint) in slices.iter().zip(&out) {
-                    prop_assert_eq!(*fingerprint, reference(input), "{:?}", kernel);
+                    prop_assert_eq!(*fingerprint, reference(key, input), "{:?}", kernel);
                 }
             }
         }
