@@ -7,9 +7,8 @@
 //! others' modification times with its own, so clocks of clients never meet.
 //!
 //! A holder lets go by writing a marker `locks/<id>.released` beside its lock rather than by
-//! removing the lock: a PUT of a new object is answered at once where a DELETE may wait for
-//! replication (Garage: 2 ms against 43 ms), and letting go is the last step of every
-//! command. A lock with its marker is ignored; whoever takes a lock next removes the lock in
+//! removing the lock: servers answer a PUT of a new object at once where a DELETE may wait
+//! (Garage: 2 ms against 43 ms), and letting go is the last step of every command. A lock with its marker is ignored; whoever takes a lock next removes the lock in
 //! the background, and the one after removes the marker (a lock never loses its marker
 //! first).
 //!

@@ -100,6 +100,25 @@ pub struct PageStore {
     manifest_states: [ManifestState; 2],
     /// Opened without the right to write: checkpoints are refused.
     read_only: bool,
+    /// Per area, the run of durable manifest entries read last ([`ENTRY_RUN_BYTES`]): pages
+    /// loaded in order find their checksums in it, one read per run rather than one per page.
+    /// On a sealed storage every read of the file opens a whole 4 KiB block.
+    entry_runs: parking_lot::Mutex<HashMap<AreaId, EntryRun, IntegerBuildHasher>>,
+}
+
+/// Bytes of manifest entries read at once for page loads: 512 pages' entries, one block of a
+/// sealed file.
+const ENTRY_RUN_BYTES: u64 = 4096;
+
+/// Durable manifest entries held for page loads.
+#[derive(Debug)]
+struct EntryRun {
+    /// The checkpoint whose manifest they come from (a manifest file is immutable while it is
+    /// the durable one).
+    sequence: u64,
+    /// Their offset in the manifest file.
+    start: u64,
+    bytes: Vec<u8>,
 }
 
 /// What a manifest file held when the store was opened.
@@ -185,6 +204,7 @@ impl PageStore {
             poisoned: false,
             manifest_states: [ManifestState::Empty, ManifestState::Empty],
             read_only,
+            entry_runs: parking_lot::Mutex::new(HashMap::default()),
         };
         let user_state = match store.read_newest_manifest([missing_0, missing_1])? {
             Some(manifest) => {
@@ -596,12 +616,34 @@ impl PageStore {
             "page {page} of area {} has slot {slot} but is not in the durable manifest",
             held.name
         );
-        let mut entry = [0u8; MANIFEST_ENTRY_BYTES as usize];
-        self.manifests[self.current_manifest].read_at(
-            held.manifest_entries_at + page * MANIFEST_ENTRY_BYTES,
-            &mut entry,
-        )?;
-        self.durable_entry_checksum(area, page, slot, &entry)
+        let at = held.manifest_entries_at + page * MANIFEST_ENTRY_BYTES;
+        let mut runs = self.entry_runs.lock();
+        let held_run = runs.get(&area).filter(|run| {
+            run.sequence == self.sequence
+                && at >= run.start
+                && at + MANIFEST_ENTRY_BYTES <= run.start + run.bytes.len() as u64
+        });
+        if held_run.is_none() {
+            // The aligned run holding the entry, within this area's entries (which lie inside
+            // the file).
+            let area_end = held.manifest_entries_at + held.manifest_pages * MANIFEST_ENTRY_BYTES;
+            let start = (at / ENTRY_RUN_BYTES * ENTRY_RUN_BYTES).max(held.manifest_entries_at);
+            let end = ((at / ENTRY_RUN_BYTES + 1) * ENTRY_RUN_BYTES).min(area_end);
+            let mut bytes = vec![0u8; (end - start) as usize];
+            self.manifests[self.current_manifest].read_at(start, &mut bytes)?;
+            runs.insert(
+                area,
+                EntryRun {
+                    sequence: self.sequence,
+                    start,
+                    bytes,
+                },
+            );
+        }
+        let run = &runs[&area];
+        let offset = (at - run.start) as usize;
+        let entry = &run.bytes[offset..offset + MANIFEST_ENTRY_BYTES as usize];
+        self.durable_entry_checksum(area, page, slot, entry)
     }
 
     /// The checksum in `entry`, page `page`'s entry in the durable manifest, after checking

@@ -249,6 +249,7 @@ impl SealedStorage {
                     let state = Arc::new(FileState {
                         keys: RwLock::new(None),
                         rewritten: Mutex::new(HashMap::new()),
+                        length: Mutex::new(None),
                     });
                     open_files.insert(name.to_string(), Arc::downgrade(&state));
                     state
@@ -345,6 +346,11 @@ struct FileState {
     /// newest content. Once a sync makes that content durable, the other slot is erased, so
     /// that damage to the newest slot cannot read as the block's previous content.
     rewritten: Mutex<HashMap<u64, usize>>,
+    /// The content length (single and paired layouts), once read: it is the last block's
+    /// `used`, which costs a read of that block, and every read and write needs it. Writes
+    /// through this state keep it; the face's lock keeps other processes from writing the
+    /// file meanwhile. `None` until read, and after a failed write.
+    length: Mutex<Option<u64>>,
 }
 
 struct FileKeys {
@@ -587,10 +593,21 @@ impl SealedFile {
     /// The content length; `keys` is the file's (`None`: no header, empty).
     fn length(&self, keys: Option<&FileKeys>) -> Result<u64> {
         let Some(keys) = keys else { return Ok(0) };
-        let mut blocks = self.blocks_present(keys)?;
         if keys.layout == Layout::Paged {
-            return Ok(blocks * BLOCK_BYTES as u64);
+            return Ok(self.blocks_present(keys)? * BLOCK_BYTES as u64);
         }
+        let mut known = self.state.length.lock();
+        if let Some(length) = *known {
+            return Ok(length);
+        }
+        let length = self.length_from_media(keys)?;
+        *known = Some(length);
+        Ok(length)
+    }
+
+    /// The content length of a single or paired file, from its last block that authenticates.
+    fn length_from_media(&self, keys: &FileKeys) -> Result<u64> {
+        let mut blocks = self.blocks_present(keys)?;
         let mut raw = vec![0u8; keys.layout.stride_max()];
         while blocks > 0 {
             let last = blocks - 1;
@@ -613,6 +630,17 @@ impl SealedFile {
     /// Writes `data` at `offset` and zeros from the end of the file up to `offset`; the
     /// caller holds the write lock and has the file's keys.
     fn write_locked(&self, keys: &FileKeys, offset: u64, data: &[u8]) -> Result<()> {
+        let written = self.write_blocks(keys, offset, data);
+        *self.state.length.lock() = match written {
+            Ok(Some(length)) if keys.layout != Layout::Paged => Some(length),
+            Ok(None) => return Ok(()),
+            _ => None,
+        };
+        written.map(|_| ())
+    }
+
+    /// [`Self::write_locked`]'s work; the new content length, or `None` when nothing changed.
+    fn write_blocks(&self, keys: &FileKeys, offset: u64, data: &[u8]) -> Result<Option<u64>> {
         let length = self.length(Some(keys))?;
         let end = offset + data.len() as u64;
         let mut new_length = length.max(end);
@@ -621,7 +649,7 @@ impl SealedFile {
         }
         let start = offset.min(length);
         if start == end {
-            return Ok(());
+            return Ok(None);
         }
         let block = BLOCK_BYTES as u64;
         let present = self.blocks_present(keys)?;
@@ -692,7 +720,8 @@ impl SealedFile {
                 out.push(block_offset + SLOT_BYTES as u64, &[0u8; SLOT_BYTES])?;
             }
         }
-        out.flush()
+        out.flush()?;
+        Ok(Some(new_length))
     }
 
     fn verify(&self) -> Result<SealedFileReport> {
@@ -794,6 +823,8 @@ impl StorageFile for SealedFile {
             return self.write_locked(keys, length, &[]);
         }
         let keys = keys_guard.as_ref().expect("a longer file has keys");
+        // Unknown until the cut is done: a failure part way leaves it to be read again.
+        *self.state.length.lock() = None;
         let block = BLOCK_BYTES as u64;
         let blocks = length.div_ceil(block);
         if !length.is_multiple_of(block) {
@@ -836,7 +867,12 @@ impl StorageFile for SealedFile {
             .rewritten
             .lock()
             .retain(|&index, _| index < blocks);
-        self.inner.set_len(Self::block_offset(keys, blocks))
+        let cut = self.inner.set_len(Self::block_offset(keys, blocks));
+        *self.state.length.lock() = match cut {
+            Ok(()) if keys.layout != Layout::Paged => Some(length),
+            _ => None,
+        };
+        cut
     }
 
     fn sync_data(&self) -> Result<()> {
