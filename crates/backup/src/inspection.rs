@@ -74,7 +74,10 @@ impl PlacedFrame {
                 segment,
                 location: record.frames[number],
                 fingerprint: whole_frame(record, number as u32).map(|whole| {
-                    frame_fingerprint(fingerprinter, whole.iter().map(|(_, fingerprint)| fingerprint))
+                    frame_fingerprint(
+                        fingerprinter,
+                        whole.iter().map(|(_, fingerprint)| fingerprint),
+                    )
                 }),
                 chunks: chunks
                     .into_iter()

@@ -603,8 +603,11 @@ impl BackupStore {
                 );
                 outcome.new_id = Some(new_id);
             }
-            let mut frame_writer =
-                FrameWriter::new(writer.as_mut().expect("created above"), fingerprinter, level);
+            let mut frame_writer = FrameWriter::new(
+                writer.as_mut().expect("created above"),
+                fingerprinter,
+                level,
+            );
             for (frame, recovered) in recovered {
                 match recovered {
                     Recovered::Whole(stored) => {

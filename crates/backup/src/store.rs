@@ -238,7 +238,8 @@ impl BackupStore {
             CONTAINERS_DIRECTORY,
             state.options.container_options(),
         )?;
-        let fingerprinter = Fingerprinter::new(state.options.fingerprint, storage.fingerprint_key())?;
+        let fingerprinter =
+            Fingerprinter::new(state.options.fingerprint, storage.fingerprint_key())?;
         Ok(BackupStore {
             storage,
             catalog,

@@ -75,15 +75,19 @@ fn fingerprint(criterion: &mut Criterion<ThreadTime>) {
     {
         let name = format!("{kernel:?}").to_lowercase();
         group.bench_function(BenchmarkId::new("batch_4KiB_blake3", &name), |bencher| {
-            bencher.iter(|| blake3_lanes::hash_batch_with(kernel, None, black_box(&blocks), &mut out))
+            bencher
+                .iter(|| blake3_lanes::hash_batch_with(kernel, None, black_box(&blocks), &mut out))
         });
         // The keyed mode an encrypted backup store uses.
         let key = [7u8; 32];
-        group.bench_function(BenchmarkId::new("batch_4KiB_blake3_keyed", name), |bencher| {
-            bencher.iter(|| {
-                blake3_lanes::hash_batch_with(kernel, Some(&key), black_box(&blocks), &mut out)
-            })
-        });
+        group.bench_function(
+            BenchmarkId::new("batch_4KiB_blake3_keyed", name),
+            |bencher| {
+                bencher.iter(|| {
+                    blake3_lanes::hash_batch_with(kernel, Some(&key), black_box(&blocks), &mut out)
+                })
+            },
+        );
     }
     for algorithm in [FingerprintAlgorithm::Blake3, FingerprintAlgorithm::Sha256] {
         group.bench_with_input(
