@@ -29,7 +29,7 @@
 //! A page's checksum is not held in memory: loading a clean page reads it from the durable
 //! manifest, which is immutable until the next checkpoint (checkpoints write the *other*
 //! manifest file) and which was verified whole when it was read at open or written. The
-//! store keeps the last 4 KiB run of entries it read (512 pages' checksums), so loading pages
+//! store keeps each area's last 4 KiB run of entries (512 pages' checksums), so loading pages
 //! in order costs one read of the manifest per run; in exchange the page tables, which grow
 //! with the stored data, are half the size.
 //!

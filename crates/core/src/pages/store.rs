@@ -100,15 +100,15 @@ pub struct PageStore {
     manifest_states: [ManifestState; 2],
     /// Opened without the right to write: checkpoints are refused.
     read_only: bool,
-    /// Per area, the run of durable manifest entries read last ([`ENTRY_RUN_BYTES`]): pages
+    /// Per area, the run of durable manifest entries read last ([`ENTRY_RUN_PAGES`]): pages
     /// loaded in order find their checksums in it, one read per run rather than one per page.
     /// On a sealed storage every read of the file opens a whole 4 KiB block.
     entry_runs: parking_lot::Mutex<HashMap<AreaId, EntryRun, IntegerBuildHasher>>,
 }
 
-/// Bytes of manifest entries read at once for page loads: 512 pages' entries, one block of a
-/// sealed file.
-const ENTRY_RUN_BYTES: u64 = 4096;
+/// Pages whose manifest entries are read at once for page loads: 4 KiB of entries, about one
+/// block of a sealed file.
+const ENTRY_RUN_PAGES: u64 = 4096 / MANIFEST_ENTRY_BYTES;
 
 /// Durable manifest entries held for page loads.
 #[derive(Debug)]
@@ -624,11 +624,12 @@ impl PageStore {
                 && at + MANIFEST_ENTRY_BYTES <= run.start + run.bytes.len() as u64
         });
         if held_run.is_none() {
-            // The aligned run holding the entry, within this area's entries (which lie inside
-            // the file).
-            let area_end = held.manifest_entries_at + held.manifest_pages * MANIFEST_ENTRY_BYTES;
-            let start = (at / ENTRY_RUN_BYTES * ENTRY_RUN_BYTES).max(held.manifest_entries_at);
-            let end = ((at / ENTRY_RUN_BYTES + 1) * ENTRY_RUN_BYTES).min(area_end);
+            // The run of whole entries holding this one: the area's pages in groups of
+            // ENTRY_RUN_PAGES, within its entries (which lie inside the file).
+            let first = page / ENTRY_RUN_PAGES * ENTRY_RUN_PAGES;
+            let start = held.manifest_entries_at + first * MANIFEST_ENTRY_BYTES;
+            let end = held.manifest_entries_at
+                + (first + ENTRY_RUN_PAGES).min(held.manifest_pages) * MANIFEST_ENTRY_BYTES;
             let mut bytes = vec![0u8; (end - start) as usize];
             self.manifests[self.current_manifest].read_at(start, &mut bytes)?;
             runs.insert(
