@@ -8,8 +8,11 @@
 //!    in parts ([`StreamPart`]): each file starts a chunk and ends one, files of at least the
 //!    minimum segment size have segments of their own and smaller ones share one; runs of
 //!    unchanged files arrive as segments of the previous backup, placed as they are;
-//! 2. **fingerprint** (all cores): every chunk is fingerprinted and tested for zeros; a
-//!    segment's fingerprint is the hash of its chunk fingerprints;
+//! 2. **fingerprint** (the chunker thread, before it hands a batch over): every chunk is
+//!    fingerprinted and tested for zeros, so that hashing the next batch overlaps the steps
+//!    below on this one, whose one-thread parts would leave a core idle (docs/BENCHMARKS.md,
+//!    "Against restic, borg, rustic and bupstash"); a segment's fingerprint is the hash of its
+//!    chunk fingerprints;
 //! 3. **index lookup**: a segment already stored (the index names it and its catalog head
 //!    confirms it is shared) gains a reference; nothing is written;
 //! 4. **compress** (all cores): the non-null chunks of new segments are grouped into frames
@@ -33,7 +36,7 @@ use onecopy_core::chunking::{ChunkerSpec, READ_BUFFER_BYTES_DEFAULT};
 use onecopy_core::container::{
     codec, is_zero, ContainerId, ContainerWriter, Encoded, CHUNK_HEADER_BYTES,
 };
-use onecopy_core::fingerprint::Fingerprint;
+use onecopy_core::fingerprint::{Fingerprint, Fingerprinter};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -59,8 +62,6 @@ const QUEUE_BATCHES: usize = 1;
 /// lenders takes memory for every chunk it holds, so it stops growing here and a larger
 /// backup's later chunks borrow only from its first ones.
 const LENDERS_MAX: usize = 1 << 19;
-/// Chunks per rayon task when fingerprinting and compressing.
-const CHUNKS_PER_TASK: usize = 32;
 
 /// Called with the stream bytes processed so far.
 pub type Progress<'a> = &'a (dyn Fn(u64) + Sync);
@@ -129,6 +130,8 @@ struct Batch {
     /// Segments placed as they are (a [`StreamPart::Segments`]), each with the number of cut
     /// segments of the batch that come before it.
     placed: Vec<(usize, SegmentReference)>,
+    /// Every chunk of `segments`, in order, fingerprinted by the chunker thread.
+    hashed: Vec<HashedChunk>,
 }
 
 impl Batch {
@@ -136,6 +139,38 @@ impl Batch {
         self.data.clear();
         self.segments.clear();
         self.placed.clear();
+        self.hashed.clear();
+    }
+
+    /// The bytes of every chunk of `segments`, in order.
+    fn chunks(&self) -> Vec<&[u8]> {
+        let mut slices = Vec::new();
+        let mut offset = 0usize;
+        for segment in &self.segments {
+            for &length in segment {
+                slices.push(&self.data[offset..offset + length as usize]);
+                offset += length as usize;
+            }
+        }
+        assert_eq!(offset, self.data.len(), "segments cover the batch");
+        slices
+    }
+
+    /// Fingerprints every chunk into `hashed`. BLAKE3 hashes the batch's chunks across SIMD
+    /// lanes, several times faster than one chunk at a time.
+    fn fingerprint(&mut self, fingerprinter: &Fingerprinter) {
+        let slices = self.chunks();
+        let mut fingerprints = vec![Fingerprint::ZERO; slices.len()];
+        fingerprinter.hash_batch(&slices, &mut fingerprints);
+        let hashed: Vec<HashedChunk> = fingerprints
+            .into_iter()
+            .zip(&slices)
+            .map(|(fingerprint, chunk)| HashedChunk {
+                fingerprint,
+                zero: is_zero(chunk),
+            })
+            .collect();
+        self.hashed = hashed;
     }
 }
 
@@ -195,6 +230,9 @@ impl<R: Read + Send> PartedSource for WholeStream<R> {
 /// sends them on in batches.
 struct Cutter {
     spec: ChunkerSpec,
+    /// Fingerprints each batch before sending it, so that hashing the next batch overlaps
+    /// the path's work on this one (which leaves a core idle between its parallel passes).
+    fingerprinter: Fingerprinter,
     every_chunk_is_a_segment: bool,
     sender: Sender<Result<Batch>>,
     recycle: Receiver<Batch>,
@@ -204,6 +242,8 @@ struct Cutter {
     segment_bytes: usize,
     /// Seconds spent cutting.
     busy: f64,
+    /// Seconds spent fingerprinting.
+    hashing: f64,
 }
 
 /// Sent when the receiver is gone: the chunker stops.
@@ -253,9 +293,17 @@ impl Cutter {
         if self.batch.data.len() >= BATCH_BYTES {
             let next = self.next_batch();
             let full = std::mem::replace(&mut self.batch, next);
-            self.sender.send(Ok(full)).map_err(|_| Stopped)?;
+            self.send(full)?;
         }
         Ok(())
+    }
+
+    /// Fingerprints `batch` and sends it.
+    fn send(&mut self, mut batch: Batch) -> std::result::Result<(), Stopped> {
+        let start = Instant::now();
+        batch.fingerprint(&self.fingerprinter);
+        self.hashing += start.elapsed().as_secs_f64();
+        self.sender.send(Ok(batch)).map_err(|_| Stopped)
     }
 
     fn cut_parts(&mut self, source: &mut dyn PartedSource) -> Result<()> {
@@ -345,7 +393,7 @@ impl Cutter {
         }
         if !self.batch.segments.is_empty() || !self.batch.placed.is_empty() {
             let last = std::mem::take(&mut self.batch);
-            let _ = self.sender.send(Ok(last));
+            let _ = self.send(last);
         }
     }
 }
@@ -386,10 +434,12 @@ pub(crate) fn run(
     // Consumed batches go back to the chunker to be filled again: fresh multi-megabyte
     // buffers would each cost a page fault per page.
     let (recycle_sender, recycle_receiver) = bounded::<Batch>(QUEUE_BATCHES + 2);
+    let fingerprinter = store.fingerprinter.clone();
     let result = std::thread::scope(|scope| {
-        let chunker = scope.spawn(move || -> f64 {
+        let chunker = scope.spawn(move || -> (f64, f64) {
             let mut cutter = Cutter {
                 spec,
+                fingerprinter,
                 every_chunk_is_a_segment,
                 sender,
                 recycle: recycle_receiver,
@@ -397,6 +447,7 @@ pub(crate) fn run(
                 segment: Vec::new(),
                 segment_bytes: 0,
                 busy: 0.0,
+                hashing: 0.0,
             };
             cutter.batch = cutter.next_batch();
             match cutter.cut_parts(source) {
@@ -405,7 +456,7 @@ pub(crate) fn run(
                     let _ = cutter.sender.send(Err(error));
                 }
             }
-            cutter.busy
+            (cutter.busy, cutter.hashing)
         });
         let mut consumed = Ok(());
         for batch in receiver.iter() {
@@ -424,8 +475,10 @@ pub(crate) fn run(
         }
         // Dropping the receiver stops the chunker at its next send.
         drop(receiver);
-        let chunk_seconds = chunker.join().expect("the chunker thread does not panic");
+        let (chunk_seconds, fingerprint_seconds) =
+            chunker.join().expect("the chunker thread does not panic");
         writer.outcome.report.chunk_seconds = chunk_seconds;
+        writer.outcome.report.fingerprint_seconds = fingerprint_seconds;
         consumed
     });
     result?;
@@ -484,33 +537,13 @@ struct PathState {
 impl PathState {
     fn add_batch(&mut self, store: &mut BackupStore, batch: &Batch) -> Result<()> {
         let fingerprinter = &store.fingerprinter;
-        let mut slices = Vec::new();
-        let mut offset = 0usize;
-        for segment in &batch.segments {
-            for &length in segment {
-                slices.push(&batch.data[offset..offset + length as usize]);
-                offset += length as usize;
-            }
-        }
-        assert_eq!(offset, batch.data.len(), "segments cover the batch");
-        let start = Instant::now();
-        // In batches: BLAKE3 hashes a batch of chunks across SIMD lanes, several times faster
-        // than one chunk at a time.
-        let hashed: Vec<HashedChunk> = slices
-            .par_chunks(CHUNKS_PER_TASK)
-            .flat_map_iter(|chunks| {
-                let mut fingerprints = vec![Fingerprint::ZERO; chunks.len()];
-                fingerprinter.hash_batch(chunks, &mut fingerprints);
-                fingerprints
-                    .into_iter()
-                    .zip(chunks)
-                    .map(|(fingerprint, chunk)| HashedChunk {
-                        fingerprint,
-                        zero: is_zero(chunk),
-                    })
-            })
-            .collect();
-        self.outcome.report.fingerprint_seconds += start.elapsed().as_secs_f64();
+        let slices = batch.chunks();
+        let hashed = &batch.hashed;
+        assert_eq!(
+            hashed.len(),
+            slices.len(),
+            "the chunker fingerprinted every chunk"
+        );
 
         // Look every segment up first, so that compression of the new ones runs in one
         // parallel pass.
