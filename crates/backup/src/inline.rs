@@ -709,7 +709,7 @@ impl PathState {
             let record = self.store_segment(
                 store,
                 &slices,
-                &hashed,
+                hashed,
                 range,
                 segment_frames,
                 &lent,
