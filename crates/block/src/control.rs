@@ -77,6 +77,10 @@ pub fn control_socket_path(face_directory: &Path) -> PathBuf {
 /// A running control socket; dropping it stops answering and removes the socket.
 pub struct ControlServer {
     path: PathBuf,
+    /// The listening socket, shut down to wake the accept loop when stopping: connecting to
+    /// the socket's path would not reach it once the path is gone, and the loop would wait
+    /// forever.
+    listener: std::os::fd::RawFd,
     stopping: Arc<AtomicBool>,
     accept_thread: Option<JoinHandle<()>>,
 }
@@ -96,12 +100,14 @@ impl ControlServer {
             })?;
         let stopping = Arc::new(AtomicBool::new(false));
         let thread_stopping = Arc::clone(&stopping);
+        let listener_fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
         let accept_thread = thread::Builder::new()
             .name("control-accept".into())
             .spawn(move || accept_loop(&listener, &engine, &holder, &thread_stopping))
             .map_err(|error| Error::io("starting the control socket's thread", error))?;
         Ok(ControlServer {
             path,
+            listener: listener_fd,
             stopping,
             accept_thread: Some(accept_thread),
         })
@@ -116,8 +122,11 @@ impl ControlServer {
 impl Drop for ControlServer {
     fn drop(&mut self) {
         self.stopping.store(true, Ordering::SeqCst);
-        // A connection wakes the accept loop, which then sees the flag.
-        let _ = UnixStream::connect(&self.path);
+        // Wakes the accept loop, which then sees the flag: an accept on a socket shut down
+        // fails at once. The loop owns the socket and closes it only after it has seen the
+        // flag, so the descriptor is still this socket's.
+        // SAFETY: shutdown only reads the descriptor number.
+        unsafe { libc::shutdown(self.listener, libc::SHUT_RDWR) };
         if let Some(thread) = self.accept_thread.take() {
             if thread.join().is_err() {
                 eprintln!("onecopy: the control socket's thread panicked");
@@ -137,6 +146,7 @@ fn accept_loop(listener: &UnixListener, engine: &Arc<Engine>, holder: &str, stop
         }
         let stream = match stream {
             Ok(stream) => stream,
+            Err(_) if stopping.load(Ordering::SeqCst) => break,
             Err(error) => {
                 // Typically EMFILE; the listener stays usable. Avoid spinning.
                 eprintln!("onecopy: control socket: accepting a connection: {error}");

@@ -486,8 +486,10 @@ int main(void) {
 }
 
 /// Goal: what fsync acknowledged survives kill -9 of the mounting process, and the file
-/// system mounts again; SIGTERM unmounts cleanly. Method: write and fsync through the
-/// mount, kill -9 the server, clear the dead mount, mount again and read; then SIGTERM.
+/// system mounts again; SIGTERM unmounts cleanly; a server ends after its last unmount even
+/// when its control socket's path is gone. Method: write and fsync through the mount, kill
+/// -9 the server, clear the dead mount, mount again and read; then SIGTERM; then remove the
+/// socket's path, unmount, and wait for the server to end.
 #[test]
 fn fsync_survives_kill_9_and_sigterm_unmounts() {
     let setup = Setup::new();
@@ -541,7 +543,12 @@ fn fsync_survives_kill_9_and_sigterm_unmounts() {
     setup.mount("crash");
     assert!(std::fs::read(mounted.join("synced")).unwrap() == expected);
     assert!(std::fs::read(mounted.join("after")).unwrap() == after);
+    // The server ends after its last unmount even when its control socket's path is gone
+    // (a repository directory removed as the server ends).
+    let pid = setup.server_pid();
+    std::fs::remove_file(setup.repository.join("fs/control.sock")).unwrap();
     setup.ok(&["umount", mounted.to_str().unwrap()]);
+    wait_gone(pid, Duration::from_secs(10));
 }
 
 /// Goal: deduplication runs by itself once the file system has been idle for `--idle`

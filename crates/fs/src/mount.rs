@@ -627,6 +627,10 @@ pub fn execute_served(server: &Arc<MountServer>, request: &Request) -> Result<se
 /// The control socket of a mounting process.
 pub struct ControlServer {
     path: PathBuf,
+    /// The listening socket, shut down to wake the accept loop when stopping: connecting to
+    /// the socket's path would not reach it once the path is gone (a repository removed
+    /// while its server ends), and the loop would wait forever.
+    listener: std::os::fd::RawFd,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -645,6 +649,7 @@ impl ControlServer {
             .map_err(|error| FsError::io(format!("making {} private", path.display()), error))?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
+        let listener_fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
         let thread = std::thread::Builder::new()
             .name("fs-control".to_string())
             .spawn(move || {
@@ -682,6 +687,7 @@ impl ControlServer {
             .map_err(|error| FsError::io("starting the control thread", error))?;
         Ok(ControlServer {
             path,
+            listener: listener_fd,
             stop,
             thread: Some(thread),
         })
@@ -690,8 +696,11 @@ impl ControlServer {
     /// Stops listening and removes the socket.
     pub fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        // Wakes the accept loop.
-        let _ = UnixStream::connect(&self.path);
+        // Wakes the accept loop: an accept on a socket shut down fails at once. The loop
+        // owns the socket and closes it only after it has seen `stop`, so the descriptor is
+        // still this socket's.
+        // SAFETY: shutdown only reads the descriptor number.
+        unsafe { libc::shutdown(self.listener, libc::SHUT_RDWR) };
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
