@@ -749,7 +749,9 @@ fn wait_for_server(repository: &Path, mount_point: &Path) {
     };
     match control::send_waiting(&repository.path().join(FACE), &request, UMOUNT_WAIT) {
         Ok(Some(answer)) => {
-            if answer["was_mounted"] == true && answer["last"] == true {
+            // A server left with no mount is ending, whether its session of this mount point
+            // ended before the request came or while it waited: wait until it has ended.
+            if answer["last"] == true {
                 face_lock(FACE);
             }
             return;
