@@ -162,7 +162,7 @@ impl Batch {
         let slices = self.chunks();
         let mut fingerprints = vec![Fingerprint::ZERO; slices.len()];
         fingerprinter.hash_batch(&slices, &mut fingerprints);
-        let hashed: Vec<HashedChunk> = fingerprints
+        self.hashed = fingerprints
             .into_iter()
             .zip(&slices)
             .map(|(fingerprint, chunk)| HashedChunk {
@@ -170,7 +170,6 @@ impl Batch {
                 zero: is_zero(chunk),
             })
             .collect();
-        self.hashed = hashed;
     }
 }
 
