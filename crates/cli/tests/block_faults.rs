@@ -66,11 +66,11 @@ const CONTAINER_HEADER_BYTES: u64 = 64;
 const CHUNK_HEADER_BYTES: u64 = 52;
 const FOOTER_BYTES: u64 = 32;
 // Journal format: a 64-byte file header, records of a 32-byte header, the payload and a
-// 28-byte footer; the header holds the payload length and the tag (volume, first block,
+// 32-byte footer; the header holds the payload length and the tag (volume, first block,
 // block count).
 const JOURNAL_HEADER_BYTES: u64 = 64;
 const RECORD_HEADER_BYTES: u64 = 32;
-const RECORD_OVERHEAD_BYTES: u64 = 60;
+const RECORD_OVERHEAD_BYTES: u64 = 64;
 
 const _: () = assert!(VOLUME_BYTES.is_multiple_of(READ_BLOCKS * BLOCK_BYTES));
 const _: () = assert!(BLOCKS.is_multiple_of(MAP_ENTRIES_PER_PAGE));

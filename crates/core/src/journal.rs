@@ -14,10 +14,11 @@
 //! a shorter file is a truncation, never a torn tail.
 //!
 //! ```text
-//! file header (64 B)  "OCJRNL02" | generation u64 | capacity u64 | crc32c u32 | zeros
+//! file header (64 B)  "OCJRNL03" | generation u64 | capacity u64 | crc32c u32 | zeros
 //! record*             header | payload | footer
 //!   header (32 B)     payload length u32 | header crc u32 | synced end u64 | tag [16]
-//!   footer (28 B)     tag [16] | payload length u32 | footer crc u32 | record crc u32
+//!   footer (32 B)     tag [16] | payload length u32 | footer crc u32 | record crc u32 |
+//!                     "OCJ." (the end mark, whose bytes are never zero)
 //! zeros               (never written)
 //! ```
 //!
@@ -27,7 +28,8 @@
 //! length, and the record crc the generation, the header, the payload and the footer before
 //! it. Including the generation keeps records of another file from ever being replayed under
 //! this one. *Synced end* is the file offset up to which the journal was durable when the
-//! record was appended.
+//! record was appended. The end mark makes every record's last byte non-zero, so the last
+//! non-zero byte of a journal is the end of its last whole record unless a write was cut.
 //!
 //! # Torn tails and damage
 //!
@@ -35,14 +37,19 @@
 //! record that fails its checks, which is one of two things:
 //!
 //! - a **torn tail**: the last unsynced write reached the media only in part (any 512-byte
-//!   sector of it may be missing). Nothing in it was acknowledged as durable, and the scan
-//!   drops it and everything after it.
+//!   sector of it may be missing; a process killed inside the write, or a disk that wrote the
+//!   request in order, leaves a prefix of its sectors). Nothing in it was acknowledged as
+//!   durable, and the scan drops it and everything after it.
 //! - **damage**: bytes that were durable changed. Proof: a later intact record whose synced
 //!   end lies past the bad record (the journal was synced after the bad record was written),
-//!   or a file shorter than its capacity. Without proof, a bad region in which a whole sector
-//!   (at least 8 bytes of it within the region) reads as zeros is a torn tail, since a sector
-//!   that never reached the media reads as zeros in a file that is only appended to; a bad
-//!   region without such a sector is damage (a flipped byte in the last synced records).
+//!   or a file shorter than its capacity. Without proof, a bad region is a torn tail when a
+//!   sector of it reads as zeros, since a sector that never reached the media reads as zeros
+//!   in a file that is only appended to: either a whole sector (at least 8 bytes of it within
+//!   the region), or, in the last bad region, the sectors from a sector boundary at or after
+//!   the last non-zero byte up to where the bad record must end at least (its header's length
+//!   when the header is intact, else a whole header and footer): a whole record ends in its
+//!   end mark, so its bytes cannot stop short of that. A bad region without such a sector is
+//!   damage (a flipped byte in the last synced records).
 //!
 //! Damage is never dropped silently: the scan reports where it is and which tag the damaged
 //! record carried (from its header or its footer, whichever is intact), and lists the intact
@@ -61,11 +68,13 @@ pub type RecordTag = [u8; TAG_BYTES];
 /// Largest record payload.
 pub const RECORD_BYTES_MAX: usize = 16 << 20;
 
-const FILE_MAGIC: &[u8; 8] = b"OCJRNL02";
+const FILE_MAGIC: &[u8; 8] = b"OCJRNL03";
 /// Bytes of the file header; the first record starts here.
 pub const FILE_HEADER_BYTES: u64 = 64;
 const RECORD_HEADER_BYTES: usize = 32;
-const RECORD_FOOTER_BYTES: usize = 28;
+const RECORD_FOOTER_BYTES: usize = 32;
+/// The last bytes of every record; none is zero (see the module documentation).
+const RECORD_END_MARK: [u8; 4] = *b"OCJ.";
 /// Bytes a record takes besides its payload.
 pub const RECORD_OVERHEAD_BYTES: usize = RECORD_HEADER_BYTES + RECORD_FOOTER_BYTES;
 const RECORD_TOTAL_MAX: u64 = (RECORD_BYTES_MAX + RECORD_OVERHEAD_BYTES) as u64;
@@ -85,6 +94,7 @@ const SCAN_READ_BYTES: u64 = 4 << 20;
 const _: () = assert!(RECORD_BYTES_MAX <= u32::MAX as usize);
 const _: () = assert!(FILE_HEADER_BYTES as usize >= 8 + 8 + 8 + 4);
 const _: () = assert!(BUFFER_BYTES_LIMIT as u64 <= SCAN_READ_BYTES);
+const _: () = assert!(RECORD_END_MARK[3] != 0 && RECORD_FOOTER_BYTES == TAG_BYTES + 4 + 4 + 4 + 4);
 
 /// One intact record found by [`Journal::scan`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -417,6 +427,7 @@ fn encode_record(
         &out[start..out.len()],
     );
     out.extend_from_slice(&record_crc.to_le_bytes());
+    out.extend_from_slice(&RECORD_END_MARK);
     debug_assert_eq!(out.len() - start, payload.len() + RECORD_OVERHEAD_BYTES);
 }
 
@@ -467,9 +478,10 @@ fn decode_record(generation: u64, at: u64, bytes: &[u8]) -> Option<ScannedRecord
     let record_crc = u32_at(footer, 24);
     let expected = crc32c::crc32c_append(
         crc32c::crc32c(&generation.to_le_bytes()),
-        &bytes[..total - 4],
+        &bytes[..total - 8],
     );
-    (footer_tag == tag && footer_length == length && expected == record_crc).then_some(
+    let marked = footer[28..] == RECORD_END_MARK;
+    (footer_tag == tag && footer_length == length && expected == record_crc && marked).then_some(
         ScannedRecord {
             offset: at,
             tag,
@@ -524,6 +536,22 @@ struct BadRegion {
     tag: Option<RecordTag>,
     /// The bad record's header promised more bytes than the file has.
     past_end: bool,
+    /// Where the bad record ends at least: as its intact header says, else after a header
+    /// and a footer.
+    needed_end: u64,
+    /// An intact record follows the region.
+    resynchronised: bool,
+}
+
+impl BadRegion {
+    /// The region is the last written bytes and stops short of the end the bad record
+    /// needs, at or before a sector boundary: the sectors from there on never reached the
+    /// media (the record's end mark is never zero, so a whole record cannot end early).
+    fn cut_short(&self) -> bool {
+        !self.resynchronised
+            && !self.past_end
+            && self.end.next_multiple_of(SECTOR_BYTES) < self.needed_end
+    }
 }
 
 fn scan_file(file: Arc<dyn StorageFile>, name: String, generation: u64) -> Result<JournalScan> {
@@ -549,7 +577,7 @@ fn scan_file(file: Arc<dyn StorageFile>, name: String, generation: u64) -> Resul
         }
         let region = bad_region(&mut window, generation, offset, claimed)?;
         offset = region.end;
-        let resynchronised = read_record(&mut window, generation, region.end)?.is_some();
+        let resynchronised = region.resynchronised;
         bad.push((records.len(), region));
         if !resynchronised {
             break;
@@ -570,7 +598,8 @@ fn scan_file(file: Arc<dyn StorageFile>, name: String, generation: u64) -> Resul
             .iter()
             .any(|record| record.synced_end > region.offset)
             || cut;
-        let damaged = proven || !(region.past_end || has_zero_sector(&mut window, region)?);
+        let torn = region.past_end || region.cut_short() || has_zero_sector(&mut window, region)?;
+        let damaged = proven || !torn;
         if index == 0 {
             prefix = *records_before;
         }
@@ -582,9 +611,15 @@ fn scan_file(file: Arc<dyn StorageFile>, name: String, generation: u64) -> Resul
                 cut,
                 detail: if cut {
                     format!("the file is truncated to {length} bytes of {} and the record at {} is cut", capacity.unwrap_or(0), region.offset)
-                } else {
+                } else if proven {
                     format!(
                         "a record at offset {} fails its checksum and the journal was synced after it",
+                        region.offset
+                    )
+                } else {
+                    format!(
+                        "a record at offset {} fails its checksum and is not a torn write (no \
+                         sector of it reads as zeros)",
                         region.offset
                     )
                 },
@@ -678,6 +713,7 @@ fn bad_region(
         Some(next) => next,
         None => written_end(window, offset)?,
     };
+    let needed_end = offset + claimed.unwrap_or(RECORD_OVERHEAD_BYTES as u64);
     // The footer sits right before the next record when the damage is inside one record.
     let footer_tag = (end >= offset + RECORD_OVERHEAD_BYTES as u64)
         .then(|| -> Result<Option<RecordTag>> {
@@ -692,6 +728,8 @@ fn bad_region(
         end,
         tag: header_tag.or(footer_tag),
         past_end,
+        needed_end,
+        resynchronised: next.is_some(),
     })
 }
 
