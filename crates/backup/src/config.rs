@@ -27,10 +27,12 @@ pub const CONTAINER_BYTES_DEFAULT: u64 = 32 << 20;
 pub const COMPRESSION_LEVEL_DEFAULT: i32 = 3;
 /// Largest live window accepted.
 pub const LIVE_WINDOW_MAX: u32 = 1 << 16;
-/// Segments the segment index's filter is first sized for: 256 GiB of unique data in 4 MiB
-/// segments (the filter grows beyond, see `onecopy_core::index`). The index's own default,
-/// a million entries, persists a 1.2 MiB filter even in a store of one small backup.
-pub const SEGMENT_INDEX_EXPECTED_ENTRIES: u64 = 1 << 16;
+/// Segments the segment index's filter is first sized for: 4 GiB of unique data in 4 MiB
+/// segments. The filter grows with the index (rebuilt from its buckets, see
+/// `onecopy_core::index`), and every writable open reads it whole, so it starts small: the
+/// index's own default, a million entries, is a 1.2 MiB filter, read by every backup of even
+/// the smallest store.
+pub const SEGMENT_INDEX_EXPECTED_ENTRIES: u64 = 1 << 10;
 /// Logical bytes a restore assembles at once (per window) by default. Up to four windows are
 /// in memory at once (one assembled, two queued for the writer, one being written), with the
 /// frames read for one, so the window sets a restore's memory (docs/BENCHMARKS.md, "Figures

@@ -153,6 +153,9 @@ pub struct BackupStore {
     pub(crate) index_damage: Option<String>,
     /// Messages for the user about derived data rebuilt or missing ([`Self::take_notices`]).
     notices: Vec<String>,
+    /// Bytes of reserve this process wrote or found: while the file exists, a reserve that
+    /// large needs no look at its length (a read of its last block on sealed storage).
+    reserve_known: u64,
 }
 
 impl std::fmt::Debug for BackupStore {
@@ -251,6 +254,7 @@ impl BackupStore {
             recovered: false,
             index_damage: None,
             notices: Vec::new(),
+            reserve_known: 0,
         })
     }
 
@@ -606,14 +610,17 @@ impl BackupStore {
         }
     }
 
-    fn write_reserve(&self) -> Result<()> {
+    fn write_reserve(&mut self) -> Result<()> {
         let catalog_bytes = self.storage.open(CATALOG_FILE, false)?.len()?;
         let wanted = reserve_bytes(catalog_bytes, self.runtime.reserve_bytes_min);
         if self.storage.exists(RESERVE_FILE)?
-            && self.storage.open(RESERVE_FILE, false)?.len()? >= wanted
+            && (self.reserve_known >= wanted
+                || self.storage.open(RESERVE_FILE, false)?.len()? >= wanted)
         {
+            self.reserve_known = self.reserve_known.max(wanted);
             return Ok(());
         }
+        self.reserve_known = 0;
         let file = self.storage.open(RESERVE_FILE, true)?;
         // Written, not merely sized: a sparse file reserves nothing.
         let block = vec![0u8; 1 << 20];
@@ -625,6 +632,7 @@ impl BackupStore {
         }
         file.sync_data()?;
         self.storage.sync_directory("")?;
+        self.reserve_known = wanted;
         Ok(())
     }
 

@@ -70,6 +70,8 @@ pub(super) struct Manifest {
     pub(super) slot_count: u32,
     pub(super) areas: Vec<ManifestArea>,
     pub(super) user_state: Vec<u8>,
+    /// The whole file as read.
+    pub(super) bytes: Vec<u8>,
 }
 
 /// The manifest in a file; `Err(None)` when the file is empty, `Err(Some(why))` when it
@@ -86,8 +88,10 @@ pub(super) fn read(file: &dyn StorageFile, index: usize) -> Result<ManifestRead>
     if length < MANIFEST_HEADER_BYTES as u64 || length > MANIFEST_BYTES_MAX {
         return Ok(Err(Some(format!("{length} bytes long"))));
     }
-    let mut header = [0u8; MANIFEST_HEADER_BYTES];
-    file.read_at(0, &mut header)?;
+    // One read of the whole file: on sealed storage every read opens whole blocks.
+    let mut bytes = vec![0u8; length as usize];
+    file.read_at(0, &mut bytes)?;
+    let (header, body) = bytes.split_at(MANIFEST_HEADER_BYTES);
     if &header[..8] != MANIFEST_MAGIC {
         return Ok(Err(Some("no manifest header at offset 0".to_string())));
     }
@@ -100,16 +104,15 @@ pub(super) fn read(file: &dyn StorageFile, index: usize) -> Result<ManifestRead>
             length - MANIFEST_HEADER_BYTES as u64
         ))));
     }
-    let mut body = vec![0u8; body_length as usize];
-    file.read_at(MANIFEST_HEADER_BYTES as u64, &mut body)?;
-    if crc32c::crc32c(&body) != checksum {
+    if crc32c::crc32c(body) != checksum {
         return Ok(Err(Some(format!(
             "the body (bytes {MANIFEST_HEADER_BYTES}..{length}) fails its checksum"
         ))));
     }
     // The checksum matched, so a decoding failure means a bug or deliberate tampering.
-    decode_body(index, sequence, &body)
-        .map(Ok)
+    let decoded = decode_body(index, sequence, body);
+    decoded
+        .map(|manifest| Ok(Manifest { bytes, ..manifest }))
         .ok_or_else(|| Error::corrupt(format!("manifest {}", file.name()), "malformed body"))
 }
 
@@ -149,6 +152,7 @@ fn decode_body(file: usize, sequence: u64, body: &[u8]) -> Option<Manifest> {
         slot_count,
         areas,
         user_state,
+        bytes: Vec::new(),
     })
 }
 

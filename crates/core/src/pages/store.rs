@@ -104,7 +104,13 @@ pub struct PageStore {
     /// loaded in order find their checksums in it, one read per run rather than one per page.
     /// On a sealed storage every read of the file opens a whole 4 KiB block.
     entry_runs: parking_lot::Mutex<HashMap<AreaId, EntryRun, IntegerBuildHasher>>,
+    /// The durable manifest's bytes when it is at most [`KEPT_MANIFEST_BYTES_MAX`] long: page
+    /// loads and checkpoints take durable entries from here instead of reading the file.
+    kept_manifest: Option<Vec<u8>>,
 }
+
+/// Largest durable manifest kept in memory (the entries of 8,192 pages, 32 MiB of them).
+pub(super) const KEPT_MANIFEST_BYTES_MAX: usize = 64 << 10;
 
 /// Pages whose manifest entries are read at once for page loads: 4 KiB of entries, about one
 /// block of a sealed file.
@@ -205,11 +211,14 @@ impl PageStore {
             manifest_states: [ManifestState::Empty, ManifestState::Empty],
             read_only,
             entry_runs: parking_lot::Mutex::new(HashMap::default()),
+            kept_manifest: None,
         };
         let user_state = match store.read_newest_manifest([missing_0, missing_1])? {
             Some(manifest) => {
                 store.sequence = manifest.sequence;
                 store.current_manifest = manifest.file;
+                store.kept_manifest =
+                    (manifest.bytes.len() <= KEPT_MANIFEST_BYTES_MAX).then_some(manifest.bytes);
                 store.slot_count = manifest.slot_count;
                 store.areas = manifest
                     .areas
@@ -592,6 +601,7 @@ impl PageStore {
         target.sync_data()?;
         self.sequence += 1;
         self.current_manifest = target_file;
+        self.kept_manifest = (manifest.len() <= KEPT_MANIFEST_BYTES_MAX).then_some(manifest);
         for (area, at) in self.areas.iter_mut().zip(entries_at) {
             area.manifest_entries_at = at;
             area.manifest_pages = area.table.len() as u64;
@@ -617,6 +627,10 @@ impl PageStore {
             held.name
         );
         let at = held.manifest_entries_at + page * MANIFEST_ENTRY_BYTES;
+        if let Some(kept) = &self.kept_manifest {
+            let entry = &kept[at as usize..(at + MANIFEST_ENTRY_BYTES) as usize];
+            return self.durable_entry_checksum(area, page, slot, entry);
+        }
         let mut runs = self.entry_runs.lock();
         let held_run = runs.get(&area).filter(|run| {
             run.sequence == self.sequence
@@ -687,8 +701,14 @@ impl PageStore {
             let durable_pages = area.manifest_pages.min(area.table.len() as u64);
             let mut durable = vec![0u8; (durable_pages * MANIFEST_ENTRY_BYTES) as usize];
             if durable_pages > 0 {
-                self.manifests[self.current_manifest]
-                    .read_at(area.manifest_entries_at, &mut durable)?;
+                match &self.kept_manifest {
+                    Some(kept) => {
+                        let count = durable.len();
+                        durable.copy_from_slice(&kept[area.manifest_entries_at as usize..][..count])
+                    }
+                    None => self.manifests[self.current_manifest]
+                        .read_at(area.manifest_entries_at, &mut durable)?,
+                }
             }
             for (page, &slot) in area.table.iter().enumerate() {
                 let page = page as u64;

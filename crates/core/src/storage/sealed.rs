@@ -250,6 +250,7 @@ impl SealedStorage {
                         keys: RwLock::new(None),
                         rewritten: Mutex::new(HashMap::new()),
                         length: Mutex::new(None),
+                        paired_written: Mutex::new(HashMap::new()),
                     });
                     open_files.insert(name.to_string(), Arc::downgrade(&state));
                     state
@@ -351,6 +352,19 @@ struct FileState {
     /// through this state keep it; the face's lock keeps other processes from writing the
     /// file meanwhile. `None` until read, and after a failed write.
     length: Mutex<Option<u64>>,
+    /// Paired blocks this state wrote, as written: a rewrite of one needs its generation, its
+    /// slot and (unless it covers the whole block) its content, which would otherwise cost a
+    /// read of both slots (the catalog's header block, rewritten by every commit). Kept like
+    /// `length`; emptied after a failed write and by cuts.
+    paired_written: Mutex<HashMap<u64, WrittenBlock>>,
+}
+
+/// A paired block as last written through a [`FileState`].
+struct WrittenBlock {
+    generation: u64,
+    copy: usize,
+    used: usize,
+    content: Box<[u8]>,
 }
 
 struct FileKeys {
@@ -631,6 +645,9 @@ impl SealedFile {
     /// caller holds the write lock and has the file's keys.
     fn write_locked(&self, keys: &FileKeys, offset: u64, data: &[u8]) -> Result<()> {
         let written = self.write_blocks(keys, offset, data);
+        if written.is_err() {
+            self.state.paired_written.lock().clear();
+        }
         *self.state.length.lock() = match written {
             Ok(Some(length)) if keys.layout != Layout::Paged => Some(length),
             Ok(None) => return Ok(()),
@@ -679,7 +696,13 @@ impl SealedFile {
             let paired = keys.layout.is_paired(index);
             let (generation, copy) = if index < present {
                 let needs_old = !covers_all || paired;
-                if needs_old {
+                let written = paired.then(|| self.state.paired_written.lock().remove(&index));
+                if let Some(Some(old)) = written {
+                    if !covers_all {
+                        content[..old.used].copy_from_slice(&old.content[..old.used]);
+                    }
+                    (old.generation + 1, 1 - old.copy)
+                } else if needs_old {
                     let old = self.read_block(keys, index, &mut raw)?;
                     if !covers_all {
                         content[..old.used].copy_from_slice(&Self::content(&raw, &old)[..old.used]);
@@ -709,6 +732,12 @@ impl SealedFile {
                 }
             }
             content[used..].fill(0);
+            let written = paired.then(|| WrittenBlock {
+                generation,
+                copy,
+                used,
+                content: content.into(),
+            });
             seal_slot(keys, index, generation, used, &mut slot, nonces.next()?);
             let block_offset = Self::block_offset(keys, index);
             out.push(block_offset + (copy * SLOT_BYTES) as u64, &slot)?;
@@ -718,6 +747,9 @@ impl SealedFile {
             if index >= present && paired {
                 // A new paired block's second slot holds nothing yet.
                 out.push(block_offset + SLOT_BYTES as u64, &[0u8; SLOT_BYTES])?;
+            }
+            if let Some(written) = written {
+                self.state.paired_written.lock().insert(index, written);
             }
         }
         out.flush()?;
@@ -825,6 +857,7 @@ impl StorageFile for SealedFile {
         let keys = keys_guard.as_ref().expect("a longer file has keys");
         // Unknown until the cut is done: a failure part way leaves it to be read again.
         *self.state.length.lock() = None;
+        self.state.paired_written.lock().clear();
         let block = BLOCK_BYTES as u64;
         let blocks = length.div_ceil(block);
         if !length.is_multiple_of(block) {
