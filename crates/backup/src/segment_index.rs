@@ -35,6 +35,8 @@ pub(crate) struct SegmentIndex {
     index: FingerprintIndex,
     /// Catalog serial recorded by the last checkpoint (0 for a new index).
     serial: u64,
+    /// Entries were added or removed since the last checkpoint (or open).
+    changed: bool,
 }
 
 impl SegmentIndex {
@@ -59,6 +61,7 @@ impl SegmentIndex {
             pages,
             index,
             serial,
+            changed: false,
         })
     }
 
@@ -130,6 +133,13 @@ impl SegmentIndex {
         self.serial
     }
 
+    /// True when the index holds what its last checkpoint recorded: no entry was added or
+    /// removed since, and no damaged bucket page (read after the open-time verification) was
+    /// reset to empty.
+    pub(crate) fn as_checkpointed(&self) -> bool {
+        !self.changed && self.index.counters().damaged_buckets_reset == 0
+    }
+
     /// Entries stored.
     pub(crate) fn len(&self) -> u64 {
         self.index.len()
@@ -149,6 +159,7 @@ impl SegmentIndex {
     }
 
     pub(crate) fn insert(&mut self, fingerprint: &Fingerprint, segment: SegmentId) -> Result<()> {
+        self.changed = true;
         self.index.insert(&mut self.pages, fingerprint, segment)?;
         Ok(())
     }
@@ -161,6 +172,7 @@ impl SegmentIndex {
         segment: SegmentId,
     ) -> Result<()> {
         if self.index.lookup(&mut self.pages, fingerprint)? == Some(segment) {
+            self.changed = true;
             self.index.remove(&mut self.pages, fingerprint)?;
         }
         Ok(())
@@ -171,6 +183,7 @@ impl SegmentIndex {
     }
 
     pub(crate) fn remove_key(&mut self, key: &IndexKey) -> Result<()> {
+        self.changed = true;
         self.index.remove_key(&mut self.pages, key)?;
         Ok(())
     }
@@ -181,6 +194,7 @@ impl SegmentIndex {
         self.index.prepare_checkpoint(&mut self.pages)?;
         self.pages.checkpoint(&serial.to_le_bytes())?;
         self.serial = serial;
+        self.changed = false;
         Ok(())
     }
 }

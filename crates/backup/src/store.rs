@@ -380,17 +380,24 @@ impl BackupStore {
         Ok(report)
     }
 
-    /// Reconciles the segment index with the catalog when its checkpoint serial or size
-    /// disagrees, and checkpoints it; rebuilds it from scratch when that fails. Returns the
-    /// entries added and removed.
+    /// Reconciles the segment index with the catalog when its checkpoint serial disagrees,
+    /// or it changed since its checkpoint (an operation failed part way, or a damaged bucket
+    /// was emptied), and checkpoints it; rebuilds it from scratch when that fails. Returns
+    /// the entries added and removed.
+    ///
+    /// An index checkpoint records the catalog serial whose shared segments it holds: the
+    /// next one when the index goes first (`create`), the current one when it follows the
+    /// commit (settlement). A crash between the two leaves different serials. An equal serial
+    /// and no change since is trusted, which spares a writable open a scan of every segment
+    /// head, a read that grows with the store.
     pub(crate) fn reconcile_index_if_needed(&mut self) -> Result<(u64, u64)> {
         let Some(index) = &self.index else {
             return Ok((0, 0));
         };
-        let expected = indexable_segments(&self.catalog.read()?, &self.state.damaged_segments)?;
-        if index.serial() == self.state.serial && index.len() == expected.len() as u64 {
+        if index.serial() == self.state.serial && index.as_checkpointed() {
             return Ok((0, 0));
         }
+        let expected = indexable_segments(&self.catalog.read()?, &self.state.damaged_segments)?;
         let serial = self.state.serial;
         let index = self.index.as_mut().expect("checked above");
         let reconciled = reconcile_index(index, &expected).and_then(|counts| {
