@@ -140,6 +140,11 @@ impl SegmentIndex {
         !self.changed && self.index.counters().damaged_buckets_reset == 0
     }
 
+    /// Bucket pages found damaged (and emptied) since the index was opened.
+    pub(crate) fn damaged_buckets(&self) -> u64 {
+        self.index.counters().damaged_buckets_reset
+    }
+
     /// Entries stored.
     pub(crate) fn len(&self) -> u64 {
         self.index.len()

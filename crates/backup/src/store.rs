@@ -258,10 +258,14 @@ impl BackupStore {
         })
     }
 
-    /// Opens the segment index. Read-only: without verifying it and without creating
-    /// anything; a missing or unreadable index leaves the store without one. Writable: a
-    /// damaged index (pages failing their checksums, a broken structure, missing files) is
-    /// thrown away and recreated empty, and recovery fills it from the catalog.
+    /// Opens the segment index. Read-only: without creating anything; a missing or
+    /// unreadable index leaves the store without one. Writable: an index whose open fails
+    /// (damaged manifests, directory, missing files) is thrown away and recreated empty, and
+    /// recovery fills it from the catalog.
+    ///
+    /// Neither verifies every page: that would make every backup read the whole index. Each
+    /// page is checked when it is loaded; a damaged bucket page found by a lookup makes the
+    /// store rebuild the index ([`Self::lookup_segment`]), and `check` verifies them all.
     pub(crate) fn open_index(&mut self, read_only: bool) -> Result<()> {
         let options = self.runtime.index.clone();
         let opened = if read_only && !SegmentIndex::exists(&self.storage)? {
@@ -269,13 +273,8 @@ impl BackupStore {
                 "segment index in backup/meta",
                 "its files are missing",
             ))
-        } else if read_only {
-            SegmentIndex::open(&self.storage, &options)
         } else {
-            SegmentIndex::open(&self.storage, &options).and_then(|mut index| {
-                index.verify()?;
-                Ok(index)
-            })
+            SegmentIndex::open(&self.storage, &options)
         };
         match opened {
             Ok(index) => self.index = Some(index),
@@ -509,7 +508,22 @@ impl BackupStore {
         let Some(index) = self.index.as_mut() else {
             return Ok(None);
         };
-        let id = match index.lookup(fingerprint) {
+        let mut found = index.lookup(fingerprint);
+        if index.damaged_buckets() > 0 && !self.catalog.is_read_only() {
+            // A bucket page failed its checks and was emptied: its entries are gone until
+            // the index is rebuilt, and a backup would store their segments again.
+            self.notices.push(
+                "the segment index (derived data in backup/meta) has a damaged page; \
+                 rebuilding it from the catalog"
+                    .to_string(),
+            );
+            self.rebuild_index()?;
+            let Some(index) = self.index.as_mut() else {
+                return Ok(None);
+            };
+            found = index.lookup(fingerprint);
+        }
+        let id = match found {
             Ok(Some(id)) => id,
             Ok(None) => return Ok(None),
             Err(error) => {
