@@ -95,9 +95,9 @@ pub(super) fn read(file: &dyn StorageFile, index: usize) -> Result<ManifestRead>
     if &header[..8] != MANIFEST_MAGIC {
         return Ok(Err(Some("no manifest header at offset 0".to_string())));
     }
-    let sequence = u64_at(&header, 8);
-    let body_length = u64_at(&header, 16);
-    let checksum = u32_at(&header, 24);
+    let sequence = u64_at(header, 8);
+    let body_length = u64_at(header, 16);
+    let checksum = u32_at(header, 24);
     if body_length != length - MANIFEST_HEADER_BYTES as u64 {
         return Ok(Err(Some(format!(
             "the header (offset 16) states a body of {body_length} bytes, the file holds {}",
