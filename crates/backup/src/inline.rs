@@ -18,9 +18,10 @@
 //! 4. **compress** (all cores): the non-null chunks of new segments are grouped into frames
 //!    of up to 128 KiB ([`crate::frames`]), each compressed with zstd (kept as it is unless that
 //!    saves an eighth);
-//! 5. **container append**: a new segment's frames go into the open container, which is
-//!    sealed (time stamp 0: shared) when the segment would overflow it; new segments enter
-//!    the index.
+//! 5. **container append** (one thread, while the next batch is compressed): a new segment's
+//!    frames go into the open container, which is sealed (time stamp 0: shared) when the
+//!    segment would overflow it; new segments enter the index. Steps 3 and 4 of a batch only
+//!    need the ids step 3 allocated for the batches before, so they run ahead of step 5.
 //!
 //! Nothing becomes reachable here: the caller makes the containers durable (sealing syncs
 //! them), checkpoints the index, and only then commits the recipe ([`crate::create`]). In
@@ -52,9 +53,9 @@ use crate::store::{BackupStore, StoreState};
 
 /// Bytes of segments per batch handed from the chunker thread.
 const BATCH_BYTES: usize = 1 << 20;
-/// Batches queued between the chunker and the rest of the path. With the batch being filled
-/// and the one being stored (consumed ones are recycled), `QUEUE_BATCHES + 2` batches of
-/// `BATCH_BYTES` plus the largest segment each live at once. One queued batch is enough: the
+/// Batches queued between the chunker and the rest of the path. With the batch being filled,
+/// the one being compressed and the one being written (consumed ones are recycled),
+/// `QUEUE_BATCHES + 3` batches of `BATCH_BYTES` plus the largest segment each live at once. One queued batch is enough: the
 /// chunker cuts the next while the path stores this one, and more queued did not shorten a
 /// backup (docs/BENCHMARKS.md, "Against restic, borg, rustic and bupstash").
 const QUEUE_BATCHES: usize = 1;
@@ -432,7 +433,7 @@ pub(crate) fn run(
     let (sender, receiver) = bounded::<Result<Batch>>(QUEUE_BATCHES);
     // Consumed batches go back to the chunker to be filled again: fresh multi-megabyte
     // buffers would each cost a page fault per page.
-    let (recycle_sender, recycle_receiver) = bounded::<Batch>(QUEUE_BATCHES + 2);
+    let (recycle_sender, recycle_receiver) = bounded::<Batch>(QUEUE_BATCHES + 3);
     let fingerprinter = store.fingerprinter.clone();
     let result = std::thread::scope(|scope| {
         let chunker = scope.spawn(move || -> (f64, f64) {
@@ -457,12 +458,34 @@ pub(crate) fn run(
             }
             (cutter.busy, cutter.hashing)
         });
+        let level = store.state.options.compression_level;
+        // The batch before, compressed, written while this one is compressed: the writes
+        // are one thread's work, which would otherwise leave a core idle.
+        let mut compressed: Option<(Batch, PreparedBatch, Vec<EncodedFrame>)> = None;
         let mut consumed = Ok(());
         for batch in receiver.iter() {
-            let step = batch.and_then(|batch| writer.add_batch(store, &batch).map(|()| batch));
+            let step = batch.and_then(|batch| {
+                let prepared = writer.prepare(store, &batch)?;
+                let ((frames, compress_seconds), written) = rayon::join(
+                    || {
+                        let started = Instant::now();
+                        let frames = compress(&batch, &prepared.plans, level);
+                        (frames, started.elapsed().as_secs_f64())
+                    },
+                    || {
+                        compressed.take().map(|(done, prepared, frames)| {
+                            writer.write(store, &done, prepared, frames).map(|()| done)
+                        })
+                    },
+                );
+                writer.outcome.report.compress_seconds += compress_seconds;
+                compressed = Some((batch, prepared, frames?));
+                written.transpose()
+            });
             match step {
                 // A full recycling queue only means the chunker has buffers enough.
-                Ok(batch) => drop(recycle_sender.try_send(batch)),
+                Ok(Some(batch)) => drop(recycle_sender.try_send(batch)),
+                Ok(None) => {}
                 Err(error) => {
                     consumed = Err(error);
                     break;
@@ -471,6 +494,9 @@ pub(crate) fn run(
             if let Some(progress) = progress {
                 progress(writer.outcome.report.logical_bytes);
             }
+        }
+        if let (Ok(()), Some((done, prepared, frames))) = (&consumed, compressed.take()) {
+            consumed = writer.write(store, &done, prepared, frames);
         }
         // Dropping the receiver stops the chunker at its next send.
         drop(receiver);
@@ -533,8 +559,39 @@ struct PathState {
     borrows: HashMap<(SegmentId, u32), u32>,
 }
 
+/// A batch whose segments are looked up and whose new chunks are planned into frames.
+struct PreparedBatch {
+    decisions: Vec<SegmentDecision>,
+    /// Chunks (positions in the batch) that borrow a chunk an earlier new segment stores.
+    lent: HashMap<usize, (SegmentId, u32)>,
+    /// The frames of the new segments' stored chunks, in order.
+    plans: Vec<Vec<usize>>,
+}
+
+/// Compresses the planned frames of `batch` on all cores.
+fn compress(batch: &Batch, plans: &[Vec<usize>], level: Option<i32>) -> Result<Vec<EncodedFrame>> {
+    let slices = batch.chunks();
+    plans
+        .par_iter()
+        .map(|chunks| {
+            let mut raw = Vec::with_capacity(chunks.iter().map(|&chunk| slices[chunk].len()).sum());
+            for &chunk in chunks {
+                raw.extend_from_slice(slices[chunk]);
+            }
+            let encoded = codec::encode(&raw, level)?;
+            Ok(EncodedFrame {
+                chunks: chunks.clone(),
+                raw,
+                encoded,
+            })
+        })
+        .collect()
+}
+
 impl PathState {
-    fn add_batch(&mut self, store: &mut BackupStore, batch: &Batch) -> Result<()> {
+    /// Looks every segment of `batch` up (new ones get their ids), lends and borrows the new
+    /// segments' chunks, and plans their frames.
+    fn prepare(&mut self, store: &mut BackupStore, batch: &Batch) -> Result<PreparedBatch> {
         let fingerprinter = &store.fingerprinter;
         let slices = batch.chunks();
         let hashed = &batch.hashed;
@@ -599,8 +656,6 @@ impl PathState {
         drop(read);
         self.outcome.report.index_seconds += start.elapsed().as_secs_f64();
 
-        let start = Instant::now();
-        let level = store.state.options.compression_level;
         // Chunks of new segments that an earlier new segment of this backup stores borrow it
         // (finer inline deduplication); the others are stored, in frames. All frames of the
         // batch are compressed in one parallel pass.
@@ -644,25 +699,28 @@ impl PathState {
                     .map(|frame| frame.into_iter().map(|chunk| chunk as usize).collect())
             })
             .collect();
-        let frames: Vec<EncodedFrame> = plans
-            .into_par_iter()
-            .map(|chunks| {
-                let mut raw =
-                    Vec::with_capacity(chunks.iter().map(|&chunk| slices[chunk].len()).sum());
-                for &chunk in &chunks {
-                    raw.extend_from_slice(slices[chunk]);
-                }
-                let encoded = codec::encode(&raw, level)?;
-                Ok(EncodedFrame {
-                    chunks,
-                    raw,
-                    encoded,
-                })
-            })
-            .collect::<Result<_>>()?;
-        self.outcome.report.compress_seconds += start.elapsed().as_secs_f64();
+        Ok(PreparedBatch {
+            decisions,
+            lent,
+            plans,
+        })
+    }
 
+    /// Writes the new segments of `batch` (its frames compressed) into containers and adds
+    /// every segment to the outcome, in order.
+    fn write(
+        &mut self,
+        store: &mut BackupStore,
+        batch: &Batch,
+        prepared: PreparedBatch,
+        frames: Vec<EncodedFrame>,
+    ) -> Result<()> {
         let start = Instant::now();
+        let slices = batch.chunks();
+        let hashed = &batch.hashed;
+        let PreparedBatch {
+            decisions, lent, ..
+        } = prepared;
         let mut frames = frames.into_iter().peekable();
         let mut placed = batch.placed.iter().peekable();
         for (position, decision) in decisions.into_iter().enumerate() {
