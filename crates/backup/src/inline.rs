@@ -53,9 +53,10 @@ use crate::store::{BackupStore, StoreState};
 
 /// Bytes of segments per batch handed from the chunker thread.
 const BATCH_BYTES: usize = 1 << 20;
-/// Batches queued between the chunker and the rest of the path. With the batch being filled,
-/// the one being compressed and the one being written (consumed ones are recycled),
-/// `QUEUE_BATCHES + 3` batches of `BATCH_BYTES` plus the largest segment each live at once. One queued batch is enough: the
+/// Batches queued between the chunker and the rest of the path. With the batch being filled
+/// and the one being compressed (consumed ones are recycled; the batch being written lives on
+/// as its compressed frames), `QUEUE_BATCHES + 2` batches of `BATCH_BYTES` plus the largest
+/// segment each live at once. One queued batch is enough: the
 /// chunker cuts the next while the path stores this one, and more queued did not shorten a
 /// backup (docs/BENCHMARKS.md, "Against restic, borg, rustic and bupstash").
 const QUEUE_BATCHES: usize = 1;
@@ -398,12 +399,22 @@ impl Cutter {
     }
 }
 
-/// A frame of a new segment, compressed: its chunks (positions in the batch), its raw bytes
-/// and how they are stored.
+/// A frame of a new segment, compressed: its chunks (positions in the batch), its length, and
+/// how it is stored, with its raw bytes only when it is stored raw (the batch is handed back
+/// to the chunker before the frame is written).
 struct EncodedFrame {
     chunks: Vec<usize>,
+    raw_bytes: usize,
+    /// Empty when `encoded` is compressed.
     raw: Vec<u8>,
     encoded: Encoded,
+}
+
+impl EncodedFrame {
+    /// The bytes the container stores.
+    fn stored(&self) -> &[u8] {
+        self.encoded.stored(&self.raw)
+    }
 }
 
 /// Runs the inline phase over `source`.
@@ -433,7 +444,7 @@ pub(crate) fn run(
     let (sender, receiver) = bounded::<Result<Batch>>(QUEUE_BATCHES);
     // Consumed batches go back to the chunker to be filled again: fresh multi-megabyte
     // buffers would each cost a page fault per page.
-    let (recycle_sender, recycle_receiver) = bounded::<Batch>(QUEUE_BATCHES + 3);
+    let (recycle_sender, recycle_receiver) = bounded::<Batch>(QUEUE_BATCHES + 2);
     let fingerprinter = store.fingerprinter.clone();
     let result = std::thread::scope(|scope| {
         let chunker = scope.spawn(move || -> (f64, f64) {
@@ -461,7 +472,7 @@ pub(crate) fn run(
         let level = store.state.options.compression_level;
         // The batch before, compressed, written while this one is compressed: the writes
         // are one thread's work, which would otherwise leave a core idle.
-        let mut compressed: Option<(Batch, PreparedBatch, Vec<EncodedFrame>)> = None;
+        let mut compressed: Option<(PreparedBatch, Vec<EncodedFrame>)> = None;
         let mut consumed = Ok(());
         for batch in receiver.iter() {
             let step = batch.and_then(|batch| {
@@ -473,30 +484,28 @@ pub(crate) fn run(
                         (frames, started.elapsed().as_secs_f64())
                     },
                     || {
-                        compressed.take().map(|(done, prepared, frames)| {
-                            writer.write(store, &done, prepared, frames).map(|()| done)
+                        compressed.take().map_or(Ok(()), |(prepared, frames)| {
+                            writer.write(store, prepared, frames)
                         })
                     },
                 );
+                // The frames hold what the write needs: the batch goes back to be filled. A
+                // full recycling queue only means the chunker has buffers enough.
+                drop(recycle_sender.try_send(batch));
                 writer.outcome.report.compress_seconds += compress_seconds;
-                compressed = Some((batch, prepared, frames?));
-                written.transpose()
+                compressed = Some((prepared, frames?));
+                written
             });
-            match step {
-                // A full recycling queue only means the chunker has buffers enough.
-                Ok(Some(batch)) => drop(recycle_sender.try_send(batch)),
-                Ok(None) => {}
-                Err(error) => {
-                    consumed = Err(error);
-                    break;
-                }
+            if let Err(error) = step {
+                consumed = Err(error);
+                break;
             }
             if let Some(progress) = progress {
                 progress(writer.outcome.report.logical_bytes);
             }
         }
-        if let (Ok(()), Some((done, prepared, frames))) = (&consumed, compressed.take()) {
-            consumed = writer.write(store, &done, prepared, frames);
+        if let (Ok(()), Some((prepared, frames))) = (&consumed, compressed.take()) {
+            consumed = writer.write(store, prepared, frames);
         }
         // Dropping the receiver stops the chunker at its next send.
         drop(receiver);
@@ -559,9 +568,16 @@ struct PathState {
     borrows: HashMap<(SegmentId, u32), u32>,
 }
 
-/// A batch whose segments are looked up and whose new chunks are planned into frames.
+/// A batch whose segments are looked up and whose new chunks are planned into frames, with
+/// what writing it needs besides the frames.
 struct PreparedBatch {
     decisions: Vec<SegmentDecision>,
+    /// Every chunk's length, in order.
+    lengths: Vec<u32>,
+    /// Every chunk, fingerprinted.
+    hashed: Vec<HashedChunk>,
+    /// The batch's placed segments (see [`Batch::placed`]).
+    placed: Vec<(usize, SegmentReference)>,
     /// Chunks (positions in the batch) that borrow a chunk an earlier new segment stores.
     lent: HashMap<usize, (SegmentId, u32)>,
     /// The frames of the new segments' stored chunks, in order.
@@ -579,8 +595,13 @@ fn compress(batch: &Batch, plans: &[Vec<usize>], level: Option<i32>) -> Result<V
                 raw.extend_from_slice(slices[chunk]);
             }
             let encoded = codec::encode(&raw, level)?;
+            let raw_bytes = raw.len();
+            if matches!(encoded, Encoded::Compressed(_)) {
+                raw = Vec::new();
+            }
             Ok(EncodedFrame {
                 chunks: chunks.clone(),
+                raw_bytes,
                 raw,
                 encoded,
             })
@@ -701,6 +722,9 @@ impl PathState {
             .collect();
         Ok(PreparedBatch {
             decisions,
+            lengths: slices.iter().map(|chunk| chunk.len() as u32).collect(),
+            hashed: hashed.clone(),
+            placed: batch.placed.clone(),
             lent,
             plans,
         })
@@ -711,18 +735,21 @@ impl PathState {
     fn write(
         &mut self,
         store: &mut BackupStore,
-        batch: &Batch,
         prepared: PreparedBatch,
         frames: Vec<EncodedFrame>,
     ) -> Result<()> {
         let start = Instant::now();
-        let slices = batch.chunks();
-        let hashed = &batch.hashed;
         let PreparedBatch {
-            decisions, lent, ..
+            decisions,
+            lengths,
+            hashed,
+            placed,
+            lent,
+            ..
         } = prepared;
+        let hashed = &hashed;
         let mut frames = frames.into_iter().peekable();
-        let mut placed = batch.placed.iter().peekable();
+        let mut placed = placed.iter().peekable();
         for (position, decision) in decisions.into_iter().enumerate() {
             while let Some((_, reference)) = placed.next_if(|(before, _)| *before == position) {
                 self.place(reference);
@@ -733,9 +760,9 @@ impl PathState {
                 id,
                 new,
             } = decision;
-            let raw_bytes: u64 = slices[range.clone()]
+            let raw_bytes: u64 = lengths[range.clone()]
                 .iter()
-                .map(|chunk| chunk.len() as u64)
+                .map(|&length| length as u64)
                 .sum();
             let report = &mut self.outcome.report;
             report.logical_bytes += raw_bytes;
@@ -750,7 +777,7 @@ impl PathState {
             let zero_bytes: u64 = range
                 .clone()
                 .filter(|&chunk| hashed[chunk].zero)
-                .map(|chunk| slices[chunk].len() as u64)
+                .map(|chunk| lengths[chunk] as u64)
                 .sum();
             report.zero_bytes += zero_bytes;
             if !new {
@@ -765,7 +792,7 @@ impl PathState {
             }
             let record = self.store_segment(
                 store,
-                &slices,
+                &lengths,
                 hashed,
                 range,
                 segment_frames,
@@ -808,7 +835,7 @@ impl PathState {
     fn store_segment(
         &mut self,
         store: &mut BackupStore,
-        slices: &[&[u8]],
+        lengths: &[u32],
         hashed: &[HashedChunk],
         range: std::ops::Range<usize>,
         frames: Vec<EncodedFrame>,
@@ -818,7 +845,7 @@ impl PathState {
     ) -> Result<SegmentRecord> {
         let footprint: u64 = frames
             .iter()
-            .map(|frame| (frame.encoded.stored(&frame.raw).len() + CHUNK_HEADER_BYTES) as u64)
+            .map(|frame| (frame.stored().len() + CHUNK_HEADER_BYTES) as u64)
             .sum();
         let mut container = None;
         if footprint > 0 {
@@ -828,11 +855,11 @@ impl PathState {
             .clone()
             .map(|chunk| SegmentChunk {
                 fingerprint: hashed[chunk].fingerprint,
-                raw_bytes: slices[chunk].len() as u32,
+                raw_bytes: lengths[chunk],
                 storage: match lent.get(&chunk) {
                     Some(&(segment, index)) => {
                         self.outcome.report.borrowed_chunks += 1;
-                        self.outcome.report.borrowed_bytes += slices[chunk].len() as u64;
+                        self.outcome.report.borrowed_bytes += lengths[chunk] as u64;
                         ChunkStorage::Borrowed { segment, index }
                     }
                     None => ChunkStorage::Zero,
@@ -848,9 +875,14 @@ impl PathState {
                 fingerprinter,
                 frame.chunks.iter().map(|&chunk| &hashed[chunk].fingerprint),
             );
-            let location = writer.append_encoded(&frame_print, &frame.raw, &frame.encoded)?;
+            let location = writer.append_stored_form(
+                &frame_print,
+                frame.raw_bytes,
+                &frame.raw,
+                &frame.encoded,
+            )?;
             self.outcome.report.frames += 1;
-            self.outcome.report.new_raw_bytes += frame.raw.len() as u64;
+            self.outcome.report.new_raw_bytes += frame.raw_bytes as u64;
             self.outcome.report.new_stored_bytes += location.footprint_bytes();
             let mut within = 0u32;
             for &chunk in &frame.chunks {
@@ -859,7 +891,7 @@ impl PathState {
                     frame: locations.len() as u32,
                     within,
                 });
-                within += slices[chunk].len() as u32;
+                within += lengths[chunk];
             }
             locations.push(location);
         }

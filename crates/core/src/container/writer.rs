@@ -196,13 +196,32 @@ impl ContainerWriter {
         raw: &[u8],
         encoded: &Encoded,
     ) -> Result<ChunkLocation> {
-        assert!(!raw.is_empty(), "empty chunks are never stored");
-        self.check_chunk_size(raw.len())?;
-        let stored = encoded.stored(raw);
+        self.append_stored_form(fingerprint, raw.len(), raw, encoded)
+    }
+
+    /// Appends a chunk of `raw_bytes` bytes stored as `encoded` says; `raw` is the chunk's
+    /// bytes when `encoded` is raw, and may be empty when it is compressed: for callers that
+    /// let go of a compressed chunk's raw bytes before writing it.
+    pub fn append_stored_form(
+        &mut self,
+        fingerprint: &Fingerprint,
+        raw_bytes: usize,
+        raw: &[u8],
+        encoded: &Encoded,
+    ) -> Result<ChunkLocation> {
+        assert!(raw_bytes > 0, "empty chunks are never stored");
+        let stored = match encoded {
+            Encoded::Raw => {
+                assert_eq!(raw.len(), raw_bytes, "a raw chunk comes with its bytes");
+                raw
+            }
+            Encoded::Compressed(frame) => frame.as_slice(),
+        };
+        self.check_chunk_size(raw_bytes)?;
         let header = ChunkHeader {
             fingerprint: *fingerprint,
             stored_bytes: stored.len() as u32,
-            raw_bytes: raw.len() as u32,
+            raw_bytes: raw_bytes as u32,
             flags: encoded.flags(),
             checksum: codec::checksum(stored),
         };
