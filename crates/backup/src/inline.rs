@@ -650,6 +650,7 @@ impl PathState {
         if let Some(index) = &store.index {
             index.warm(&fingerprints);
         }
+        let rebuilds = store.index_rebuilds;
         let mut decisions = Vec::with_capacity(ranges.len());
         for (range, fingerprint) in ranges.into_iter().zip(fingerprints) {
             self.outcome.report.index_lookups += 1;
@@ -675,6 +676,14 @@ impl PathState {
             });
         }
         drop(read);
+        if store.index_rebuilds != rebuilds {
+            // A lookup found the index damaged and the store rebuilt it from the catalog,
+            // which does not have this backup's segments yet: the ones written so far go
+            // into it again (those still being compressed are added when written).
+            for (id, record) in &self.outcome.new_segments {
+                store.index_insert(&record.fingerprint, *id);
+            }
+        }
         self.outcome.report.index_seconds += start.elapsed().as_secs_f64();
 
         // Chunks of new segments that an earlier new segment of this backup stores borrow it

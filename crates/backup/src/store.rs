@@ -156,6 +156,10 @@ pub struct BackupStore {
     /// Bytes of reserve this process wrote or found: while the file exists, a reserve that
     /// large needs no look at its length (a read of its last block on sealed storage).
     reserve_known: u64,
+    /// Times the segment index was rebuilt from the catalog since the store was opened: an
+    /// operation that added entries before a rebuild adds them again (the catalog does not
+    /// have its segments yet).
+    pub(crate) index_rebuilds: u64,
 }
 
 impl std::fmt::Debug for BackupStore {
@@ -255,6 +259,7 @@ impl BackupStore {
             index_damage: None,
             notices: Vec::new(),
             reserve_known: 0,
+            index_rebuilds: 0,
         })
     }
 
@@ -430,6 +435,7 @@ impl BackupStore {
                 index.checkpoint(serial)?;
                 Ok(index)
             });
+        self.index_rebuilds += 1;
         match rebuilt {
             Ok(index) => self.index = Some(index),
             Err(error) => {
