@@ -56,9 +56,9 @@ const BATCH_BYTES: usize = 1 << 20;
 /// Batches queued between the chunker and the rest of the path. With the batch being filled
 /// and the one being compressed (consumed ones are recycled; the batch being written lives on
 /// as its compressed frames), `QUEUE_BATCHES + 2` batches of `BATCH_BYTES` plus the largest
-/// segment each live at once. One queued batch is enough: the
-/// chunker cuts the next while the path stores this one, and more queued did not shorten a
-/// backup (docs/BENCHMARKS.md, "Against restic, borg, rustic and bupstash").
+/// segment each live at once. One queued batch is enough: the chunker cuts the next while the
+/// path stores this one, and more queued did not shorten a backup (docs/BENCHMARKS.md,
+/// "Against restic, borg, rustic and bupstash").
 const QUEUE_BATCHES: usize = 1;
 /// Most stored chunks a backup lends to later segments (2 GiB of 4 KiB chunks): the map of
 /// lenders takes memory for every chunk it holds, so it stops growing here and a larger

@@ -33,6 +33,18 @@ fn simulated() -> Arc<dyn Storage> {
     Arc::new(SimulatedStorage::new())
 }
 
+/// Opens an existing store for writing, with the options it was made with.
+fn reopen(storage: &Arc<dyn Storage>) -> BackupStore {
+    BackupStore::open(
+        Arc::clone(storage),
+        OpenOptions {
+            runtime: small_runtime(),
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap()
+}
+
 fn random_bytes(seed: u64, bytes: usize) -> Vec<u8> {
     let mut data = vec![0u8; bytes];
     Random(seed).fill(&mut data);
@@ -276,14 +288,7 @@ fn damaged_segment_index_is_rebuilt() {
         let damaged = report.findings.iter().any(|finding| {
             finding.kind == FindingKind::Derived && finding.object.contains("segment index")
         });
-        let mut store = BackupStore::open(
-            Arc::clone(&storage),
-            OpenOptions {
-                runtime: small_runtime(),
-                ..OpenOptions::default()
-            },
-        )
-        .unwrap();
+        let mut store = reopen(&storage);
         // Every later backup of the same data is a duplicate, the index whole or rebuilt.
         let created = create_report(&mut store, "vm", &image, true);
         assert_eq!(created.inline.segments_new, 0, "slot {slot}");
@@ -375,14 +380,7 @@ fn damaged_bucket_page_is_rebuilt_when_a_lookup_reads_it() {
             continue;
         }
         buckets += 1;
-        let mut store = BackupStore::open(
-            Arc::clone(&copy),
-            OpenOptions {
-                runtime: small_runtime(),
-                ..OpenOptions::default()
-            },
-        )
-        .unwrap();
+        let mut store = reopen(&copy);
         let notices = store.take_notices();
         assert!(notices.is_empty(), "slot {slot}: {notices:?}");
         let created = create_report(&mut store, "vm", &grown, true);
