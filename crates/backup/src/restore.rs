@@ -832,27 +832,60 @@ fn read_span(containers: &ContainerStore, span: &SpanRead) -> Result<DecodedSpan
         .sum();
     let mut decoded = DecodedSpan {
         pieces: Vec::new(),
-        raw: Vec::with_capacity(raw_total),
+        raw: vec![0u8; raw_total],
     };
-    let mut frame_raw = Vec::new();
-    for (location, pieces) in &span.frames {
-        let from = (location.offset as u64 - span.start) as usize;
-        let stored = &bytes[from..from + location.stored_bytes as usize];
-        frame_raw.resize(location.raw_bytes as usize, 0);
-        codec::decode(location, stored, &mut frame_raw)?;
-        for piece in pieces {
-            decoded
-                .raw
-                .extend_from_slice(&frame_raw[piece.within..piece.within + piece.length]);
-            decoded.pieces.push((piece.window_offset, piece.length));
-        }
+    // Each frame's pieces take the next run of the buffer, so that the span's frames decode
+    // on all threads (a window may be one span of a few large frames).
+    let mut runs = Vec::with_capacity(span.frames.len());
+    let mut rest = decoded.raw.as_mut_slice();
+    for (_, pieces) in &span.frames {
+        let length = pieces.iter().map(|piece| piece.length).sum();
+        let (run, tail) = std::mem::take(&mut rest).split_at_mut(length);
+        runs.push(run);
+        rest = tail;
     }
-    assert_eq!(
-        decoded.raw.len(),
-        raw_total,
-        "the span's pieces fill its buffer"
-    );
+    span.frames
+        .par_iter()
+        .zip(runs)
+        .try_for_each(|((location, pieces), run)| {
+            let from = (location.offset as u64 - span.start) as usize;
+            let stored = &bytes[from..from + location.stored_bytes as usize];
+            // A frame taken whole and in order decodes in place.
+            let mut within = 0;
+            let whole = run.len() == location.raw_bytes as usize
+                && pieces.iter().all(|piece| {
+                    let in_order = piece.within == within;
+                    within += piece.length;
+                    in_order
+                });
+            if whole {
+                return codec::decode(location, stored, run);
+            }
+            FRAME_RAW.with(|frame_raw| {
+                let mut frame_raw = frame_raw.borrow_mut();
+                frame_raw.resize(location.raw_bytes as usize, 0);
+                codec::decode(location, stored, &mut frame_raw)?;
+                let mut at = 0;
+                for piece in pieces {
+                    run[at..at + piece.length]
+                        .copy_from_slice(&frame_raw[piece.within..piece.within + piece.length]);
+                    at += piece.length;
+                }
+                Ok(())
+            })
+        })?;
+    decoded.pieces = span
+        .frames
+        .iter()
+        .flat_map(|(_, pieces)| pieces.iter())
+        .map(|piece| (piece.window_offset, piece.length))
+        .collect();
     Ok(decoded)
+}
+
+thread_local! {
+    /// A read thread's buffer for a frame of which a window takes only some chunks.
+    static FRAME_RAW: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 const _: () = assert!(CHUNK_HEADER_BYTES as u64 <= READ_GAP_BYTES_MAX);
