@@ -54,6 +54,45 @@ pub enum BackupSource {
         reader: Box<dyn Read + Send>,
         name: String,
     },
+    /// Paths walked before the backup began ([`WalkedPaths::walk`]).
+    Walked(WalkedPaths),
+}
+
+/// Paths walked ahead of a backup: a caller walks them while it opens the store, whose key
+/// derivation keeps the cores busy for a few hundredths of a second, and hands them over as
+/// [`BackupSource::Walked`]. The tree is what the paths held when walked; the files' contents
+/// are read by the backup, and a file changed in between is noticed as one changed during
+/// the backup.
+pub struct WalkedPaths {
+    selection: Selection,
+    tree: Tree,
+    /// When the walk began: files modified within their file system's racy window before
+    /// this get no stamp, since a change in the same timestamp tick would not show in their
+    /// times.
+    started_ns: i128,
+    seconds: f64,
+}
+
+impl WalkedPaths {
+    /// Walks `paths` (one tree rooted at their deepest common directory, see [`Selection`])
+    /// without what `options` leaves out.
+    pub fn walk(paths: &[PathBuf], options: &WalkOptions) -> Result<WalkedPaths> {
+        if paths.is_empty() {
+            return Err(BackupError::InvalidArgument(
+                "a backup needs at least one path".to_string(),
+            ));
+        }
+        let started = Instant::now();
+        let started_ns = now_unix_ns() as i128;
+        let selection = Selection::of(paths)?;
+        let tree = walk_selection(&selection, options)?;
+        Ok(WalkedPaths {
+            selection,
+            tree,
+            started_ns,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
 }
 
 /// How to create a backup.
@@ -268,29 +307,31 @@ impl BackupStore {
             previous = Some(record);
         }
         drop(read);
-        // Files modified within their file system's racy window before this get no stamp: a
-        // change in the same timestamp tick would not show in their times.
-        let started_ns = now_unix_ns() as i128;
-
+        let source = match source {
+            BackupSource::Directory(path) => {
+                BackupSource::Walked(WalkedPaths::walk(&[path], &options.walk)?)
+            }
+            BackupSource::Paths(paths) => {
+                BackupSource::Walked(WalkedPaths::walk(&paths, &options.walk)?)
+            }
+            other => other,
+        };
         let walk_started = Instant::now();
         let mut capture = None;
         let mut files_cache_error = None;
         let mut previous_tree = None;
         let mut selection = None;
-        let source = match source {
-            BackupSource::Directory(path) => BackupSource::Paths(vec![path]),
-            other => other,
-        };
+        let mut walk_seconds = 0.0;
         let (kind, name, mut reader): (SourceKind, String, Box<dyn PartedSource + '_>) =
             match source {
-                BackupSource::Paths(paths) => {
-                    if paths.is_empty() {
-                        return Err(BackupError::InvalidArgument(
-                            "a backup needs at least one path".to_string(),
-                        ));
-                    }
-                    let selected = Selection::of(&paths)?;
-                    let tree = walk_selection(&selected, &options.walk)?;
+                BackupSource::Walked(walked) => {
+                    let WalkedPaths {
+                        selection: selected,
+                        tree,
+                        started_ns,
+                        seconds,
+                    } = walked;
+                    walk_seconds = seconds;
                     let cached = match previous.as_ref() {
                         Some(previous) if previous.source == SourceKind::Directory => {
                             match self.files_cache_of(previous) {
@@ -345,7 +386,9 @@ impl BackupStore {
                     selection = Some(selected);
                     (SourceKind::Directory, name, Box::new(reader))
                 }
-                BackupSource::Directory(_) => unreachable!("turned into paths above"),
+                BackupSource::Directory(_) | BackupSource::Paths(_) => {
+                    unreachable!("walked above")
+                }
                 BackupSource::File(path) => (
                     SourceKind::File,
                     path.display().to_string(),
@@ -355,7 +398,7 @@ impl BackupStore {
                     (SourceKind::Stream, name, Box::new(WholeStream::new(reader)))
                 }
             };
-        let walk_seconds = walk_started.elapsed().as_secs_f64();
+        walk_seconds += walk_started.elapsed().as_secs_f64();
         let outcome = inline::run(self, reader.as_mut(), options.progress)?;
         drop(reader);
         let mut files = None;

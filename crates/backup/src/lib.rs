@@ -20,7 +20,7 @@
 //!   in use ([`settle`]). Deleting a backup drops its stamped containers without reading them
 //!   ([`delete`]); mark and sweep is the baseline.
 //! - Null chunks are never stored and are regenerated on restore ([`restore`]).
-//! - A segment's stored chunks are compressed together in **frames** of up to 128 KiB, one
+//! - A segment's stored chunks are compressed together in **frames** of up to 256 KiB, one
 //!   container record each ([`segment`], `frames`).
 //! - The **files cache**: a directory backup does not read the files unchanged since the
 //!   series' previous backup (same path, size, mtime, ctime, inode and device); chunk and
@@ -122,7 +122,7 @@ pub mod tree;
 
 pub use compact::{CompactPlan, CompactReport};
 pub use config::{DedupMode, DeleteMethod, RuntimeOptions, SeriesOptions, StoreOptions};
-pub use create::{BackupSource, CreateOptions, CreateReport};
+pub use create::{BackupSource, CreateOptions, CreateReport, WalkedPaths};
 pub use delete::{DeletePlan, DeleteReport, ExpirePlan, SweepReport};
 pub use error::{BackupError, Result};
 pub use inline::InlineReport;

@@ -15,9 +15,10 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use common::*;
-use onecopy_backup::tree::capture::FileProblem;
+use onecopy_backup::tree::capture::{FileProblem, WalkOptions};
 use onecopy_backup::{
     BackupError, BackupSource, BackupStore, CreateOptions, CreateReport, DedupMode, RestoreTarget,
+    WalkedPaths,
 };
 use onecopy_core::storage::{LocalStorage, Storage};
 
@@ -136,6 +137,30 @@ fn a_file_truncated_while_read_is_read_again() {
         restored == pattern(1, BIG_BYTES)[..256 << 10],
         "the truncated version"
     );
+    assert_check_ok(&mut store);
+}
+
+/// Goal: a tree walked before the backup began (`backup create` walks while the store opens)
+/// stores each file as its reading finds it: a file rewritten after the walk is restored with
+/// the bytes and size read, not the walked size. Method: walk the source, rewrite `big` with
+/// other bytes and a third of its size, then back the walked tree up.
+#[test]
+fn a_file_changed_after_the_walk_is_stored_as_read() {
+    let scratch = tempfile::tempdir().unwrap();
+    let (mut store, source) = setup(scratch.path());
+    let walked = WalkedPaths::walk(std::slice::from_ref(&source), &WalkOptions::default()).unwrap();
+    let big = source.join("big");
+    fs::write(&big, pattern(2, 1 << 20)).unwrap();
+    set_mtime(&big, 1_000_000);
+    store
+        .create_backup(
+            "tree",
+            BackupSource::Walked(walked),
+            CreateOptions::default(),
+        )
+        .unwrap();
+    let restored = restored_big(&store, scratch.path());
+    assert!(restored == pattern(2, 1 << 20), "the version read");
     assert_check_ok(&mut store);
 }
 

@@ -19,8 +19,9 @@ use onecopy_backup::tree::{EntryKind, Tree};
 use onecopy_backup::{
     BackupRecord, BackupSource, BackupState, BackupStore, CheckOptions, CreateOptions, DedupMode,
     DeleteMethod, OpenOptions, RestoreOptions, RestoreTarget, RetentionPolicy, RuntimeOptions,
-    SeriesOptions, SourceKind, StoreOptions,
+    SeriesOptions, SourceKind, StoreOptions, WalkedPaths,
 };
+use onecopy_core::repository::LockWait;
 use std::sync::Arc;
 
 use onecopy_core::catalog::CompactTrigger;
@@ -769,6 +770,22 @@ fn machine_host_name() -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&buffer[..length]).into_owned())
 }
 
+/// What `backup create` backs up, while the store opens.
+enum Source {
+    Ready(BackupSource),
+    /// A tree being walked.
+    Walking(std::thread::JoinHandle<onecopy_backup::Result<WalkedPaths>>),
+}
+
+/// Walks `paths` on a thread of its own.
+fn walk_in_background(
+    paths: Vec<PathBuf>,
+    options: &WalkOptions,
+) -> std::thread::JoinHandle<onecopy_backup::Result<WalkedPaths>> {
+    let options = options.clone();
+    std::thread::spawn(move || WalkedPaths::walk(&paths, &options))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn create(
     cli: &Cli,
@@ -818,12 +835,31 @@ fn create(
             );
         }
     };
+    // A tree is walked while the store opens (the key's derivation keeps the cores busy and
+    // the walk waits on the file system), unless the open may wait for another process:
+    // then the walk would describe the tree as it was before the wait.
+    let walk_early = matches!(cli.lock_wait()?, LockWait::No);
+    let source = match source {
+        BackupSource::Paths(paths) if walk_early => {
+            Source::Walking(walk_in_background(paths, &walk))
+        }
+        BackupSource::Directory(path) if walk_early => {
+            Source::Walking(walk_in_background(vec![path], &walk))
+        }
+        source => Source::Ready(source),
+    };
     let mut opened = open(
         cli,
         "create",
         store_args.options()?,
         RuntimeOptions::default(),
     )?;
+    let source = match source {
+        Source::Ready(source) => source,
+        Source::Walking(walking) => {
+            BackupSource::Walked(walking.join().expect("the walk does not panic")?)
+        }
+    };
     let series_options = if live_window.is_some() || keep.is_some() {
         let current = opened
             .store
