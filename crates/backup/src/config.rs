@@ -23,8 +23,10 @@ pub const SEGMENT_BYTES_DEFAULT: usize = 4 << 20;
 pub const CHUNK_BYTES_DEFAULT: usize = 4 << 10;
 /// Paper 2's container size: 32 MiB.
 pub const CONTAINER_BYTES_DEFAULT: u64 = 32 << 20;
-/// zstd level of stored chunks by default (fast, and most of zstd's gain on backup data).
-pub const COMPRESSION_LEVEL_DEFAULT: i32 = 3;
+/// zstd level of stored chunks by default: with the codec's larger hash table for the fast
+/// levels, level 1 on 256 KiB frames stores what level 3 on 128 KiB frames does in about a
+/// fifth less time (docs/BENCHMARKS.md, "Frames and compression level").
+pub const COMPRESSION_LEVEL_DEFAULT: i32 = 1;
 /// Largest live window accepted.
 pub const LIVE_WINDOW_MAX: u32 = 1 << 16;
 /// Segments the segment index's filter is first sized for: 4 GiB of unique data in 4 MiB

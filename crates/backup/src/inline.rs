@@ -16,9 +16,9 @@
 //! 3. **index lookup**: a segment already stored (the index names it and its catalog head
 //!    confirms it is shared) gains a reference; nothing is written;
 //! 4. **compress** (all cores): the non-null chunks of new segments are grouped into frames
-//!    of up to 128 KiB ([`crate::frames`]), each compressed with zstd (kept as it is unless that
+//!    of up to 256 KiB ([`crate::frames`]), each compressed with zstd (kept as it is unless that
 //!    saves an eighth);
-//! 5. **container append** (one thread, while the next batch is compressed): a new segment's
+//! 5. **container append** (one thread, while the next batch compresses): a new segment's
 //!    frames go into the open container, which is sealed (time stamp 0: shared) when the
 //!    segment would overflow it; new segments enter the index. Steps 3 and 4 of a batch only
 //!    need the ids step 3 allocated for the batches before, so they run ahead of step 5.
@@ -27,17 +27,17 @@
 //! them), checkpoints the index, and only then commits the recipe ([`crate::create`]). In
 //! conventional mode the chunker is plain Rabin and every chunk is a one-chunk segment.
 
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
 use std::io::Read;
 use std::ops::Range;
 use std::time::Instant;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 use onecopy_core::chunking::{ChunkerSpec, READ_BUFFER_BYTES_DEFAULT};
-use onecopy_core::container::{
-    codec, is_zero, ContainerId, ContainerWriter, Encoded, CHUNK_HEADER_BYTES,
-};
+use onecopy_core::container::{codec, is_zero, ContainerId, ContainerWriter, CHUNK_HEADER_BYTES};
 use onecopy_core::fingerprint::{Fingerprint, Fingerprinter};
+use parking_lot::Mutex;
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -54,12 +54,19 @@ use crate::store::{BackupStore, StoreState};
 /// Bytes of segments per batch handed from the chunker thread.
 const BATCH_BYTES: usize = 1 << 20;
 /// Batches queued between the chunker and the rest of the path. With the batch being filled
-/// and the one being compressed (consumed ones are recycled; the batch being written lives on
-/// as its compressed frames), `QUEUE_BATCHES + 2` batches of `BATCH_BYTES` plus the largest
+/// and those compressing (a batch goes back to the chunker once compressed: its frames hold
+/// what the write needs), `BATCHES_LIVE_MAX` batches of `BATCH_BYTES` plus the largest
 /// segment each live at once. One queued batch is enough: the chunker cuts the next while the
 /// path stores this one, and more queued did not shorten a backup (docs/BENCHMARKS.md,
 /// "Against restic, borg, rustic and bupstash").
 const QUEUE_BATCHES: usize = 1;
+/// Batches compressing on the pool while the oldest compressed one is written: one, so that
+/// this one-thread work overlaps compression; more held more memory for no shorter backup
+/// (docs/BENCHMARKS.md, "Against restic, borg, rustic and bupstash").
+const COMPRESSING_BATCHES: usize = 1;
+/// Batches alive at once: the one being filled, the queued ones, and the ones compressing
+/// (up to one more than [`COMPRESSING_BATCHES`] while the oldest is waited for).
+const BATCHES_LIVE_MAX: usize = QUEUE_BATCHES + COMPRESSING_BATCHES + 2;
 /// Most stored chunks a backup lends to later segments (2 GiB of 4 KiB chunks): the map of
 /// lenders takes memory for every chunk it holds, so it stops growing here and a larger
 /// backup's later chunks borrow only from its first ones.
@@ -142,6 +149,21 @@ impl Batch {
         self.segments.clear();
         self.placed.clear();
         self.hashed.clear();
+    }
+
+    /// Where every chunk of `segments` starts in `data`, in order, and where the last ends.
+    fn chunk_offsets(&self) -> Vec<usize> {
+        let mut offsets = Vec::with_capacity(self.hashed.len() + 1);
+        let mut offset = 0usize;
+        offsets.push(offset);
+        for segment in &self.segments {
+            for &length in segment {
+                offset += length as usize;
+                offsets.push(offset);
+            }
+        }
+        assert_eq!(offset, self.data.len(), "segments cover the batch");
+        offsets
     }
 
     /// The bytes of every chunk of `segments`, in order.
@@ -400,21 +422,22 @@ impl Cutter {
 }
 
 /// A frame of a new segment, compressed: its chunks (positions in the batch), its length, and
-/// how it is stored, with its raw bytes only when it is stored raw (the batch is handed back
-/// to the chunker before the frame is written).
+/// where its stored bytes are in its batch's [`CompressedFrames::bytes`].
 struct EncodedFrame {
     chunks: Vec<usize>,
     raw_bytes: usize,
-    /// Empty when `encoded` is compressed.
-    raw: Vec<u8>,
-    encoded: Encoded,
+    stored: Range<usize>,
+    /// The stored bytes are a zstd frame (else the raw bytes).
+    compressed: bool,
 }
 
-impl EncodedFrame {
-    /// The bytes the container stores.
-    fn stored(&self) -> &[u8] {
-        self.encoded.stored(&self.raw)
-    }
+/// The frames of a batch and one buffer holding their stored bytes: the batch goes back to
+/// the chunker before its frames are written, and the buffer is reused for a later batch,
+/// since a buffer per frame, allocated on one thread and freed on another, leaves the
+/// allocator holding more memory with every batch.
+struct CompressedFrames {
+    frames: Vec<EncodedFrame>,
+    bytes: Vec<u8>,
 }
 
 /// Runs the inline phase over `source`.
@@ -444,7 +467,7 @@ pub(crate) fn run(
     let (sender, receiver) = bounded::<Result<Batch>>(QUEUE_BATCHES);
     // Consumed batches go back to the chunker to be filled again: fresh multi-megabyte
     // buffers would each cost a page fault per page.
-    let (recycle_sender, recycle_receiver) = bounded::<Batch>(QUEUE_BATCHES + 2);
+    let (recycle_sender, recycle_receiver) = bounded::<Batch>(BATCHES_LIVE_MAX);
     let fingerprinter = store.fingerprinter.clone();
     let result = std::thread::scope(|scope| {
         let chunker = scope.spawn(move || -> (f64, f64) {
@@ -469,32 +492,31 @@ pub(crate) fn run(
             }
             (cutter.busy, cutter.hashing)
         });
-        let level = store.state.options.compression_level;
-        // The batch before, compressed, written while this one is compressed: the writes
-        // are one thread's work, which would otherwise leave a core idle.
-        let mut compressed: Option<(PreparedBatch, Vec<EncodedFrame>)> = None;
+        // This thread writes the oldest batch while the newer ones compress.
+        let mut queue = CompressionQueue {
+            batches: VecDeque::new(),
+            spare: Vec::new(),
+            level: store.state.options.compression_level,
+            recycle: recycle_sender,
+        };
+        let write_oldest =
+            |writer: &mut PathState, store: &mut BackupStore, queue: &mut CompressionQueue| {
+                let (prepared, compressed) = queue.pop().expect("a batch is compressing");
+                writer.outcome.report.compress_seconds += compressed.seconds;
+                let frames = compressed.frames?;
+                writer.write(store, prepared, &frames)?;
+                queue.reuse(frames.bytes);
+                Ok(())
+            };
         let mut consumed = Ok(());
         for batch in receiver.iter() {
             let step = batch.and_then(|batch| {
                 let prepared = writer.prepare(store, &batch)?;
-                let ((frames, compress_seconds), written) = rayon::join(
-                    || {
-                        let started = Instant::now();
-                        let frames = compress(&batch, &prepared.plans, level);
-                        (frames, started.elapsed().as_secs_f64())
-                    },
-                    || {
-                        compressed.take().map_or(Ok(()), |(prepared, frames)| {
-                            writer.write(store, prepared, frames)
-                        })
-                    },
-                );
-                // The frames hold what the write needs: the batch goes back to be filled. A
-                // full recycling queue only means the chunker has buffers enough.
-                drop(recycle_sender.try_send(batch));
-                writer.outcome.report.compress_seconds += compress_seconds;
-                compressed = Some((prepared, frames?));
-                written
+                queue.push(prepared, batch);
+                if queue.batches.len() > COMPRESSING_BATCHES {
+                    write_oldest(&mut writer, store, &mut queue)?;
+                }
+                Ok(())
             });
             if let Err(error) = step {
                 consumed = Err(error);
@@ -504,8 +526,8 @@ pub(crate) fn run(
                 progress(writer.outcome.report.logical_bytes);
             }
         }
-        if let (Ok(()), Some((prepared, frames))) = (&consumed, compressed.take()) {
-            consumed = writer.write(store, prepared, frames);
+        while consumed.is_ok() && !queue.batches.is_empty() {
+            consumed = write_oldest(&mut writer, store, &mut queue);
         }
         // Dropping the receiver stops the chunker at its next send.
         drop(receiver);
@@ -584,29 +606,118 @@ struct PreparedBatch {
     plans: Vec<Vec<usize>>,
 }
 
-/// Compresses the planned frames of `batch` on all cores.
-fn compress(batch: &Batch, plans: &[Vec<usize>], level: Option<i32>) -> Result<Vec<EncodedFrame>> {
-    let slices = batch.chunks();
-    plans
+/// A batch's frames, compressed on the pool.
+struct Compressed {
+    frames: Result<CompressedFrames>,
+    /// Wall time of the batch's compression.
+    seconds: f64,
+}
+
+/// Batches prepared and compressing on the pool, oldest first, and frame buffers to reuse.
+struct CompressionQueue {
+    batches: VecDeque<(PreparedBatch, Receiver<Compressed>)>,
+    spare: Vec<Vec<u8>>,
+    level: Option<i32>,
+    /// Where compressed batches go back to the chunker to be filled again.
+    recycle: Sender<Batch>,
+}
+
+impl CompressionQueue {
+    /// Compresses the planned frames of `batch` on the pool, without waiting.
+    fn push(&mut self, mut prepared: PreparedBatch, batch: Batch) {
+        let plans = std::mem::take(&mut prepared.plans);
+        let bytes = self.spare.pop().unwrap_or_default();
+        let level = self.level;
+        let recycle = self.recycle.clone();
+        let (sender, receiver) = bounded(1);
+        rayon::spawn(move || {
+            let started = Instant::now();
+            let frames = compress(&batch, plans, level, bytes);
+            let seconds = started.elapsed().as_secs_f64();
+            // The frames hold what the write needs: the batch goes back to be filled. A full
+            // recycling queue only means the chunker has buffers enough.
+            drop(recycle.try_send(batch));
+            // The receiver is gone only when the backup failed before writing this batch.
+            drop(sender.send(Compressed { frames, seconds }));
+        });
+        self.batches.push_back((prepared, receiver));
+    }
+
+    /// Waits for the oldest batch's frames.
+    fn pop(&mut self) -> Option<(PreparedBatch, Compressed)> {
+        let (prepared, receiver) = self.batches.pop_front()?;
+        let compressed = receiver.recv().expect("a compression job sends its result");
+        Some((prepared, compressed))
+    }
+
+    /// Takes back a written batch's frame buffer.
+    fn reuse(&mut self, bytes: Vec<u8>) {
+        self.spare.push(bytes);
+    }
+}
+
+/// Compresses the planned frames of `batch` on all cores into `bytes` (cleared first).
+fn compress(
+    batch: &Batch,
+    plans: Vec<Vec<usize>>,
+    level: Option<i32>,
+    mut bytes: Vec<u8>,
+) -> Result<CompressedFrames> {
+    let offsets = batch.chunk_offsets();
+    bytes.clear();
+    // Frames are appended as they finish, in any order: the buffer grows only by what is
+    // stored, where a slot per frame would touch room for its largest stored form.
+    let buffer = Mutex::new(bytes);
+    let stored: Vec<(usize, Range<usize>, bool)> = plans
         .par_iter()
         .map(|chunks| {
-            let mut raw = Vec::with_capacity(chunks.iter().map(|&chunk| slices[chunk].len()).sum());
-            for &chunk in chunks {
-                raw.extend_from_slice(slices[chunk]);
-            }
-            let encoded = codec::encode(&raw, level)?;
-            let raw_bytes = raw.len();
-            if matches!(encoded, Encoded::Compressed(_)) {
-                raw = Vec::new();
-            }
-            Ok(EncodedFrame {
-                chunks: chunks.clone(),
-                raw_bytes,
-                raw,
-                encoded,
+            FRAME_SCRATCH.with(|scratch| {
+                let (raw, compressed) = &mut *scratch.borrow_mut();
+                // A frame's chunks are most often one run of the batch's bytes.
+                let contiguous = chunks.windows(2).all(|pair| pair[1] == pair[0] + 1);
+                let raw: &[u8] = if contiguous {
+                    let first = *chunks.first().expect("a frame has chunks");
+                    let last = *chunks.last().expect("a frame has chunks");
+                    &batch.data[offsets[first]..offsets[last + 1]]
+                } else {
+                    raw.clear();
+                    for &chunk in chunks {
+                        raw.extend_from_slice(&batch.data[offsets[chunk]..offsets[chunk + 1]]);
+                    }
+                    raw
+                };
+                let pays = match level {
+                    Some(level) => codec::compress_into(raw, level, compressed)?,
+                    None => false,
+                };
+                let stored = if pays { &compressed[..] } else { raw };
+                let mut buffer = buffer.lock();
+                let start = buffer.len();
+                buffer.extend_from_slice(stored);
+                Ok((raw.len(), start..buffer.len(), pays))
             })
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    let frames = plans
+        .into_iter()
+        .zip(stored)
+        .map(|(chunks, (raw_bytes, stored, compressed))| EncodedFrame {
+            chunks,
+            raw_bytes,
+            stored,
+            compressed,
+        })
+        .collect();
+    Ok(CompressedFrames {
+        frames,
+        bytes: buffer.into_inner(),
+    })
+}
+
+thread_local! {
+    /// A pool thread's buffers: a frame's raw bytes when its chunks are not one run of the
+    /// batch, and its compressed bytes.
+    static FRAME_SCRATCH: RefCell<(Vec<u8>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
 impl PathState {
@@ -745,7 +856,7 @@ impl PathState {
         &mut self,
         store: &mut BackupStore,
         prepared: PreparedBatch,
-        frames: Vec<EncodedFrame>,
+        compressed: &CompressedFrames,
     ) -> Result<()> {
         let start = Instant::now();
         let PreparedBatch {
@@ -757,7 +868,7 @@ impl PathState {
             ..
         } = prepared;
         let hashed = &hashed;
-        let mut frames = frames.into_iter().peekable();
+        let mut frames = compressed.frames.iter().peekable();
         let mut placed = placed.iter().peekable();
         for (position, decision) in decisions.into_iter().enumerate() {
             while let Some((_, reference)) = placed.next_if(|(before, _)| *before == position) {
@@ -804,7 +915,8 @@ impl PathState {
                 &lengths,
                 hashed,
                 range,
-                segment_frames,
+                &segment_frames,
+                &compressed.bytes,
                 &lent,
                 fingerprint,
                 id,
@@ -847,14 +959,15 @@ impl PathState {
         lengths: &[u32],
         hashed: &[HashedChunk],
         range: std::ops::Range<usize>,
-        frames: Vec<EncodedFrame>,
+        frames: &[&EncodedFrame],
+        frame_bytes: &[u8],
         lent: &HashMap<usize, (SegmentId, u32)>,
         fingerprint: Fingerprint,
         id: SegmentId,
     ) -> Result<SegmentRecord> {
         let footprint: u64 = frames
             .iter()
-            .map(|frame| (frame.stored().len() + CHUNK_HEADER_BYTES) as u64)
+            .map(|frame| (frame.stored.len() + CHUNK_HEADER_BYTES) as u64)
             .sum();
         let mut container = None;
         if footprint > 0 {
@@ -887,8 +1000,8 @@ impl PathState {
             let location = writer.append_stored_form(
                 &frame_print,
                 frame.raw_bytes,
-                &frame.raw,
-                &frame.encoded,
+                &frame_bytes[frame.stored.clone()],
+                frame.compressed,
             )?;
             self.outcome.report.frames += 1;
             self.outcome.report.new_raw_bytes += frame.raw_bytes as u64;
@@ -961,5 +1074,92 @@ impl PathState {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch of one segment holding `chunks`.
+    fn batch_of(chunks: &[Vec<u8>]) -> Batch {
+        let mut batch = Batch::default();
+        for chunk in chunks {
+            batch.data.extend_from_slice(chunk);
+        }
+        batch
+            .segments
+            .push(chunks.iter().map(|chunk| chunk.len() as u32).collect());
+        batch.hashed = vec![
+            HashedChunk {
+                fingerprint: Fingerprint::ZERO,
+                zero: false,
+            };
+            chunks.len()
+        ];
+        batch
+    }
+
+    fn noise(seed: u64, bytes: usize) -> Vec<u8> {
+        let mut state = seed | 1;
+        (0..bytes)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect()
+    }
+
+    fn text(bytes: usize) -> Vec<u8> {
+        b"a frame of chunks compresses together. "
+            .iter()
+            .copied()
+            .cycle()
+            .take(bytes)
+            .collect()
+    }
+
+    /// Goal: every frame's stored bytes are its chunks in order, compressed when that pays,
+    /// whether the chunks are one run of the batch or not, whatever a reused buffer held.
+    /// Method: frames of a run, of chunks around a skipped one (as a lent chunk is skipped)
+    /// and of noise, at two levels and none, into a buffer full of stale bytes.
+    #[test]
+    fn frames_hold_their_chunks() {
+        let chunks = vec![
+            text(5000),
+            noise(1, 3000),
+            text(7000),
+            noise(2, 4000),
+            text(100),
+        ];
+        let batch = batch_of(&chunks);
+        let plans = vec![vec![0, 2], vec![1], vec![3, 4]];
+        for level in [Some(1), Some(3), None] {
+            let compressed = compress(&batch, plans.clone(), level, vec![0xab; 1 << 20]).unwrap();
+            assert_eq!(compressed.frames.len(), plans.len());
+            for (frame, plan) in compressed.frames.iter().zip(&plans) {
+                let raw: Vec<u8> = plan
+                    .iter()
+                    .flat_map(|&chunk| chunks[chunk].clone())
+                    .collect();
+                assert_eq!(&frame.chunks, plan);
+                assert_eq!(frame.raw_bytes, raw.len());
+                let stored = &compressed.bytes[frame.stored.clone()];
+                if frame.compressed {
+                    assert!(stored.len() < raw.len());
+                    assert_eq!(zstd::bulk::decompress(stored, raw.len()).unwrap(), raw);
+                } else {
+                    assert_eq!(stored, &raw[..]);
+                }
+            }
+            assert_eq!(
+                compressed.frames[0].compressed,
+                level.is_some(),
+                "{level:?}"
+            );
+            assert!(!compressed.frames[1].compressed, "noise is stored as it is");
+        }
     }
 }

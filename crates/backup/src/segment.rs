@@ -14,7 +14,7 @@
 //! chunks, up to [`FRAME_RAW_BYTES_MAX`] together, are compressed as one **frame**, one record
 //! of the container (the core container format; the record header's fingerprint is the hash
 //! of the frame's chunk fingerprints, in order). A chunk is read by decoding its frame and
-//! taking its bytes at its offset in the frame (`within`). Compressing 128 KiB instead of
+//! taking its bytes at its offset in the frame (`within`). Compressing 256 KiB instead of
 //! 4 KiB finds the redundancy between the small files a segment holds, and one record header
 //! per frame instead of per chunk saves its 108 bytes (header and trailer entry) per chunk. A
 //! removed chunk's bytes stay in its frame until the segment is repackaged (settling,
@@ -82,7 +82,7 @@ pub(crate) const CONTAINERS: IdTable = IdTable("containers");
 /// Magic of segment records.
 const SEGMENT_MAGIC: &[u8; 4] = b"SEG3";
 /// Most raw bytes of one frame (a chunk larger than this is a frame of its own).
-pub const FRAME_RAW_BYTES_MAX: usize = 128 << 10;
+pub const FRAME_RAW_BYTES_MAX: usize = 256 << 10;
 const _: () = assert!(FRAME_RAW_BYTES_MAX <= onecopy_core::container::CHUNK_BYTES_MAX as usize);
 
 /// Whether a segment may still be deduplicated against.

@@ -14,7 +14,7 @@ use crate::series::{load_series, BackupRecord};
 use crate::store::BackupStore;
 
 /// Decoded frames the cache keeps at most, in bytes (a few of the kernel's read-ahead
-/// windows; frames are at most 128 KiB, or one larger chunk).
+/// windows; frames are at most 256 KiB, or one larger chunk).
 pub const CHUNK_CACHE_BYTES_MAX: usize = 32 << 20;
 
 /// A backup's chunks in stream order, with each chunk's stream offset.

@@ -5,7 +5,8 @@
 //! Terms:
 //! - *raw bytes*: the chunk as the face sees it.
 //! - *stored bytes*: what the container holds after the chunk header: the raw bytes, or a
-//!   zstd frame of them when the chunk header's [`CHUNK_COMPRESSED`] flag is set.
+//!   zstd frame of them when the chunk header's
+//!   [`CHUNK_COMPRESSED`](super::format::CHUNK_COMPRESSED) flag is set.
 //! - *checksum*: CRC-32C of the stored bytes, recorded in the chunk header and in every
 //!   [`ChunkLocation`].
 //!
@@ -17,12 +18,15 @@
 //! 3. [`decode`] checks the checksum, then copies the stored bytes or decompresses them.
 //!
 //! zstd contexts are kept per thread and reused: creating one costs more than compressing a
-//! 4 KiB chunk. Not guaranteed: two encodings of the same raw bytes at the same level give
+//! 4 KiB chunk. Levels 1 and 2 get a hash table of 2^[`FAST_LEVEL_HASH_LOG`] entries: zstd
+//! sizes theirs for speed on any input, and on the frames the backup store compresses (up to
+//! 256 KiB) the larger table finds enough more matches that level 1 stores what level 3 does,
+//! in less time (docs/BENCHMARKS.md, "Frames and compression level"). zstd caps the table by
+//! the input's size, so small chunks do not pay for it. Not guaranteed: two encodings of the same raw bytes at the same level give
 //! the same stored bytes only with the same zstd library version.
 
 use std::cell::RefCell;
 
-use super::format::CHUNK_COMPRESSED;
 use super::ChunkLocation;
 use crate::{Error, Result};
 
@@ -44,14 +48,6 @@ impl Encoded {
             Encoded::Compressed(frame) => frame,
         }
     }
-
-    /// The chunk-header flags this form sets.
-    pub(crate) fn flags(&self) -> u32 {
-        match self {
-            Encoded::Raw => 0,
-            Encoded::Compressed(_) => CHUNK_COMPRESSED,
-        }
-    }
 }
 
 /// The checksum a chunk header records for `stored` bytes: CRC-32C.
@@ -67,6 +63,9 @@ pub fn compression_pays(raw_bytes: usize, compressed_bytes: usize) -> bool {
     compressed_bytes <= raw_bytes - raw_bytes / 8
 }
 
+/// Hash log (log2 of the hash table's entries) of zstd levels 1 and 2.
+pub const FAST_LEVEL_HASH_LOG: u32 = 17;
+
 thread_local! {
     /// The thread's zstd compression context and the level it is set to.
     static COMPRESSOR: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> =
@@ -78,7 +77,7 @@ thread_local! {
 
 /// Compresses `raw` at zstd `level` with the thread's context into `frame` (cleared first);
 /// true when the frame is worth storing ([`compression_pays`]).
-pub(crate) fn compress_into(raw: &[u8], level: i32, frame: &mut Vec<u8>) -> Result<bool> {
+pub fn compress_into(raw: &[u8], level: i32, frame: &mut Vec<u8>) -> Result<bool> {
     assert!(!raw.is_empty(), "empty chunks are never stored");
     frame.clear();
     frame.reserve(zstd::zstd_safe::compress_bound(raw.len()));
@@ -98,8 +97,13 @@ fn with_compressor<T>(
     COMPRESSOR.with(|cell| {
         let mut cell = cell.borrow_mut();
         if cell.as_ref().is_none_or(|(cached, _)| *cached != level) {
-            let compressor = zstd::bulk::Compressor::new(level)
+            let mut compressor = zstd::bulk::Compressor::new(level)
                 .map_err(|error| Error::io("creating a zstd compressor", error))?;
+            if (1..=2).contains(&level) {
+                compressor
+                    .set_parameter(zstd::zstd_safe::CParameter::HashLog(FAST_LEVEL_HASH_LOG))
+                    .map_err(|error| Error::io("setting zstd's hash log", error))?;
+            }
             *cell = Some((level, compressor));
         }
         let (_, compressor) = cell.as_mut().expect("set above");

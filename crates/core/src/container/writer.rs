@@ -196,33 +196,29 @@ impl ContainerWriter {
         raw: &[u8],
         encoded: &Encoded,
     ) -> Result<ChunkLocation> {
-        self.append_stored_form(fingerprint, raw.len(), raw, encoded)
+        let compressed = matches!(encoded, Encoded::Compressed(_));
+        self.append_stored_form(fingerprint, raw.len(), encoded.stored(raw), compressed)
     }
 
-    /// Appends a chunk of `raw_bytes` bytes stored as `encoded` says; `raw` is the chunk's
-    /// bytes when `encoded` is raw, and may be empty when it is compressed: for callers that
-    /// let go of a compressed chunk's raw bytes before writing it.
+    /// Appends a chunk of `raw_bytes` bytes whose stored bytes are `stored`: a zstd frame of
+    /// them when `compressed` (as [`codec::compress_into`] makes), else the raw bytes.
     pub fn append_stored_form(
         &mut self,
         fingerprint: &Fingerprint,
         raw_bytes: usize,
-        raw: &[u8],
-        encoded: &Encoded,
+        stored: &[u8],
+        compressed: bool,
     ) -> Result<ChunkLocation> {
         assert!(raw_bytes > 0, "empty chunks are never stored");
-        let stored = match encoded {
-            Encoded::Raw => {
-                assert_eq!(raw.len(), raw_bytes, "a raw chunk comes with its bytes");
-                raw
-            }
-            Encoded::Compressed(frame) => frame.as_slice(),
-        };
+        if !compressed {
+            assert_eq!(stored.len(), raw_bytes, "a raw chunk is stored as it is");
+        }
         self.check_chunk_size(raw_bytes)?;
         let header = ChunkHeader {
             fingerprint: *fingerprint,
             stored_bytes: stored.len() as u32,
             raw_bytes: raw_bytes as u32,
-            flags: encoded.flags(),
+            flags: if compressed { CHUNK_COMPRESSED } else { 0 },
             checksum: codec::checksum(stored),
         };
         self.append_record(header, stored)

@@ -26,7 +26,7 @@
 //!   and a send log in the home (`--send-log`, which its manual recommends for incremental
 //!   backups); a local repository is written by a `bupstash serve` child process.
 //! - **onecopy**: the backup store's defaults (RevDedup, 4 MiB segments, 4 KiB chunks, 32 MiB
-//!   containers, zstd level 3, all cores), encrypted with a password (`ONECOPY_PASSWORD`) or
+//!   containers, zstd level 1 in 256 KiB frames, all cores), encrypted with a password (`ONECOPY_PASSWORD`) or
 //!   `init --insecure-no-encryption` ([`Encryption`]); `create` reverse-deduplicates the
 //!   previous backup before it returns (its report separates the two phases).
 //!
@@ -96,7 +96,7 @@ impl Tool {
         let encrypted = encryption == Encryption::On;
         match self {
             Tool::Onecopy => format!(
-                "RevDedup, 4 MiB segments / 4 KiB chunks (gear hash), zstd 3, all cores, {}",
+                "RevDedup, 4 MiB segments / 4 KiB chunks (gear hash), zstd 1 in 256 KiB frames, all cores, {}",
                 if encrypted {
                     "encrypted (AES-256-GCM)"
                 } else {
