@@ -501,9 +501,9 @@ pub(crate) fn run(
         };
         let write_oldest =
             |writer: &mut PathState, store: &mut BackupStore, queue: &mut CompressionQueue| {
-                let (prepared, compressed) = queue.pop().expect("a batch is compressing");
-                writer.outcome.report.compress_seconds += compressed.seconds;
-                let frames = compressed.frames?;
+                let (prepared, frames, seconds) = queue.pop().expect("a batch is compressing");
+                writer.outcome.report.compress_seconds += seconds;
+                let frames = frames?;
                 writer.write(store, prepared, &frames)?;
                 queue.reuse(frames.bytes);
                 Ok(())
@@ -606,9 +606,9 @@ struct PreparedBatch {
     plans: Vec<Vec<usize>>,
 }
 
-/// A batch's frames, compressed on the pool.
+/// A batch's frames, compressed on the pool (or the panic that stopped it).
 struct Compressed {
-    frames: Result<CompressedFrames>,
+    frames: std::thread::Result<Result<CompressedFrames>>,
     /// Wall time of the batch's compression.
     seconds: f64,
 }
@@ -632,7 +632,11 @@ impl CompressionQueue {
         let (sender, receiver) = bounded(1);
         rayon::spawn(move || {
             let started = Instant::now();
-            let frames = compress(&batch, plans, level, bytes);
+            // A panic goes to the thread that waits for the frames, as a join would carry
+            // it, rather than aborting the process on the pool.
+            let frames = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                compress(&batch, plans, level, bytes)
+            }));
             let seconds = started.elapsed().as_secs_f64();
             // The frames hold what the write needs: the batch goes back to be filled. A full
             // recycling queue only means the chunker has buffers enough.
@@ -643,11 +647,14 @@ impl CompressionQueue {
         self.batches.push_back((prepared, receiver));
     }
 
-    /// Waits for the oldest batch's frames.
-    fn pop(&mut self) -> Option<(PreparedBatch, Compressed)> {
+    /// Waits for the oldest batch's frames and the seconds they took; resumes a panic of
+    /// their compression.
+    fn pop(&mut self) -> Option<(PreparedBatch, Result<CompressedFrames>, f64)> {
         let (prepared, receiver) = self.batches.pop_front()?;
-        let compressed = receiver.recv().expect("a compression job sends its result");
-        Some((prepared, compressed))
+        let Compressed { frames, seconds } =
+            receiver.recv().expect("a compression job sends its result");
+        let frames = frames.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        Some((prepared, frames, seconds))
     }
 
     /// Takes back a written batch's frame buffer.
