@@ -1107,16 +1107,13 @@ mod tests {
         batch
     }
 
-    fn noise(seed: u64, bytes: usize) -> Vec<u8> {
-        let mut state = seed | 1;
-        (0..bytes)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                state as u8
-            })
-            .collect()
+    fn noise(bytes: usize) -> Vec<u8> {
+        use proptest::strategy::{Strategy, ValueTree};
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        proptest::collection::vec(proptest::num::u8::ANY, bytes)
+            .new_tree(&mut runner)
+            .expect("a vector of bytes")
+            .current()
     }
 
     fn text(bytes: usize) -> Vec<u8> {
@@ -1134,13 +1131,7 @@ mod tests {
     /// and of noise, at two levels and none, into a buffer full of stale bytes.
     #[test]
     fn frames_hold_their_chunks() {
-        let chunks = vec![
-            text(5000),
-            noise(1, 3000),
-            text(7000),
-            noise(2, 4000),
-            text(100),
-        ];
+        let chunks = vec![text(5000), noise(3000), text(7000), noise(4000), text(100)];
         let batch = batch_of(&chunks);
         let plans = vec![vec![0, 2], vec![1], vec![3, 4]];
         for level in [Some(1), Some(3), None] {
