@@ -67,10 +67,12 @@ const COMPRESSING_BATCHES: usize = 1;
 /// Batches alive at once: the one being filled, the queued ones, and the ones compressing
 /// (up to one more than [`COMPRESSING_BATCHES`] while the oldest is waited for).
 const BATCHES_LIVE_MAX: usize = QUEUE_BATCHES + COMPRESSING_BATCHES + 2;
-/// Most stored chunks a backup lends to later segments (2 GiB of 4 KiB chunks): the map of
+/// Most stored chunks a backup lends to later segments (1.75 GiB of 4 KiB chunks): the map of
 /// lenders takes memory for every chunk it holds, so it stops growing here and a larger
-/// backup's later chunks borrow only from its first ones.
-const LENDERS_MAX: usize = 1 << 19;
+/// backup's later chunks borrow only from its first ones. The standard hash map fills 7/8 of
+/// its power-of-two table before doubling it: 7/8 of 2^19 entries keep the table at 2^19
+/// slots (about 25 MB), where 2^19 entries took 2^20.
+const LENDERS_MAX: usize = (1 << 19) / 8 * 7;
 
 /// Called with the stream bytes processed so far.
 pub type Progress<'a> = &'a (dyn Fn(u64) + Sync);
