@@ -101,6 +101,8 @@ pub struct InlineReport {
     pub chunk_seconds: f64,
     pub fingerprint_seconds: f64,
     pub index_seconds: f64,
+    /// Wall time of each batch's compression, summed: batches compress while others are
+    /// written and while the next one is cut, so this overlaps the other phases.
     pub compress_seconds: f64,
     pub write_seconds: f64,
     /// Sealing (and so syncing) the last container, after the stream ended.
