@@ -60,9 +60,9 @@ pub enum BackupSource {
 
 /// Paths walked ahead of a backup: a caller walks them while it opens the store, whose key
 /// derivation keeps the cores busy for a few hundredths of a second, and hands them over as
-/// [`BackupSource::Walked`]. The tree is what the paths held when walked; the files' contents
-/// are read by the backup, and a file changed in between is noticed as one changed during
-/// the backup.
+/// [`BackupSource::Walked`]. The tree is what the paths held when walked; the backup reads
+/// the files' contents, and each file's entry takes the size and metadata of that reading
+/// ([`crate::tree::capture`]), so a file changed in between is stored as it was read.
 pub struct WalkedPaths {
     selection: Selection,
     tree: Tree,
