@@ -157,7 +157,8 @@ impl Batch {
 
     /// Where every chunk of `segments` starts in `data`, in order, and where the last ends.
     fn chunk_offsets(&self) -> Vec<usize> {
-        let mut offsets = Vec::with_capacity(self.hashed.len() + 1);
+        let chunks: usize = self.segments.iter().map(Vec::len).sum();
+        let mut offsets = Vec::with_capacity(chunks + 1);
         let mut offset = 0usize;
         offsets.push(offset);
         for segment in &self.segments {
@@ -172,16 +173,10 @@ impl Batch {
 
     /// The bytes of every chunk of `segments`, in order.
     fn chunks(&self) -> Vec<&[u8]> {
-        let mut slices = Vec::new();
-        let mut offset = 0usize;
-        for segment in &self.segments {
-            for &length in segment {
-                slices.push(&self.data[offset..offset + length as usize]);
-                offset += length as usize;
-            }
-        }
-        assert_eq!(offset, self.data.len(), "segments cover the batch");
-        slices
+        self.chunk_offsets()
+            .windows(2)
+            .map(|ends| &self.data[ends[0]..ends[1]])
+            .collect()
     }
 
     /// Fingerprints every chunk into `hashed`. BLAKE3 hashes the batch's chunks across SIMD
@@ -853,7 +848,7 @@ impl PathState {
             .collect();
         Ok(PreparedBatch {
             decisions,
-            lengths: slices.iter().map(|chunk| chunk.len() as u32).collect(),
+            lengths: batch.segments.concat(),
             hashed: hashed.clone(),
             placed: batch.placed.clone(),
             lent,

@@ -22,8 +22,9 @@
 //! sizes theirs for speed on any input, and on the frames the backup store compresses (up to
 //! 256 KiB) the larger table finds enough more matches that level 1 stores what level 3 does,
 //! in less time (docs/BENCHMARKS.md, "Frames and compression level"). zstd caps the table by
-//! the input's size, so small chunks do not pay for it. Not guaranteed: two encodings of the same raw bytes at the same level give
-//! the same stored bytes only with the same zstd library version.
+//! the input's size, so small chunks do not pay for it. Not guaranteed: two encodings of the
+//! same raw bytes at the same level give the same stored bytes only with the same zstd
+//! library version.
 
 use std::cell::RefCell;
 
