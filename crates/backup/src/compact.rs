@@ -39,6 +39,12 @@ use crate::store::{load_segment, now_unix_ns, BackupStore, StoreState};
 /// New container bytes written per compaction commit.
 pub const COMPACT_BATCH_BYTES: u64 = 256 << 20;
 
+/// A container left with garbage by a deletion or reverse deduplication is rewritten at once
+/// when that frees at least this share of it (numerator, denominator): a tenth, borg's
+/// default threshold for compacting its segment files. Below it, rewriting costs more
+/// writes than the space is worth; `backup compact` takes every container.
+pub const GARBAGE_SHARE_MIN: (u64, u64) = (1, 10);
+
 /// Size of a sealed container holding chunks of these stored sizes.
 pub fn sealed_container_bytes(stored_bytes: impl IntoIterator<Item = u32>) -> u64 {
     let (count, bytes) = stored_bytes
@@ -171,6 +177,37 @@ impl BackupStore {
     /// Plans a compaction of every container (reads catalog records only).
     pub fn plan_compact(&self) -> Result<CompactPlan> {
         plan_compact(&self.catalog.read()?, None, self.state.serial)
+    }
+
+    /// Rewrites those of `containers` (left with removed chunks or segments by a settlement)
+    /// where that frees at least [`GARBAGE_SHARE_MIN`] of the container; `None` when none
+    /// does.
+    pub(crate) fn compact_garbage(
+        &mut self,
+        containers: &BTreeSet<ContainerId>,
+    ) -> Result<Option<CompactReport>> {
+        if containers.is_empty() {
+            return Ok(None);
+        }
+        let mut plan = plan_compact(&self.catalog.read()?, Some(containers), self.state.serial)?;
+        let (share, of) = GARBAGE_SHARE_MIN;
+        plan.containers.retain(|container| {
+            (container.bytes - container.bytes_after) * of >= container.bytes * share
+        });
+        if plan.containers.is_empty() {
+            return Ok(None);
+        }
+        plan.reclaimable_bytes = plan
+            .containers
+            .iter()
+            .map(|container| container.bytes - container.bytes_after)
+            .sum();
+        plan.rewrite_bytes = plan
+            .containers
+            .iter()
+            .map(|container| container.bytes_after)
+            .sum();
+        self.compact_unguarded(plan).map(Some)
     }
 
     /// Executes `plan` (made from the current state); see the module documentation.

@@ -32,7 +32,7 @@ use onecopy_core::container::ContainerId;
 use serde::Serialize;
 
 use crate::changes::Changes;
-use crate::compact::plan_compact;
+use crate::compact::{plan_compact, CompactReport};
 use crate::config::DeleteMethod;
 use crate::error::{BackupError, Result};
 use crate::frames::repack;
@@ -93,7 +93,13 @@ pub struct DeleteReport {
     /// Index update and container removal.
     pub cleanup_seconds: f64,
     pub sweep: Option<SweepReport>,
-    /// Container bytes the deletion freed (containers removed, minus containers written).
+    /// The rewrite of the containers left with garbage where that frees at least
+    /// [`crate::compact::GARBAGE_SHARE_MIN`] of one.
+    pub compact: Option<CompactReport>,
+    /// Why that rewrite stopped (the deletion is committed).
+    pub compact_error: Option<String>,
+    /// Container bytes the deletion freed (containers removed and rewritten, minus
+    /// containers written).
     pub freed_bytes: u64,
     /// Bytes of removed chunks that stay allocated in containers still holding referenced
     /// chunks, which `backup compact` frees: exactly what compacting the containers this
@@ -294,6 +300,10 @@ impl BackupStore {
             self.state.serial,
         )?;
         let freed_bytes = dropped_bytes.saturating_sub(run.copy.written_bytes)
+            + run
+                .compact
+                .as_ref()
+                .map_or(0, |compact| compact.reclaimed_bytes)
             + sweep.map_or(0, |sweep| sweep.reclaimed_bytes);
         let seconds = plan.plan_seconds + started.elapsed().as_secs_f64();
         Ok(DeleteReport {
@@ -302,6 +312,8 @@ impl BackupStore {
             copy: run.copy,
             commit_seconds: run.commit_seconds,
             cleanup_seconds: run.cleanup_seconds,
+            compact: run.compact,
+            compact_error: run.compact_error,
             sweep,
             freed_bytes,
             compactable_bytes: compactable.reclaimable_bytes,

@@ -33,6 +33,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::changes::Changes;
+use crate::compact::CompactReport;
 use crate::error::{BackupError, Result};
 use crate::frames::{read_stored_frames, repack};
 use crate::segment::{ChunkStorage, ContainerKind, SegmentContainer, SegmentId, SegmentState};
@@ -69,8 +70,9 @@ pub struct Settlement {
     pub removed_bytes: u64,
     pub copy_archival_bytes: u64,
     pub copy_shared_bytes: u64,
-    /// Containers that keep chunks this settlement removed (they stay allocated until
-    /// `compact` rewrites the container).
+    /// Containers that keep chunks or segments this settlement removed: they stay allocated
+    /// until the container is rewritten ([`execute_settlement`] rewrites those where that
+    /// frees enough, `compact` the others).
     pub garbage_containers: BTreeSet<ContainerId>,
 }
 
@@ -155,15 +157,21 @@ pub(crate) fn plan_settlement(
             settlement.unindexed.push((head.fingerprint, segment));
             changes.head_mut(view, segment)?.state = SegmentState::Archival;
         }
-        if empty {
-            settlement.segments_died += 1;
-            if let Some(dropped) = changes.delete_segment(view, segment)? {
-                settlement.dropped_containers.push(dropped);
-            }
-        } else if !has_stored {
-            // Only lost chunks are left: the segment needs no container any more.
-            if let Some(dropped) = changes.detach_segment(view, segment)? {
-                settlement.dropped_containers.push(dropped);
+        if empty || !has_stored {
+            let dropped = if empty {
+                settlement.segments_died += 1;
+                changes.delete_segment(view, segment)?
+            } else {
+                // Only lost chunks are left: the segment needs no container any more.
+                changes.detach_segment(view, segment)?
+            };
+            match (dropped, container) {
+                (Some(dropped), _) => settlement.dropped_containers.push(dropped),
+                // The segment's frames stay in a container its other segments keep.
+                (None, Some(container)) => {
+                    settlement.garbage_containers.insert(container);
+                }
+                (None, None) => {}
             }
         } else if transition {
             let from = container.expect("a segment with stored chunks has a container");
@@ -373,12 +381,17 @@ pub(crate) struct SettlementRun {
     pub copy: CopyReport,
     pub commit_seconds: f64,
     pub cleanup_seconds: f64,
+    /// The rewrite of the containers the settlement left with enough garbage.
+    pub compact: Option<CompactReport>,
+    /// Why that rewrite stopped (the settlement itself is committed).
+    pub compact_error: Option<String>,
 }
 
 /// The execution shared by deletion and reverse deduplication, in the write order: copy the
 /// segments `settlement` repackages, commit `changes` with the new store state (with the
 /// reserve released, so that the commit finds room on a full disk), then remove containers
-/// and index entries ([`finish_settlement`]) and write the reserve again. `serial` is the
+/// and index entries ([`finish_settlement`]), write the reserve again and rewrite the
+/// containers left with garbage where that frees enough ([`BackupStore::compact_garbage`]). `serial` is the
 /// store state the plan was made from; a plan made from another state is refused (`what`
 /// names it).
 pub(crate) fn execute_settlement(
@@ -410,10 +423,21 @@ pub(crate) fn execute_settlement(
     let cleanup_seconds = finish_settlement(store, settlement)?;
     store.restore_reserve();
     *changes = Changes::default();
+    let (compact, compact_error) = match store.compact_garbage(&settlement.garbage_containers) {
+        Ok(report) => (report, None),
+        Err(error) => {
+            // The settlement is committed; a compaction that stops leaves only what recovery
+            // removes, and `backup compact` can give the space back later.
+            store.recover()?;
+            (None, Some(error.to_string()))
+        }
+    };
     Ok(SettlementRun {
         copy,
         commit_seconds,
         cleanup_seconds,
+        compact,
+        compact_error,
     })
 }
 

@@ -55,3 +55,107 @@ fn restores_identical_before_and_after_reverse() {
     );
     assert_eq!(after.archival_backups, 5);
 }
+
+/// A tree of 40 files of 3 KiB (their segments group files up to the minimum segment size)
+/// and two files of 400 KiB (segments of their own), all of random bytes.
+fn write_grouped_tree(root: &std::path::Path, random: &mut Random) {
+    std::fs::create_dir_all(root.join("a")).unwrap();
+    for n in 0..40 {
+        let mut bytes = vec![0u8; 3 << 10];
+        random.fill(&mut bytes);
+        std::fs::write(root.join("a").join(format!("f{n:03}")), bytes).unwrap();
+    }
+    for name in ["b-big", "c-big"] {
+        let mut bytes = vec![0u8; 400 << 10];
+        random.fill(&mut bytes);
+        std::fs::write(root.join(name), bytes).unwrap();
+    }
+}
+
+/// Goal: a container that reverse deduplication leaves with at least a tenth of garbage is
+/// rewritten at once, one with less is left for `backup compact`, and every version restores
+/// either way. Method: a file added first in a group of small files makes the next backup
+/// store the group's files in new segments; every chunk of the old group's segments is in
+/// the new backup, so those segments die in the first container, whose large file stays
+/// referenced (the tree, which does change, is in a later container). A file of 2 KiB
+/// shifts every group (about 120 of the container's 510 KiB die), one of a few bytes only
+/// the first (about 33 KiB).
+#[test]
+fn reverse_deduplication_rewrites_containers_left_with_garbage() {
+    for (added_bytes, rewritten) in [(2 << 10, true), (35, false)] {
+        let scratch = tempfile::tempdir().unwrap();
+        let storage: Arc<dyn Storage> = Arc::new(
+            onecopy_core::storage::LocalStorage::create(scratch.path().join("repository")).unwrap(),
+        );
+        let mut store = open_with(
+            storage,
+            onecopy_backup::StoreOptions {
+                container_bytes: 512 << 10,
+                compression_level: None,
+                ..small_options(DedupMode::Revdedup)
+            },
+        );
+        let root = scratch.path().join("tree");
+        let mut random = Random(added_bytes as u64);
+        write_grouped_tree(&root, &mut random);
+        let create = |store: &mut onecopy_backup::BackupStore| {
+            store
+                .create_backup(
+                    "tree",
+                    onecopy_backup::BackupSource::Directory(root.clone()),
+                    onecopy_backup::CreateOptions::default(),
+                )
+                .unwrap()
+        };
+        create(&mut store);
+        std::fs::write(root.join("a").join("f"), vec![7u8; added_bytes]).unwrap();
+        let report = create(&mut store);
+        let reverse = &report.reverse[0];
+        assert!(reverse.plan.settlement.segments_died > 0, "{added_bytes}");
+        assert_eq!(reverse.compact_error, None);
+        let after = store.stats().unwrap();
+        let left = store.plan_compact().unwrap();
+        if rewritten {
+            let compact = reverse
+                .compact
+                .as_ref()
+                .expect("the container was rewritten");
+            assert_eq!(compact.containers_rewritten, 1);
+            assert!(compact.reclaimed_bytes >= 100 << 10, "{compact:?}");
+            assert!(left.containers.is_empty(), "{left:?}");
+            assert_eq!(after.compactable_bytes, 0);
+        } else {
+            assert!(reverse.compact.is_none(), "{:?}", reverse.compact);
+            assert_eq!(left.containers.len(), 1, "{left:?}");
+            let garbage = &left.containers[0];
+            assert!((garbage.bytes - garbage.bytes_after) * 10 < garbage.bytes);
+            assert_eq!(after.compactable_bytes, garbage.bytes - garbage.bytes_after);
+        }
+        for version in [1, 2] {
+            let target = scratch.path().join(format!("restored-{version}"));
+            store
+                .restore(
+                    "tree",
+                    Some(version),
+                    onecopy_backup::RestoreTarget::Directory(target.clone()),
+                )
+                .unwrap();
+            for n in 0..40 {
+                let name = std::path::Path::new("a").join(format!("f{n:03}"));
+                assert_eq!(
+                    std::fs::read(target.join(&name)).unwrap(),
+                    std::fs::read(root.join(&name)).unwrap(),
+                    "{name:?} of version {version}"
+                );
+            }
+            for name in ["b-big", "c-big"] {
+                assert_eq!(
+                    std::fs::read(target.join(name)).unwrap(),
+                    std::fs::read(root.join(name)).unwrap()
+                );
+            }
+            assert_eq!(target.join("a").join("f").exists(), version == 2);
+        }
+        assert_check_ok(&mut store);
+    }
+}

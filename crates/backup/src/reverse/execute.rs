@@ -5,13 +5,15 @@
 //! once; (3) drop settled segments from the index and checkpoint it; (4) remove the evacuated
 //! containers. A crash before (2) leaves the old state plus unreferenced new containers; after
 //! (2), the new state plus unreferenced old containers and stale index entries. Recovery
-//! removes both kinds of leftovers ([`BackupStore::recover`]).
+//! removes both kinds of leftovers ([`BackupStore::recover`]). (5) Rewrite the containers the
+//! removed chunks leave with enough garbage, like `backup compact`.
 
 use std::time::Instant;
 
 use serde::Serialize;
 
 use super::plan::ReversePlan;
+use crate::compact::CompactReport;
 use crate::error::Result;
 use crate::settle::{execute_settlement, CopyReport};
 use crate::store::BackupStore;
@@ -24,6 +26,11 @@ pub struct ReverseReport {
     pub commit_seconds: f64,
     /// Index update and container removal.
     pub cleanup_seconds: f64,
+    /// The rewrite of the containers left with garbage where that frees at least
+    /// [`crate::compact::GARBAGE_SHARE_MIN`] of one.
+    pub compact: Option<CompactReport>,
+    /// Why that rewrite stopped (the reverse deduplication is committed).
+    pub compact_error: Option<String>,
     /// Whole operation, plan included.
     pub seconds: f64,
 }
@@ -53,6 +60,8 @@ impl BackupStore {
             copy: run.copy,
             commit_seconds: run.commit_seconds,
             cleanup_seconds: run.cleanup_seconds,
+            compact: run.compact,
+            compact_error: run.compact_error,
             seconds,
         })
     }

@@ -75,6 +75,7 @@ pub fn print_create(report: &CreateReport) {
             format_size(plan.settlement.removed_bytes),
             format_size(plan.settlement.copy_archival_bytes)
         );
+        print_follow_up_compaction(&reverse.compact, &reverse.compact_error);
     }
     for deleted in &report.expire {
         print_delete(deleted);
@@ -84,6 +85,29 @@ pub fn print_create(report: &CreateReport) {
     }
     for warning in &report.warnings {
         eprintln!("warning: {}: {}", warning.path, warning.message);
+    }
+}
+
+/// The containers a deletion or reverse deduplication rewrote because it left them with
+/// garbage, or why that stopped.
+fn print_follow_up_compaction(
+    report: &Option<onecopy_backup::CompactReport>,
+    error: &Option<String>,
+) {
+    if let Some(report) = report {
+        println!(
+            "  compact  {} containers rewritten, {} removed in {:.2} s: {} freed",
+            report.containers_rewritten,
+            report.containers_removed,
+            report.seconds,
+            format_size(report.reclaimed_bytes)
+        );
+    }
+    if let Some(error) = error {
+        println!(
+            "  warning: containers with removed chunks were not rewritten ({error}); \
+             `onecopy backup compact` frees their space later"
+        );
     }
 }
 
@@ -160,6 +184,7 @@ pub fn print_delete(report: &onecopy_backup::DeleteReport) {
         );
     }
     println!("; freed {}", format_size(report.freed_bytes));
+    print_follow_up_compaction(&report.compact, &report.compact_error);
     if report.compactable_bytes > 0 {
         println!(
             "  {} of removed chunks stay in {} containers still in use; \
