@@ -13,7 +13,8 @@ use onecopy_core::container::ContainerId;
 use crate::error::{BackupError, Result};
 use crate::recipe::Recipe;
 use crate::segment::{
-    SegmentContainer, SegmentHead, SegmentId, SegmentRecord, CONTAINERS, SEGMENTS, SEGMENT_HEADS,
+    put_segment_record, remove_segment_record, SegmentContainer, SegmentHead, SegmentId,
+    SegmentRecord, CONTAINERS, SEGMENT_HEADS,
 };
 use crate::series::{encode_backup, BackupId, BackupRecord, SeriesRecord, BACKUPS, SERIES};
 use crate::store::{load_container, load_head, load_segment};
@@ -162,10 +163,8 @@ impl Changes {
         }
         for (&id, record) in &self.records {
             match record {
-                Some(record) => write.put_id(SEGMENTS, id, &record.encode())?,
-                None => {
-                    write.remove_id(SEGMENTS, id)?;
-                }
+                Some(record) => put_segment_record(write, id, record)?,
+                None => remove_segment_record(write, id)?,
             }
         }
         for (&id, record) in &self.containers {

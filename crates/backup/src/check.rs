@@ -53,8 +53,8 @@ use crate::losses::{self, load_losses, LostRange};
 use crate::recipe::{ChunkReference, Recipe};
 use crate::resolve::{locate, resolve, ChunkBytes, ChunkSource, SegmentCache};
 use crate::segment::{
-    ChunkStorage, ContainerKind, SegmentContainer, SegmentHead, SegmentId, SegmentRecord,
-    SegmentState, CONTAINERS, SEGMENTS, SEGMENT_HEADS,
+    segment_records, ChunkStorage, ContainerKind, SegmentContainer, SegmentHead, SegmentId,
+    SegmentRecord, SegmentState, CONTAINERS, SEGMENT_HEADS,
 };
 use crate::series::{BackupId, BackupRecord, SeriesRecord, BACKUPS, SERIES};
 use crate::store::{
@@ -255,7 +255,7 @@ impl BackupStore {
             .into_iter()
             .collect();
         let mut records: HashMap<SegmentId, SegmentRecord> = HashMap::new();
-        for (id, bytes) in read.range_id(SEGMENTS, 0, u64::MAX)? {
+        for (id, bytes) in segment_records(read)? {
             inspection.count("segments", 1);
             match SegmentRecord::decode(&bytes, id) {
                 Ok(record) => {

@@ -25,7 +25,7 @@ use crate::files_cache::{FilesReport, PreviousBackup};
 use crate::inline::{self, InlineReport, PartedSource, Progress, WholeStream};
 use crate::recipe::Recipe;
 use crate::reverse::ReverseReport;
-use crate::segment::{SegmentHead, SegmentState, CONTAINERS, SEGMENTS, SEGMENT_HEADS};
+use crate::segment::{put_segment_record, SegmentHead, SegmentState, CONTAINERS, SEGMENT_HEADS};
 use crate::series::{
     encode_backup, load_backup, validate_series_name, BackupRecord, BackupState, SeriesRecord,
     SourceKind, BACKUPS, SERIES,
@@ -437,7 +437,7 @@ impl BackupStore {
         let mut references: BTreeMap<_, _> = outcome.references.into_iter().collect();
         for (id, record) in &outcome.new_segments {
             let live_references = references.remove(id).expect("new segments are referenced");
-            write.put_id(SEGMENTS, *id, &record.encode())?;
+            put_segment_record(&mut write, *id, record)?;
             let head = SegmentHead {
                 fingerprint: record.fingerprint,
                 state: SegmentState::Shared,

@@ -46,8 +46,8 @@ use crate::losses::{self, put_losses, LossRecord};
 use crate::recipe::{ChunkReference, Recipe};
 use crate::resolve::{resolve, SegmentCache};
 use crate::segment::{
-    ChunkStorage, ContainerKind, SegmentContainer, SegmentHead, SegmentId, SegmentRecord,
-    CONTAINERS, SEGMENTS, SEGMENT_HEADS,
+    segment_records, ChunkStorage, ContainerKind, SegmentContainer, SegmentHead, SegmentId,
+    SegmentRecord, CONTAINERS, SEGMENT_HEADS,
 };
 use crate::series::{BackupId, BackupRecord, SeriesRecord, BACKUPS, SERIES};
 use crate::store::{now_unix_ns, BackupStore, CATALOG_FILE};
@@ -179,7 +179,7 @@ impl BackupStore {
         let complete = counts.complete && inspection.counts_complete;
         let mut rewritten = (0u64, 0u64, 0u64);
         let mut records: HashMap<SegmentId, SegmentRecord> = HashMap::new();
-        for (id, bytes) in read.range_id(SEGMENTS, 0, u64::MAX)? {
+        for (id, bytes) in segment_records(&read)? {
             if let Ok(record) = SegmentRecord::decode(&bytes, id) {
                 records.insert(id, record);
             }
@@ -376,7 +376,7 @@ impl BackupStore {
         // committed, but it never moves chunks), and where every stored chunk is.
         let mut placed: HashMap<ContainerId, Vec<SegmentId>> = HashMap::new();
         let mut by_fingerprint: HashMap<Fingerprint, Vec<ChunkCopy>> = HashMap::new();
-        for (id, bytes) in read.range_id(SEGMENTS, 0, u64::MAX)? {
+        for (id, bytes) in segment_records(&read)? {
             let Ok(record) = SegmentRecord::decode(&bytes, id) else {
                 continue;
             };
@@ -967,7 +967,7 @@ fn borrowers_of(
     if lent.is_empty() {
         return Ok(found);
     }
-    for (id, bytes) in view.range_id(SEGMENTS, 0, u64::MAX)? {
+    for (id, bytes) in segment_records(view)? {
         let Ok(record) = SegmentRecord::decode(&bytes, id) else {
             continue;
         };

@@ -6,8 +6,8 @@ use serde::Serialize;
 use crate::config::StoreOptions;
 use crate::error::Result;
 use crate::segment::{
-    ContainerKind, SegmentContainer, SegmentHead, SegmentRecord, SegmentState, CONTAINERS,
-    SEGMENTS, SEGMENT_HEADS,
+    segment_records, ContainerKind, SegmentContainer, SegmentHead, SegmentRecord, SegmentState,
+    CONTAINERS, SEGMENT_HEADS,
 };
 use crate::series::{load_backup, load_series, BackupRecord, BackupState, SeriesRecord, SERIES};
 use crate::store::BackupStore;
@@ -110,7 +110,7 @@ impl BackupStore {
                 SegmentState::Archival => stats.segments_archival += 1,
             }
         }
-        for (id, bytes) in read.range_id(SEGMENTS, 0, u64::MAX)? {
+        for (id, bytes) in segment_records(&read)? {
             stats.referenced_bytes += SegmentRecord::decode(&bytes, id)?.stored_bytes();
         }
         for (id, bytes) in read.range_id(CONTAINERS, 0, u64::MAX)? {

@@ -48,8 +48,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::{RuntimeOptions, StoreOptions, RESERVE_BYTES_MIN};
 use crate::error::{BackupError, Result};
 use crate::segment::{
-    SegmentContainer, SegmentHead, SegmentId, SegmentRecord, SegmentState, CONTAINERS, SEGMENTS,
-    SEGMENT_HEADS,
+    segment_record_bytes, SegmentContainer, SegmentHead, SegmentId, SegmentRecord, SegmentState,
+    CONTAINERS, SEGMENT_HEADS,
 };
 use crate::segment_index::SegmentIndex;
 
@@ -808,8 +808,7 @@ pub(crate) fn load_head(view: &impl CatalogView, id: SegmentId) -> Result<Option
 }
 
 pub(crate) fn load_segment(view: &impl CatalogView, id: SegmentId) -> Result<SegmentRecord> {
-    let bytes = view
-        .get_id(SEGMENTS, id)?
+    let bytes = segment_record_bytes(view, id)?
         .ok_or_else(|| BackupError::corrupt(format!("segment {id}"), "record missing"))?;
     SegmentRecord::decode(&bytes, id)
 }
