@@ -34,6 +34,7 @@ use std::ops::Range;
 use std::time::Instant;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
+use onecopy_core::catalog::CatalogWrite;
 use onecopy_core::chunking::{ChunkerSpec, READ_BUFFER_BYTES_DEFAULT};
 use onecopy_core::container::{codec, is_zero, ContainerId, ContainerWriter, CHUNK_HEADER_BYTES};
 use onecopy_core::fingerprint::{Fingerprint, Fingerprinter};
@@ -46,10 +47,10 @@ use crate::error::{BackupError, Result};
 use crate::frames::{frame_fingerprint, plan_frames};
 use crate::recipe::SegmentReference;
 use crate::segment::{
-    ChunkPlace, ChunkStorage, ContainerKind, SegmentChunk, SegmentContainer, SegmentId,
-    SegmentRecord, SegmentState,
+    put_segment_record, ChunkPlace, ChunkStorage, ContainerKind, SegmentChunk, SegmentContainer,
+    SegmentId, SegmentRecord, SegmentState,
 };
-use crate::store::{BackupStore, StoreState};
+use crate::store::{load_segment, BackupStore, StoreState};
 
 /// Bytes of segments per batch handed from the chunker thread.
 const BATCH_BYTES: usize = 1 << 20;
@@ -124,7 +125,13 @@ pub struct InlineReport {
 /// What the inline phase produced, not yet committed.
 pub(crate) struct InlineOutcome {
     pub segments: Vec<SegmentReference>,
-    pub new_segments: Vec<(SegmentId, SegmentRecord)>,
+    /// The new segments, with their fingerprints; their records are in `records`.
+    pub new_segments: Vec<(SegmentId, Fingerprint)>,
+    /// The create commit's transaction, holding the new segments' records: they go into it
+    /// as their segments are stored, so that the records of a large backup wait for the
+    /// commit in the catalog's file (redb writes a transaction's pages out beyond its
+    /// buffer), not in memory.
+    pub records: CatalogWrite,
     /// Live references gained, per segment (new and existing).
     pub references: HashMap<SegmentId, u32>,
     pub containers: Vec<(ContainerId, SegmentContainer)>,
@@ -453,6 +460,7 @@ pub(crate) fn run(
         outcome: InlineOutcome {
             segments: Vec::new(),
             new_segments: Vec::new(),
+            records: store.catalog.write()?,
             references: HashMap::new(),
             containers: Vec::new(),
             state: store.state.clone(),
@@ -541,16 +549,16 @@ pub(crate) fn run(
     writer.seal_open(store)?;
     writer.outcome.report.seal_seconds = sealed.elapsed().as_secs_f64();
     // A lent chunk counts its borrowers among its direct references.
-    let positions: HashMap<SegmentId, usize> = writer
-        .outcome
-        .new_segments
-        .iter()
-        .enumerate()
-        .map(|(position, (id, _))| (*id, position))
-        .collect();
-    for ((segment, index), count) in std::mem::take(&mut writer.borrows) {
-        let (_, record) = &mut writer.outcome.new_segments[positions[&segment]];
-        record.chunks[index as usize].direct_references += count;
+    let mut borrows: Vec<_> = std::mem::take(&mut writer.borrows).into_iter().collect();
+    borrows.sort_unstable();
+    for lent in borrows.chunk_by(|a, b| a.0 .0 == b.0 .0) {
+        let segment = lent[0].0 .0;
+        let records = &mut writer.outcome.records;
+        let mut record = load_segment(records, segment)?;
+        for &((_, index), count) in lent {
+            record.chunks[index as usize].direct_references += count;
+        }
+        put_segment_record(records, segment, &record)?;
     }
     let mut outcome = writer.outcome;
     outcome.report.seconds = started.elapsed().as_secs_f64();
@@ -797,8 +805,8 @@ impl PathState {
             // A lookup found the index damaged and the store rebuilt it from the catalog,
             // which does not have this backup's segments yet: the ones written so far go
             // into it again (those still being compressed are added when written).
-            for (id, record) in &self.outcome.new_segments {
-                store.index_insert(&record.fingerprint, *id);
+            for (id, fingerprint) in &self.outcome.new_segments {
+                store.index_insert(fingerprint, *id);
             }
         }
         self.outcome.report.index_seconds += start.elapsed().as_secs_f64();
@@ -928,7 +936,8 @@ impl PathState {
                 id,
             )?;
             store.index_insert(&fingerprint, id);
-            self.outcome.new_segments.push((id, record));
+            put_segment_record(&mut self.outcome.records, id, &record)?;
+            self.outcome.new_segments.push((id, fingerprint));
         }
         for (_, reference) in placed {
             self.place(reference);
