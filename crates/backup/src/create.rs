@@ -25,7 +25,7 @@ use crate::files_cache::{FilesReport, PreviousBackup};
 use crate::inline::{self, InlineReport, PartedSource, Progress, WholeStream};
 use crate::recipe::Recipe;
 use crate::reverse::ReverseReport;
-use crate::segment::{SegmentHead, SegmentState, CONTAINERS, SEGMENT_HEADS};
+use crate::segment::{put_segment_record, SegmentHead, SegmentState, CONTAINERS, SEGMENT_HEADS};
 use crate::series::{
     encode_backup, load_backup, validate_series_name, BackupRecord, BackupState, SeriesRecord,
     SourceKind, BACKUPS, SERIES,
@@ -433,12 +433,13 @@ impl BackupStore {
         series_record.versions.insert(version, backup_id);
         // Index before recipe: the index names the new segments before the catalog does.
         self.checkpoint_index(self.state.serial + 1);
-        let mut write = outcome.records;
+        let mut write = self.catalog.write()?;
         let mut references: BTreeMap<_, _> = outcome.references.into_iter().collect();
-        for (id, fingerprint) in &outcome.new_segments {
+        for (id, record) in &outcome.new_segments {
             let live_references = references.remove(id).expect("new segments are referenced");
+            put_segment_record(&mut write, *id, record)?;
             let head = SegmentHead {
-                fingerprint: *fingerprint,
+                fingerprint: record.fingerprint,
                 state: SegmentState::Shared,
                 live_references,
             };

@@ -34,7 +34,6 @@ use std::ops::Range;
 use std::time::Instant;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
-use onecopy_core::catalog::CatalogWrite;
 use onecopy_core::chunking::{ChunkerSpec, READ_BUFFER_BYTES_DEFAULT};
 use onecopy_core::container::{codec, is_zero, ContainerId, ContainerWriter, CHUNK_HEADER_BYTES};
 use onecopy_core::fingerprint::{Fingerprint, Fingerprinter};
@@ -47,10 +46,10 @@ use crate::error::{BackupError, Result};
 use crate::frames::{frame_fingerprint, plan_frames};
 use crate::recipe::SegmentReference;
 use crate::segment::{
-    put_segment_record, ChunkPlace, ChunkStorage, ContainerKind, SegmentChunk, SegmentContainer,
-    SegmentId, SegmentRecord, SegmentState,
+    ChunkPlace, ChunkStorage, ContainerKind, SegmentChunk, SegmentContainer, SegmentId,
+    SegmentRecord, SegmentState,
 };
-use crate::store::{load_segment, BackupStore, StoreState};
+use crate::store::{BackupStore, StoreState};
 
 /// Bytes of segments per batch handed from the chunker thread.
 const BATCH_BYTES: usize = 1 << 20;
@@ -125,13 +124,7 @@ pub struct InlineReport {
 /// What the inline phase produced, not yet committed.
 pub(crate) struct InlineOutcome {
     pub segments: Vec<SegmentReference>,
-    /// The new segments, with their fingerprints; their records are in `records`.
-    pub new_segments: Vec<(SegmentId, Fingerprint)>,
-    /// The create commit's transaction, holding the new segments' records: they go into it
-    /// as their segments are stored, so that the records of a large backup wait for the
-    /// commit in the catalog's file (redb writes a transaction's pages out beyond its
-    /// buffer), not in memory.
-    pub records: CatalogWrite,
+    pub new_segments: Vec<(SegmentId, SegmentRecord)>,
     /// Live references gained, per segment (new and existing).
     pub references: HashMap<SegmentId, u32>,
     pub containers: Vec<(ContainerId, SegmentContainer)>,
@@ -460,7 +453,6 @@ pub(crate) fn run(
         outcome: InlineOutcome {
             segments: Vec::new(),
             new_segments: Vec::new(),
-            records: store.catalog.write()?,
             references: HashMap::new(),
             containers: Vec::new(),
             state: store.state.clone(),
@@ -549,16 +541,16 @@ pub(crate) fn run(
     writer.seal_open(store)?;
     writer.outcome.report.seal_seconds = sealed.elapsed().as_secs_f64();
     // A lent chunk counts its borrowers among its direct references.
-    let mut borrows: Vec<_> = std::mem::take(&mut writer.borrows).into_iter().collect();
-    borrows.sort_unstable();
-    for lent in borrows.chunk_by(|a, b| a.0 .0 == b.0 .0) {
-        let segment = lent[0].0 .0;
-        let records = &mut writer.outcome.records;
-        let mut record = load_segment(records, segment)?;
-        for &((_, index), count) in lent {
-            record.chunks[index as usize].direct_references += count;
-        }
-        put_segment_record(records, segment, &record)?;
+    let positions: HashMap<SegmentId, usize> = writer
+        .outcome
+        .new_segments
+        .iter()
+        .enumerate()
+        .map(|(position, (id, _))| (*id, position))
+        .collect();
+    for ((segment, index), count) in std::mem::take(&mut writer.borrows) {
+        let (_, record) = &mut writer.outcome.new_segments[positions[&segment]];
+        record.chunks[index as usize].direct_references += count;
     }
     let mut outcome = writer.outcome;
     outcome.report.seconds = started.elapsed().as_secs_f64();
@@ -805,8 +797,8 @@ impl PathState {
             // A lookup found the index damaged and the store rebuilt it from the catalog,
             // which does not have this backup's segments yet: the ones written so far go
             // into it again (those still being compressed are added when written).
-            for (id, fingerprint) in &self.outcome.new_segments {
-                store.index_insert(fingerprint, *id);
+            for (id, record) in &self.outcome.new_segments {
+                store.index_insert(&record.fingerprint, *id);
             }
         }
         self.outcome.report.index_seconds += start.elapsed().as_secs_f64();
@@ -936,8 +928,7 @@ impl PathState {
                 id,
             )?;
             store.index_insert(&fingerprint, id);
-            put_segment_record(&mut self.outcome.records, id, &record)?;
-            self.outcome.new_segments.push((id, fingerprint));
+            self.outcome.new_segments.push((id, record));
         }
         for (_, reference) in placed {
             self.place(reference);

@@ -739,17 +739,12 @@ pub(crate) fn load_state(catalog: &Catalog, storage: &Arc<dyn Storage>) -> Resul
     Ok(state)
 }
 
-/// True when `error` says the file system is full: an I/O error of the engine, or one under
-/// a catalog error (redb writes a transaction's pages out before its commit when they
-/// outgrow its buffer).
+/// True when `error` says the file system is full.
 pub fn is_full(error: &BackupError) -> bool {
-    let BackupError::Core(error) = error else {
+    let BackupError::Core(CoreError::Io { source, .. }) = error else {
         return false;
     };
-    error.io_source().is_some_and(|source| {
-        source.raw_os_error() == Some(libc::ENOSPC)
-            || source.kind() == std::io::ErrorKind::StorageFull
-    })
+    source.raw_os_error() == Some(libc::ENOSPC) || source.kind() == std::io::ErrorKind::StorageFull
 }
 
 /// Shared segments by fingerprint, except the `damaged` ones: what the segment index must
