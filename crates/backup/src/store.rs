@@ -739,12 +739,16 @@ pub(crate) fn load_state(catalog: &Catalog, storage: &Arc<dyn Storage>) -> Resul
     Ok(state)
 }
 
-/// True when `error` says the file system is full.
+/// True when `error` says the file system is full: an I/O error of the engine, or one under
+/// a catalog error (a commit that found no room).
 pub fn is_full(error: &BackupError) -> bool {
-    let BackupError::Core(CoreError::Io { source, .. }) = error else {
+    let BackupError::Core(error) = error else {
         return false;
     };
-    source.raw_os_error() == Some(libc::ENOSPC) || source.kind() == std::io::ErrorKind::StorageFull
+    error.io_source().is_some_and(|source| {
+        source.raw_os_error() == Some(libc::ENOSPC)
+            || source.kind() == std::io::ErrorKind::StorageFull
+    })
 }
 
 /// Shared segments by fingerprint, except the `damaged` ones: what the segment index must

@@ -107,6 +107,21 @@ impl Error {
         }
     }
 
+    /// The I/O error under this one: an I/O error of the engine, or one redb met.
+    pub fn io_source(&self) -> Option<&io::Error> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            Error::Catalog {
+                source: Some(source),
+                ..
+            } => match source.as_ref() {
+                redb::Error::Io(source) => Some(source),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// True when the error is a checksum or format failure of stored data.
     pub fn is_corrupt(&self) -> bool {
         matches!(self, Error::Corrupt { .. })
@@ -133,5 +148,32 @@ pub trait IoContext<T> {
 impl<T> IoContext<T> for io::Result<T> {
     fn context_io<C: Into<String>, F: FnOnce() -> C>(self, context: F) -> Result<T> {
         self.map_err(|source| Error::io(context(), source))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Goal: a full disk is recognisable under an engine I/O error and under a catalog error
+    /// (redb's own I/O), and nothing else claims an I/O source. Method: one error of each.
+    #[test]
+    fn io_source_reaches_under_catalog_errors() {
+        let full = || io::Error::from_raw_os_error(libc::ENOSPC);
+        let engine = Error::io("writing a container", full());
+        assert_eq!(
+            engine.io_source().unwrap().raw_os_error(),
+            Some(libc::ENOSPC)
+        );
+        let catalog = Error::catalog("", redb::Error::Io(full()));
+        assert_eq!(
+            catalog.io_source().unwrap().raw_os_error(),
+            Some(libc::ENOSPC)
+        );
+        assert!(Error::catalog_refused("no").io_source().is_none());
+        assert!(Error::catalog("", redb::Error::DatabaseAlreadyOpen)
+            .io_source()
+            .is_none());
+        assert!(Error::corrupt("x", "y").io_source().is_none());
     }
 }
