@@ -428,7 +428,8 @@ pub(crate) fn execute_settlement(
         Err(error) => {
             // The settlement is committed; a compaction that stops leaves only what recovery
             // removes, and `backup compact` can give the space back later.
-            store.recover()?;
+            store.recover_again()?;
+            store.restore_reserve();
             (None, Some(error.to_string()))
         }
     };

@@ -325,6 +325,14 @@ impl BackupStore {
         &self.runtime
     }
 
+    /// Runs recovery again after a step failed, even though it ran at the start of the
+    /// operation: the failed step may have left containers with ids the next step would
+    /// allocate.
+    pub(crate) fn recover_again(&mut self) -> Result<RecoveryReport> {
+        self.recovered = false;
+        self.recover()
+    }
+
     /// Removes containers no catalog record names and reconciles the segment index with the
     /// catalog. Runs once per opened store (again after an operation failed); later calls
     /// return an empty report.
@@ -583,9 +591,8 @@ impl BackupStore {
         let Err(error) = outcome else {
             return outcome;
         };
-        self.recovered = false;
         // Best effort: when it fails too, the next command's recovery finishes the job.
-        let _ = self.recover();
+        let _ = self.recover_again();
         if is_full(&error) {
             let hint = if what.starts_with("creating") {
                 "delete old backups (`onecopy backup expire` or `delete` work on a full disk), \

@@ -159,3 +159,99 @@ fn reverse_deduplication_rewrites_containers_left_with_garbage() {
         assert_check_ok(&mut store);
     }
 }
+
+/// Goal: when the disk has no room for the rewrite that follows a reverse deduplication, the
+/// reverse deduplication stays committed, says why the rewrite stopped, leaves nothing but
+/// the garbage, and `backup compact` frees it once there is room. Method: the tree of the
+/// test above with one large file filling the first container, so that the changed tree
+/// is alone in the second; the second backup's reverse deduplication runs on a simulated
+/// storage with a little more room than it uses, less than the rewrite needs.
+#[test]
+fn a_rewrite_without_room_leaves_the_reverse_deduplication_committed() {
+    let scratch = tempfile::tempdir().unwrap();
+    let simulated = SimulatedStorage::new();
+    let storage: Arc<dyn Storage> = Arc::new(simulated.clone());
+    let mut store = open_with(
+        storage,
+        onecopy_backup::StoreOptions {
+            container_bytes: 512 << 10,
+            compression_level: None,
+            ..small_options(DedupMode::Revdedup)
+        },
+    );
+    let root = scratch.path().join("tree");
+    let mut random = Random(3);
+    std::fs::create_dir_all(root.join("a")).unwrap();
+    for n in 0..40 {
+        let mut bytes = vec![0u8; 3 << 10];
+        random.fill(&mut bytes);
+        std::fs::write(root.join("a").join(format!("f{n:03}")), bytes).unwrap();
+    }
+    let mut bytes = vec![0u8; 390 << 10];
+    random.fill(&mut bytes);
+    std::fs::write(root.join("b-big"), bytes).unwrap();
+    let create = |store: &mut onecopy_backup::BackupStore| {
+        store
+            .create_backup(
+                "tree",
+                onecopy_backup::BackupSource::Directory(root.clone()),
+                onecopy_backup::CreateOptions {
+                    defer_reverse: true,
+                    ..onecopy_backup::CreateOptions::default()
+                },
+            )
+            .unwrap()
+    };
+    create(&mut store);
+    std::fs::write(root.join("a").join("f"), vec![7u8; 2 << 10]).unwrap();
+    create(&mut store);
+    let plan = store.plan_reverse("tree", 1).unwrap();
+    assert!(plan.settlement.segments_died > 0);
+    assert_eq!(
+        plan.settlement.garbage_containers.len(),
+        1,
+        "{:?}",
+        plan.settlement.dropped_containers
+    );
+    assert!(
+        plan.settlement.copy_shared_bytes < 16 << 10,
+        "the evacuated container holds little besides the tree: {}",
+        plan.settlement.copy_shared_bytes
+    );
+    let limit = 1u64 << 40;
+    simulated.set_capacity(Some(limit));
+    let used = limit - simulated.available_bytes().unwrap().unwrap();
+    simulated.set_capacity(Some(used + (64 << 10)));
+    let report = store.execute_reverse(plan).unwrap();
+    assert!(report.compact.is_none());
+    let error = report.compact_error.expect("the rewrite found no room");
+    assert!(error.contains("No space left"), "{error}");
+    simulated.set_capacity(None);
+    assert_check_ok(&mut store);
+    let left = store.plan_compact().unwrap();
+    assert_eq!(left.containers.len(), 1, "{left:?}");
+    let freed = store.compact(left).unwrap();
+    assert!(freed.reclaimed_bytes >= 100 << 10, "{freed:?}");
+    for version in [1, 2] {
+        let target = scratch.path().join(format!("restored-{version}"));
+        store
+            .restore(
+                "tree",
+                Some(version),
+                onecopy_backup::RestoreTarget::Directory(target.clone()),
+            )
+            .unwrap();
+        assert_eq!(
+            std::fs::read(target.join("b-big")).unwrap(),
+            std::fs::read(root.join("b-big")).unwrap()
+        );
+        for n in 0..40 {
+            let name = std::path::Path::new("a").join(format!("f{n:03}"));
+            assert_eq!(
+                std::fs::read(target.join(&name)).unwrap(),
+                std::fs::read(root.join(&name)).unwrap()
+            );
+        }
+    }
+    assert_check_ok(&mut store);
+}
