@@ -83,6 +83,24 @@ pub struct CompactPlan {
     pub(crate) serial: u64,
 }
 
+impl CompactPlan {
+    /// The plan for those of its containers that `keep` accepts.
+    fn retain(mut self, keep: impl Fn(&CompactContainer) -> bool) -> CompactPlan {
+        self.containers.retain(keep);
+        self.reclaimable_bytes = self
+            .containers
+            .iter()
+            .map(|container| container.bytes - container.bytes_after)
+            .sum();
+        self.rewrite_bytes = self
+            .containers
+            .iter()
+            .map(|container| container.bytes_after)
+            .sum();
+        self
+    }
+}
+
 /// What a compaction did.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct CompactReport {
@@ -189,24 +207,14 @@ impl BackupStore {
         if containers.is_empty() {
             return Ok(None);
         }
-        let mut plan = plan_compact(&self.catalog.read()?, Some(containers), self.state.serial)?;
         let (share, of) = GARBAGE_SHARE_MIN;
-        plan.containers.retain(|container| {
-            (container.bytes - container.bytes_after) * of >= container.bytes * share
-        });
+        let plan = plan_compact(&self.catalog.read()?, Some(containers), self.state.serial)?
+            .retain(|container| {
+                (container.bytes - container.bytes_after) * of >= container.bytes * share
+            });
         if plan.containers.is_empty() {
             return Ok(None);
         }
-        plan.reclaimable_bytes = plan
-            .containers
-            .iter()
-            .map(|container| container.bytes - container.bytes_after)
-            .sum();
-        plan.rewrite_bytes = plan
-            .containers
-            .iter()
-            .map(|container| container.bytes_after)
-            .sum();
         self.compact_unguarded(plan).map(Some)
     }
 

@@ -90,7 +90,7 @@ const SEGMENT_PART_BYTES: usize = 8000;
 /// Bits of a part's key that number the parts of one record.
 const SEGMENT_PART_BITS: u32 = 12;
 /// Largest segment id the keys of parts hold (the next id's first key still fits).
-pub(crate) const SEGMENT_ID_MAX: SegmentId = (u64::MAX >> SEGMENT_PART_BITS) - 1;
+const SEGMENT_ID_MAX: SegmentId = (u64::MAX >> SEGMENT_PART_BITS) - 1;
 /// Largest encoded segment record (32 MB, about 700,000 stored chunks).
 const SEGMENT_RECORD_BYTES_MAX: usize = SEGMENT_PART_BYTES << SEGMENT_PART_BITS;
 
@@ -121,12 +121,10 @@ pub(crate) fn put_segment_record(
         )));
     }
     let (first, _) = allocated_part_keys(id, 0);
-    let mut parts = 0;
     for (part, piece) in bytes.chunks(SEGMENT_PART_BYTES).enumerate() {
         write.put_id(SEGMENTS, first + part as u64, piece)?;
-        parts += 1;
     }
-    remove_parts(write, id, parts)
+    remove_parts(write, id, bytes.len().div_ceil(SEGMENT_PART_BYTES))
 }
 
 /// Removes segment `id`'s record.

@@ -391,9 +391,9 @@ pub(crate) struct SettlementRun {
 /// segments `settlement` repackages, commit `changes` with the new store state (with the
 /// reserve released, so that the commit finds room on a full disk), then remove containers
 /// and index entries ([`finish_settlement`]), write the reserve again and rewrite the
-/// containers left with garbage where that frees enough ([`BackupStore::compact_garbage`]). `serial` is the
-/// store state the plan was made from; a plan made from another state is refused (`what`
-/// names it).
+/// containers left with garbage where that frees enough ([`BackupStore::compact_garbage`]).
+/// `serial` is the store state the plan was made from; a plan made from another state is
+/// refused (`what` names it).
 pub(crate) fn execute_settlement(
     store: &mut BackupStore,
     serial: u64,

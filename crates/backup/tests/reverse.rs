@@ -56,20 +56,82 @@ fn restores_identical_before_and_after_reverse() {
     assert_eq!(after.archival_backups, 5);
 }
 
+/// The 40 small files of [`write_grouped_tree`].
+fn small_file(n: usize) -> std::path::PathBuf {
+    std::path::Path::new("a").join(format!("f{n:03}"))
+}
+
 /// A tree of 40 files of 3 KiB (their segments group files up to the minimum segment size)
-/// and two files of 400 KiB (segments of their own), all of random bytes.
-fn write_grouped_tree(root: &std::path::Path, random: &mut Random) {
+/// and then the `large` files (name, bytes: segments of their own), all of random bytes.
+fn write_grouped_tree(root: &std::path::Path, random: &mut Random, large: &[(&str, usize)]) {
     std::fs::create_dir_all(root.join("a")).unwrap();
     for n in 0..40 {
         let mut bytes = vec![0u8; 3 << 10];
         random.fill(&mut bytes);
-        std::fs::write(root.join("a").join(format!("f{n:03}")), bytes).unwrap();
+        std::fs::write(root.join(small_file(n)), bytes).unwrap();
     }
-    for name in ["b-big", "c-big"] {
-        let mut bytes = vec![0u8; 400 << 10];
+    for &(name, length) in large {
+        let mut bytes = vec![0u8; length];
         random.fill(&mut bytes);
         std::fs::write(root.join(name), bytes).unwrap();
     }
+}
+
+/// A store of uncompressed 512 KiB containers, so that the tests place files in them.
+fn open_grouped(storage: Arc<dyn Storage>) -> onecopy_backup::BackupStore {
+    open_with(
+        storage,
+        onecopy_backup::StoreOptions {
+            container_bytes: 512 << 10,
+            compression_level: None,
+            ..small_options(DedupMode::Revdedup)
+        },
+    )
+}
+
+fn create_tree(
+    store: &mut onecopy_backup::BackupStore,
+    root: &std::path::Path,
+    defer_reverse: bool,
+) -> onecopy_backup::CreateReport {
+    store
+        .create_backup(
+            "tree",
+            onecopy_backup::BackupSource::Directory(root.to_path_buf()),
+            onecopy_backup::CreateOptions {
+                defer_reverse,
+                ..onecopy_backup::CreateOptions::default()
+            },
+        )
+        .unwrap()
+}
+
+/// Restores `version` under `scratch` and asserts that the small files and the `large` ones
+/// are those of `root`; returns where it restored.
+fn assert_restores_tree(
+    store: &onecopy_backup::BackupStore,
+    scratch: &std::path::Path,
+    root: &std::path::Path,
+    version: u32,
+    large: &[&str],
+) -> std::path::PathBuf {
+    let target = scratch.join(format!("restored-{version}"));
+    store
+        .restore(
+            "tree",
+            Some(version),
+            onecopy_backup::RestoreTarget::Directory(target.clone()),
+        )
+        .unwrap();
+    let names = (0..40).map(small_file);
+    for name in names.chain(large.iter().map(std::path::PathBuf::from)) {
+        assert_eq!(
+            std::fs::read(target.join(&name)).unwrap(),
+            std::fs::read(root.join(&name)).unwrap(),
+            "{name:?} of version {version}"
+        );
+    }
+    target
 }
 
 /// Goal: a container that reverse deduplication leaves with at least a tenth of garbage is
@@ -82,34 +144,17 @@ fn write_grouped_tree(root: &std::path::Path, random: &mut Random) {
 /// the first (about 33 KiB).
 #[test]
 fn reverse_deduplication_rewrites_containers_left_with_garbage() {
+    let large = [("b-big", 400 << 10), ("c-big", 400 << 10)];
     for (added_bytes, rewritten) in [(2 << 10, true), (35, false)] {
         let scratch = tempfile::tempdir().unwrap();
-        let storage: Arc<dyn Storage> = Arc::new(
+        let mut store = open_grouped(Arc::new(
             onecopy_core::storage::LocalStorage::create(scratch.path().join("repository")).unwrap(),
-        );
-        let mut store = open_with(
-            storage,
-            onecopy_backup::StoreOptions {
-                container_bytes: 512 << 10,
-                compression_level: None,
-                ..small_options(DedupMode::Revdedup)
-            },
-        );
+        ));
         let root = scratch.path().join("tree");
-        let mut random = Random(added_bytes as u64);
-        write_grouped_tree(&root, &mut random);
-        let create = |store: &mut onecopy_backup::BackupStore| {
-            store
-                .create_backup(
-                    "tree",
-                    onecopy_backup::BackupSource::Directory(root.clone()),
-                    onecopy_backup::CreateOptions::default(),
-                )
-                .unwrap()
-        };
-        create(&mut store);
+        write_grouped_tree(&root, &mut Random(added_bytes as u64), &large);
+        create_tree(&mut store, &root, false);
         std::fs::write(root.join("a").join("f"), vec![7u8; added_bytes]).unwrap();
-        let report = create(&mut store);
+        let report = create_tree(&mut store, &root, false);
         let reverse = &report.reverse[0];
         assert!(reverse.plan.settlement.segments_died > 0, "{added_bytes}");
         assert_eq!(reverse.compact_error, None);
@@ -132,28 +177,8 @@ fn reverse_deduplication_rewrites_containers_left_with_garbage() {
             assert_eq!(after.compactable_bytes, garbage.bytes - garbage.bytes_after);
         }
         for version in [1, 2] {
-            let target = scratch.path().join(format!("restored-{version}"));
-            store
-                .restore(
-                    "tree",
-                    Some(version),
-                    onecopy_backup::RestoreTarget::Directory(target.clone()),
-                )
-                .unwrap();
-            for n in 0..40 {
-                let name = std::path::Path::new("a").join(format!("f{n:03}"));
-                assert_eq!(
-                    std::fs::read(target.join(&name)).unwrap(),
-                    std::fs::read(root.join(&name)).unwrap(),
-                    "{name:?} of version {version}"
-                );
-            }
-            for name in ["b-big", "c-big"] {
-                assert_eq!(
-                    std::fs::read(target.join(name)).unwrap(),
-                    std::fs::read(root.join(name)).unwrap()
-                );
-            }
+            let target =
+                assert_restores_tree(&store, scratch.path(), &root, version, &["b-big", "c-big"]);
             assert_eq!(target.join("a").join("f").exists(), version == 2);
         }
         assert_check_ok(&mut store);
@@ -170,41 +195,12 @@ fn reverse_deduplication_rewrites_containers_left_with_garbage() {
 fn a_rewrite_without_room_leaves_the_reverse_deduplication_committed() {
     let scratch = tempfile::tempdir().unwrap();
     let simulated = SimulatedStorage::new();
-    let storage: Arc<dyn Storage> = Arc::new(simulated.clone());
-    let mut store = open_with(
-        storage,
-        onecopy_backup::StoreOptions {
-            container_bytes: 512 << 10,
-            compression_level: None,
-            ..small_options(DedupMode::Revdedup)
-        },
-    );
+    let mut store = open_grouped(Arc::new(simulated.clone()));
     let root = scratch.path().join("tree");
-    let mut random = Random(3);
-    std::fs::create_dir_all(root.join("a")).unwrap();
-    for n in 0..40 {
-        let mut bytes = vec![0u8; 3 << 10];
-        random.fill(&mut bytes);
-        std::fs::write(root.join("a").join(format!("f{n:03}")), bytes).unwrap();
-    }
-    let mut bytes = vec![0u8; 390 << 10];
-    random.fill(&mut bytes);
-    std::fs::write(root.join("b-big"), bytes).unwrap();
-    let create = |store: &mut onecopy_backup::BackupStore| {
-        store
-            .create_backup(
-                "tree",
-                onecopy_backup::BackupSource::Directory(root.clone()),
-                onecopy_backup::CreateOptions {
-                    defer_reverse: true,
-                    ..onecopy_backup::CreateOptions::default()
-                },
-            )
-            .unwrap()
-    };
-    create(&mut store);
+    write_grouped_tree(&root, &mut Random(3), &[("b-big", 390 << 10)]);
+    create_tree(&mut store, &root, true);
     std::fs::write(root.join("a").join("f"), vec![7u8; 2 << 10]).unwrap();
-    create(&mut store);
+    create_tree(&mut store, &root, true);
     let plan = store.plan_reverse("tree", 1).unwrap();
     assert!(plan.settlement.segments_died > 0);
     assert_eq!(
@@ -233,25 +229,7 @@ fn a_rewrite_without_room_leaves_the_reverse_deduplication_committed() {
     let freed = store.compact(left).unwrap();
     assert!(freed.reclaimed_bytes >= 100 << 10, "{freed:?}");
     for version in [1, 2] {
-        let target = scratch.path().join(format!("restored-{version}"));
-        store
-            .restore(
-                "tree",
-                Some(version),
-                onecopy_backup::RestoreTarget::Directory(target.clone()),
-            )
-            .unwrap();
-        assert_eq!(
-            std::fs::read(target.join("b-big")).unwrap(),
-            std::fs::read(root.join("b-big")).unwrap()
-        );
-        for n in 0..40 {
-            let name = std::path::Path::new("a").join(format!("f{n:03}"));
-            assert_eq!(
-                std::fs::read(target.join(&name)).unwrap(),
-                std::fs::read(root.join(&name)).unwrap()
-            );
-        }
+        assert_restores_tree(&store, scratch.path(), &root, version, &["b-big"]);
     }
     assert_check_ok(&mut store);
 }

@@ -22,12 +22,10 @@ const MIB: f64 = 1048576.0;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolSummary {
     pub tool: Tool,
-    /// Repository after the last snapshot's backup, and after every backup (the unchanged
-    /// ones included).
-    pub repository_bytes_series: u64,
-    pub repository_bytes_all: u64,
     /// Repository after each snapshot's backup, in order.
     pub repository_bytes_each: Vec<u64>,
+    /// Repository after every backup (the unchanged ones included).
+    pub repository_bytes_all: u64,
     pub first_backup: ToolRun,
     /// Backups of the changed snapshots after the first, in order.
     pub later_backups: Vec<ToolRun>,
@@ -40,6 +38,11 @@ pub struct ToolSummary {
 }
 
 impl ToolSummary {
+    /// Repository after the last snapshot's backup.
+    pub fn repository_bytes_series(&self) -> u64 {
+        self.repository_bytes_each.last().copied().unwrap_or(0)
+    }
+
     pub fn unchanged_seconds(&self) -> f64 {
         median(
             self.unchanged_backups
@@ -105,7 +108,6 @@ pub fn summarize(dataset: &DatasetResults) -> Vec<ToolSummary> {
                 .unwrap_or(0);
             ToolSummary {
                 tool,
-                repository_bytes_series: series.last().map_or(0, |run| run.repository_bytes),
                 repository_bytes_each: series.iter().map(|run| run.repository_bytes).collect(),
                 repository_bytes_all: unchanged
                     .last()
@@ -151,7 +153,8 @@ pub fn goal_table(dataset: &DatasetResults) -> Vec<GoalRow> {
         met,
     };
     let mut rows = Vec::new();
-    let size_ratio = ours.repository_bytes_series as f64 / restic.repository_bytes_series as f64;
+    let size_ratio =
+        ours.repository_bytes_series() as f64 / restic.repository_bytes_series() as f64;
     // The goal is judged on the repository the series leaves; the ratios after each snapshot
     // show how it got there.
     let each: Vec<f64> = ours
@@ -167,8 +170,8 @@ pub fn goal_table(dataset: &DatasetResults) -> Vec<GoalRow> {
         });
     rows.push(row(
         "repository size <= 0.9x restic's (after the series)",
-        mebibytes(ours.repository_bytes_series),
-        mebibytes(restic.repository_bytes_series),
+        mebibytes(ours.repository_bytes_series()),
+        mebibytes(restic.repository_bytes_series()),
         if each.is_empty() {
             format!("{size_ratio:.2}x")
         } else {
@@ -417,7 +420,7 @@ pub fn write_outputs(directory: &Path, results: &PeersResults) -> Result<Vec<Pat
             summary_table.push(vec![
                 name.into(),
                 summary.tool.name().into(),
-                summary.repository_bytes_series.to_string(),
+                summary.repository_bytes_series().to_string(),
                 summary.repository_bytes_all.to_string(),
                 number_cell(summary.first_backup.seconds),
                 later.join(" "),
@@ -514,7 +517,7 @@ pub fn summary_markdown(results: &PeersResults) -> String {
                 text,
                 "| {} | {} / {} | {} | {} s | {}; {} | {} | {} ({}) | {} |",
                 summary.tool,
-                mebibytes(summary.repository_bytes_series),
+                mebibytes(summary.repository_bytes_series()),
                 mebibytes(summary.repository_bytes_all),
                 timed(&summary.first_backup),
                 later.join(", "),
@@ -765,7 +768,7 @@ mod tests {
         let summary = &summarize(&dataset())[0];
         assert_eq!(summary.later_backups.len(), 1);
         assert_eq!(summary.reclaimed_bytes, 50 << 20);
-        assert_eq!(summary.repository_bytes_series, 80 << 20);
+        assert_eq!(summary.repository_bytes_series(), 80 << 20);
     }
 
     /// Goal: the outputs are written and name every tool; method: the made-up dataset into
