@@ -71,7 +71,7 @@ const BATCHES_LIVE_MAX: usize = QUEUE_BATCHES + COMPRESSING_BATCHES + 2;
 /// lenders takes memory for every chunk it holds, so it stops growing here and a larger
 /// backup's later chunks borrow only from its first ones. The standard hash map fills 7/8 of
 /// its power-of-two table before doubling it: 7/8 of 2^19 entries keep the table at 2^19
-/// slots (about 25 MB), where 2^19 entries took 2^20.
+/// slots of [`Lenders`]' 24-byte entries (about 13 MB), where 2^19 entries took 2^20.
 const LENDERS_MAX: usize = (1 << 19) / 8 * 7;
 
 /// Called with the stream bytes processed so far.
@@ -460,7 +460,7 @@ pub(crate) fn run(
         },
         pending: HashMap::new(),
         open: None,
-        lenders: HashMap::new(),
+        lenders: Lenders::default(),
         borrows: HashMap::new(),
     };
     let (sender, receiver) = bounded::<Result<Batch>>(QUEUE_BATCHES);
@@ -582,11 +582,58 @@ struct PathState {
     /// does not yet, so the usual confirmation would reject them).
     pending: HashMap<Fingerprint, SegmentId>,
     open: Option<(ContainerWriter, Vec<SegmentId>)>,
-    /// The stored chunks of this backup's new segments so far, by fingerprint: a chunk of a
-    /// later new segment with the same fingerprint borrows it instead of being stored again.
-    lenders: HashMap<Fingerprint, (SegmentId, u32)>,
+    /// The stored chunks of this backup's new segments so far: a chunk of a later new segment
+    /// with the same fingerprint borrows it instead of being stored again.
+    lenders: Lenders,
     /// Borrowers of each lent chunk, added to its direct references at the end.
     borrows: HashMap<(SegmentId, u32), u32>,
+}
+
+/// The chunks a backup's new segments store, by fingerprint, as (segment, chunk index).
+///
+/// The map is most of a large backup's memory, so an entry is 24 bytes: the first half of the
+/// fingerprint as key (fingerprints are 256-bit cryptographic hashes: two of a backup's
+/// chunks share their first 128 bits with a probability below 2^-88 for the most entries
+/// held) and the segment as an offset from the backup's first lending segment beside the
+/// chunk's index.
+#[derive(Default)]
+struct Lenders {
+    chunks: HashMap<[u8; LENDER_KEY_BYTES], u64>,
+    /// The first segment that lent: segments get increasing ids within a backup.
+    first: Option<SegmentId>,
+}
+
+/// Bytes of a fingerprint that key [`Lenders`].
+const LENDER_KEY_BYTES: usize = 16;
+
+impl Lenders {
+    fn key(fingerprint: &Fingerprint) -> [u8; LENDER_KEY_BYTES] {
+        let mut key = [0u8; LENDER_KEY_BYTES];
+        key.copy_from_slice(&fingerprint.0[..LENDER_KEY_BYTES]);
+        key
+    }
+
+    fn len(&self) -> usize {
+        self.chunks.len()
+    }
+
+    fn get(&self, fingerprint: &Fingerprint) -> Option<(SegmentId, u32)> {
+        let packed = *self.chunks.get(&Self::key(fingerprint))?;
+        let first = self.first.expect("a lender was added");
+        Some((first + (packed >> 32), packed as u32))
+    }
+
+    /// Adds chunk `index` of `segment` unless a chunk with its fingerprint lends already.
+    fn insert(&mut self, fingerprint: &Fingerprint, (segment, index): (SegmentId, u32)) {
+        let first = *self.first.get_or_insert(segment);
+        let offset = segment
+            .checked_sub(first)
+            .filter(|offset| *offset <= u64::from(u32::MAX))
+            .expect("a backup's new segments have increasing ids, fewer than 2^32 of them");
+        self.chunks
+            .entry(Self::key(fingerprint))
+            .or_insert(offset << 32 | u64::from(index));
+    }
 }
 
 /// A batch whose segments are looked up and whose new chunks are planned into frames, with
@@ -814,7 +861,7 @@ impl PathState {
                     continue;
                 }
                 match self.lenders.get(&hashed[chunk].fingerprint) {
-                    Some(&lender) => {
+                    Some(lender) => {
                         lent.insert(chunk, lender);
                         *self.borrows.entry(lender).or_insert(0) += 1;
                     }
@@ -827,9 +874,10 @@ impl PathState {
                 if self.lenders.len() >= LENDERS_MAX {
                     break;
                 }
-                self.lenders
-                    .entry(hashed[chunk].fingerprint)
-                    .or_insert((decision.id, (chunk - decision.chunks.start) as u32));
+                self.lenders.insert(
+                    &hashed[chunk].fingerprint,
+                    (decision.id, (chunk - decision.chunks.start) as u32),
+                );
             }
         }
         let plans: Vec<Vec<usize>> = decisions
@@ -1122,6 +1170,33 @@ mod tests {
             .cycle()
             .take(bytes)
             .collect()
+    }
+
+    /// Goal: a lender is found by its chunk's fingerprint with the segment and index it was
+    /// added with, the first chunk added for a fingerprint stays its lender, and a chunk no
+    /// segment lends is not found.
+    /// Method: lenders of segments far apart after the first, one fingerprint added twice.
+    #[test]
+    fn lenders_give_back_what_they_were_given() {
+        let fingerprint = |byte: u8| {
+            let mut bytes = [byte; 32];
+            bytes[31] = !byte;
+            Fingerprint(bytes)
+        };
+        let mut lenders = Lenders::default();
+        assert_eq!(lenders.get(&fingerprint(1)), None);
+        lenders.insert(&fingerprint(1), (1_000, 0));
+        lenders.insert(&fingerprint(2), (1_000, 4_095));
+        lenders.insert(&fingerprint(3), (1_000 + u64::from(u32::MAX), u32::MAX));
+        lenders.insert(&fingerprint(1), (1_001, 7));
+        assert_eq!(lenders.len(), 3);
+        assert_eq!(lenders.get(&fingerprint(1)), Some((1_000, 0)));
+        assert_eq!(lenders.get(&fingerprint(2)), Some((1_000, 4_095)));
+        assert_eq!(
+            lenders.get(&fingerprint(3)),
+            Some((1_000 + u64::from(u32::MAX), u32::MAX))
+        );
+        assert_eq!(lenders.get(&fingerprint(4)), None);
     }
 
     /// Goal: every frame's stored bytes are its chunks in order, compressed when that pays,
