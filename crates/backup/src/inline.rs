@@ -591,11 +591,11 @@ struct PathState {
 
 /// The chunks a backup's new segments store, by fingerprint, as (segment, chunk index).
 ///
-/// The map is most of a large backup's memory, so an entry is 24 bytes: the first half of the
-/// fingerprint as key (fingerprints are 256-bit cryptographic hashes: two of a backup's
-/// chunks share their first 128 bits with a probability below 2^-88 for the most entries
-/// held) and the segment as an offset from the backup's first lending segment beside the
-/// chunk's index.
+/// The map is a large part of a backup's memory, so an entry is 24 bytes: the first half of the
+/// fingerprint as key (fingerprints are 256-bit cryptographic hashes: a chunk looked up
+/// shares its first 128 bits with a lender it is not with a chance of 2^-128 per pair, below
+/// 2^-80 for a backup of 1 TiB against the most lenders held) and the segment as an offset
+/// from the backup's first lending segment beside the chunk's index.
 #[derive(Default)]
 struct Lenders {
     chunks: HashMap<[u8; LENDER_KEY_BYTES], u64>,
