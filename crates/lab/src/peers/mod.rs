@@ -24,7 +24,9 @@
 //!    times and ctime, as on a real system between two backups, so the tools' files caches
 //!    work as they would there; changed files are new inodes.
 //! 2. Every tool backs the stage up, in an order rotated at every snapshot so that no tool
-//!    always runs first; the repository's bytes are read after each backup.
+//!    always runs first; the repository's bytes are read after each backup. After the first
+//!    snapshot, [`PeersOptions::rounds`] less one more rounds of backing it up into a new,
+//!    empty repository each, so that the first backup has rounds like the commands below.
 //! 3. Then [`PeersOptions::rounds`] rounds: every tool backs up the unchanged stage once per
 //!    round (the time and the reads of its process tree, [`crate::paper2::peers`]).
 //! 4. Then as many rounds of restoring the newest backup into an empty directory; the first
@@ -122,7 +124,7 @@ pub struct PeersOptions {
     /// Debian suite and mirror of the system tree.
     pub debian_suite: String,
     pub debian_mirror: String,
-    /// Unchanged backups and restores of every tool.
+    /// First backups, unchanged backups and restores of every tool.
     pub rounds: u32,
     /// Run `cargo install` for rustic and bupstash when they are missing.
     pub install_missing: bool,
@@ -154,6 +156,9 @@ pub struct SnapshotInfo {
 pub enum BackupKind {
     /// A snapshot of the series (the first one or a changed one).
     Series,
+    /// The first snapshot again, into an empty repository of its own: the rounds of the
+    /// first backup after the series' own.
+    First,
     /// The last snapshot again, untouched since the previous backup.
     Unchanged,
 }
@@ -163,7 +168,8 @@ pub enum BackupKind {
 pub struct BackupRun {
     pub tool: Tool,
     pub kind: BackupKind,
-    /// Snapshot (1-based) for series backups, round (1-based) for unchanged ones.
+    /// Snapshot (1-based) for series backups, round (1-based) for the others (the series'
+    /// first backup is round 1 of the first backups).
     pub number: u32,
     pub run: ToolRun,
     /// onecopy only: seconds of `create` spent reverse-deduplicating the previous backup.
@@ -439,6 +445,9 @@ fn run_dataset(
             logical_bytes as f64 / 1048576.0,
             line.join(", ")
         ));
+        if index == 0 {
+            first_backup_rounds(dataset, options, &stage, work, &mut results, log)?;
+        }
     }
     for round in 1..=options.rounds {
         let mut line = Vec::new();
@@ -527,6 +536,41 @@ fn run_dataset(
     }
     remove_directory_if_present(work)?;
     Ok(results)
+}
+
+/// Rounds 2 and on of the first backup (the series' own is round 1): each tool backs the
+/// first snapshot up again into an empty repository made as its series' was, so that the
+/// first backup is compared per round, like the other repeated commands, rather than on one
+/// timing of each tool.
+fn first_backup_rounds(
+    dataset: PeerDataset,
+    options: &PeersOptions,
+    stage: &Path,
+    work: &Path,
+    results: &mut DatasetResults,
+    log: &mut dyn FnMut(&str),
+) -> Result<()> {
+    for round in 2..=options.rounds {
+        let mut line = Vec::new();
+        for tool in rotated(&options.tools, round as usize) {
+            let (repository, _) = PeerRepository::create(
+                tool,
+                Encryption::On,
+                &work.join(format!("first-{tool}")),
+                &options.onecopy_executable,
+            )?;
+            let measured = backup(&repository, stage, BackupKind::First, round, "v001")?;
+            repository.destroy()?;
+            line.push(format!("{tool} {:.2}s", measured.run.seconds));
+            results.backups.push(measured);
+        }
+        log(&format!(
+            "{dataset} first backup again ({round}/{}): {}",
+            options.rounds,
+            line.join(", ")
+        ));
+    }
+    Ok(())
 }
 
 /// The home directory of a repository (its parent).
