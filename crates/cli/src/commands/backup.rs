@@ -69,7 +69,7 @@ pub struct StoreArgs {
     /// Container size [default: 32MiB].
     #[arg(long, value_name = "SIZE")]
     pub container_size: Option<String>,
-    /// zstd level of stored chunks, or `none` [default: 3].
+    /// zstd level of stored chunks (1 to 19), or `none` [default: 1, on frames of up to 256 KiB].
     #[arg(long, value_name = "LEVEL|none")]
     pub compression: Option<String>,
     /// Default deletion method: timestamp or mark-and-sweep [default: timestamp for revdedup,
