@@ -400,10 +400,10 @@ impl Catalog {
     /// [`CompactTrigger::AfterGrowth`] the waste is measured only once redb has doubled the
     /// file since it was last measured (the length then is recorded in the catalog), and then
     /// only by a command that has read at least half that length already (a backup that
-    /// settles its predecessor reads the records of most segments), so that it reads the
-    /// catalog at most a few times over; a command that read less (an unchanged backup) leaves it
-    /// to the next one unless the file has doubled twice. redb grows a file by doubling it: a
-    /// catalog compacted to what it uses doubles at the next commit that adds records, so
+    /// settles its predecessor reads the records of most segments), so that measuring costs
+    /// it a few times what it read; a command that read less (an unchanged backup) leaves it
+    /// to the next one unless the file has doubled twice. redb grows a file by doubling it:
+    /// a catalog compacted to what it uses doubles at the next commit that adds records, so
     /// measuring at every doubling would read the whole catalog after most backups.
     pub fn compact_if_wasteful(&mut self, trigger: CompactTrigger) -> Result<Option<(u64, u64)>> {
         if !matches!(self.database, Database::Writable(_)) {

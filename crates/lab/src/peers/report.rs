@@ -467,8 +467,8 @@ pub fn summary_markdown(results: &PeersResults) -> String {
     let _ = writeln!(
         text,
         "# onecopy against restic, borg, rustic and bupstash\n\n\
-         {} rounds of first backups, unchanged backups and restores (into {}); encryption {:?}; {:.0} s in \
-         all; load {:.2} before, {:.2} after; {} CPUs, kernel {}.\n",
+         {} rounds of first backups, unchanged backups and restores (into {}); encryption \
+         {:?}; {:.0} s in all; load {:.2} before, {:.2} after; {} CPUs, kernel {}.\n",
         results.rounds,
         results.restore_directory.display(),
         results.encryption,
@@ -510,9 +510,10 @@ pub fn summary_markdown(results: &PeersResults) -> String {
         let _ = writeln!(text, "Snapshots: {}.\n", sizes.join(", "));
         let _ = writeln!(
             text,
-            "| tool | repository after the snapshots / after all | first backup (median) | later backups \
-             (each) | unchanged backup (median; most read) | restore of the newest (median) | \
-             delete the oldest (reclaimed) | peak memory |\n|---|---|---|---|---|---|---|---|"
+            "| tool | repository after the snapshots / after all | first backup (median) | \
+             later backups (each) | unchanged backup (median; most read) | restore of the \
+             newest (median) | delete the oldest (reclaimed) | peak memory |\n\
+             |---|---|---|---|---|---|---|---|"
         );
         for summary in summarize(dataset) {
             let later: Vec<String> = summary
@@ -671,7 +672,8 @@ mod tests {
     }
 
     /// A made-up dataset: onecopy's repository is 0.8x restic's, its first backups 2x, 4x and
-    /// 4x faster by round, restores 2.5x, unchanged backups 2x (one round 4x), reading 2 MiB of 100.
+    /// 4x faster by round, restores 2.5x, unchanged backups 2x (one round 4x), reading 2 MiB
+    /// of 100.
     fn dataset() -> DatasetResults {
         let mut backups = Vec::new();
         for (tool, first, later, bytes) in [
