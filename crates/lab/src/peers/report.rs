@@ -46,20 +46,15 @@ impl ToolSummary {
     }
 
     pub fn first_seconds(&self) -> f64 {
-        median(self.first_backups.iter().map(|run| run.seconds).collect())
+        median_seconds(&self.first_backups)
     }
 
     pub fn unchanged_seconds(&self) -> f64 {
-        median(
-            self.unchanged_backups
-                .iter()
-                .map(|run| run.seconds)
-                .collect(),
-        )
+        median_seconds(&self.unchanged_backups)
     }
 
     pub fn restore_seconds(&self) -> f64 {
-        median(self.restores.iter().map(|run| run.seconds).collect())
+        median_seconds(&self.restores)
     }
 
     /// The most any unchanged backup read (`rchar`).
@@ -272,12 +267,16 @@ fn ratio_text(ratios: &[f64], theirs: &[ToolRun], ours: &[ToolRun]) -> String {
     )
 }
 
-/// Wall time with CPU time.
+/// Median wall time.
+fn median_seconds(runs: &[ToolRun]) -> f64 {
+    median(runs.iter().map(|run| run.seconds).collect())
+}
+
 /// Median wall time with median CPU time.
 fn median_timed(runs: &[ToolRun]) -> String {
     format!(
         "{:.2} s (CPU {:.2} s)",
-        median(runs.iter().map(|run| run.seconds).collect()),
+        median_seconds(runs),
         median(runs.iter().map(ToolRun::cpu_seconds).collect())
     )
 }
