@@ -32,7 +32,7 @@ use serde::Serialize;
 
 use crate::changes::Changes;
 use crate::error::Result;
-use crate::frames::{read_stored_frames, repack, whole_frame};
+use crate::frames::{read_stored_frames, repack, whole_frame, FrameCoding};
 use crate::segment::{SegmentContainer, CONTAINERS};
 use crate::store::{load_segment, now_unix_ns, BackupStore, StoreState};
 
@@ -79,8 +79,20 @@ pub struct CompactPlan {
     pub reclaimable_bytes: u64,
     /// Bytes it writes.
     pub rewrite_bytes: u64,
+    /// Set when the rewrite is a recompression ([`crate::recompress`]).
+    pub recompression: Option<Recompression>,
     #[serde(skip)]
     pub(crate) serial: u64,
+}
+
+/// What makes a compaction plan a recompression.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Recompression {
+    /// zstd level of the frames written.
+    pub level: i32,
+    /// The store's `recompress_from` once the plan is carried out: below it, only the
+    /// containers the plan covers waited for a recompression.
+    pub recompress_from: ContainerId,
 }
 
 impl CompactPlan {
@@ -223,7 +235,7 @@ impl BackupStore {
         self.mutate("compacting", |store| store.compact_unguarded(plan))
     }
 
-    fn compact_unguarded(&mut self, plan: CompactPlan) -> Result<CompactReport> {
+    pub(crate) fn compact_unguarded(&mut self, plan: CompactPlan) -> Result<CompactReport> {
         self.recover()?;
         if plan.serial != self.state.serial {
             return Err(crate::error::BackupError::InvalidArgument(
@@ -235,39 +247,67 @@ impl BackupStore {
             plan: plan.clone(),
             ..CompactReport::default()
         };
-        let mut batch: Vec<&CompactContainer> = Vec::new();
-        let mut batch_bytes = 0;
+        let mut batches: Vec<Vec<&CompactContainer>> = Vec::new();
+        let mut batch_bytes = COMPACT_BATCH_BYTES;
         for container in &plan.containers {
-            batch.push(container);
-            batch_bytes += container.bytes_after;
             if batch_bytes >= COMPACT_BATCH_BYTES {
-                self.compact_batch(&batch, &mut report)?;
-                batch.clear();
+                batches.push(Vec::new());
                 batch_bytes = 0;
             }
+            batches.last_mut().expect("pushed above").push(container);
+            batch_bytes += container.bytes_after;
         }
-        if !batch.is_empty() {
-            self.compact_batch(&batch, &mut report)?;
+        if batches.is_empty() && plan.recompression.is_some() {
+            batches.push(Vec::new()); // Its commit records that the range is done.
         }
+        let coding = match plan.recompression {
+            Some(recompression) => FrameCoding::Recompress(recompression.level),
+            None => self.rewrite_coding(),
+        };
+        let count = batches.len();
+        for (number, batch) in batches.iter().enumerate() {
+            // The last commit records that the recompression is done: a crash before it
+            // leaves the range to the next one.
+            let recompress_from = plan
+                .recompression
+                .filter(|_| number + 1 == count)
+                .map(|recompression| recompression.recompress_from);
+            self.compact_batch(batch, coding, recompress_from, &mut report)?;
+        }
+        // The segment index holds what it held (segments keep their ids and fingerprints):
+        // checkpointed with the new serial, it is trusted by the next open.
+        self.checkpoint_index(self.state.serial);
         self.restore_reserve();
         report.seconds = started.elapsed().as_secs_f64();
         Ok(report)
     }
 
-    /// Rewrites one batch: new containers synced, one commit, old containers removed.
+    /// Rewrites one batch: new containers synced, one commit (recording `recompress_from`
+    /// when given), old containers removed.
     fn compact_batch(
         &mut self,
         batch: &[&CompactContainer],
+        coding: FrameCoding,
+        recompress_from: Option<ContainerId>,
         report: &mut CompactReport,
     ) -> Result<()> {
         let read = self.catalog.read()?;
         let mut changes = Changes::default();
         let mut state = self.state.clone();
+        if let Some(from) = recompress_from {
+            state.recompress_from = from;
+        }
         let mut dropped = Vec::new();
         for planned in batch {
             let record = crate::store::load_container(&read, planned.id)?;
-            let rewritten =
-                rewrite_container(self, &read, &mut changes, &mut state, planned.id, &record)?;
+            let rewritten = rewrite_container(
+                self,
+                &read,
+                &mut changes,
+                &mut state,
+                (planned.id, &record),
+                coding,
+            )?;
             dropped.push(planned.id);
             // What the rewritten container takes (frames compressed again may differ from the
             // plan's estimate).
@@ -295,16 +335,17 @@ impl BackupStore {
     }
 }
 
-/// Copies the referenced chunks of container `id` into a new container of the same kind and
-/// time stamp (none when nothing is referenced) and records the new locations in `changes`,
-/// with `id`'s record deleted. `state` allocates the new id. Returns the new container's id.
+/// Copies the referenced chunks of container `id` (whose record is `record`) into a new
+/// container of the same kind and time stamp (none when nothing is referenced), its frames
+/// written as `coding` says, and records the new locations in `changes`, with `id`'s record
+/// deleted. `state` allocates the new id. Returns the new container's id.
 pub(crate) fn rewrite_container(
     store: &BackupStore,
     view: &impl CatalogView,
     changes: &mut Changes,
     state: &mut StoreState,
-    id: ContainerId,
-    record: &SegmentContainer,
+    (id, record): (ContainerId, &SegmentContainer),
+    coding: FrameCoding,
 ) -> Result<Option<ContainerId>> {
     changes.containers.insert(id, None);
     let mut writer = None;
@@ -337,7 +378,7 @@ pub(crate) fn rewrite_container(
             &stored,
             writer,
             &store.fingerprinter,
-            store.state.options.compression_level,
+            coding,
         )?;
     }
     let Some(writer) = writer else {

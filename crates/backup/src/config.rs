@@ -27,6 +27,11 @@ pub const CONTAINER_BYTES_DEFAULT: u64 = 32 << 20;
 /// levels, level 1 on 256 KiB frames stores what level 3 on 128 KiB frames does in about a
 /// fifth less time (docs/BENCHMARKS.md, "Frames and compression level").
 pub const COMPRESSION_LEVEL_DEFAULT: i32 = 1;
+/// zstd level at which a backup compresses again the frames that earlier backups wrote
+/// (docs/DESIGN.md, "Recompression"): on the Debian series of docs/BENCHMARKS.md it stores
+/// about a tenth less than level 1, compressing at about a fifth of its speed, time the
+/// first backup and every restore never spend.
+pub const RECOMPRESSION_LEVEL_DEFAULT: i32 = 7;
 /// Largest live window accepted.
 pub const LIVE_WINDOW_MAX: u32 = 1 << 16;
 /// Segments the segment index's filter is first sized for: 4 GiB of unique data in 4 MiB
@@ -109,6 +114,9 @@ pub struct StoreOptions {
     pub container_bytes: u64,
     /// zstd level of stored chunks; `None` stores them uncompressed.
     pub compression_level: Option<i32>,
+    /// zstd level at which frames are compressed again once a later backup commits; `None`
+    /// keeps them as the write path stored them.
+    pub recompression_level: Option<i32>,
     pub fingerprint: FingerprintAlgorithm,
     /// Used by `delete` and `expire` unless the caller picks one.
     pub delete_method: DeleteMethod,
@@ -133,6 +141,7 @@ impl StoreOptions {
             rolling_hash: RollingHash::Gear,
             container_bytes: CONTAINER_BYTES_DEFAULT,
             compression_level: Some(COMPRESSION_LEVEL_DEFAULT),
+            recompression_level: Some(RECOMPRESSION_LEVEL_DEFAULT),
             fingerprint: FingerprintAlgorithm::Blake3,
             delete_method: match mode {
                 DedupMode::Revdedup => DeleteMethod::Timestamp,
@@ -177,10 +186,23 @@ impl StoreOptions {
                 self.container_bytes
             )));
         }
-        if let Some(level) = self.compression_level {
+        for level in [self.compression_level, self.recompression_level]
+            .into_iter()
+            .flatten()
+        {
             if !(1..=19).contains(&level) {
                 return Err(BackupError::InvalidArgument(format!(
                     "zstd level {level} must be between 1 and 19"
+                )));
+            }
+        }
+        if let (Some(level), Some(recompression)) =
+            (self.compression_level, self.recompression_level)
+        {
+            if recompression <= level {
+                return Err(BackupError::InvalidArgument(format!(
+                    "recompression level {recompression} must be above the compression level \
+                     {level}, or `none`"
                 )));
             }
         }

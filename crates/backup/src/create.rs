@@ -18,6 +18,7 @@ use onecopy_core::catalog::CatalogView;
 use onecopy_core::chunking::ChunkerSpec;
 use serde::Serialize;
 
+use crate::compact::CompactReport;
 use crate::config::{DedupMode, DeleteMethod, SeriesOptions};
 use crate::delete::DeleteReport;
 use crate::error::{BackupError, Result};
@@ -154,6 +155,11 @@ pub struct CreateReport {
     /// filled up while repackaging); the backup itself is committed.
     pub reverse_deferred: Option<String>,
     pub expire: Vec<DeleteReport>,
+    /// The earlier backups' frames compressed again ([`crate::recompress`]).
+    pub recompression: Option<CompactReport>,
+    /// Why that recompression stopped (a full file system, a damaged frame): the backup
+    /// itself is committed, and the next backup takes the recompression up again.
+    pub recompression_error: Option<String>,
     pub seconds: f64,
 }
 
@@ -290,6 +296,8 @@ impl BackupStore {
             series_options.validate()?;
         }
         let recovery = self.recover()?;
+        // The inline phase's containers start here: the next backup recompresses them.
+        let first_container = self.state.container_id_next;
         self.catalog.read_ahead();
         let read = self.catalog.read()?;
         let mut series_record: SeriesRecord = read
@@ -497,6 +505,8 @@ impl BackupStore {
         write.put_json(SERIES, series, &series_record)?;
         self.commit(write, state, &[])?;
         let commit_seconds = commit_started.elapsed().as_secs_f64();
+        let newest_containers = first_container..self.state.container_id_next;
+        let new_stored_bytes = outcome.report.new_stored_bytes;
 
         let (mut summary, mut summary_error) = (None, None);
         if let Some(entries) = &entries {
@@ -535,6 +545,17 @@ impl BackupStore {
             Some(keep) => self.expire(series, Some(keep), options.delete_method)?,
             None => Vec::new(),
         };
+        let (recompression, recompression_error) =
+            match self.recompress_aged(newest_containers, new_stored_bytes) {
+                Ok(report) => (report, None),
+                Err(error) => {
+                    // The backup is committed: what the recompression wrote goes, and the next
+                    // backup takes the range up again.
+                    self.recover_again()?;
+                    self.restore_reserve();
+                    (None, Some(error.to_string()))
+                }
+            };
         Ok(CreateReport {
             series: series.to_string(),
             version,
@@ -552,6 +573,8 @@ impl BackupStore {
             reverse,
             reverse_deferred,
             expire,
+            recompression,
+            recompression_error,
             seconds: started.elapsed().as_secs_f64(),
         })
     }

@@ -499,7 +499,7 @@ impl BackupStore {
                     &stored,
                     &mut writer,
                     &self.fingerprinter,
-                    self.state.options.compression_level,
+                    self.rewrite_coding(),
                 )?;
             }
             let sealed = writer.seal(record.timestamp)?;

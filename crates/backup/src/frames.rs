@@ -6,10 +6,16 @@
 //! [`FrameWriter`]: a frame whose bytes are all stored chunks is copied as it is, with its
 //! checksum checked, and the chunks of any other frame (some of whose chunks were removed or
 //! lost, or that a repair put together from intact copies) are written again as new frames,
-//! compressed again.
+//! compressed again. A recompression ([`FrameCoding::Recompress`], docs/DESIGN.md,
+//! "Recompression") also decodes the whole frames the write path compressed and compresses
+//! them again at a stronger level, in parallel, keeping their chunks where they were.
 
-use onecopy_core::container::{codec, ChunkLocation, ContainerStore, ContainerWriter};
+use onecopy_core::container::{
+    codec, ChunkHeader, ChunkLocation, ContainerStore, ContainerWriter, CHUNK_COMPRESSED,
+    CHUNK_RECOMPRESSED,
+};
 use onecopy_core::fingerprint::{Fingerprint, Fingerprinter};
+use rayon::prelude::*;
 
 use crate::error::Result;
 use crate::segment::{ChunkPlace, ChunkStorage, SegmentRecord, FRAME_RAW_BYTES_MAX};
@@ -86,12 +92,73 @@ pub(crate) fn whole_frame(record: &SegmentRecord, frame: u32) -> Option<Vec<(u32
     (next == record.frames[frame as usize].raw_bytes && !chunks.is_empty()).then_some(chunks)
 }
 
+/// How repackaging writes frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FrameCoding {
+    /// Whole frames are copied as they are; new frames are compressed at this level (the
+    /// repository's; `None`: stored uncompressed).
+    Keep(Option<i32>),
+    /// Whole frames the write path compressed are compressed again at this level, and new
+    /// frames are compressed at it; both are flagged [`CHUNK_RECOMPRESSED`].
+    Recompress(i32),
+}
+
+impl FrameCoding {
+    fn level(self) -> Option<i32> {
+        match self {
+            FrameCoding::Keep(level) => level,
+            FrameCoding::Recompress(level) => Some(level),
+        }
+    }
+}
+
+/// True when a recompression compresses the frame at `location` again: the write path
+/// compressed it. Frames stored uncompressed did not shrink by an eighth at the write path's
+/// level and are left alone.
+pub(crate) fn awaits_recompression(location: &ChunkLocation) -> bool {
+    location.flags & (CHUNK_COMPRESSED | CHUNK_RECOMPRESSED) == CHUNK_COMPRESSED
+}
+
+thread_local! {
+    /// The raw bytes of the frame a thread is compressing again, reused from frame to frame.
+    static RAW: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Compresses the frame at `location` again at `level` from its stored bytes `stored`
+/// (checksum checked) into `frame`, and gives `location` its new stored size, flags
+/// (with [`CHUNK_RECOMPRESSED`]) and checksum; the raw bytes stay the same. A frame that does
+/// not shrink keeps its stored bytes, flagged all the same, so that no later recompression
+/// tries it again. `frame` comes from the caller's thread with room for the result: buffers
+/// allocated on pool threads and freed on the writing one make the allocator keep more
+/// memory with every segment.
+fn recompress_frame(
+    location: &mut ChunkLocation,
+    stored: &[u8],
+    level: i32,
+    frame: &mut Vec<u8>,
+) -> Result<()> {
+    RAW.with(|raw| {
+        let mut raw = raw.borrow_mut();
+        raw.resize(location.raw_bytes as usize, 0);
+        codec::decode(location, stored, &mut raw)?;
+        location.flags |= CHUNK_RECOMPRESSED;
+        if codec::compress_into(&raw, level, frame)? && frame.len() < stored.len() {
+            location.stored_bytes = frame.len() as u32;
+            location.checksum = codec::checksum(frame);
+        } else {
+            frame.clear();
+            frame.extend_from_slice(stored);
+        }
+        Ok(())
+    })
+}
+
 /// Writes one segment's stored chunks into a container as frames; see the module
 /// documentation. Chunks are given in the order of their indexes.
 pub(crate) struct FrameWriter<'a> {
     writer: &'a mut ContainerWriter,
     fingerprinter: &'a Fingerprinter,
-    level: Option<i32>,
+    coding: FrameCoding,
     frames: Vec<ChunkLocation>,
     places: Vec<(u32, ChunkPlace)>,
     /// Chunks waiting to be written as a new frame: (index, fingerprint, raw bytes).
@@ -105,12 +172,12 @@ impl<'a> FrameWriter<'a> {
     pub(crate) fn new(
         writer: &'a mut ContainerWriter,
         fingerprinter: &'a Fingerprinter,
-        level: Option<i32>,
+        coding: FrameCoding,
     ) -> Self {
         FrameWriter {
             writer,
             fingerprinter,
-            level,
+            coding,
             frames: Vec::new(),
             places: Vec::new(),
             pending: Vec::new(),
@@ -190,8 +257,20 @@ impl<'a> FrameWriter<'a> {
             self.fingerprinter,
             pending.iter().map(|(_, fingerprint, _)| fingerprint),
         );
-        let encoded = codec::encode(&raw, self.level)?;
-        let location = self.writer.append_encoded(&fingerprint, &raw, &encoded)?;
+        let encoded = codec::encode(&raw, self.coding.level())?;
+        let location = match (&encoded, self.coding) {
+            (codec::Encoded::Compressed(frame), FrameCoding::Recompress(_)) => {
+                let header = ChunkHeader {
+                    fingerprint,
+                    stored_bytes: frame.len() as u32,
+                    raw_bytes: raw.len() as u32,
+                    flags: CHUNK_COMPRESSED | CHUNK_RECOMPRESSED,
+                    checksum: codec::checksum(frame),
+                };
+                self.writer.append_stored(header, frame)?
+            }
+            _ => self.writer.append_encoded(&fingerprint, &raw, &encoded)?,
+        };
         self.written_bytes += location.footprint_bytes();
         self.frames.push(location);
         Ok(())
@@ -217,25 +296,59 @@ impl<'a> FrameWriter<'a> {
 }
 
 /// Repackages `record` (its frames read from their container: `stored[frame]`, `None` for
-/// frames no stored chunk uses) into `writer`: whole frames are copied, the stored chunks of
-/// the others are written again as new frames. Returns the footprint written.
+/// frames no stored chunk uses) into `writer`: whole frames are copied (or, recompressing,
+/// compressed again), the stored chunks of the others are written again as new frames.
+/// Returns the footprint written.
 pub(crate) fn repack(
     record: &mut SegmentRecord,
     stored: &[Option<Vec<u8>>],
     writer: &mut ContainerWriter,
     fingerprinter: &Fingerprinter,
-    level: Option<i32>,
+    coding: FrameCoding,
 ) -> Result<u64> {
     let by_frame = record.frame_chunks();
-    let mut frames = FrameWriter::new(writer, fingerprinter, level);
+    let recompressed: Vec<Option<(ChunkLocation, Vec<u8>)>> = match coding {
+        FrameCoding::Keep(_) => vec![None; by_frame.len()],
+        FrameCoding::Recompress(level) => {
+            let mut recompressed: Vec<_> = (0..by_frame.len())
+                .map(|number| {
+                    let location = record.frames[number];
+                    let waits = stored[number].is_some()
+                        && awaits_recompression(&location)
+                        && whole_frame(record, number as u32).is_some();
+                    waits.then(|| {
+                        let capacity = codec::compressed_bytes_max(location.raw_bytes as usize);
+                        (location, Vec::with_capacity(capacity))
+                    })
+                })
+                .collect();
+            recompressed
+                .par_iter_mut()
+                .enumerate()
+                .try_for_each(|(number, slot)| match slot {
+                    Some((location, frame)) => {
+                        let bytes = stored[number].as_deref().expect("checked above");
+                        recompress_frame(location, bytes, level, frame)
+                    }
+                    None => Ok(()),
+                })?;
+            recompressed
+        }
+    };
+    let mut frames = FrameWriter::new(writer, fingerprinter, coding);
     for (number, chunks) in by_frame.iter().enumerate() {
         if chunks.is_empty() {
             continue; // Only removed chunks' bytes: dropped.
         }
-        let location = record.frames[number];
-        let bytes = stored[number]
-            .as_deref()
-            .expect("every frame with a stored chunk is read");
+        let (location, bytes) = match &recompressed[number] {
+            Some((location, bytes)) => (*location, bytes.as_slice()),
+            None => (
+                record.frames[number],
+                stored[number]
+                    .as_deref()
+                    .expect("every frame with a stored chunk is read"),
+            ),
+        };
         match whole_frame(record, number as u32) {
             Some(whole) => {
                 let chunks: Vec<(u32, Fingerprint, u32)> = whole

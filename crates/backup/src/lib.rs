@@ -107,6 +107,7 @@ mod inspection;
 pub mod losses;
 pub mod mount;
 pub mod recipe;
+mod recompress;
 pub mod repair;
 pub mod resolve;
 pub mod restore;

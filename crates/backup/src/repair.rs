@@ -38,7 +38,7 @@ use onecopy_core::storage::Storage;
 
 use crate::changes::Changes;
 use crate::error::{BackupError, Result};
-use crate::frames::FrameWriter;
+use crate::frames::{FrameCoding, FrameWriter};
 use crate::inspection::{
     face_path, verify_frame, Inspection, PlacedFrame, Problem, ReferenceCounts, FACE,
 };
@@ -606,7 +606,7 @@ impl BackupStore {
             let mut frame_writer = FrameWriter::new(
                 writer.as_mut().expect("created above"),
                 fingerprinter,
-                level,
+                FrameCoding::Keep(level),
             );
             for (frame, recovered) in recovered {
                 match recovered {

@@ -329,7 +329,7 @@ fn copy_segments(
                 &stored,
                 &mut open.writer,
                 &store.fingerprinter,
-                store.state.options.compression_level,
+                store.rewrite_coding(),
             )?;
             open.segments.push(planned.segment);
         }

@@ -47,6 +47,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{RuntimeOptions, StoreOptions, RESERVE_BYTES_MIN};
 use crate::error::{BackupError, Result};
+use crate::frames::FrameCoding;
 use crate::segment::{
     segment_record_bytes, SegmentContainer, SegmentHead, SegmentId, SegmentRecord, SegmentState,
     CONTAINERS, SEGMENT_HEADS,
@@ -111,6 +112,10 @@ pub(crate) struct StoreState {
     /// Segments with lost chunks ([`crate::losses`]): never deduplicated against, kept out of
     /// the segment index.
     pub damaged_segments: BTreeSet<SegmentId>,
+    /// Every container below this id has been through a recompression (or was written by
+    /// one); `backup create` recompresses those from here up to its own first container
+    /// ([`BackupStore::recompress_aged`]).
+    pub recompress_from: ContainerId,
 }
 
 /// How to open a store.
@@ -482,6 +487,22 @@ impl BackupStore {
         Ok(())
     }
 
+    /// How settlements, compactions and sweeps write the frames they rewrite: what they
+    /// rewrite is earlier backups' data, so with recompression on its frames are compressed
+    /// again as they go ([`crate::recompress`]).
+    pub(crate) fn rewrite_coding(&self) -> FrameCoding {
+        match self.state.options {
+            StoreOptions {
+                compression_level: Some(_),
+                recompression_level: Some(level),
+                ..
+            } => FrameCoding::Recompress(level),
+            StoreOptions {
+                compression_level, ..
+            } => FrameCoding::Keep(compression_level),
+        }
+    }
+
     /// Makes the segment index durable, recording `serial`: the catalog serial it matches
     /// (the current one, or the next when the index goes first, as in `create`). A failure
     /// drops the index ([`Self::index_failed`]) instead of failing the operation.
@@ -693,6 +714,7 @@ fn create_catalog(storage: &Arc<dyn Storage>, options: &OpenOptions) -> Result<(
         containers_dropped: Vec::new(),
         damaged_segments: BTreeSet::new(),
         serial: 1,
+        recompress_from: 1,
     };
     let catalog = Catalog::open(storage, &temporary)?;
     let mut write = catalog.write()?;

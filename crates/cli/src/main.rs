@@ -210,7 +210,10 @@ fn main() -> ExitCode {
             Err(error) => Err(error),
         },
         Command::Serve(args) => commands::serve::run(&cli, args),
-        Command::Backup(args) => commands::backup::run(&cli, args),
+        Command::Backup(args) => {
+            onecopy_core::memory::limit_heaps_to_cores();
+            commands::backup::run(&cli, args)
+        }
         Command::Lab(args) => commands::lab::run(&cli, args),
         Command::Key(args) => commands::key::run(&cli, args),
         Command::Fs(args) => commands::fs::run(&cli, args),

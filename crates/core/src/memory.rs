@@ -47,6 +47,22 @@ pub fn map_large_allocations() {
     }
 }
 
+/// Lets glibc keep at most one heap (arena) per core instead of eight. Threads that
+/// allocate on one heap and free on another (a worker's compression context and buffers, a
+/// frame handed to the writing thread) leave free memory in each heap that the others cannot
+/// use; with fewer heaps less of it is held. Process-wide; call it once, before threads start.
+/// The backup face's commands keep a few threads busy at a time, so they contend for heaps
+/// little (docs/BENCHMARKS.md, "Recompression", gives what it saves).
+pub fn limit_heaps_to_cores() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let cores = std::thread::available_parallelism().map_or(1, |count| count.get());
+        // SAFETY: mallopt changes allocator parameters; it takes no pointers.
+        let set = unsafe { libc::mallopt(libc::M_ARENA_MAX, cores.min(64) as libc::c_int) };
+        debug_assert_eq!(set, 1, "glibc accepts an arena count");
+    }
+}
+
 /// Hands the heap memory freed so far back to the operating system. Call it after work that
 /// allocates and frees much, not on a hot path: it walks the allocator's free lists.
 pub fn return_freed_heap() {

@@ -72,12 +72,18 @@ pub struct StoreArgs {
     /// zstd level of stored chunks (1 to 19), or `none` [default: 1, on frames of up to 256 KiB].
     #[arg(long, value_name = "LEVEL|none")]
     pub compression: Option<String>,
+    /// zstd level at which each backup compresses again the frames earlier backups wrote
+    /// (above --compression, up to 19), or `none` [default: 7].
+    #[arg(long, value_name = "LEVEL|none")]
+    pub recompression: Option<String>,
     /// Default deletion method: timestamp or mark-and-sweep [default: timestamp for revdedup,
     /// mark-and-sweep for conventional].
     #[arg(long, value_name = "METHOD")]
     pub delete_method: Option<DeleteMethod>,
 }
 
+// One value per process, parsed from the command line: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum BackupCommand {
     /// Back up PATH (a directory, a file or disk image, or `-` for standard input) as the
@@ -417,6 +423,7 @@ impl StoreArgs {
             || self.rolling_hash.is_some()
             || self.container_size.is_some()
             || self.compression.is_some()
+            || self.recompression.is_some()
             || self.delete_method.is_some();
         if !given {
             return Ok(None);
@@ -435,13 +442,10 @@ impl StoreArgs {
             options.container_bytes = parse_size(size)?;
         }
         if let Some(level) = &self.compression {
-            options.compression_level = match level.as_str() {
-                "none" => None,
-                text => Some(
-                    text.parse()
-                        .with_context(|| format!("compression level {text:?}"))?,
-                ),
-            };
+            options.compression_level = parse_level(level, "compression")?;
+        }
+        if let Some(level) = &self.recompression {
+            options.recompression_level = parse_level(level, "recompression")?;
         }
         if let Some(method) = self.delete_method {
             options.delete_method = method;
@@ -655,16 +659,17 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
                 return print_json(&stats);
             }
             let options = &stats.options;
+            let level = |level: Option<i32>| level.map_or("off".to_string(), |l| l.to_string());
             println!(
-                "mode              {}, segments {}, chunks {} ({} hash), containers {}, zstd {}",
+                "mode              {}, segments {}, chunks {} ({} hash), containers {}, zstd {} \
+                 (recompressed at {})",
                 dedup_mode_name(options.mode),
                 format_size(options.segment_bytes as u64),
                 format_size(options.chunk_bytes as u64),
                 options.rolling_hash.name(),
                 format_size(options.container_bytes),
-                options
-                    .compression_level
-                    .map_or("off".to_string(), |level| level.to_string())
+                level(options.compression_level),
+                level(options.recompression_level),
             );
             println!("series            {}", stats.series);
             println!(
@@ -1389,6 +1394,18 @@ fn reverse(
         );
     }
     Ok(())
+}
+
+/// A zstd level argument of `--compression` or `--recompression` (`what`): 1 to 19, or
+/// `none`.
+fn parse_level(text: &str, what: &str) -> anyhow::Result<Option<i32>> {
+    match text {
+        "none" => Ok(None),
+        text => Ok(Some(
+            text.parse()
+                .with_context(|| format!("{what} level {text:?}"))?,
+        )),
+    }
 }
 
 #[cfg(test)]

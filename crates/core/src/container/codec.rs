@@ -76,12 +76,17 @@ thread_local! {
         const { RefCell::new(None) };
 }
 
+/// The most bytes a zstd frame of `raw_bytes` can take: room enough for [`compress_into`].
+pub fn compressed_bytes_max(raw_bytes: usize) -> usize {
+    zstd::zstd_safe::compress_bound(raw_bytes)
+}
+
 /// Compresses `raw` at zstd `level` with the thread's context into `frame` (cleared first);
 /// true when the frame is worth storing ([`compression_pays`]).
 pub fn compress_into(raw: &[u8], level: i32, frame: &mut Vec<u8>) -> Result<bool> {
     assert!(!raw.is_empty(), "empty chunks are never stored");
     frame.clear();
-    frame.reserve(zstd::zstd_safe::compress_bound(raw.len()));
+    frame.reserve(compressed_bytes_max(raw.len()));
     let written = with_compressor(level, |compressor| {
         compressor
             .compress_to_buffer(raw, frame)

@@ -41,7 +41,11 @@ pub const CHUNK_COMPRESSED: u32 = 1 << 0;
 /// Chunk flag: the chunk was stored without a fingerprint (a no-dedup write); its fingerprint
 /// field holds zeros.
 pub const CHUNK_UNFINGERPRINTED: u32 = 1 << 1;
-const KNOWN_CHUNK_FLAGS: u32 = CHUNK_COMPRESSED | CHUNK_UNFINGERPRINTED;
+/// Chunk flag, only beside [`CHUNK_COMPRESSED`]: the zstd frame was made by a recompression
+/// at a stronger level (the backup store's, docs/DESIGN.md, "Recompression"), which leaves
+/// such chunks alone from then on.
+pub const CHUNK_RECOMPRESSED: u32 = 1 << 2;
+const KNOWN_CHUNK_FLAGS: u32 = CHUNK_COMPRESSED | CHUNK_UNFINGERPRINTED | CHUNK_RECOMPRESSED;
 
 /// The header stored in front of a chunk and repeated in the trailer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,7 +121,8 @@ impl ChunkHeader {
             && header.raw_bytes <= chunk_bytes_max
             && header.stored_bytes > 0
             && header.stored_bytes <= chunk_bytes_max.saturating_add(chunk_bytes_max / 8 + 64)
-            && (header.flags & CHUNK_COMPRESSED != 0 || header.stored_bytes == header.raw_bytes);
+            && (header.flags & CHUNK_COMPRESSED != 0 || header.stored_bytes == header.raw_bytes)
+            && (header.flags & CHUNK_RECOMPRESSED == 0 || header.flags & CHUNK_COMPRESSED != 0);
         plausible.then_some(header)
     }
 }

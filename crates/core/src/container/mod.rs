@@ -24,7 +24,9 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 pub use codec::Encoded;
-pub use format::{ChunkHeader, CHUNK_COMPRESSED, CHUNK_HEADER_BYTES, CHUNK_UNFINGERPRINTED};
+pub use format::{
+    ChunkHeader, CHUNK_COMPRESSED, CHUNK_HEADER_BYTES, CHUNK_RECOMPRESSED, CHUNK_UNFINGERPRINTED,
+};
 pub use write_behind::{WriteBehind, QUEUED_BYTES_MAX};
 pub use writer::{ContainerWriter, SealedContainer};
 
@@ -54,7 +56,7 @@ pub struct ChunkLocation {
     pub offset: u32,
     pub stored_bytes: u32,
     pub raw_bytes: u32,
-    /// [`CHUNK_COMPRESSED`], [`CHUNK_UNFINGERPRINTED`].
+    /// [`CHUNK_COMPRESSED`], [`CHUNK_UNFINGERPRINTED`], [`CHUNK_RECOMPRESSED`].
     pub flags: u32,
     /// CRC-32C of the stored bytes.
     pub checksum: u32,

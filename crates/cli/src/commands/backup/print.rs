@@ -83,6 +83,24 @@ pub fn print_create(report: &CreateReport) {
     if let Some(reason) = &report.reverse_deferred {
         println!("  warning: reverse deduplication left for later: {reason}");
     }
+    if let Some(recompression) = &report.recompression {
+        println!(
+            "  recompress {} containers of earlier backups at zstd {} in {:.2} s: {} freed",
+            recompression.containers_rewritten,
+            recompression
+                .plan
+                .recompression
+                .map_or(0, |recompression| recompression.level),
+            recompression.seconds,
+            format_size(recompression.reclaimed_bytes)
+        );
+    }
+    if let Some(error) = &report.recompression_error {
+        println!(
+            "  warning: earlier backups' frames were not compressed again ({error}); the next \
+             backup tries again"
+        );
+    }
     for warning in &report.warnings {
         eprintln!("warning: {}: {}", warning.path, warning.message);
     }
