@@ -23,9 +23,9 @@ pub const SEGMENT_BYTES_DEFAULT: usize = 4 << 20;
 pub const CHUNK_BYTES_DEFAULT: usize = 4 << 10;
 /// Paper 2's container size: 32 MiB.
 pub const CONTAINER_BYTES_DEFAULT: u64 = 32 << 20;
-/// zstd level of stored chunks by default: with the codec's larger hash table for the fast
-/// levels, level 1 on 256 KiB frames stores what level 3 on 128 KiB frames does in about a
-/// fifth less time (docs/BENCHMARKS.md, "Frames and compression level").
+/// zstd level of stored chunks by default: compression is most of a first backup's time, so
+/// the write path compresses at zstd's fastest positive level, with zstd's own parameters, and
+/// recompression stores the frames smaller later (docs/BENCHMARKS.md, "Recompression").
 pub const COMPRESSION_LEVEL_DEFAULT: i32 = 1;
 /// zstd level at which a backup compresses again the frames that earlier backups wrote
 /// (docs/DESIGN.md, "Recompression"): on the Debian series of docs/BENCHMARKS.md it stores

@@ -18,13 +18,11 @@
 //! 3. [`decode`] checks the checksum, then copies the stored bytes or decompresses them.
 //!
 //! zstd contexts are kept per thread and reused: creating one costs more than compressing a
-//! 4 KiB chunk. Levels 1 and 2 get a hash table of 2^[`FAST_LEVEL_HASH_LOG`] entries: zstd
-//! sizes theirs for speed on any input, and on the frames the backup store compresses (up to
-//! 256 KiB) the larger table finds enough more matches that level 1 stores what level 3 does,
-//! in less time (docs/BENCHMARKS.md, "Frames and compression level"). zstd caps the table by
-//! the input's size, so small chunks do not pay for it. Not guaranteed: two encodings of the
-//! same raw bytes at the same level give the same stored bytes only with the same zstd
-//! library version.
+//! 4 KiB chunk. Each level runs with zstd's own parameters for the input's size: the backup
+//! store's write path wants level 1 at its fastest, and its recompression (a stronger level,
+//! later) takes care of the size (docs/BENCHMARKS.md, "Recompression"). Not guaranteed: two
+//! encodings of the same raw bytes at the same level give the same stored bytes only with
+//! the same zstd library version.
 
 use std::cell::RefCell;
 
@@ -64,9 +62,6 @@ pub fn compression_pays(raw_bytes: usize, compressed_bytes: usize) -> bool {
     compressed_bytes <= raw_bytes - raw_bytes / 8
 }
 
-/// Hash log (log2 of the hash table's entries) of zstd levels 1 and 2.
-pub const FAST_LEVEL_HASH_LOG: u32 = 17;
-
 thread_local! {
     /// The thread's zstd compression context and the level it is set to.
     static COMPRESSOR: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> =
@@ -103,13 +98,8 @@ fn with_compressor<T>(
     COMPRESSOR.with(|cell| {
         let mut cell = cell.borrow_mut();
         if cell.as_ref().is_none_or(|(cached, _)| *cached != level) {
-            let mut compressor = zstd::bulk::Compressor::new(level)
+            let compressor = zstd::bulk::Compressor::new(level)
                 .map_err(|error| Error::io("creating a zstd compressor", error))?;
-            if (1..=2).contains(&level) {
-                compressor
-                    .set_parameter(zstd::zstd_safe::CParameter::HashLog(FAST_LEVEL_HASH_LOG))
-                    .map_err(|error| Error::io("setting zstd's hash log", error))?;
-            }
             *cell = Some((level, compressor));
         }
         let (_, compressor) = cell.as_mut().expect("set above");

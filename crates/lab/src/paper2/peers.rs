@@ -26,9 +26,10 @@
 //!   and a send log in the home (`--send-log`, which its manual recommends for incremental
 //!   backups); a local repository is written by a `bupstash serve` child process.
 //! - **onecopy**: the backup store's defaults (RevDedup, 4 MiB segments, 4 KiB chunks, 32 MiB
-//!   containers, zstd level 1 in 256 KiB frames, all cores), encrypted with a password (`ONECOPY_PASSWORD`) or
+//!   containers, zstd level 1 in 256 KiB frames compressed again at level 7 by later backups,
+//!   all cores), encrypted with a password (`ONECOPY_PASSWORD`) or
 //!   `init --insecure-no-encryption` ([`Encryption`]); `create` reverse-deduplicates the
-//!   previous backup before it returns (its report separates the two phases).
+//!   previous backup and recompresses before it returns (its report separates the phases).
 //!
 //! Deleting the oldest backup is `restic forget --keep-last N --prune`, `rustic forget
 //! --keep-last N --prune`, `borg prune --keep-last N` followed by `borg compact`, `bupstash rm`
@@ -96,7 +97,8 @@ impl Tool {
         let encrypted = encryption == Encryption::On;
         match self {
             Tool::Onecopy => format!(
-                "RevDedup, 4 MiB segments / 4 KiB chunks (gear hash), zstd 1 in 256 KiB frames, all cores, {}",
+                "RevDedup, 4 MiB segments / 4 KiB chunks (gear hash), zstd 1 in 256 KiB frames \
+                 (level 7 once a later backup runs), all cores, {}",
                 if encrypted {
                     "encrypted (AES-256-GCM)"
                 } else {
