@@ -203,3 +203,36 @@ fn recompression_level_is_above_the_compression_level() {
     };
     off.validate().unwrap();
 }
+
+/// Goal: a damaged frame met by a recompression stops it with an error naming the damage,
+/// while the backup that ran it stays committed and restorable, and the next backup with
+/// something to store tries the same containers again (nothing was skipped for good).
+/// Method: reverse deduplication deferred; one byte of the first backup's first frame
+/// flipped before the second backup.
+#[test]
+fn damage_stops_a_recompression_but_not_the_backup() {
+    let mut random = Random(9);
+    let first = text(&mut random, 1 << 20);
+    let second = text(&mut random, 1 << 20);
+    let third = text(&mut random, 1 << 20);
+    let storage: Arc<dyn Storage> = Arc::new(SimulatedStorage::new());
+    let mut store = open(storage.clone(), DedupMode::Revdedup);
+    create_report(&mut store, "docs", &first, true);
+    let name = container_files(&storage)[0].clone();
+    let record = container_records(&storage, &name)[0];
+    flip_byte(&storage, &name, record.stored + 10, 0x40);
+
+    let report = create_report(&mut store, "docs", &second, true);
+    let error = report
+        .recompression_error
+        .expect("the damaged frame stops the recompression");
+    assert!(error.contains("checksum"), "{error}");
+    assert!(restore_bytes(&store, "docs", Some(2)) == second);
+
+    let report = create_report(&mut store, "docs", &third, true);
+    assert!(
+        report.recompression_error.is_some(),
+        "the damaged container is tried again"
+    );
+    assert!(restore_bytes(&store, "docs", Some(3)) == third);
+}

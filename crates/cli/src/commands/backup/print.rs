@@ -97,8 +97,8 @@ pub fn print_create(report: &CreateReport) {
     }
     if let Some(error) = &report.recompression_error {
         println!(
-            "  warning: earlier backups' frames were not compressed again ({error}); the next \
-             backup tries again"
+            "  warning: earlier backups' frames were not compressed again: {error}; the next \
+             backup tries again (when this names damage, run `onecopy check --repair`)"
         );
     }
     for warning in &report.warnings {
