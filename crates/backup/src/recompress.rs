@@ -104,8 +104,11 @@ impl BackupStore {
         newest: Range<ContainerId>,
         stored_bytes: u64,
     ) -> Result<Option<CompactReport>> {
-        let Some(level) = self.state.options.recompression_level else {
-            return Ok(None);
+        let (Some(_), Some(level)) = (
+            self.state.options.compression_level,
+            self.state.options.recompression_level,
+        ) else {
+            return Ok(None); // Off, or the write path compresses nothing.
         };
         let range = self.state.recompress_from..self.state.container_id_next;
         assert!(

@@ -28,32 +28,43 @@ fn text(random: &mut Random, bytes: usize) -> Vec<u8> {
     text
 }
 
-/// The flags of every chunk record in the store's containers.
-fn record_flags(storage: &Arc<dyn Storage>) -> Vec<u32> {
+/// The container file and flags of every chunk record in the store's containers.
+fn record_flags(storage: &Arc<dyn Storage>) -> Vec<(String, u32)> {
     let mut flags = Vec::new();
     for name in container_files(storage) {
         let file = storage.open(&name, false).unwrap();
         for record in container_records(storage, &name) {
             let mut bytes = [0u8; 4];
             file.read_at(record.header + 40, &mut bytes).unwrap();
-            flags.push(u32::from_le_bytes(bytes));
+            flags.push((name.clone(), u32::from_le_bytes(bytes)));
         }
     }
     flags
 }
 
+/// True for the flags of a record compressed by the write path and not yet again.
+fn waits(flags: u32) -> bool {
+    flags & (CHUNK_COMPRESSED | CHUNK_RECOMPRESSED) == CHUNK_COMPRESSED
+}
+
 /// (compressed records awaiting recompression, recompressed records)
 fn census(storage: &Arc<dyn Storage>) -> (usize, usize) {
     let flags = record_flags(storage);
-    let awaiting = flags
-        .iter()
-        .filter(|&&flags| flags & (CHUNK_COMPRESSED | CHUNK_RECOMPRESSED) == CHUNK_COMPRESSED)
-        .count();
+    let awaiting = flags.iter().filter(|(_, flags)| waits(*flags)).count();
     let recompressed = flags
         .iter()
-        .filter(|&&flags| flags & CHUNK_RECOMPRESSED != 0)
+        .filter(|(_, flags)| flags & CHUNK_RECOMPRESSED != 0)
         .count();
     (awaiting, recompressed)
+}
+
+/// The container files of the store that hold a record waiting for recompression.
+fn waiting_containers(storage: &Arc<dyn Storage>) -> BTreeSet<String> {
+    record_flags(storage)
+        .into_iter()
+        .filter(|(_, flags)| waits(*flags))
+        .map(|(name, _)| name)
+        .collect()
 }
 
 fn stored_bytes(store: &onecopy_backup::BackupStore) -> u64 {
@@ -61,21 +72,15 @@ fn stored_bytes(store: &onecopy_backup::BackupStore) -> u64 {
     stats.container_bytes_shared + stats.container_bytes_archival
 }
 
-/// The container files of the store whose records include one waiting for recompression.
-fn waiting_containers(storage: &Arc<dyn Storage>) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    for name in container_files(storage) {
-        let file = storage.open(&name, false).unwrap();
-        for record in container_records(storage, &name) {
-            let mut bytes = [0u8; 4];
-            file.read_at(record.header + 40, &mut bytes).unwrap();
-            let flags = u32::from_le_bytes(bytes);
-            if flags & (CHUNK_COMPRESSED | CHUNK_RECOMPRESSED) == CHUNK_COMPRESSED {
-                names.insert(name.clone());
-            }
-        }
+/// Asserts that every version of `docs` restores byte-exact (`when` says at what point).
+fn assert_restores(store: &onecopy_backup::BackupStore, versions: &[&Vec<u8>], when: &str) {
+    for (number, version) in versions.iter().enumerate() {
+        assert!(
+            restore_bytes(store, "docs", Some(number as u32 + 1)) == **version,
+            "version {} {when}",
+            number + 1
+        );
     }
-    names
 }
 
 /// Goal: the first backup's frames stay as the write path compressed them; each later
@@ -163,22 +168,10 @@ fn later_backups_recompress_what_earlier_ones_wrote() {
     for version in versions {
         backup_bytes(&mut plain, "docs", version, true);
     }
-    for (number, version) in versions.iter().enumerate() {
-        assert!(
-            restore_bytes(&store, "docs", Some(number as u32 + 1)) == **version,
-            "version {}",
-            number + 1
-        );
-    }
+    assert_restores(&store, &versions, "after the backups");
     assert_check_ok(&mut store);
     store.reverse_pending_backups("docs").unwrap();
-    for (number, version) in versions.iter().enumerate() {
-        assert!(
-            restore_bytes(&store, "docs", Some(number as u32 + 1)) == **version,
-            "version {} after reverse deduplication",
-            number + 1
-        );
-    }
+    assert_restores(&store, &versions, "after reverse deduplication");
     assert_check_ok(&mut store);
     let (recompressed, kept) = (stored_bytes(&store), stored_bytes(&plain));
     assert!(

@@ -605,3 +605,32 @@ fn files_cache_and_force() {
         assert_same_files(&files(&target), &files(&source));
     }
 }
+
+/// Goal: a store created with a compression level at or above the default recompression
+/// level gets no recompression unless asked; a lower one keeps the default; an explicit
+/// recompression level at or below the compression level is refused, saying why.
+#[test]
+fn recompression_follows_the_compression_level() {
+    let scratch = tempfile::tempdir().unwrap();
+    let source = scratch.path().join("source");
+    write(&source.join("a"), &data(1, 10 << 10));
+    let level_of = |name: &str, compression: &str| {
+        let repository = repository(&scratch.path().join(name));
+        let mut create = onecopy(&repository);
+        create.args(["backup", "create", "s"]).arg(&source);
+        run(create.args(["--compression", compression]));
+        let stats = run_json(onecopy(&repository).args(["backup", "stats"]));
+        stats["options"]["recompression_level"].clone()
+    };
+    assert_eq!(level_of("strong", "9"), Value::Null);
+    assert_eq!(level_of("fast", "3"), Value::from(7));
+
+    let repository = repository(&scratch.path().join("refused"));
+    let mut create = onecopy(&repository);
+    create.args(["backup", "create", "s"]).arg(&source);
+    let error = fails(create.args(["--compression", "9", "--recompression", "7"]));
+    assert!(
+        error.contains("recompression level 7 must be above the compression level 9"),
+        "{error}"
+    );
+}

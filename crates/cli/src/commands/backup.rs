@@ -444,8 +444,13 @@ impl StoreArgs {
         if let Some(level) = &self.compression {
             options.compression_level = parse_level(level, "compression")?;
         }
-        if let Some(level) = &self.recompression {
-            options.recompression_level = parse_level(level, "recompression")?;
+        match &self.recompression {
+            Some(level) => options.recompression_level = parse_level(level, "recompression")?,
+            // A write path at the default recompression level or above has nothing to gain.
+            None if options.compression_level >= options.recompression_level => {
+                options.recompression_level = None;
+            }
+            None => {}
         }
         if let Some(method) = self.delete_method {
             options.delete_method = method;
