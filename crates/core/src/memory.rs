@@ -63,6 +63,33 @@ pub fn limit_heaps_to_cores() {
     }
 }
 
+/// Buffers up to this size come from the heap once [`keep_freed_buffers`] is called.
+pub const HEAP_BUFFER_BYTES_MAX: usize = 64 << 20;
+
+/// Serves allocations of up to [`HEAP_BUFFER_BYTES_MAX`] from the heap and keeps what is
+/// freed (up to four times that at the heap's top) for the next ones, instead of glibc's
+/// default of handing it back once more than twice its mapping threshold is free. For a
+/// command that allocates and frees buffers of the same few MiB over and over (a restore's
+/// windows and the frames decoded for them): each fresh mapping costs a page fault and a
+/// zeroed page per page touched, which was a tenth of a restore's CPU time
+/// (docs/BENCHMARKS.md, "Restores and freed buffers"). The price is the freed buffers'
+/// memory, kept until the process ends. Process-wide; call it once, early.
+pub fn keep_freed_buffers() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt changes allocator parameters; it takes no pointers.
+    unsafe {
+        let mapped = libc::mallopt(
+            libc::M_MMAP_THRESHOLD,
+            HEAP_BUFFER_BYTES_MAX as libc::c_int,
+        );
+        let kept = libc::mallopt(
+            libc::M_TRIM_THRESHOLD,
+            (4 * HEAP_BUFFER_BYTES_MAX) as libc::c_int,
+        );
+        debug_assert_eq!((mapped, kept), (1, 1), "glibc accepts both values");
+    }
+}
+
 /// Hands the heap memory freed so far back to the operating system. Call it after work that
 /// allocates and frees much, not on a hot path: it walks the allocator's free lists.
 pub fn return_freed_heap() {

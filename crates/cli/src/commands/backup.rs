@@ -555,6 +555,7 @@ pub fn run(cli: &Cli, args: &BackupArgs) -> anyhow::Result<()> {
                 runtime.read_threads = (*threads).max(1);
             }
             runtime.prefetch = !no_prefetch;
+            onecopy_core::memory::keep_freed_buffers();
             let opened = open_read_only(cli, "restore", runtime)?;
             restore(
                 &opened.store,
