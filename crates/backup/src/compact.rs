@@ -33,7 +33,7 @@ use serde::Serialize;
 use crate::changes::Changes;
 use crate::error::Result;
 use crate::frames::{read_stored_frames, repack, whole_frame, FrameCoding};
-use crate::segment::{SegmentContainer, CONTAINERS};
+use crate::segment::{ChunkPlace, SegmentContainer, SegmentRecord, CONTAINERS};
 use crate::store::{load_segment, now_unix_ns, BackupStore, StoreState};
 
 /// New container bytes written per compaction commit.
@@ -134,30 +134,42 @@ pub(crate) fn referenced_frames(
 ) -> Result<(Vec<u32>, u64)> {
     let mut frames = Vec::new();
     let mut chunk_count = 0u64;
+    for_each_used_frame(view, (id, record), |segment_record, number, chunks| {
+        chunk_count += chunks.len() as u64;
+        let frame = segment_record.frames[number];
+        if whole_frame(segment_record, number as u32).is_some() {
+            frames.push(frame.stored_bytes);
+        } else {
+            let kept: u64 = chunks
+                .iter()
+                .map(|&(index, _)| segment_record.chunks[index as usize].raw_bytes as u64)
+                .sum();
+            let estimate = frame.stored_bytes as u64 * kept / (frame.raw_bytes as u64).max(1);
+            frames.push(estimate.max(1) as u32);
+        }
+    })?;
+    Ok((frames, chunk_count))
+}
+
+/// Calls `each` with every frame of container `id` (whose record is `record`) that holds a
+/// stored chunk: the record of the segment it belongs to, its number, and its stored chunks.
+pub(crate) fn for_each_used_frame(
+    view: &impl CatalogView,
+    (id, record): (ContainerId, &SegmentContainer),
+    mut each: impl FnMut(&SegmentRecord, usize, &[(u32, ChunkPlace)]),
+) -> Result<()> {
     for &segment in &record.segments {
         let segment_record = load_segment(view, segment)?;
         if segment_record.container != Some(id) {
             continue;
         }
         for (number, chunks) in segment_record.frame_chunks().iter().enumerate() {
-            if chunks.is_empty() {
-                continue;
-            }
-            chunk_count += chunks.len() as u64;
-            let frame = segment_record.frames[number];
-            if whole_frame(&segment_record, number as u32).is_some() {
-                frames.push(frame.stored_bytes);
-            } else {
-                let kept: u64 = chunks
-                    .iter()
-                    .map(|&(index, _)| segment_record.chunks[index as usize].raw_bytes as u64)
-                    .sum();
-                let estimate = frame.stored_bytes as u64 * kept / (frame.raw_bytes as u64).max(1);
-                frames.push(estimate.max(1) as u32);
+            if !chunks.is_empty() {
+                each(&segment_record, number, chunks);
             }
         }
     }
-    Ok((frames, chunk_count))
+    Ok(())
 }
 
 /// Plans compaction of `only` (every container when `None`).

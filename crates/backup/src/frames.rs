@@ -307,6 +307,9 @@ pub(crate) fn repack(
     coding: FrameCoding,
 ) -> Result<u64> {
     let by_frame = record.frame_chunks();
+    let whole: Vec<Option<Vec<(u32, Fingerprint)>>> = (0..by_frame.len())
+        .map(|number| whole_frame(record, number as u32))
+        .collect();
     let recompressed: Vec<Option<(ChunkLocation, Vec<u8>)>> = match coding {
         FrameCoding::Keep(_) => vec![None; by_frame.len()],
         FrameCoding::Recompress(level) => {
@@ -315,7 +318,7 @@ pub(crate) fn repack(
                     let location = record.frames[number];
                     let waits = stored[number].is_some()
                         && awaits_recompression(&location)
-                        && whole_frame(record, number as u32).is_some();
+                        && whole[number].is_some();
                     waits.then(|| {
                         let capacity = codec::compressed_bytes_max(location.raw_bytes as usize);
                         (location, Vec::with_capacity(capacity))
@@ -336,7 +339,7 @@ pub(crate) fn repack(
         }
     };
     let mut frames = FrameWriter::new(writer, fingerprinter, coding);
-    for (number, chunks) in by_frame.iter().enumerate() {
+    for ((number, chunks), whole) in by_frame.iter().enumerate().zip(whole) {
         if chunks.is_empty() {
             continue; // Only removed chunks' bytes: dropped.
         }
@@ -349,7 +352,7 @@ pub(crate) fn repack(
                     .expect("every frame with a stored chunk is read"),
             ),
         };
-        match whole_frame(record, number as u32) {
+        match whole {
             Some(whole) => {
                 let chunks: Vec<(u32, Fingerprint, u32)> = whole
                     .into_iter()

@@ -26,11 +26,13 @@ use std::ops::Range;
 use onecopy_core::catalog::CatalogView;
 use onecopy_core::container::ContainerId;
 
-use crate::compact::{CompactContainer, CompactPlan, CompactReport, Recompression};
+use crate::compact::{
+    for_each_used_frame, CompactContainer, CompactPlan, CompactReport, Recompression,
+};
 use crate::error::Result;
-use crate::frames::awaits_recompression;
+use crate::frames::{awaits_recompression, FrameCoding};
 use crate::segment::{SegmentContainer, CONTAINERS};
-use crate::store::{load_segment, BackupStore};
+use crate::store::BackupStore;
 
 /// A backup recompresses at most this many times the bytes it stored new: its work, and the
 /// bytes it reads, grow with its own change (an unchanged backup recompresses nothing), and
@@ -59,18 +61,10 @@ pub(crate) fn plan_recompression(
         }
         let record = SegmentContainer::decode(&bytes, id)?;
         let (mut waiting, mut chunks) = (false, 0u64);
-        for &segment in &record.segments {
-            let segment_record = load_segment(view, segment)?;
-            if segment_record.container != Some(id) {
-                continue;
-            }
-            for (number, used) in segment_record.frame_chunks().iter().enumerate() {
-                if !used.is_empty() {
-                    chunks += used.len() as u64;
-                    waiting |= awaits_recompression(&segment_record.frames[number]);
-                }
-            }
-        }
+        for_each_used_frame(view, (id, &record), |segment_record, number, used| {
+            chunks += used.len() as u64;
+            waiting |= awaits_recompression(&segment_record.frames[number]);
+        })?;
         if !waiting {
             continue;
         }
@@ -104,10 +98,7 @@ impl BackupStore {
         newest: Range<ContainerId>,
         stored_bytes: u64,
     ) -> Result<Option<CompactReport>> {
-        let (Some(_), Some(level)) = (
-            self.state.options.compression_level,
-            self.state.options.recompression_level,
-        ) else {
+        let FrameCoding::Recompress(level) = self.rewrite_coding() else {
             return Ok(None); // Off, or the write path compresses nothing.
         };
         let range = self.state.recompress_from..self.state.container_id_next;

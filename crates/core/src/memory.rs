@@ -35,24 +35,30 @@ pub const HEAP_TOP_KEPT_BYTES: usize = 4 * MAPPED_ALLOCATION_BYTES;
 /// tables live long and whose buffers are reused, not a tool that allocates large buffers
 /// per item.
 pub fn map_large_allocations() {
+    set_heap_thresholds(MAPPED_ALLOCATION_BYTES, HEAP_TOP_KEPT_BYTES);
+}
+
+/// Fixes glibc's mapping threshold (allocations of `mapped_from` bytes or more get their own
+/// mapping) and the free bytes it keeps at a heap's top (`kept_at_top`); either setting also
+/// stops glibc from moving the mapping threshold by itself.
+fn set_heap_thresholds(mapped_from: usize, kept_at_top: usize) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt changes allocator parameters; it takes no pointers.
     unsafe {
-        let mapped = libc::mallopt(
-            libc::M_MMAP_THRESHOLD,
-            MAPPED_ALLOCATION_BYTES as libc::c_int,
-        );
-        let kept = libc::mallopt(libc::M_TRIM_THRESHOLD, HEAP_TOP_KEPT_BYTES as libc::c_int);
+        let mapped = libc::mallopt(libc::M_MMAP_THRESHOLD, mapped_from as libc::c_int);
+        let kept = libc::mallopt(libc::M_TRIM_THRESHOLD, kept_at_top as libc::c_int);
         debug_assert_eq!((mapped, kept), (1, 1), "glibc accepts both values");
     }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = (mapped_from, kept_at_top);
 }
 
 /// Lets glibc keep at most one heap (arena) per core instead of eight. Threads that
 /// allocate on one heap and free on another (a worker's compression context and buffers, a
 /// frame handed to the writing thread) leave free memory in each heap that the others cannot
 /// use; with fewer heaps less of it is held. Process-wide; call it once, before threads start.
-/// The backup face's commands keep a few threads busy at a time, so they contend for heaps
-/// little (docs/BENCHMARKS.md, "Recompression", gives what it saves).
+/// A first backup took as long with two heaps as with glibc's default (docs/BENCHMARKS.md,
+/// "Recompression", gives that and what the limit saves).
 pub fn limit_heaps_to_cores() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
@@ -75,19 +81,7 @@ pub const HEAP_BUFFER_BYTES_MAX: usize = 64 << 20;
 /// (docs/BENCHMARKS.md, "Restores and freed buffers"). The price is the freed buffers'
 /// memory, kept until the process ends. Process-wide; call it once, early.
 pub fn keep_freed_buffers() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt changes allocator parameters; it takes no pointers.
-    unsafe {
-        let mapped = libc::mallopt(
-            libc::M_MMAP_THRESHOLD,
-            HEAP_BUFFER_BYTES_MAX as libc::c_int,
-        );
-        let kept = libc::mallopt(
-            libc::M_TRIM_THRESHOLD,
-            (4 * HEAP_BUFFER_BYTES_MAX) as libc::c_int,
-        );
-        debug_assert_eq!((mapped, kept), (1, 1), "glibc accepts both values");
-    }
+    set_heap_thresholds(HEAP_BUFFER_BYTES_MAX, 4 * HEAP_BUFFER_BYTES_MAX);
 }
 
 /// Hands the heap memory freed so far back to the operating system. Call it after work that
